@@ -1,0 +1,61 @@
+# uvlm build. `make` builds ./uvlm; see README.md for the other targets.
+#   BUILD=dir    where objects go (default build/, build-check/ for `make check`)
+#   BIN=path     where the binary goes (default ./uvlm)
+BUILD    ?= build
+BIN      ?= uvlm
+CC       ?= cc
+OPTFLAGS ?= -O2 -march=native -g
+WARNFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter
+SANFLAGS ?=
+CFLAGS   := $(OPTFLAGS) $(SANFLAGS) $(WARNFLAGS) -Isrc -MMD -MP
+LDFLAGS  += $(SANFLAGS) -pthread
+
+include deps.mk
+CFLAGS += $(DEPS_CFLAGS)
+
+# Every .c under src/ is part of the server; src/main.c holds main() and is left out of the
+# test runner, whose main() is test/runner.c. Tests are test/**/*_test.c, mirroring src/.
+LIB_SRCS  := $(sort $(filter-out src/main.c,$(shell find src -name '*.c')))
+TEST_SRCS := $(sort $(shell find test -name '*_test.c')) test/runner.c
+BENCH_SRCS := $(sort $(shell find test/bench -name '*.c' 2>/dev/null))
+LIB_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(LLHTTP_OBJS)
+TEST_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRCS))
+RUNNER    := $(BUILD)/test-runner
+$(TEST_OBJS): CFLAGS += -Itest
+
+.PHONY: all test unit e2e check bench fuzz clean
+all: $(BIN)
+
+$(BIN): $(LIB_OBJS) $(BUILD)/src/main.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEPS_LIBS)
+
+$(RUNNER): $(LIB_OBJS) $(TEST_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DEPS_LIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# make test: C unit + golden tests, then end-to-end tests against the real binary.
+test: unit e2e
+unit: $(RUNNER) $(BIN)
+	$(RUNNER)
+e2e: $(BIN)
+	UVLM_BIN=$(abspath $(BIN)) python3 -m pytest -q test/e2e
+
+# make check: the same tests on an ASan + UBSan build.
+check:
+	$(MAKE) BUILD=build-check BIN=build-check/uvlm \
+	  OPTFLAGS="-O1 -g -march=native -fno-omit-frame-pointer" \
+	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
+
+bench: $(BIN)
+	scripts/bench
+
+fuzz:
+	$(MAKE) -f scripts/fuzz.mk
+
+clean:
+	rm -rf build build-check build-fuzz $(BIN)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,9 @@
+/* cmd.h: the subcommands of ./uvlm. Each takes the arguments after its name (argv[0] is the
+ * subcommand name) and returns the process exit status: 0 ok, 1 failure, 2 bad usage/config.
+ * Only main.c exits; a subcommand returns. */
+#ifndef UVLM_CMD_H
+#define UVLM_CMD_H
+
+/* one declaration per subcommand, e.g. int cmd_serve(int argc, char **argv); */
+
+#endif

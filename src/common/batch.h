@@ -1,0 +1,38 @@
+/* batch.h: the unit of work the scheduler hands to the model (like llama.cpp's llama_batch).
+ *
+ * A batch is n_tokens entries from any number of sequences at any positions. Entry i says: feed
+ * token[i] at position pos[i] of sequence seq[i], and if want_logits[i] keep the logits of that
+ * position (row out_row[i] of the model's output, assigned by the model, in entry order).
+ * Entries of one sequence appear in increasing position order. The arrays are owned by whoever
+ * called batch_init and sized once (capacity); filling a batch never allocates.
+ *
+ *   struct batch b;
+ *   batch_init(&b, 512);
+ *   batch_clear(&b);
+ *   batch_add(&b, tok, pos, seq, true);
+ *   ... model_forward(model, mem, &b) ...
+ *   batch_free(&b);
+ */
+#ifndef UVLM_BATCH_H
+#define UVLM_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct batch {
+    int32_t n_tokens;
+    int32_t capacity;
+    int32_t *token;       /* [capacity] token ids */
+    int32_t *pos;         /* [capacity] position within its sequence */
+    int32_t *seq;         /* [capacity] sequence id */
+    bool *want_logits;    /* [capacity] keep this position's logits */
+    int32_t n_outputs;    /* entries with want_logits (set by batch_add) */
+};
+
+int batch_init(struct batch *b, int32_t capacity); /* 0 or -ERR_NOMEM */
+void batch_free(struct batch *b);
+static inline void batch_clear(struct batch *b) { b->n_tokens = 0; b->n_outputs = 0; }
+/* Append one entry; asserts there is room. */
+void batch_add(struct batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits);
+
+#endif

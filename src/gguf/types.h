@@ -1,0 +1,42 @@
+/* types.h: the tensor element types of the GGUF format (numbering as in the GGUF spec) and the
+ * block geometry of each: a row of n elements of type T occupies (n / blck) * size bytes and n must
+ * be a multiple of blck. The kernels for these types live in math/quant.h.
+ */
+#ifndef UVLM_GGUF_TYPES_H
+#define UVLM_GGUF_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+enum ggml_type {
+    GGML_TYPE_F32 = 0,
+    GGML_TYPE_F16 = 1,
+    GGML_TYPE_Q4_0 = 2,
+    GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6,
+    GGML_TYPE_Q5_1 = 7,
+    GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10,
+    GGML_TYPE_Q3_K = 11,
+    GGML_TYPE_Q4_K = 12,
+    GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14,
+    GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_BF16 = 30,
+    GGML_TYPE_COUNT = 40, /* upper bound of the numbering, for tables */
+};
+
+struct ggml_type_info {
+    const char *name;   /* "q4_K", ... ; NULL for an unknown type */
+    uint32_t blck;      /* elements per block */
+    uint32_t size;      /* bytes per block */
+};
+
+/* Geometry of a type; info->name == NULL when the number is not a type we know. */
+const struct ggml_type_info *ggml_type_info(uint32_t type);
+/* Bytes of a row of n elements, or 0 when n is not a multiple of the block size or the type is unknown. */
+size_t ggml_row_size(uint32_t type, uint64_t n);
+
+#endif

@@ -1,0 +1,58 @@
+/* main.c: ./uvlm [SUBCOMMAND] [FLAGS]. With no subcommand (or a flag first) it serves.
+ * The only place in uvlm that exits the process. */
+#include "cmd/cmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out);
+
+static int cmd_help(int argc, char **argv) {
+    usage(stdout);
+    return 0;
+}
+
+struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand subcommands[] = {
+    /* one line per subcommand: {"name", cmd_name, "what it does"}, */
+    {"help", cmd_help, "list the subcommands"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: uvlm [SUBCOMMAND] [FLAGS]   (uvlm SUBCOMMAND --help for its flags)\n\n");
+    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
+        fprintf(out, "  %-14s %s\n", subcommands[i].name, subcommands[i].help);
+}
+
+/* Debian's OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512 CPUs it does not know (Zen 4/5);
+ * its SkylakeX kernels run sgemm about 1.8x faster there. The library reads OPENBLAS_CORETYPE when
+ * it loads, before main(), so the only way to set it is to re-exec ourselves once. */
+static void openblas_pick_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") || getenv("UVLM_NO_REEXEC")) return;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) return;
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: carry on with the default kernels */
+}
+
+int main(int argc, char **argv) {
+    openblas_pick_core(argv);
+    const char *name = argc > 1 ? argv[1] : NULL;
+    if (!name || name[0] == '-') { /* flags only: serve (added with the server) */
+        usage(stderr);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
+        if (!strcmp(name, subcommands[i].name))
+            return subcommands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "uvlm: unknown subcommand '%s'\n", name);
+    usage(stderr);
+    return 2;
+}

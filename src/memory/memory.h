@@ -1,0 +1,82 @@
+/* memory.h: what a model remembers of each sequence, behind one interface with two
+ * implementations: attention KV cells (memory/kv.c) and recurrent state (memory/recurrent.c).
+ *
+ * The serving engine only talks to this interface. Sequence ids are small integers
+ * in [0, n_seq_max); a sequence "exists" in memory from the first batch placed for it until
+ * seq_rm removes it. Capabilities an implementation lacks are reported, never faked:
+ * a recurrent state cannot drop positions from the middle or end, so its seq_rm of a partial
+ * range returns -ERR_UNSUPPORTED and the engine recomputes instead.
+ *
+ * Ownership: the memory owns its pool (sized once at creation from the config, logged).
+ * A snapshot from seq_save is owned by the caller until memory_snapshot_free.
+ *
+ *   struct memory *mem = kv_memory_create(&model->hparams, n_cells, n_seq_max);
+ *   if (memory_reserve(mem, &batch) == -ERR_NOMEM) { ... preempt a sequence, retry ... }
+ *   model_forward(model, mem, &batch, ...);
+ *   memory_seq_rm(mem, seq, 0, -1);   // sequence finished: free its cells
+ *   memory_destroy(mem);
+ */
+#ifndef UVLM_MEMORY_H
+#define UVLM_MEMORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/batch.h"
+
+struct memory;
+struct memory_snapshot; /* host copy of one sequence's memory; implementation-defined */
+
+struct memory_usage {
+    int64_t cells_total;  /* pool size: tokens (kv) or sequence states (recurrent) */
+    int64_t cells_used;   /* cells referenced by at least one sequence */
+    size_t bytes;         /* bytes of the pool */
+};
+
+struct memory_ops {
+    const char *kind;       /* "kv" or "recurrent" */
+    bool partial_removal;   /* seq_rm of a range that is not the whole sequence works */
+    /* Make room for every entry of b (all-or-nothing): -ERR_NOMEM and nothing changed when the
+     * free cells are not enough. On success the forward pass may write the batch's entries. */
+    int (*reserve)(struct memory *m, const struct batch *b);
+    /* Free cells needed to add n_new tokens to seq (for admission and preemption decisions). */
+    int64_t (*cells_needed)(const struct memory *m, int32_t seq, int32_t n_new);
+    /* Remove seq from positions [p0, p1) (p1 < 0: to the end). -ERR_UNSUPPORTED when the
+     * implementation cannot remove that range. */
+    int (*seq_rm)(struct memory *m, int32_t seq, int32_t p0, int32_t p1);
+    /* dst shares src's memory for positions [p0, p1) (no copy for kv cells; a state copy for
+     * recurrent). dst must be empty in that range. */
+    int (*seq_cp)(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    /* Largest position held for seq, or -1 when it holds none. */
+    int32_t (*seq_pos_max)(const struct memory *m, int32_t seq);
+    /* Cells seq holds (shared cells count for each holder). */
+    int64_t (*seq_cells)(const struct memory *m, int32_t seq);
+    void (*usage)(const struct memory *m, struct memory_usage *u);
+    /* Copy seq's memory to host memory (the caller then seq_rm's it to free the cells), and put it
+     * back later (needs as many free cells as it holds: -ERR_NOMEM otherwise, nothing changed). */
+    int (*seq_save)(struct memory *m, int32_t seq, struct memory_snapshot **out);
+    int (*seq_restore)(struct memory *m, int32_t seq, const struct memory_snapshot *s);
+    void (*snapshot_free)(struct memory_snapshot *s);
+    void (*destroy)(struct memory *m);
+};
+
+/* Every implementation embeds this first. */
+struct memory {
+    const struct memory_ops *ops;
+    int32_t n_seq_max;
+};
+
+static inline int memory_reserve(struct memory *m, const struct batch *b) { return m->ops->reserve(m, b); }
+static inline int64_t memory_cells_needed(const struct memory *m, int32_t seq, int32_t n) { return m->ops->cells_needed(m, seq, n); }
+static inline int memory_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32_t p1) { return m->ops->seq_rm(m, seq, p0, p1); }
+static inline int memory_seq_cp(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1) { return m->ops->seq_cp(m, src, dst, p0, p1); }
+static inline int32_t memory_seq_pos_max(const struct memory *m, int32_t seq) { return m->ops->seq_pos_max(m, seq); }
+static inline int64_t memory_seq_cells(const struct memory *m, int32_t seq) { return m->ops->seq_cells(m, seq); }
+static inline void memory_usage(const struct memory *m, struct memory_usage *u) { m->ops->usage(m, u); }
+static inline int memory_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **out) { return m->ops->seq_save(m, seq, out); }
+static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->seq_restore(m, seq, s); }
+static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot *s) { m->ops->snapshot_free(s); }
+static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
+
+#endif
