@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,6 +349,27 @@ enum chat_family chat_template_detect_n(const char *template_text, size_t len) {
 
 enum chat_family chat_template_detect(const char *template_text) {
     return chat_template_detect_n(template_text, template_text ? strlen(template_text) : 0);
+}
+
+int chat_family_resolve(const char *forced, const char *template_text, size_t len,
+                        enum chat_family *fam, char *why, size_t why_cap) {
+    if (why && why_cap > 0) why[0] = '\0';
+    if (forced) {
+        *fam = chat_family_by_name(forced);
+        if (*fam != CHAT_UNKNOWN) return 0;
+        if (why && why_cap > 0)
+            snprintf(why, why_cap, "unknown chat template '%s'; known: %s", forced, chat_family_names());
+        return -ERR_INVAL;
+    }
+    *fam = template_text && len > 0 ? chat_template_detect_n(template_text, len) : CHAT_UNKNOWN;
+    if (*fam == CHAT_UNKNOWN) {
+        *fam = CHAT_CHATML;
+        if (why && why_cap > 0)
+            snprintf(why, why_cap, "%s; using chatml (--chat-template NAME chooses another)",
+                     template_text && len > 0 ? "no known chat family in the model's chat template"
+                                              : "the model has no chat template");
+    }
+    return 0;
 }
 
 /* ---- apply ---- */

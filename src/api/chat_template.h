@@ -9,7 +9,7 @@
  *
  * Who decides the family: `--chat-template NAME` forces one (chat_family_by_name); otherwise the
  * loader detects it from the model's template; when nothing matches (CHAT_UNKNOWN) the caller
- * falls back to chatml and logs a warning once, at load.
+ * falls back to chatml and logs a warning once, at load. chat_family_resolve does all three.
  *
  * BOS: no family writes the tokenizer's BOS token ("<s>", "<|begin_of_text|>", ...) at the start
  * of the prompt: the tokenizer adds it (add_special). Tokens inside the text (e.g. "<|im_start|>")
@@ -36,6 +36,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* The GGUF metadata key that holds a model's Jinja chat template. */
+#define CHAT_TEMPLATE_GGUF_KEY "tokenizer.chat_template"
 
 /* The formats. Names (chat_family_name / chat_family_by_name) are in brackets; where a reference
  * server knows the same format its name is the same, so `--chat-template` values carry over. */
@@ -82,6 +85,13 @@ enum chat_family chat_family_by_name(const char *name);
 const char *chat_family_name(enum chat_family fam);
 /* All the names, space-separated, for usage and error messages ("chatml llama2 ..."). */
 const char *chat_family_names(void);
+
+/* The family a model uses, decided once at load: `forced` (a --chat-template NAME) when not NULL,
+ * else the family detected in the model's template text (NULL or len 0 when it has none), else
+ * chatml. Returns 0 and sets *fam, or -ERR_INVAL for an unknown forced name (why then lists
+ * the names). why gets the warning to log when it fell back to chatml, else "" (may be NULL). */
+int chat_family_resolve(const char *forced, const char *template_text, size_t len,
+                        enum chat_family *fam, char *why, size_t why_cap);
 
 /* Formats msgs[0..n) in family fam (CHAT_UNKNOWN formats as chatml) and, when
  * add_generation_prompt, the opening of the assistant's reply, into out.

@@ -1,8 +1,10 @@
 /* apply_template.c: `uvlm apply-template`: print the prompt a chat template makes of messages.
  *
  *   uvlm apply-template --template-file tmpl.jinja --messages msgs.json > prompt.txt
+ *   uvlm apply-template --model model.gguf --messages msgs.json
  *
- * The family is detected from the template text (or forced with --chat-template NAME); the prompt
+ * The family is detected from the template text (a file, or the model's tokenizer.chat_template),
+ * or forced with --chat-template NAME; with neither found it is chatml, with a warning. The prompt
  * is printed exactly, with no newline added, ending with the generation prompt unless
  * --no-generation-prompt. Exit 0, 1 when a file cannot be read, 2 on bad usage or bad JSON. */
 #include "cmd/cmd.h"
@@ -10,6 +12,7 @@
 #include "api/chat_json.h"
 #include "api/chat_template.h"
 #include "common/err.h"
+#include "gguf/gguf.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,8 +21,9 @@
 
 static void apply_template_usage(FILE *f) {
     fprintf(f,
-            "usage: uvlm apply-template --template-file FILE --messages FILE [FLAGS]\n"
+            "usage: uvlm apply-template (--template-file FILE | --model GGUF) --messages FILE [FLAGS]\n"
             "  --template-file FILE    Jinja chat template text (as in tokenizer.chat_template)\n"
+            "  --model GGUF            use the chat template of this model\n"
             "  --messages FILE         JSON array of {\"role\", \"content\"} (- for stdin)\n"
             "  --chat-template NAME    use this family instead of detecting it; one of:\n"
             "                          %s\n"
@@ -56,8 +60,40 @@ static char *slurp(const char *path, size_t *len_out) {
     return buf;
 }
 
+/* The family for the template file or model given, or forced; -1 (message printed) on failure,
+ * else 0. */
+static int pick_family(const char *template_path, const char *model_path, const char *forced,
+                       enum chat_family *fam) {
+    char why[512];
+    if (forced) {
+        if (chat_family_resolve(forced, NULL, 0, fam, why, sizeof why) < 0) {
+            fprintf(stderr, "uvlm apply-template: %s\n", why);
+            return 2;
+        }
+        return 0;
+    }
+    if (model_path) {
+        struct gguf_file f;
+        if (gguf_open(&f, model_path, why, sizeof why) < 0) {
+            fprintf(stderr, "uvlm apply-template: %s\n", why); /* why names the file */
+            return 1;
+        }
+        struct gguf_str t = gguf_get_str(&f, CHAT_TEMPLATE_GGUF_KEY);
+        chat_family_resolve(NULL, t.ptr, (size_t)t.len, fam, why, sizeof why);
+        gguf_close(&f);
+    } else {
+        size_t len;
+        char *text = slurp(template_path, &len);
+        if (!text) return 1;
+        chat_family_resolve(NULL, text, len, fam, why, sizeof why);
+        free(text);
+    }
+    if (why[0]) fprintf(stderr, "uvlm apply-template: warning: %s\n", why);
+    return 0;
+}
+
 int cmd_apply_template(int argc, char **argv) {
-    const char *template_path = NULL, *messages_path = NULL, *forced = NULL;
+    const char *template_path = NULL, *model_path = NULL, *messages_path = NULL, *forced = NULL;
     bool generation_prompt = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -67,6 +103,8 @@ int cmd_apply_template(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--template-file") && has_value) {
             template_path = argv[++i];
+        } else if (!strcmp(a, "--model") && has_value) {
+            model_path = argv[++i];
         } else if (!strcmp(a, "--messages") && has_value) {
             messages_path = argv[++i];
         } else if (!strcmp(a, "--chat-template") && has_value) {
@@ -79,32 +117,15 @@ int cmd_apply_template(int argc, char **argv) {
             return 2;
         }
     }
-    if (!messages_path || (!template_path && !forced)) {
-        fprintf(stderr, "uvlm apply-template: --messages and --template-file (or --chat-template) are required\n");
+    if (!messages_path || (template_path && model_path) || (!template_path && !model_path && !forced)) {
+        fprintf(stderr, "uvlm apply-template: --messages and one of --template-file, --model or "
+                        "--chat-template are required\n");
         apply_template_usage(stderr);
         return 2;
     }
-
-    enum chat_family fam = CHAT_UNKNOWN;
-    if (forced) {
-        fam = chat_family_by_name(forced);
-        if (fam == CHAT_UNKNOWN) {
-            fprintf(stderr, "uvlm apply-template: unknown chat template '%s'; known: %s\n", forced,
-                    chat_family_names());
-            return 2;
-        }
-    } else {
-        size_t len;
-        char *text = slurp(template_path, &len);
-        if (!text) return 1;
-        fam = chat_template_detect_n(text, len);
-        free(text);
-        if (fam == CHAT_UNKNOWN) {
-            fprintf(stderr, "uvlm apply-template: warning: no known chat family in %s; using chatml\n",
-                    template_path);
-            fam = CHAT_CHATML;
-        }
-    }
+    enum chat_family fam;
+    int status = pick_family(template_path, model_path, forced, &fam);
+    if (status) return status;
 
     size_t json_len;
     char *json = slurp(messages_path, &json_len);

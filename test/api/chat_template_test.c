@@ -5,6 +5,7 @@
 
 #include "api/chat_template.h"
 #include "common/err.h"
+#include "gguf/gguf.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -302,4 +303,60 @@ TEST(chat_template_bailing2_keeps_own_system) {
     struct chat_message msgs[] = {{"system", "S"}, {"user", "q"}};
     CHECK(chat_template_apply(CHAT_BAILING2, msgs, 2, true, buf, sizeof buf) > 0);
     CHECK_EQ_STR(buf, "<role>SYSTEM</role>S<|role_end|><role>HUMAN</role>q<|role_end|><role>ASSISTANT</role>");
+}
+
+TEST(chat_template_resolve_forced_detected_fallback) {
+    enum chat_family fam = CHAT_UNKNOWN;
+    char why[512];
+    const char *gemma = "{{ '<start_of_turn>user\\n' }}";
+    CHECK_EQ_INT(chat_family_resolve("llama3", gemma, strlen(gemma), &fam, why, sizeof why), 0);
+    CHECK_EQ_INT(fam, CHAT_LLAMA3); /* forcing wins over the model's own template */
+    CHECK_EQ_STR(why, "");
+    CHECK_EQ_INT(chat_family_resolve("nope", gemma, strlen(gemma), &fam, why, sizeof why), -ERR_INVAL);
+    CHECK(strstr(why, "nope") && strstr(why, "chatml"));
+    CHECK_EQ_INT(chat_family_resolve(NULL, gemma, strlen(gemma), &fam, why, sizeof why), 0);
+    CHECK_EQ_INT(fam, CHAT_GEMMA);
+    CHECK_EQ_STR(why, "");
+    CHECK_EQ_INT(chat_family_resolve(NULL, "{{ x }}", 7, &fam, why, sizeof why), 0);
+    CHECK_EQ_INT(fam, CHAT_CHATML);
+    CHECK(strstr(why, "no known chat family"));
+    CHECK_EQ_INT(chat_family_resolve(NULL, NULL, 0, &fam, NULL, 0), 0);
+    CHECK_EQ_INT(fam, CHAT_CHATML);
+}
+
+/* The templates shipped inside the shared GGUF files, read as the loader will read them. */
+static enum chat_family gguf_family(struct test_case *t, const char *rel, bool *has_template) {
+    const char *path = shared_path(t, rel);
+    if (!path) return CHAT_FAMILY_COUNT_;
+    struct gguf_file f;
+    char why[256];
+    if (gguf_open(&f, path, why, sizeof why) < 0) {
+        fprintf(stderr, "  %s\n", why);
+        return CHAT_FAMILY_COUNT_;
+    }
+    struct gguf_str text = gguf_get_str(&f, CHAT_TEMPLATE_GGUF_KEY);
+    *has_template = text.len > 0;
+    enum chat_family fam;
+    chat_family_resolve(NULL, text.ptr, (size_t)text.len, &fam, NULL, 0);
+    gguf_close(&f);
+    return fam;
+}
+
+TEST(chat_template_detects_shared_gguf_templates) {
+    static const struct {
+        const char *file;
+        enum chat_family fam;
+        bool has_template;
+    } cases[] = {
+        {"models/qwen2-q8_0.gguf", CHAT_CHATML, true},
+        {"vocab/ggml-vocab-phi-3.gguf", CHAT_PHI3, true},
+        {"models/kjv-tiny-q8_0.gguf", CHAT_CHATML, false}, /* no template: the chatml fallback */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool has = !cases[i].has_template;
+        enum chat_family fam = gguf_family(t, cases[i].file, &has);
+        if (t->skipped) return; /* shared data missing: said so by shared_path */
+        CHECK_EQ_INT(fam, cases[i].fam);
+        CHECK_EQ_INT(has, cases[i].has_template);
+    }
 }

@@ -59,6 +59,16 @@ class ApplyTemplate(unittest.TestCase):
                     self.assertEqual(r.returncode, 0, r.stderr)
                     self.assertEqual(r.stdout.decode("utf-8"), conv["expected"])
 
+    def test_model_chat_template(self):
+        model = os.path.join(SHARED, "models", "qwen2-q8_0.gguf")
+        if not os.path.exists(model):
+            self.skipTest("shared test data not found: " + model)
+        msgs = self.write("m.json", json.dumps([{"role": "user", "content": "Hi"}]))
+        r = run("--model", model, "--messages", msgs)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        self.assertEqual(r.stderr, b"")
+
     def test_messages_from_stdin_and_forced_family(self):
         msgs = json.dumps([{"role": "user", "content": "Hi"}])
         r = run("--chat-template", "llama3", "--messages", "-", stdin=msgs.encode())
