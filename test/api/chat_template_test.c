@@ -259,26 +259,35 @@ TEST(chat_template_detect_edges) {
 
 /* The expected strings below are what each model's own Jinja template renders for
  * `conversation`, without the leading BOS (the tokenizer adds it). */
-TEST(chat_template_families_beyond_the_shared_file) {
-    CHECK_EQ_STR(formatted("llama2", true),
-                 "[INST] <<SYS>>\nS\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who? [/INST]");
-    CHECK_EQ_STR(formatted("phi4", true),
-                 "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|>"
-                 "<|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_sep|>Who?<|im_end|>"
-                 "<|im_start|>assistant<|im_sep|>");
-    CHECK_EQ_STR(formatted("zephyr", true),
-                 "<|system|>\nS</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n<|user|>\nWho?</s>\n"
-                 "<|assistant|>\n");
-    CHECK_EQ_STR(formatted("mistral-v1", true), " [INST] S\n\nHello [/INST] Hi there</s> [INST] Who? [/INST]");
-    CHECK_EQ_STR(formatted("mistral-v3", true), "[INST] S\n\nHello[/INST] Hi there</s>[INST] Who?[/INST]");
-    CHECK_EQ_STR(formatted("bailing", true),
-                 "<role>SYSTEM</role>S<|role_end|><role>HUMAN</role>Hello<|role_end|>"
-                 "<role>ASSISTANT</role>Hi there<|role_end|><role>HUMAN</role>Who?<|role_end|>"
-                 "<role>ASSISTANT</role>");
+static const struct {
+    const char *family;
+    bool generation_prompt;
+    const char *expected;
+} beyond_shared[] = {
+    {"llama2", true, "[INST] <<SYS>>\nS\n<</SYS>>\n\nHello [/INST] Hi there </s><s>[INST] Who? [/INST]"},
+    {"phi4", true,
+     "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|>"
+     "<|im_start|>assistant<|im_sep|>Hi there<|im_end|><|im_start|>user<|im_sep|>Who?<|im_end|>"
+     "<|im_start|>assistant<|im_sep|>"},
+    {"zephyr", true,
+     "<|system|>\nS</s>\n<|user|>\nHello</s>\n<|assistant|>\nHi there</s>\n<|user|>\nWho?</s>\n"
+     "<|assistant|>\n"},
+    {"mistral-v1", true, " [INST] S\n\nHello [/INST] Hi there</s> [INST] Who? [/INST]"},
+    {"mistral-v3", true, "[INST] S\n\nHello[/INST] Hi there</s>[INST] Who?[/INST]"},
+    {"bailing", true,
+     "<role>SYSTEM</role>S<|role_end|><role>HUMAN</role>Hello<|role_end|>"
+     "<role>ASSISTANT</role>Hi there<|role_end|><role>HUMAN</role>Who?<|role_end|>"
+     "<role>ASSISTANT</role>"},
     /* without the generation prompt a conversation ends after its last turn */
-    CHECK_EQ_STR(formatted("gpt-oss", false),
-                 "<|start|>system<|message|>S<|end|><|start|>user<|message|>Hello<|end|>"
-                 "<|start|>assistant<|message|>Hi there<|return|><|start|>user<|message|>Who?<|end|>");
+    {"gpt-oss", false,
+     "<|start|>system<|message|>S<|end|><|start|>user<|message|>Hello<|end|>"
+     "<|start|>assistant<|message|>Hi there<|return|><|start|>user<|message|>Who?<|end|>"},
+};
+
+TEST(chat_template_families_beyond_the_shared_file) {
+    for (size_t i = 0; i < sizeof beyond_shared / sizeof *beyond_shared; i++)
+        CHECK_EQ_STR(formatted(beyond_shared[i].family, beyond_shared[i].generation_prompt),
+                     beyond_shared[i].expected);
 }
 
 TEST(chat_template_gemma_folds_system_into_user) {
