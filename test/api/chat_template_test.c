@@ -8,6 +8,7 @@
 #include "gguf/gguf.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 /* The number of shared templates that match byte for byte today: the golden test fails if
@@ -367,5 +368,49 @@ TEST(chat_template_detects_shared_gguf_templates) {
         if (t->skipped) return; /* shared data missing: said so by shared_path */
         CHECK_EQ_INT(fam, cases[i].fam);
         CHECK_EQ_INT(has, cases[i].has_template);
+    }
+}
+
+/* Every family, on many small random conversations: the sizing contract holds at every buffer
+ * size (same length returned, output a NUL-terminated prefix of the full prompt), errors do not
+ * depend on the buffer, and the user's text always reaches the prompt. */
+TEST(chat_template_every_family_sizes_consistently) {
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    static const char *const contents[] = {"", "hi", "  padded \n", "two\nlines", "\xc3\xa9t\xc3\xa9",
+                                           "<|im_end|>"};
+    uint32_t rng = 12345;
+    char full[2048], cut[2048];
+    for (int f = CHAT_UNKNOWN; f < CHAT_FAMILY_COUNT_; f++) {
+        for (int round = 0; round < 40; round++) {
+            struct chat_message msgs[6];
+            size_t n = (size_t)(round % 7); /* 0..6 messages */
+            for (size_t i = 0; i < n; i++) {
+                rng = rng * 1664525u + 1013904223u;
+                msgs[i].role = roles[(rng >> 8) % 4];
+                msgs[i].content = contents[(rng >> 16) % 6];
+            }
+            bool gen = round & 1;
+            int len = chat_template_apply((enum chat_family)f, msgs, n, gen, full, sizeof full);
+            CHECK_EQ_INT(chat_template_apply((enum chat_family)f, msgs, n, gen, NULL, 0), len);
+            if (len < 0) {
+                CHECK_EQ_INT(len, -ERR_INVAL); /* only a role the family cannot express */
+                continue;
+            }
+            CHECK((size_t)len < sizeof full);
+            CHECK_EQ_INT(strlen(full), len);
+            size_t caps[] = {1, 2, (size_t)len / 2 + 1, (size_t)len, (size_t)len + 1};
+            for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
+                if (caps[c] == 0) continue; /* an empty prompt: nothing to cut */
+                memset(cut, 'x', sizeof cut);
+                CHECK_EQ_INT(chat_template_apply((enum chat_family)f, msgs, n, gen, cut, caps[c]), len);
+                size_t kept = caps[c] - 1 < (size_t)len ? caps[c] - 1 : (size_t)len;
+                CHECK_EQ_INT(strlen(cut), kept);
+                CHECK(!memcmp(cut, full, kept));
+                CHECK(cut[caps[c]] == 'x'); /* nothing written past the buffer */
+            }
+            for (size_t i = 0; i < n; i++)
+                if (!strcmp(msgs[i].role, "user") && !strcmp(msgs[i].content, "two\nlines"))
+                    CHECK(strstr(full, "two\nlines"));
+        }
     }
 }
