@@ -115,3 +115,17 @@ void chat_messages_free(struct chat_messages *cm) {
     cm->msgs = NULL;
     cm->n = 0;
 }
+
+int chat_prompt_from_json(enum chat_family fam, const struct json_t *messages,
+                          bool add_generation_prompt, char **prompt, char *why, size_t why_cap) {
+    struct chat_messages cm;
+    int rc = chat_messages_from_json(messages, &cm, why, why_cap);
+    if (rc < 0) return rc;
+    rc = chat_template_apply_alloc(fam, cm.msgs, cm.n, add_generation_prompt, prompt);
+    chat_messages_free(&cm);
+    if (rc == -ERR_INVAL)
+        return fail(rc, why, why_cap, "the %s chat format has no place for one of these roles",
+                    chat_family_name(fam));
+    if (rc < 0) return fail(rc, why, why_cap, "%s", err_str(rc));
+    return rc;
+}

@@ -13,11 +13,20 @@
  *   chat_template_apply_alloc(fam, cm.msgs, cm.n, true, &prompt);
  *   chat_messages_free(&cm);
  *
- * From an already-parsed jansson value (the API layer), use chat_messages_from_json().
+ * From an already-parsed jansson value (the API layer), use chat_messages_from_json(), or
+ * chat_prompt_from_json() for messages -> prompt in one call (what POST /apply-template and
+ * /v1/chat/completions need):
+ *
+ *   char *prompt, why[128];
+ *   int len = chat_prompt_from_json(app->chat_family, json_object_get(body, "messages"), true,
+ *                                   &prompt, why, sizeof why);
+ *   if (len < 0) -> error status for len, message why
+ *   ... reply {"prompt": prompt}; free(prompt);
  */
 #ifndef UVLM_API_CHAT_JSON_H
 #define UVLM_API_CHAT_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "api/chat_template.h"
@@ -40,5 +49,11 @@ int chat_messages_parse(const char *json_text, size_t len, struct chat_messages 
                         char *why, size_t why_cap);
 
 void chat_messages_free(struct chat_messages *cm);
+
+/* The prompt family fam makes of a JSON messages array, in a new NUL-terminated buffer *prompt
+ * (the caller frees it). Returns its length, or chat_messages_from_json's errors, or
+ * chat_template_apply's (-ERR_INVAL: a role the family cannot express); why says which. */
+int chat_prompt_from_json(enum chat_family fam, const struct json_t *messages,
+                          bool add_generation_prompt, char **prompt, char *why, size_t why_cap);
 
 #endif

@@ -4,6 +4,9 @@
 #include "api/chat_json.h"
 #include "common/err.h"
 
+#include <jansson.h>
+#include <stdlib.h>
+
 static int parse(const char *json, struct chat_messages *cm, char *why, size_t why_cap) {
     return chat_messages_parse(json, strlen(json), cm, why, why_cap);
 }
@@ -59,4 +62,20 @@ TEST(chat_json_says_what_is_wrong) {
                  -ERR_UNSUPPORTED);
     CHECK(strstr(why, "only text parts"));
     CHECK_EQ_INT(cm.n, 0); /* left empty on error */
+}
+
+TEST(chat_json_prompt_in_one_call) {
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"}]", 0, NULL);
+    CHECK(msgs);
+    char *prompt = NULL, why[128] = "";
+    int len = chat_prompt_from_json(CHAT_CHATML, msgs, true, &prompt, why, sizeof why);
+    CHECK_EQ_STR(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    CHECK_EQ_INT(len, strlen(prompt));
+    free(prompt);
+    json_t *tool = json_loads("[{\"role\":\"tool\",\"content\":\"42\"}]", 0, NULL);
+    CHECK_EQ_INT(chat_prompt_from_json(CHAT_GEMMA, tool, true, &prompt, why, sizeof why), -ERR_INVAL);
+    CHECK(strstr(why, "gemma"));
+    CHECK_EQ_INT(chat_prompt_from_json(CHAT_GEMMA, NULL, true, &prompt, why, sizeof why), -ERR_FORMAT);
+    json_decref(tool);
+    json_decref(msgs);
 }
