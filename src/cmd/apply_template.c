@@ -60,8 +60,8 @@ static char *slurp(const char *path, size_t *len_out) {
     return buf;
 }
 
-/* The family for the template file or model given, or forced; -1 (message printed) on failure,
- * else 0. */
+/* Sets *fam from --chat-template, --model or --template-file (printing the fallback warning)
+ * and returns 0, or prints why not and returns the exit status: 1 unreadable file, 2 bad name. */
 static int pick_family(const char *template_path, const char *model_path, const char *forced,
                        enum chat_family *fam) {
     char why[512];
