@@ -742,7 +742,7 @@ static int messages_fn(struct parser *ps, void *out) {
     return parse_messages_array(ps, p, m);
 }
 
-int chat_messages_parse(struct completion_params *p, const char *body, size_t len,
+int chat_messages_params_parse(struct completion_params *p, const char *body, size_t len,
                         const struct params_limits *lim, struct api_error *err) {
     struct params_arena *arena = NULL;
     int rc = parse_with(p, sizeof *p, &arena, body, len, false, API_OAI_CHAT, lim, err,

@@ -206,7 +206,7 @@ void detokenize_params_free(struct detokenize_params *p);
 /* POST /apply-template (and the messages file of `uvlm apply-template`): {"messages": [...]}
  * with the same rules as the chat endpoint's messages; a bare JSON array of messages is accepted
  * too. The result is a completion_params with only messages (and endpoint API_OAI_CHAT) set. */
-int chat_messages_parse(struct completion_params *p, const char *body, size_t len,
+int chat_messages_params_parse(struct completion_params *p, const char *body, size_t len,
                         const struct params_limits *lim, struct api_error *err);
 
 #endif
