@@ -29,7 +29,7 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 
 
 class Server:
-    def __init__(self, args=(), env=None, host="127.0.0.1", wait_ready=True, timeout=10.0):
+    def __init__(self, args=(), env=None, host="127.0.0.1", wait_ready=True, timeout=10.0, port=0):
         self.host = host
         self.expected_status = 0  # what check_clean_exit expects from the process
         self.args = list(args)
@@ -37,11 +37,13 @@ class Server:
         full_env = dict(os.environ)
         full_env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         full_env.update(env or {})
-        cmd = [BIN, "--host", host, "--port", "0"] + self.args
+        cmd = [BIN, "--host", host, "--port", str(port)] + self.args
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.stderr, env=full_env, cwd=ROOT)
-        self.port = self._wait_port(timeout)
-        if wait_ready:
+        # port 0: the server picks one and logs it; a given port (e.g. with a --log-level that
+        # hides the "listening on" line) is polled until it answers
+        self.port = port or self._wait_port(timeout)
+        if wait_ready or port:
             self.wait_health(timeout)
 
     def _wait_port(self, timeout):
@@ -147,6 +149,13 @@ class Server:
         assert rc == self.expected_status, "uvlm exited %s:\n%s" % (rc, log)
 
 
+def free_port():
+    """A port that was free a moment ago (prefer --port 0 where the log shows the port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def read_until_close(s):
     chunks = []
     try:
@@ -180,8 +189,8 @@ def parse_responses(data):
 def start_server():
     servers = []
 
-    def start(*args, env=None, host="127.0.0.1", wait_ready=True):
-        srv = Server(args, env=env, host=host, wait_ready=wait_ready)
+    def start(*args, env=None, host="127.0.0.1", wait_ready=True, port=0):
+        srv = Server(args, env=env, host=host, wait_ready=wait_ready, port=port)
         servers.append(srv)
         return srv
 

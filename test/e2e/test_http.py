@@ -133,6 +133,7 @@ def test_malformed_request_is_400_with_reason_and_close(uvlm):
 def test_connections_over_limit_get_503(start_server):
     srv = start_server("--max-connections", "3", "--debug-endpoints")
     assert srv.wait_stat("connections_open", 1)["connections_open"] == 1  # the stats request only
+    time.sleep(0.2)  # until the server has seen the stats connection close
     held = [srv.socket(), srv.socket(), srv.socket()]
     time.sleep(0.1)
     status, headers, body = parse_responses(srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
