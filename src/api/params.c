@@ -587,7 +587,7 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
 static int load_body(const char *body, size_t len, bool want_object, json_t **root,
                      struct api_error *err) {
     json_error_t je;
-    *root = json_loadb(body, len, 0, &je);
+    *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!*root)
         return api_error_set(err, 400, "invalid_request_error", NULL,
                              "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);

@@ -54,6 +54,7 @@
  *                {"type":"text","text":...} parts joined with "\n" (other part types: 400).
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
+ * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.
  */
 #ifndef UVLM_API_PARAMS_H
 #define UVLM_API_PARAMS_H
