@@ -588,6 +588,10 @@ static int load_body(const char *body, size_t len, bool want_object, json_t **ro
                      struct api_error *err) {
     json_error_t je;
     *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    if (!*root && json_error_code(&je) == json_error_out_of_memory) {
+        api_error_set(err, 500, "server_error", NULL, "out of memory parsing the request");
+        return -ERR_NOMEM;
+    }
     if (!*root)
         return api_error_set(err, 400, "invalid_request_error", NULL,
                              "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);

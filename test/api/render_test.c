@@ -510,3 +510,69 @@ TEST(render_random_bytes_always_valid_json) {
         }
     }
 }
+
+/* Out of memory anywhere while building a body: NULL, never a body with fields missing, and
+ * nothing leaked (the ASan build of `make check` reports leaks). jansson's allocator is swapped
+ * for one that fails after a budget of allocations, then restored. */
+static long alloc_budget;
+static void *failing_malloc(size_t size) {
+    return alloc_budget-- > 0 ? malloc(size) : NULL;
+}
+
+/* Renderer number `which` (0..8) on inputs that exercise every branch; NULL past the last. */
+static char *render_nth(int which) {
+    struct response_meta m = meta1;
+    m.logprobs = true;
+    m.n_choices = 2;
+    m.include_usage = true;
+    m.system_fingerprint = "fp";
+    struct completion_result r[2] = {finished("In the", STOP_TYPE_LIMIT),
+                                     finished("b\xE2", STOP_TYPE_WORD)};
+    r[0].probs = r[1].probs = probs3;
+    r[0].n_probs = r[1].n_probs = 3;
+    r[1].index = 1;
+    r[1].stopping_word = "\n";
+    struct api_error err;
+    api_error_exceed_context(&err, 10, 5);
+    struct model_info mi = {.id = "m"};
+    const struct token_piece pieces[] = {{"a", 1}, {"\xF0", 1}};
+    const int32_t ids[] = {1, 2};
+    switch (which) {
+    case 0: return render_completion(&m, r, 2);
+    case 1: return render_completion_chunk(&m, &r[1]);
+    case 2: return render_oai_completion(&m, r, 2);
+    case 3: return render_oai_chat(&m, r, 2);
+    case 4: return render_oai_chat_chunk(&m, &r[0], true);
+    case 5: return render_oai_usage_chunk(&m, r, 2, false);
+    case 6: return render_tokenize(ids, 2, pieces);
+    case 7: return render_models(&mi);
+    case 8: return api_error_render(&err);
+    }
+    return NULL;
+}
+
+TEST(render_out_of_memory_gives_null) {
+    json_malloc_t saved_malloc;
+    json_free_t saved_free;
+    json_get_alloc_funcs(&saved_malloc, &saved_free);
+    for (int which = 0; which < 9; which++) {
+        char *ref = render_nth(which);
+        CHECK(ref != NULL);
+        int failures = 0;
+        char *s = NULL;
+        for (long budget = 0; budget < 5000 && !s; budget++) {
+            alloc_budget = budget;
+            json_set_alloc_funcs(failing_malloc, free);
+            s = render_nth(which);
+            json_set_alloc_funcs(saved_malloc, saved_free);
+            failures += !s;
+        }
+        /* Every smaller budget failed cleanly; the first that succeeds gives the whole body. */
+        int same = s && strcmp(s, ref) == 0;
+        if (!same) fprintf(stderr, "  renderer %d: %s\n    vs %s\n", which, s ? s : "(null)", ref);
+        free(s);
+        free(ref);
+        CHECK(same);
+        CHECK(failures > 3);
+    }
+}
