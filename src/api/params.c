@@ -46,7 +46,9 @@ static const char *param_fmt(char *buf, const char *fmt, ...) {
     return buf;
 }
 
-/* ---- the arena: every allocation is one chunk on a list, freed together ---- */
+/* ---- the arena: every allocation is one chunk on a list, freed together ----
+ * Chunks come from jansson's allocator (json_get_alloc_funcs), so that one hook governs all of
+ * the API layer's memory: the tests make it fail to check every error path frees what it took. */
 
 struct params_arena {
     struct params_arena *next;
@@ -54,8 +56,11 @@ struct params_arena {
 };
 
 static void *arena_alloc(struct params_arena **arena, size_t size) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
     if (size > SIZE_MAX - sizeof(struct params_arena)) return NULL;
-    struct params_arena *c = malloc(sizeof *c + (size ? size : 1));
+    struct params_arena *c = alloc(sizeof *c + (size ? size : 1));
     if (!c) return NULL;
     c->next = *arena;
     *arena = c;
@@ -63,9 +68,12 @@ static void *arena_alloc(struct params_arena **arena, size_t size) {
 }
 
 static void arena_free(struct params_arena *arena) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
     while (arena) {
         struct params_arena *next = arena->next;
-        free(arena);
+        release(arena);
         arena = next;
     }
 }
@@ -588,7 +596,10 @@ static int load_body(const char *body, size_t len, bool want_object, json_t **ro
                      struct api_error *err) {
     json_error_t je;
     *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
-    if (!*root && json_error_code(&je) == json_error_out_of_memory) {
+    /* jansson reports running out of memory as out_of_memory or unknown at best; sometimes as
+     * a syntax error near the value it failed to allocate, which then becomes a 400. */
+    if (!*root && (json_error_code(&je) == json_error_out_of_memory ||
+                   json_error_code(&je) == json_error_unknown)) {
         api_error_set(err, 500, "server_error", NULL, "out of memory parsing the request");
         return -ERR_NOMEM;
     }

@@ -2,6 +2,7 @@
  * naming the field. */
 #include "test.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -477,4 +478,49 @@ TEST(params_apply_template_messages) {
     b = "[{\"role\": \"user\"}]";
     CHECK_EQ_INT(chat_messages_parse(&p, b, strlen(b), NULL, &err), -ERR_INVAL);
     CHECK_EQ_STR(err.param, "messages[0].content");
+}
+
+/* Out of memory at any point of a parse: -ERR_NOMEM and a 500 (except where jansson reports it
+ * as a syntax error while loading), nothing leaked (checked by the ASan build), and a struct that is safe to free. */
+static long alloc_budget;
+static void *failing_malloc(size_t size) {
+    return alloc_budget-- > 0 ? malloc(size) : NULL;
+}
+
+TEST(params_out_of_memory_is_500) {
+    const char *body =
+        "{\"prompt\": [1, 2, 3], \"stop\": [\"a\", \"bb\"], \"logit_bias\": {\"1\": false},"
+        " \"model\": \"m\", \"n\": 2, \"stream_options\": {\"include_usage\": true}}";
+    const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\","
+                       " \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]}";
+    json_malloc_t saved_malloc;
+    json_free_t saved_free;
+    json_get_alloc_funcs(&saved_malloc, &saved_free);
+    for (int which = 0; which < 2; which++) {
+        int rc = -1, nomem = 0;
+        for (long budget = 0; budget < 5000 && rc != 0; budget++) {
+            struct completion_params p;
+            struct api_error err;
+            alloc_budget = budget;
+            json_set_alloc_funcs(failing_malloc, free);
+            rc = which ? parse(&p, API_OAI_CHAT, chat, &err) : parse(&p, API_COMPLETION, body, &err);
+            json_set_alloc_funcs(saved_malloc, saved_free);
+            if (rc == -ERR_INVAL) {
+                /* jansson sometimes reports a failed allocation as a syntax error: only while
+                 * loading the text, never in our own validation. */
+                CHECK(strncmp(err.message, "invalid JSON", 12) == 0);
+                CHECK(p.arena_ == NULL);
+            } else if (rc != 0) {
+                CHECK_EQ_INT(rc, -ERR_NOMEM);
+                CHECK_EQ_INT(err.status, 500);
+                CHECK(p.arena_ == NULL);
+                nomem++;
+            } else {
+                CHECK_EQ_INT(which ? (long long)p.n_messages : (long long)p.n_stop, which ? 1 : 2);
+            }
+            completion_params_free(&p);
+        }
+        CHECK_EQ_INT(rc, 0);
+        CHECK(nomem >= 2);   /* our own allocations (arena) failed at least twice */
+    }
 }
