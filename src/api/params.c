@@ -1,6 +1,7 @@
 /* params.c: request bodies -> validated C structs (see params.h for the rules). */
 #include "api/params.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
@@ -379,58 +380,17 @@ static int parse_logit_bias(struct parser *ps, struct completion_params *p) {
 
 static const char *const chat_roles[] = {"system", "user", "assistant", "developer", "tool", NULL};
 
-static int message_content(struct parser *ps, const json_t *c, const char *where,
-                           struct chat_message *m, size_t *total) {
-    char param[PARAM_SIZE];
-    param_fmt(param, "%s.content", where);
-    size_t len = 0;
-    if (json_is_string(c)) {
-        len = json_string_length(c);
-    } else if (json_is_array(c)) {
-        size_t j;
-        json_t *part;
-        json_array_foreach(c, j, part) {
-            char pp[PARAM_SIZE];
-            param_fmt(pp, "%s[%zu]", param, j);
-            json_t *type = json_object_get(part, "type");
-            json_t *text = json_object_get(part, "text");
-            if (!json_is_object(part) || !json_is_string(type))
-                return bad(ps, pp, "expected a content part {\"type\": \"text\", \"text\": ...}");
-            if (strcmp(json_string_value(type), "text") != 0)
-                return bad(ps, pp, "content parts of type \"%s\" are not supported (text only)",
-                           json_string_value(type));
-            if (!json_is_string(text)) return bad(ps, pp, "expected a string \"text\"");
-            len += (j > 0) + json_string_length(text);
-        }
-    } else if (c && !json_is_null(c)) {
-        return bad(ps, param, "expected a string or an array of text parts, got %s",
-                   json_type_name(c));
-    }
-    *total += len;
-    if (*total > ps->lim->max_prompt_bytes)
-        return bad(ps, param, "messages too long: over %zu bytes together",
-                   ps->lim->max_prompt_bytes);
-    char *s = arena_alloc(ps->arena, len + 1);
-    if (!s) return nomem(ps);
-    if (json_is_string(c)) {
-        memcpy(s, json_string_value(c), len);
-    } else if (json_is_array(c)) {
-        size_t j, at = 0;
-        json_t *part;
-        json_array_foreach(c, j, part) {
-            json_t *text = json_object_get(part, "text");
-            if (j > 0) s[at++] = '\n';
-            memcpy(s + at, json_string_value(text), json_string_length(text));
-            at += json_string_length(text);
-        }
-    }
-    s[len] = '\0';
-    m->content = s;
-    m->content_len = len;
-    return 0;
+/* The field a chat_json "why" starts with ("messages[2].content[0]: only text ..."). */
+static void leading_param(const char *why, char *param) {
+    size_t i = 0;
+    while (i + 1 < PARAM_SIZE && why[i] && (isalnum((unsigned char)why[i]) || strchr("_[].", why[i])))
+        param[i] = why[i], i++;
+    param[i] = '\0';
 }
 
-static int parse_messages_array(struct parser *ps, struct completion_params *p, const json_t *a) {
+/* What chat_json does not check: the count, roles, required content, the total size. It
+ * converts; we name the field when it refuses. */
+static int parse_messages(struct parser *ps, struct completion_params *p, const json_t *a) {
     if (!a || json_is_null(a)) return bad(ps, "messages", "required");
     if (!json_is_array(a))
         return bad(ps, "messages", "expected an array of messages, got %s", json_type_name(a));
@@ -438,32 +398,43 @@ static int parse_messages_array(struct parser *ps, struct completion_params *p, 
     if (n == 0) return bad(ps, "messages", "must not be empty");
     if (n > ps->lim->max_messages)
         return bad(ps, "messages", "too many messages: %zu, at most %zu", n, ps->lim->max_messages);
-    struct chat_message *msgs = arena_alloc(ps->arena, n * sizeof *msgs);
-    if (!msgs) return nomem(ps);
-    size_t i, total = 0;
+    size_t i;
     json_t *m;
     json_array_foreach(a, i, m) {
-        char where[PARAM_SIZE], param[PARAM_SIZE];
+        char where[PARAM_SIZE];
         param_fmt(where, "messages[%zu]", i);
         if (!json_is_object(m)) return bad(ps, where, "expected an object, got %s", json_type_name(m));
         json_t *role = json_object_get(m, "role");
-        param_fmt(param, "%s.role", where);
-        if (!json_is_string(role)) return bad(ps, param, "required: a string");
+        param_fmt(where, "messages[%zu].role", i);
+        if (!json_is_string(role)) return bad(ps, where, "required: a string");
         const char *const *r = chat_roles;
         while (*r && strcmp(*r, json_string_value(role)) != 0) r++;
         if (!*r)
-            return bad(ps, param, "unknown role \"%.32s\" (system, user, assistant, developer, tool)",
+            return bad(ps, where, "unknown role \"%.32s\" (system, user, assistant, developer, tool)",
                        json_string_value(role));
-        msgs[i].role = *r;
         json_t *content = json_object_get(m, "content");
-        if ((!content || json_is_null(content)) && strcmp(*r, "assistant") != 0) {
-            param_fmt(param, "%s.content", where);
-            return bad(ps, param, "required");
-        }
-        int rc = message_content(ps, content, where, &msgs[i], &total);
-        if (rc < 0) return rc;
+        param_fmt(where, "messages[%zu].content", i);
+        if ((!content || json_is_null(content)) && strcmp(*r, "assistant") != 0)
+            return bad(ps, where, "required");
     }
-    p->messages = msgs;
+    char why[sizeof ps->err->message];
+    int rc = chat_messages_from_json(a, &p->chat_, why, sizeof why);
+    if (rc == -ERR_NOMEM) return nomem(ps);
+    if (rc < 0) {
+        char param[PARAM_SIZE];
+        leading_param(why, param);
+        return api_error_set(ps->err, 400, "invalid_request_error", param, "%s", why);
+    }
+    size_t total = 0;
+    for (i = 0; i < n; i++) {
+        total += strlen(p->chat_.msgs[i].content);
+        if (total > ps->lim->max_prompt_bytes) {
+            char where[PARAM_SIZE];
+            return bad(ps, param_fmt(where, "messages[%zu].content", i),
+                       "messages too long: over %zu bytes together", ps->lim->max_prompt_bytes);
+        }
+    }
+    p->messages = p->chat_.msgs;
     p->n_messages = n;
     return 0;
 }
@@ -541,7 +512,7 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     p->n = 1;
 
     if (ps->endpoint == API_OAI_CHAT)
-        rc = parse_messages_array(ps, p, json_object_get(ps->obj, "messages"));
+        rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));
     else
         rc = parse_prompt(ps, p);
     if (rc < 0) return rc;
@@ -640,7 +611,10 @@ static int parse_with(void *out, size_t out_size, struct params_arena **arena, c
 }
 
 static int completion_fn(struct parser *ps, void *out) {
-    return parse_completion(ps, out);
+    struct completion_params *p = out;
+    int rc = parse_completion(ps, p);
+    if (rc < 0) chat_messages_free(&p->chat_);
+    return rc;
 }
 
 int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,
@@ -681,6 +655,7 @@ int completion_params_check_tokens(const struct completion_params *p, int32_t n_
 
 void completion_params_free(struct completion_params *p) {
     arena_free(p->arena_);
+    chat_messages_free(&p->chat_);
     memset(p, 0, sizeof *p);
 }
 
@@ -748,20 +723,4 @@ int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_
 void detokenize_params_free(struct detokenize_params *p) {
     arena_free(p->arena_);
     memset(p, 0, sizeof *p);
-}
-
-static int messages_fn(struct parser *ps, void *out) {
-    struct completion_params *p = out;
-    p->endpoint = API_OAI_CHAT;
-    json_t *m = json_is_array(ps->obj) ? ps->obj : json_object_get(ps->obj, "messages");
-    return parse_messages_array(ps, p, m);
-}
-
-int chat_messages_parse(struct completion_params *p, const char *body, size_t len,
-                        const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, false, API_OAI_CHAT, lim, err,
-                        messages_fn);
-    p->arena_ = arena;
-    return rc;
 }

@@ -3,6 +3,8 @@
  * NULL rather than a body with fields silently missing. */
 #include "api/render.h"
 
+#include "api/errors.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -389,7 +391,7 @@ char *render_models(const struct model_info *m) {
 char *api_error_render(const struct api_error *err) {
     json_t *e = json_pack("{s:i, s:o, s:s, s:o}", "code", err->status,
                           "message", jcstr(err->message),
-                          "type", err->type ? err->type : "invalid_request_error",
+                          "type", err->type ? err->type : api_error_type(err->status),
                           "param", err->param[0] ? jcstr(err->param) : json_null());
     if (err->type && strcmp(err->type, "exceed_context_size_error") == 0) {
         e = with(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));

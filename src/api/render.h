@@ -171,8 +171,10 @@ struct model_info {
  * meta: {n_vocab, n_ctx_train, n_embd, n_params, size}}]}. */
 char *render_models(const struct model_info *m);
 
-/* The one error body: {"error": {"code", "message", "type", "param": string|null}}, plus
- * "n_prompt_tokens" and "n_ctx" for exceed_context_size_error. */
+/* The error body of a struct api_error: {"error": {"code", "message", "type", "param":
+ * string|null}}, plus "n_prompt_tokens" and "n_ctx" for exceed_context_size_error. The same shape
+ * as errors.h's api_error_json (which has no param, for errors that concern no field); a NULL
+ * err->type takes api_error_type(status) from there, so the type names agree. */
 char *api_error_render(const struct api_error *err);
 
 /* ---- UTF-8 ---- */

@@ -576,3 +576,14 @@ TEST(render_out_of_memory_gives_null) {
         CHECK(failures > 3);
     }
 }
+
+TEST(render_error_default_type_agrees_with_errors_h) {
+    struct api_error err = {.status = 503};
+    snprintf(err.message, sizeof err.message, "busy");
+    json_t *j = load(api_error_render(&err));
+    json_t *e = json_object_get(j, "error");
+    CHECK_EQ_STR(sget(e, "type"), "unavailable_error");
+    CHECK_EQ_INT(iget(e, "code"), 503);
+    CHECK(json_is_null(json_object_get(e, "param")));
+    json_decref(j);
+}
