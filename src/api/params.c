@@ -561,10 +561,8 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     return 0;
 }
 
-/* Load body as JSON; on success *root is a new reference. want_object: the top level must be
- * an object (else an array is accepted too). */
-static int load_body(const char *body, size_t len, bool want_object, json_t **root,
-                     struct api_error *err) {
+/* Load body as a JSON object; on success *root is a new reference. */
+static int load_body(const char *body, size_t len, json_t **root, struct api_error *err) {
     json_error_t je;
     *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     /* jansson reports running out of memory as out_of_memory or unknown at best; sometimes as
@@ -577,7 +575,7 @@ static int load_body(const char *body, size_t len, bool want_object, json_t **ro
     if (!*root)
         return api_error_set(err, 400, "invalid_request_error", NULL,
                              "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    if (!json_is_object(*root) && (want_object || !json_is_array(*root))) {
+    if (!json_is_object(*root)) {
         json_decref(*root);
         *root = NULL;
         return api_error_set(err, 400, "invalid_request_error", NULL,
@@ -586,16 +584,17 @@ static int load_body(const char *body, size_t len, bool want_object, json_t **ro
     return 0;
 }
 
-/* Shared shape of every public parse: load, run fn, free the arena on failure. */
+/* Shared shape of every public parse: zero out, load, run fn; on success *arena (a field of
+ * out) owns what fn allocated, on failure it is freed and out zeroed again. */
 static int parse_with(void *out, size_t out_size, struct params_arena **arena, const char *body,
-                      size_t len, bool want_object, enum api_endpoint ep,
+                      size_t len, enum api_endpoint ep,
                       const struct params_limits *lim, struct api_error *err,
                       int (*fn)(struct parser *, void *)) {
     static const struct params_limits defaults = PARAMS_LIMITS_DEFAULT;
     memset(out, 0, out_size);
     memset(err, 0, sizeof *err);
     json_t *root;
-    int rc = load_body(body, len, want_object, &root, err);
+    int rc = load_body(body, len, &root, err);
     if (rc < 0) return rc;
     struct params_arena *a = NULL;
     struct parser ps = {root, ep, lim ? lim : &defaults, &a, err};
@@ -620,10 +619,8 @@ static int completion_fn(struct parser *ps, void *out) {
 int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,
                             const char *body, size_t len, const struct params_limits *lim,
                             struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, endpoint, lim, err, completion_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, endpoint, lim, err,
+                      completion_fn);
 }
 
 static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *param,
@@ -684,11 +681,8 @@ static int tokenize_fn(struct parser *ps, void *out) {
 
 int tokenize_params_parse(struct tokenize_params *p, const char *body, size_t len,
                           const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, API_COMPLETION, lim, err,
-                        tokenize_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      tokenize_fn);
 }
 
 void tokenize_params_free(struct tokenize_params *p) {
@@ -708,11 +702,8 @@ static int detokenize_fn(struct parser *ps, void *out) {
 
 int detokenize_params_parse(struct detokenize_params *p, const char *body, size_t len,
                             const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, API_COMPLETION, lim, err,
-                        detokenize_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      detokenize_fn);
 }
 
 int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_vocab,

@@ -180,13 +180,16 @@ static json_t *native_token(const struct token_logprob *t) {
                      "logprob", finite_logprob(t->logprob));
 }
 
-static json_t *native_probs(const struct completion_result *r) {
+/* [token(chosen) + {top_logprobs: [token(alternative), ...]}, ...] for every generated token:
+ * the native and the chat shapes differ only in how one token is written. */
+static json_t *probs_array(const struct completion_result *r,
+                           json_t *(*token)(const struct token_logprob *)) {
     json_t *all = json_array();
     for (size_t i = 0; all && i < r->n_probs; i++) {
         const struct token_probs *tp = &r->probs[i];
         json_t *top = json_array();
-        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, native_token(&tp->top[k]));
-        all = push(all, with(native_token(&tp->chosen), "top_logprobs", top));
+        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, token(&tp->top[k]));
+        all = push(all, with(token(&tp->chosen), "top_logprobs", top));
     }
     return all;
 }
@@ -221,7 +224,7 @@ static json_t *native_object(const struct response_meta *meta, const struct comp
         o = with(o, "truncated", json_boolean(r->truncated));
         o = with(o, "timings", native_timings(&r->timings));
     }
-    if (meta->logprobs) o = with(o, "completion_probabilities", native_probs(r));
+    if (meta->logprobs) o = with(o, "completion_probabilities", probs_array(r, native_token));
     return o;
 }
 
@@ -314,14 +317,7 @@ static json_t *chat_token(const struct token_logprob *t) {
 }
 
 static json_t *chat_logprobs(const struct completion_result *r) {
-    json_t *content = json_array();
-    for (size_t i = 0; content && i < r->n_probs; i++) {
-        const struct token_probs *tp = &r->probs[i];
-        json_t *top = json_array();
-        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, chat_token(&tp->top[k]));
-        content = push(content, with(chat_token(&tp->chosen), "top_logprobs", top));
-    }
-    return json_pack("{s:o}", "content", content);
+    return json_pack("{s:o}", "content", probs_array(r, chat_token));
 }
 
 static json_t *chat_choice(const struct response_meta *meta, const struct completion_result *r,
