@@ -497,10 +497,9 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
     return 0;
 }
 
-static int parse_completion(struct parser *ps, struct completion_params *p) {
-    bool native = ps->endpoint == API_COMPLETION;
-    int rc = 0;
-    p->endpoint = ps->endpoint;
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint) {
+    memset(p, 0, sizeof *p);
+    p->endpoint = endpoint;
     p->n_predict = -1;
     p->temperature = 0.8f;
     p->top_k = 40;
@@ -508,8 +507,15 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     p->min_p = 0.05f;
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
+    p->seed_random = true;
     p->cache_prompt = true;
     p->n = 1;
+}
+
+static int parse_completion(struct parser *ps, struct completion_params *p) {
+    bool native = ps->endpoint == API_COMPLETION;
+    int rc = 0;
+    completion_params_defaults(p, ps->endpoint);
 
     if (ps->endpoint == API_OAI_CHAT)
         rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));

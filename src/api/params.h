@@ -165,6 +165,9 @@ struct completion_params {
     struct chat_messages chat_;  /* owns messages */
 };
 
+/* The defaults every request starts from (the list at the top); GET /props reports them. */
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint);
+
 /* Parse and validate a request body (need not be NUL-terminated). 0 on success; -ERR_INVAL with
  * err filled on bad input; -ERR_NOMEM (err filled with a 500) when memory runs out. */
 int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,

@@ -384,6 +384,47 @@ char *render_models(const struct model_info *m) {
     return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model));
 }
 
+static json_t *default_params(const struct completion_params *d) {
+    return json_pack("{s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:I, s:i, s:b, s:b, s:b, s:i}",
+                     "n_predict", (int)d->n_predict, "temperature", (double)d->temperature,
+                     "top_k", (int)d->top_k, "top_p", (double)d->top_p, "min_p", (double)d->min_p,
+                     "repeat_penalty", (double)d->repeat_penalty,
+                     "repeat_last_n", (int)d->repeat_last_n,
+                     "presence_penalty", (double)d->presence_penalty,
+                     "frequency_penalty", (double)d->frequency_penalty,
+                     "seed", (json_int_t)(d->seed_random ? UINT32_MAX : d->seed),
+                     "n_probs", (int)d->n_probs, "cache_prompt", d->cache_prompt,
+                     "ignore_eos", d->ignore_eos, "stream", d->stream, "n", (int)d->n);
+}
+
+char *render_props(const struct props_info *pi) {
+    json_t *settings = json_pack("{s:i, s:o}", "n_ctx", (int)pi->n_ctx,
+                                 "params", default_params(pi->defaults));
+    json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:i, s:i, s:o, s:o, s:{s:b, s:b}}",
+                          "default_generation_settings", settings,
+                          "model_path", jcstr(pi->model_path), "model_alias", jcstr(pi->model_alias),
+                          "n_ctx", (int)pi->n_ctx, "kv_tokens", (json_int_t)pi->kv_tokens,
+                          "max_n", (int)pi->max_n, "n_vocab", (int)pi->n_vocab,
+                          "chat_template", jcstr(pi->chat_template),
+                          "build_info", jcstr(pi->build_info),
+                          "modalities", "vision", 0, "audio", 0);
+    return dump(o);
+}
+
+char *render_slots(const struct slot_info *s, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        a = push(a, json_pack("{s:I, s:I, s:i, s:o, s:b, s:i, s:i, s:i, s:i, s:I}",
+                              "id", (json_int_t)s[i].id, "id_task", (json_int_t)s[i].id_task,
+                              "index", (int)s[i].index, "state", jcstr(s[i].state),
+                              "is_processing", s[i].is_processing,
+                              "n_prompt_tokens", (int)s[i].n_prompt_tokens,
+                              "n_prompt_tokens_processed", (int)s[i].n_prompt_tokens_processed,
+                              "n_decoded", (int)s[i].n_decoded, "n_predict", (int)s[i].n_predict,
+                              "n_cells", (json_int_t)s[i].n_cells));
+    return dump(a);
+}
+
 char *api_error_render(const struct api_error *err) {
     json_t *e = json_pack("{s:i, s:o, s:s, s:o}", "code", err->status,
                           "message", jcstr(err->message),

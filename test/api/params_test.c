@@ -41,6 +41,18 @@ TEST(params_native_defaults) {
     completion_params_free(&p);   /* freeing twice (a zeroed struct) is a no-op */
 }
 
+TEST(params_defaults_match_an_empty_request) {
+    struct completion_params d, p;
+    struct api_error err;
+    completion_params_defaults(&d, API_OAI_COMPLETION);
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\"}", &err), 0);
+    CHECK(d.n_predict == p.n_predict && d.temperature == p.temperature && d.top_k == p.top_k &&
+          d.top_p == p.top_p && d.min_p == p.min_p && d.repeat_penalty == p.repeat_penalty &&
+          d.repeat_last_n == p.repeat_last_n && d.seed_random == p.seed_random &&
+          d.cache_prompt == p.cache_prompt && d.n == p.n && d.endpoint == p.endpoint);
+    completion_params_free(&p);
+}
+
 TEST(params_native_every_field) {
     const char *body =
         "{\"prompt\": [1, 15043, 2], \"n_predict\": 32, \"temperature\": 0, \"top_k\": 5,"

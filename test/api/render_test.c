@@ -547,6 +547,16 @@ static char *render_nth(int which) {
     case 6: return render_tokenize(ids, 2, pieces);
     case 7: return render_models(&mi);
     case 8: return api_error_render(&err);
+    case 9: {
+        struct completion_params d;
+        completion_params_defaults(&d, API_COMPLETION);
+        struct props_info pi = {.model_path = "m.gguf", .chat_template = "chatml", .defaults = &d};
+        return render_props(&pi);
+    }
+    case 10: {
+        struct slot_info sl[2] = {{.id = 1, .state = "prefill"}, {.id = 2, .state = "generating"}};
+        return render_slots(sl, 2);
+    }
     }
     return NULL;
 }
@@ -555,7 +565,7 @@ TEST(render_out_of_memory_gives_null) {
     json_malloc_t saved_malloc;
     json_free_t saved_free;
     json_get_alloc_funcs(&saved_malloc, &saved_free);
-    for (int which = 0; which < 9; which++) {
+    for (int which = 0; which < 11; which++) {
         char *ref = render_nth(which);
         CHECK(ref != NULL);
         int failures = 0;
@@ -585,5 +595,70 @@ TEST(render_error_default_type_agrees_with_errors_h) {
     CHECK_EQ_STR(sget(e, "type"), "unavailable_error");
     CHECK_EQ_INT(iget(e, "code"), 503);
     CHECK(json_is_null(json_object_get(e, "param")));
+    json_decref(j);
+}
+
+TEST(render_props_fields) {
+    struct completion_params d;
+    completion_params_defaults(&d, API_COMPLETION);
+    struct props_info pi = {.model_path = "models/kjv-tiny-q8_0.gguf", .model_alias = "kjv-tiny",
+                            .n_ctx = 1024, .kv_tokens = 8192, .max_n = 16, .n_vocab = 32000,
+                            .chat_template = "chatml", .build_info = "uvlm test", .defaults = &d};
+    json_t *j = load(render_props(&pi));
+    CHECK(j != NULL);
+    json_t *dgs = json_object_get(j, "default_generation_settings");
+    CHECK_EQ_INT(iget(dgs, "n_ctx"), 1024);
+    json_t *params = json_object_get(dgs, "params");
+    CHECK_EQ_INT(iget(params, "n_predict"), -1);
+    CHECK(close_to(rget(params, "temperature"), 0.8));
+    CHECK_EQ_INT(iget(params, "top_k"), 40);
+    CHECK(close_to(rget(params, "top_p"), 0.95));
+    CHECK(close_to(rget(params, "min_p"), 0.05));
+    CHECK_EQ_INT(iget(params, "repeat_last_n"), 64);
+    CHECK_EQ_INT(iget(params, "seed"), 4294967295LL);
+    CHECK(json_is_true(json_object_get(params, "cache_prompt")));
+    CHECK(json_is_false(json_object_get(params, "stream")));
+    CHECK_EQ_INT(iget(params, "n"), 1);
+    CHECK_EQ_STR(sget(j, "model_path"), "models/kjv-tiny-q8_0.gguf");
+    CHECK_EQ_STR(sget(j, "model_alias"), "kjv-tiny");
+    CHECK_EQ_INT(iget(j, "n_ctx"), 1024);
+    CHECK_EQ_INT(iget(j, "kv_tokens"), 8192);
+    CHECK_EQ_INT(iget(j, "max_n"), 16);
+    CHECK_EQ_INT(iget(j, "n_vocab"), 32000);
+    CHECK_EQ_STR(sget(j, "chat_template"), "chatml");
+    CHECK_EQ_STR(sget(j, "build_info"), "uvlm test");
+    CHECK(json_is_false(json_object_get(json_object_get(j, "modalities"), "vision")));
+    json_decref(j);
+}
+
+TEST(render_slots_fields) {
+    struct slot_info sl[2] = {
+        {.id = 3, .id_task = 9, .index = 0, .state = "prefill", .is_processing = true,
+         .n_prompt_tokens = 3000, .n_prompt_tokens_processed = 512, .n_decoded = 0,
+         .n_predict = 64, .n_cells = 512},
+        {.id = 4, .id_task = 10, .index = 1, .state = "queued", .n_prompt_tokens = 12,
+         .n_predict = -1},
+    };
+    json_t *j = load(render_slots(sl, 2));
+    CHECK(json_is_array(j));
+    CHECK_EQ_INT(json_array_size(j), 2);
+    json_t *a = json_array_get(j, 0), *b = json_array_get(j, 1);
+    CHECK_EQ_INT(iget(a, "id"), 3);
+    CHECK_EQ_INT(iget(a, "id_task"), 9);
+    CHECK_EQ_STR(sget(a, "state"), "prefill");
+    CHECK(json_is_true(json_object_get(a, "is_processing")));
+    CHECK_EQ_INT(iget(a, "n_prompt_tokens"), 3000);
+    CHECK_EQ_INT(iget(a, "n_prompt_tokens_processed"), 512);
+    CHECK_EQ_INT(iget(a, "n_decoded"), 0);
+    CHECK_EQ_INT(iget(a, "n_predict"), 64);
+    CHECK_EQ_INT(iget(a, "n_cells"), 512);
+    CHECK_EQ_INT(iget(b, "index"), 1);
+    CHECK_EQ_STR(sget(b, "state"), "queued");
+    CHECK(json_is_false(json_object_get(b, "is_processing")));
+    CHECK(json_object_get(a, "prompt") == NULL && json_object_get(a, "content") == NULL);
+    json_decref(j);
+
+    j = load(render_slots(NULL, 0));
+    CHECK(json_is_array(j) && json_array_size(j) == 0);
     json_decref(j);
 }
