@@ -7,6 +7,8 @@ CC       ?= cc
 OPTFLAGS ?= -O2 -march=native -g
 WARNFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter
 SANFLAGS ?=
+# Debian's interpreter: python3-pytest installs there (a pyenv python3 earlier in PATH lacks it).
+PYTHON   ?= /usr/bin/python3
 CFLAGS   := $(OPTFLAGS) $(SANFLAGS) $(WARNFLAGS) -Isrc -MMD -MP
 LDFLAGS  += $(SANFLAGS) -pthread
 
@@ -40,8 +42,6 @@ $(BUILD)/%.o: %.c
 test: unit e2e
 unit: $(RUNNER) $(BIN)
 	$(RUNNER)
-# Debian's python3 is the one with python3-pytest (a python3 earlier on PATH may lack it).
-PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 e2e: $(BIN)
 	UVLM_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q test/e2e
 

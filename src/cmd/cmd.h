@@ -6,5 +6,6 @@
 
 /* one declaration per subcommand */
 int cmd_serve(int argc, char **argv); /* the HTTP server (serve.c); also what flags alone run */
+int cmd_apply_template(int argc, char **argv);
 
 #endif
