@@ -3,12 +3,19 @@
 
 #include <stdlib.h>
 
+/* A logger writing into memory; read *buf after fclose(*f). */
+static struct log memory_log(enum log_level level, FILE **f, char **buf, size_t *len) {
+    struct log lg;
+    *f = open_memstream(buf, len);
+    log_init(&lg, level, *f);
+    return lg;
+}
+
 TEST(log_filters_by_level_and_stamps_lines) {
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    struct log lg;
-    log_init(&lg, LOG_WARN, f);
+    FILE *f;
+    struct log lg = memory_log(LOG_WARN, &f, &buf, &len);
     log_info(&lg, "hidden %d", 1);
     log_warn(&lg, "shown %d", 2);
     log_error(&lg, "also %s", "shown");
@@ -31,9 +38,8 @@ TEST(log_level_names) {
 TEST(log_long_message_is_one_cut_line) {
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    struct log lg;
-    log_init(&lg, LOG_DEBUG, f);
+    FILE *f;
+    struct log lg = memory_log(LOG_DEBUG, &f, &buf, &len);
     char big[5000];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
