@@ -480,10 +480,26 @@ static int parse_seed(struct parser *ps, struct completion_params *p) {
     return 0;
 }
 
-/* /v1/completions fields we do not implement: refuse them rather than silently ignore. */
+/* Empty: "", [], {} (what clients send for "none"). */
+static bool json_empty(const json_t *v) {
+    return (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+/* Fields that change what the output must be and that we do not implement: refuse them rather
+ * than answer something else. (Sampler tweaks we lack, like mirostat, are ignored.) */
 static int refuse_unsupported(struct parser *ps, const struct completion_params *p) {
     const char *name;
     json_t *v;
+    static const char *const constraints[] = {"grammar", "json_schema", "tools", NULL};
+    for (const char *const *c = constraints; *c; c++)
+        if ((v = field(ps, (const char *const[]){*c, NULL}, &name)) && !json_empty(v))
+            return bad(ps, *c, "%s is not supported", *c);
+    if ((v = field(ps, NAMES("response_format"), &name)) && !json_empty(v) &&
+        !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+          strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+        return bad(ps, "response_format", "only {\"type\": \"text\"} is supported");
     if (ps->endpoint != API_OAI_COMPLETION) return 0;
     if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
         return bad(ps, "echo", "echo is not supported");

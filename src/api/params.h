@@ -24,7 +24,8 @@
  *   completion_params_free(&p);
  *
  * Ownership: every string and array in a parsed struct lives in one arena owned by the struct
- * and released by completion_params_free() (resp. tokenize_params_free, ...). A parse that fails
+ * (chat messages: in a struct chat_messages it also owns) and is released by
+ * completion_params_free() (resp. tokenize_params_free, ...). A parse that fails
  * leaves nothing to free (the struct is zeroed), and freeing a zeroed struct is a no-op.
  *
  * Defaults (llama.cpp server's, chosen for every endpoint so that the three agree; OpenAI's own
@@ -56,6 +57,10 @@
  *                other part types refused) is chat_json.h's, so that /v1/chat/completions,
  *                POST /apply-template (parse its body as API_OAI_CHAT: only messages is needed)
  *                and `uvlm apply-template` read messages the same way.
+ *   grammar, json_schema, tools (non-empty) and response_format other than {"type": "text"}:
+ *                refused (400 naming the field): they constrain the output, which uvlm cannot
+ *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
+ *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
  * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.

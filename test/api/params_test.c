@@ -146,6 +146,16 @@ TEST(params_chat_fields) {
     completion_params_free(&p);
 }
 
+TEST(params_empty_constraints_accepted) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p, API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+                       " \"tools\": [], \"tool_choice\": \"none\", \"grammar\": \"\","
+                       " \"json_schema\": {}, \"response_format\": {\"type\": \"text\"},"
+                       " \"mirostat\": 2}", &err), 0);
+    completion_params_free(&p);
+}
+
 TEST(params_seed_forms) {
     struct completion_params p;
     struct api_error err;
@@ -267,6 +277,12 @@ static const struct reject_case rejects[] = {
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of"},
+    /* output constraints we do not implement */
+    {API_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= [a-z]+\"}", "grammar"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"object\"}}", "json_schema"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"json\"}", "response_format"},
     /* model */
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"model\": 5}", "model"},
     /* messages */
