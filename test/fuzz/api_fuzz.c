@@ -1,14 +1,15 @@
 /* api_fuzz.c: libFuzzer target for the API layer's request parsing and response rendering.
  * The first byte picks the body kind (native, /v1/completions, chat, tokenize, detokenize); the
  * rest is the body. Whatever the input: no crash, no leak, a parse either succeeds or names an
- * error with a 4xx/5xx status, and every rendered body (the error, or a response echoing the
- * prompt text as generated text) is valid JSON.
+ * error with a 4xx/5xx status, every rendered body (the error, or a response echoing the
+ * prompt text as generated text) is valid JSON, and streaming that text in pieces against the
+ * request's stop strings hands out exactly the final text, with no stop string left in it.
  *
  * Build and run (needs clang and libclang-rt; add "api" to FUZZ_TARGETS in scripts/fuzz.mk with
  * src/api/params.c src/api/render.c src/api/chat_json.c src/api/chat_template.c
- * src/api/errors.c in its sources and -ljansson to link):
+ * src/api/errors.c src/api/stream_text.c in its sources and -ljansson to link):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -Isrc \
- *     test/fuzz/api_fuzz.c src/api/{params,render,chat_json,chat_template,errors}.c \
+ *     test/fuzz/api_fuzz.c src/api/{params,render,chat_json,chat_template,errors,stream_text}.c \
  *     src/common/err.c -ljansson -lm -o build-fuzz/fuzz-api
  *   build-fuzz/fuzz-api -max_total_time=60 test/fuzz/corpus/api
  */
@@ -19,6 +20,7 @@
 
 #include "api/params.h"
 #include "api/render.h"
+#include "api/stream_text.h"
 #include "common/err.h"
 
 static void check_json(char *text) {
@@ -27,6 +29,30 @@ static void check_json(char *text) {
     if (!j) abort();
     json_decref(j);
     free(text);
+}
+
+/* Stream text in pieces of `step` bytes: what is taken must add up to the final text. */
+static void check_stream(const char *text, size_t len, size_t step,
+                         const struct completion_params *p) {
+    struct stream_text st;
+    stream_text_init(&st, p->stop, p->n_stop);
+    char *taken = malloc(len + 1);
+    size_t at = 0, n;
+    for (size_t i = 0; i < len && !st.stopped; i += step) {
+        if (stream_text_append(&st, text + i, len - i < step ? len - i : step) < 0) abort();
+        const char *s = stream_text_take(&st, false, &n);
+        memcpy(taken + at, s, n);
+        at += n;
+    }
+    const char *s = stream_text_take(&st, true, &n);
+    memcpy(taken + at, s, n);
+    at += n;
+    if (at != st.len || (at && memcmp(taken, st.text, at) != 0) || (at && memcmp(text, taken, at) != 0))
+        abort();
+    for (size_t k = 0; k < p->n_stop; k++)
+        if (st.len && memmem(st.text, st.len, p->stop[k], strlen(p->stop[k]))) abort();
+    free(taken);
+    stream_text_free(&st);
 }
 
 static void check_error(const struct api_error *err) {
@@ -61,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_json(render_completion(&meta, &r, 1));
         check_json(render_oai_completion(&meta, &r, 1));
         check_json(render_oai_chat_chunk(&meta, &r, true));
+        if (p.prompt_text) check_stream(p.prompt_text, p.prompt_text_len, 1 + data[0] / 5 % 7, &p);
         completion_params_free(&p);
         return 0;
     }
