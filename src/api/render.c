@@ -251,10 +251,12 @@ static json_t *oai_object(const struct response_meta *meta, const char *object, 
 }
 
 static json_t *usage(const struct completion_result *r, size_t n) {
-    json_int_t prompt = n ? r[0].tokens_evaluated : 0, completion = 0;
+    json_int_t prompt = n ? r[0].tokens_evaluated : 0, cached = n ? r[0].tokens_cached : 0;
+    json_int_t completion = 0;
     for (size_t i = 0; i < n; i++) completion += r[i].tokens_predicted;
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", prompt, "completion_tokens", completion,
-                     "total_tokens", prompt + completion);
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", prompt,
+                     "completion_tokens", completion, "total_tokens", prompt + completion,
+                     "prompt_tokens_details", "cached_tokens", cached);
 }
 
 /* /v1/completions logprobs: {tokens, token_logprobs, top_logprobs: [{piece: logprob}],

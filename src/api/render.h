@@ -115,8 +115,9 @@ char *render_completion_chunk(const struct response_meta *meta, const struct com
 
 /* {id, object: "text_completion", created, model, [system_fingerprint,] choices: [{text, index,
  * logprobs: null | {tokens, token_logprobs, top_logprobs: [{piece: logprob}], text_offset},
- * finish_reason}], usage: {prompt_tokens, completion_tokens, total_tokens}}. The prompt is
- * counted once (it is evaluated once for all n choices). */
+ * finish_reason}], usage: {prompt_tokens, completion_tokens, total_tokens,
+ * prompt_tokens_details: {cached_tokens}}}. The prompt is counted once (it is evaluated once for
+ * all n choices); completion_tokens sums the choices. */
 char *render_oai_completion(const struct response_meta *meta, const struct completion_result *r,
                             size_t n);
 /* One choice's chunk: the same object with one choice (finish_reason null until the last). */

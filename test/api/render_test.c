@@ -210,6 +210,7 @@ TEST(render_oai_completion_object) {
     CHECK_EQ_INT(iget(u, "prompt_tokens"), 12);        /* evaluated once for both choices */
     CHECK_EQ_INT(iget(u, "completion_tokens"), 8);
     CHECK_EQ_INT(iget(u, "total_tokens"), 20);
+    CHECK_EQ_INT(iget(json_object_get(u, "prompt_tokens_details"), "cached_tokens"), 4);
     json_decref(j);
 }
 
