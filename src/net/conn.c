@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CONN_IN_BYTES 16384
 #define CONN_EXTRA_BYTES 2048
@@ -64,10 +65,14 @@ static struct conn *conn_of(struct http_request *req) {
 
 /* --- closing -------------------------------------------------------------------------------- */
 
-static void access_log(struct conn *c) {
+/* One line per request: peer, "METHOD target", status, time since its first byte, bytes sent.
+ * A request the server refused before it was complete shows as "- -" with the reason. */
+static void access_log(struct conn *c, const char *reason) {
     double ms = (double)(uv_hrtime() - c->start_ns) / 1e6;
-    log_info(&c->app->log, "%s \"%s %s\" %d %.1fms %lluB", c->remote, c->parse.req.method, c->parse.req.target,
-             c->status, ms, (unsigned long long)c->bytes_out);
+    const struct http_request *r = &c->parse.req;
+    log_info(&c->app->log, "%s \"%s %s\" %d %.1fms %lluB%s%s%s", c->remote, r->method ? r->method : "-",
+             r->method ? r->target : "-", c->status, ms, (unsigned long long)c->bytes_out, reason ? " (" : "",
+             reason ? reason : "", reason ? ")" : "");
 }
 
 static bool request_open(const struct conn *c) {
@@ -97,7 +102,7 @@ static void conn_close(struct conn *c) {
     if (c->state == C_CLOSED) return;
     if (request_open(c)) {
         c->status = 499;
-        access_log(c);
+        access_log(c, "client gone");
         c->app->counters.requests_inflight--; /* the app hears of it once the handles closed */
     }
     c->state = C_CLOSED;
@@ -169,7 +174,12 @@ static int conn_write(struct conn *c, ...) {
 /* Status line and headers; content_length < 0: an event stream (chunked, or until close). */
 static size_t format_head(struct conn *c, char *out, size_t cap, int status, const char *content_type,
                           long long content_length) {
-    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nServer: uvlm\r\n", status, api_status_reason(status));
+    char date[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nServer: uvlm\r\nDate: %s\r\n", status, api_status_reason(status),
+                     date);
     if (content_length >= 0) {
         if (status != 204)
             n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %lld\r\n", content_type,
@@ -190,8 +200,10 @@ static void conn_send_error(struct conn *c, int status, const char *message) {
     c->keep_alive = false;
     c->status = status;
     c->extra_len = 0; /* headers a handler added are not for this response */
+    c->bytes_out = 0;
     size_t hlen = format_head(c, head, sizeof head, status, "application/json", (long long)blen);
     conn_write(c, head, hlen, body, blen, NULL);
+    access_log(c, message);
     conn_linger(c);
 }
 
@@ -204,7 +216,6 @@ static void idle_timeout_cb(uv_timer_t *t) {
 static void read_timeout_cb(uv_timer_t *t) {
     struct conn *c = t->data;
     c->app->counters.timeouts++;
-    log_info(&c->app->log, "%s: request not received within %lld ms: 408", c->remote, c->app->cfg->read_timeout_ms);
     conn_send_error(c, 408, "request not received in time");
 }
 
@@ -214,7 +225,7 @@ static void conn_idle(struct conn *c) {
 }
 
 static void request_finished(struct conn *c) {
-    access_log(c);
+    access_log(c, NULL);
     c->app->counters.requests_inflight--;
     c->cancel_cb = NULL;
     uv_timer_stop(&c->timer);
@@ -240,7 +251,6 @@ static void dispatch(struct conn *c) {
     c->extra_len = 0;
     c->status = 0;
     c->bytes_out = 0;
-    c->start_ns = uv_hrtime();
     c->continue_sent = false;
     req->remote = c->remote;
     app->counters.requests_total++;
@@ -277,12 +287,12 @@ static void conn_process(struct conn *c) {
         c->in_len -= used;
         if (rc < 0) {
             c->app->counters.bad_requests++;
-            log_info(&c->app->log, "%s: bad request: %d %s", c->remote, c->parse.status, c->parse.reason);
             conn_send_error(c, c->parse.status, c->parse.reason);
             break;
         }
         if (c->state == C_IDLE && c->parse.started) {
             c->state = C_READING;
+            c->start_ns = uv_hrtime();
             uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
         }
         if (c->parse.expect_continue && !c->continue_sent && rc != HTTP_PARSE_DONE) {
@@ -311,6 +321,7 @@ void conn_accept(struct app *app) {
     uv_timer_init(app->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     c->handles_open = 2;
+    c->start_ns = uv_hrtime();
     c->next = app->conns;
     if (app->conns) app->conns->prev = c;
     app->conns = c;

@@ -118,18 +118,31 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_accept(app);
 }
 
-static int resolve(const char *host, int port, struct sockaddr_storage *ss) {
+/* An IPv4/IPv6 literal, or a host name (resolved once at start, synchronously). */
+static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *ss) {
     if (!uv_ip4_addr(host, port, (struct sockaddr_in *)ss)) return 0;
     if (!uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss)) return 0;
-    return -ERR_INVAL;
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    if (uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints)) return -ERR_NOTFOUND;
+    int rc = -ERR_NOTFOUND;
+    for (struct addrinfo *ai = req.addrinfo; ai && rc; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+        if (ai->ai_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+        else ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        rc = 0;
+    }
+    uv_freeaddrinfo(req.addrinfo);
+    return rc;
 }
 
 int app_start(struct app *app) {
     const struct config *cfg = app->cfg;
     struct sockaddr_storage ss;
     int rc;
-    if (resolve(cfg->host, (int)cfg->port, &ss)) {
-        log_error(&app->log, "--host '%s' is not an IPv4 or IPv6 address", cfg->host);
+    if (resolve(app->loop, cfg->host, (int)cfg->port, &ss)) {
+        log_error(&app->log, "--host '%s': not an address, and no such host", cfg->host);
         return -ERR_INVAL;
     }
     uv_tcp_init(app->loop, &app->listener);
