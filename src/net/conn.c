@@ -457,6 +457,7 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
 }
 
 int http_sse_send(struct http_request *req, const char *data, size_t len) {
+    if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
     return sse_write(conn_of(req), "data: ", data, len);
 }
 

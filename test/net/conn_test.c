@@ -110,6 +110,7 @@ static void stream_route(struct http_request *req, void *data) {
     struct fixture *f = data;
     f->req = req;
     if (http_sse_start(req, counting_cancel_cb, f)) return;
+    f->end_rc = http_sse_send(req, "two\nlines", 9); /* refused: it would end the event */
     http_sse_send(req, "{\"first\":true}", 14);
     uv_timer_start(&f->timer, tick_cb, 5, 5);
 }
@@ -127,6 +128,8 @@ TEST(conn_stream_client_leaves_cancel_called_once) {
     memset(&f, 0, sizeof f);
     CHECK_EQ_INT(run_server(&f, stream_route, leave_after_first_event, NULL, NULL), 0);
     CHECK(strstr(f.reply, "HTTP/1.1 200 OK\r\n") && strstr(f.reply, "text/event-stream"));
+    CHECK_EQ_INT(f.end_rc, -ERR_INVAL);
+    CHECK(!strstr(f.reply, "two"));
     CHECK_EQ_INT(f.cancels, 1);
     CHECK_EQ_INT(f.app.counters.requests_cancelled, 1);
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
