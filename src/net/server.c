@@ -26,10 +26,18 @@ static void close_handle(uv_handle_t *h) {
 }
 
 /* Everything is finished (or abandoned): close our handles so that uv_run returns. */
+int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
+    if (app->n_stop_hooks == APP_MAX_STOP_HOOKS) return -ERR_NOMEM;
+    app->stop_hooks[app->n_stop_hooks].fn = fn;
+    app->stop_hooks[app->n_stop_hooks++].data = data;
+    return 0;
+}
+
 static void app_stop(struct app *app) {
     if (app->stopping) return;
     app->stopping = true;
     conn_close_all(app, false);
+    for (int i = 0; i < app->n_stop_hooks; i++) app->stop_hooks[i].fn(app, app->stop_hooks[i].data);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);
     app->listening = false;
     if (app->handles_open) {
