@@ -362,6 +362,10 @@ void conn_accept(struct app *app) {
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }
 
+size_t conn_memory_bytes(const struct app *app) {
+    return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
+}
+
 void conn_close_all(struct app *app, bool idle_only) {
     for (struct conn *c = app->conns, *next; c; c = next) {
         next = c->next;

@@ -174,9 +174,10 @@ int app_start(struct app *app) {
     uv_signal_start(&app->sigterm, signal_cb, SIGTERM);
     uv_signal_start(&app->sigint, signal_cb, SIGINT);
 
-    log_info(&app->log, "listening on %s%s%s:%d (max %lld connections, body %lld bytes)%s",
+    size_t per_conn = conn_memory_bytes(app);
+    log_info(&app->log, "listening on %s%s%s:%d (%lld connections x %zu KiB, bodies up to %lld KiB)%s",
              ss.ss_family == AF_INET6 ? "[" : "", cfg->host, ss.ss_family == AF_INET6 ? "]" : "", app->port,
-             cfg->max_connections, cfg->max_body, cfg->api_key.n ? ", API key required" : "");
+             cfg->max_connections, per_conn / 1024, cfg->max_body / 1024, cfg->api_key.n ? ", API key required" : "");
     if (cfg->debug_endpoints) log_warn(&app->log, "debug endpoints enabled (/debug/...): not for production");
     if (cfg->debug_ready_delay_ms > 0) uv_timer_start(&app->timer, ready_delay_cb, (uint64_t)cfg->debug_ready_delay_ms, 0);
     else start_loading(app);

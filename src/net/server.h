@@ -115,6 +115,8 @@ void app_request_finished(struct app *app);
 
 /* Start serving a freshly accepted connection (conn.c). */
 void conn_accept(struct app *app);
+/* Memory of one connection, bodies and queued writes aside (for the startup log). */
+size_t conn_memory_bytes(const struct app *app);
 /* Close every connection; with `idle_only`, only those with no request in progress. */
 void conn_close_all(struct app *app, bool idle_only);
 
