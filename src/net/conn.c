@@ -57,7 +57,9 @@ struct write_req {
 };
 
 static void conn_process(struct conn *c);
-static void conn_close(struct conn *c);
+static void conn_close(struct conn *c, const char *why);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static struct conn *conn_of(struct http_request *req) {
     return (struct conn *)((char *)req - offsetof(struct conn, parse.req));
@@ -98,11 +100,11 @@ static void on_handle_closed(uv_handle_t *h) {
     app_conn_closed(app);
 }
 
-static void conn_close(struct conn *c) {
+static void conn_close(struct conn *c, const char *why) {
     if (c->state == C_CLOSED) return;
     if (request_open(c)) {
         c->status = 499;
-        access_log(c, "client gone");
+        access_log(c, why ? why : "closed");
         c->app->counters.requests_inflight--; /* the app hears of it once the handles closed */
     }
     c->state = C_CLOSED;
@@ -111,14 +113,14 @@ static void conn_close(struct conn *c) {
 }
 
 static void linger_timeout_cb(uv_timer_t *t) {
-    conn_close(t->data);
+    conn_close(t->data, NULL);
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status) {
     struct conn *c = req->data;
     if (c->state == C_CLOSED) return;
     if (status < 0) {
-        conn_close(c);
+        conn_close(c, "client gone");
         return;
     }
     uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
@@ -129,8 +131,10 @@ static void conn_linger(struct conn *c) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
     c->state = C_LINGER;
     uv_timer_stop(&c->timer);
+    if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
+    c->reading = true;
     c->shutdown.data = c;
-    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c);
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c, "client gone");
 }
 
 /* --- writing -------------------------------------------------------------------------------- */
@@ -139,7 +143,7 @@ static void write_cb(uv_write_t *req, int status) {
     struct write_req *w = req->data;
     struct conn *c = w->req.handle->data;
     free(w);
-    if (status < 0 && c->state != C_CLOSED) conn_close(c); /* EPIPE/ECONNRESET: client gone */
+    if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
 }
 
 /* Queue the concatenation of parts (pointer, length, ..., NULL). */
@@ -164,7 +168,7 @@ static int conn_write(struct conn *c, ...) {
     uv_buf_t buf = uv_buf_init(w->data, (unsigned)total);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, write_cb)) {
         free(w);
-        conn_close(c);
+        conn_close(c, "client gone");
         return -ERR_CANCELLED;
     }
     c->bytes_out += total;
@@ -210,7 +214,7 @@ static void conn_send_error(struct conn *c, int status, const char *message) {
 /* --- request lifecycle ---------------------------------------------------------------------- */
 
 static void idle_timeout_cb(uv_timer_t *t) {
-    conn_close(t->data); /* a keep-alive connection nobody uses: no response is owed */
+    conn_close(t->data, NULL); /* a keep-alive connection nobody uses: no response is owed */
 }
 
 static void read_timeout_cb(uv_timer_t *t) {
@@ -269,7 +273,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
         if (nread != UV_EOF && c->state != C_LINGER)
             log_debug(&c->app->log, "%s: read: %s", c->remote, uv_strerror((int)nread));
-        conn_close(c);
+        conn_close(c, "client gone");
         return;
     }
     if (c->state == C_LINGER || c->state == C_CLOSED) return;
@@ -329,7 +333,7 @@ void conn_accept(struct app *app) {
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
         http_parse_init(&c->parse, &app->limits)) {
         c->rejected = true;
-        conn_close(c);
+        conn_close(c, NULL);
         return;
     }
     struct sockaddr_storage ss;
@@ -352,8 +356,7 @@ void conn_accept(struct app *app) {
         app->counters.connections_rejected++;
         log_warn(&app->log, "%s: over --max-connections %lld: 503", c->remote, app->cfg->max_connections);
         c->state = C_READING;
-        conn_send_error(c, 503, "too many connections, try again later");
-        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* drain while lingering */
+        conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
         return;
     }
     app->counters.connections_open++;
@@ -369,7 +372,7 @@ size_t conn_memory_bytes(const struct app *app) {
 void conn_close_all(struct app *app, bool idle_only) {
     for (struct conn *c = app->conns, *next; c; c = next) {
         next = c->next;
-        if (!idle_only || c->state == C_IDLE) conn_close(c);
+        if (!idle_only || c->state == C_IDLE) conn_close(c, "server stopping");
     }
 }
 
@@ -429,7 +432,7 @@ static int sse_write(struct conn *c, const char *prefix, const char *data, size_
     if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
         c->app->counters.backpressure_closes++;
         log_warn(&c->app->log, "%s: client reads too slowly (%zu bytes waiting): stream closed", c->remote, queued);
-        conn_close(c);
+        conn_close(c, "client reads too slowly");
         return -ERR_TOOBIG;
     }
     char size_line[24];
