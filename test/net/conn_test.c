@@ -18,7 +18,7 @@ struct fixture {
     pthread_t client;
     void (*scenario)(struct fixture *f);
     /* what handlers saw */
-    int cancels, send_rc, end_rc, events_sent;
+    int cancels, send_rc, end_rc, events_sent, stops;
     uv_timer_t timer;
     struct http_request *req;
     char reply[4096];       /* what the client read */
@@ -56,6 +56,12 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
+static void stop_hook(struct app *app, void *data) {
+    struct fixture *f = data;
+    f->stops++;
+    uv_close((uv_handle_t *)&f->timer, NULL); /* what a scheduler does with its tick timer */
+}
+
 static void done_cb(uv_async_t *a) {
     struct fixture *f = a->data;
     uv_close((uv_handle_t *)a, NULL);
@@ -72,9 +78,9 @@ static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)
     uv_loop_init(&f->loop);
     app_init(&f->app, &f->cfg, &f->loop);
     router_add(&f->app.router, "GET", "/t", route, f, 0);
-    uv_timer_init(&f->loop, &f->timer);
+    uv_timer_init(&f->loop, &f->timer); /* a live handle of someone else's: closed by the stop hook */
     f->timer.data = f;
-    uv_unref((uv_handle_t *)&f->timer); /* the server's handles decide when the loop ends */
+    app_on_stop(&f->app, stop_hook, f);
     uv_async_init(&f->loop, &f->done, done_cb);
     f->done.data = f;
     f->scenario = scenario;
@@ -84,7 +90,7 @@ static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)
         uv_run(&f->loop, UV_RUN_DEFAULT);
         pthread_join(f->client, NULL);
     }
-    uv_close((uv_handle_t *)&f->timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&f->timer)) uv_close((uv_handle_t *)&f->timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&f->done)) uv_close((uv_handle_t *)&f->done, NULL);
     app_close(&f->app);
     rc = rc ? rc : uv_loop_close(&f->loop);
@@ -110,6 +116,7 @@ static void stream_route(struct http_request *req, void *data) {
     struct fixture *f = data;
     f->req = req;
     if (http_sse_start(req, counting_cancel_cb, f)) return;
+    f->end_rc = http_sse_send(req, "two\nlines", 9); /* refused: it would end the event */
     http_sse_send(req, "{\"first\":true}", 14);
     uv_timer_start(&f->timer, tick_cb, 5, 5);
 }
@@ -127,7 +134,10 @@ TEST(conn_stream_client_leaves_cancel_called_once) {
     memset(&f, 0, sizeof f);
     CHECK_EQ_INT(run_server(&f, stream_route, leave_after_first_event, NULL, NULL), 0);
     CHECK(strstr(f.reply, "HTTP/1.1 200 OK\r\n") && strstr(f.reply, "text/event-stream"));
+    CHECK_EQ_INT(f.end_rc, -ERR_INVAL);
+    CHECK(!strstr(f.reply, "two"));
     CHECK_EQ_INT(f.cancels, 1);
+    CHECK_EQ_INT(f.stops, 1);
     CHECK_EQ_INT(f.app.counters.requests_cancelled, 1);
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }
