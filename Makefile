@@ -42,8 +42,6 @@ $(BUILD)/%.o: %.c
 test: unit e2e
 unit: $(RUNNER) $(BIN)
 	$(RUNNER)
-# Debian's python3 is the one with python3-pytest (a python3 earlier on PATH may lack it).
-PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 e2e: $(BIN)
 	UVLM_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q test/e2e
 

@@ -97,8 +97,8 @@ void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data);
 /* Start a text/event-stream response (status 200) and register the cancel callback. The server
  * sends ": ping" comments while the stream is open (--sse-ping). */
 int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data);
-/* Send one event "data: <data>\n\n" (data must not contain a newline; JSON never does when
- * compact). Queued for writing, never blocks. Returns 0, -ERR_CANCELLED when the client is
+/* Send one event "data: <data>\n\n" (data must not contain a newline: -ERR_INVAL; compact JSON
+ * never does). Queued for writing, never blocks. Returns 0, -ERR_CANCELLED when the client is
  * gone, or -ERR_TOOBIG when the client reads too slowly (more than --sse-queue-bytes waiting):
  * the stream is then closed and the cancel callback follows. */
 int http_sse_send(struct http_request *req, const char *data, size_t len);

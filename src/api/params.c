@@ -1,6 +1,7 @@
 /* params.c: request bodies -> validated C structs (see params.h for the rules). */
 #include "api/params.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
@@ -46,7 +47,9 @@ static const char *param_fmt(char *buf, const char *fmt, ...) {
     return buf;
 }
 
-/* ---- the arena: every allocation is one chunk on a list, freed together ---- */
+/* ---- the arena: every allocation is one chunk on a list, freed together ----
+ * Chunks come from jansson's allocator (json_get_alloc_funcs), so that one hook governs all of
+ * the API layer's memory: the tests make it fail to check every error path frees what it took. */
 
 struct params_arena {
     struct params_arena *next;
@@ -54,8 +57,11 @@ struct params_arena {
 };
 
 static void *arena_alloc(struct params_arena **arena, size_t size) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
     if (size > SIZE_MAX - sizeof(struct params_arena)) return NULL;
-    struct params_arena *c = malloc(sizeof *c + (size ? size : 1));
+    struct params_arena *c = alloc(sizeof *c + (size ? size : 1));
     if (!c) return NULL;
     c->next = *arena;
     *arena = c;
@@ -63,9 +69,12 @@ static void *arena_alloc(struct params_arena **arena, size_t size) {
 }
 
 static void arena_free(struct params_arena *arena) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
     while (arena) {
         struct params_arena *next = arena->next;
-        free(arena);
+        release(arena);
         arena = next;
     }
 }
@@ -371,58 +380,17 @@ static int parse_logit_bias(struct parser *ps, struct completion_params *p) {
 
 static const char *const chat_roles[] = {"system", "user", "assistant", "developer", "tool", NULL};
 
-static int message_content(struct parser *ps, const json_t *c, const char *where,
-                           struct chat_message *m, size_t *total) {
-    char param[PARAM_SIZE];
-    param_fmt(param, "%s.content", where);
-    size_t len = 0;
-    if (json_is_string(c)) {
-        len = json_string_length(c);
-    } else if (json_is_array(c)) {
-        size_t j;
-        json_t *part;
-        json_array_foreach(c, j, part) {
-            char pp[PARAM_SIZE];
-            param_fmt(pp, "%s[%zu]", param, j);
-            json_t *type = json_object_get(part, "type");
-            json_t *text = json_object_get(part, "text");
-            if (!json_is_object(part) || !json_is_string(type))
-                return bad(ps, pp, "expected a content part {\"type\": \"text\", \"text\": ...}");
-            if (strcmp(json_string_value(type), "text") != 0)
-                return bad(ps, pp, "content parts of type \"%s\" are not supported (text only)",
-                           json_string_value(type));
-            if (!json_is_string(text)) return bad(ps, pp, "expected a string \"text\"");
-            len += (j > 0) + json_string_length(text);
-        }
-    } else if (c && !json_is_null(c)) {
-        return bad(ps, param, "expected a string or an array of text parts, got %s",
-                   json_type_name(c));
-    }
-    *total += len;
-    if (*total > ps->lim->max_prompt_bytes)
-        return bad(ps, param, "messages too long: over %zu bytes together",
-                   ps->lim->max_prompt_bytes);
-    char *s = arena_alloc(ps->arena, len + 1);
-    if (!s) return nomem(ps);
-    if (json_is_string(c)) {
-        memcpy(s, json_string_value(c), len);
-    } else if (json_is_array(c)) {
-        size_t j, at = 0;
-        json_t *part;
-        json_array_foreach(c, j, part) {
-            json_t *text = json_object_get(part, "text");
-            if (j > 0) s[at++] = '\n';
-            memcpy(s + at, json_string_value(text), json_string_length(text));
-            at += json_string_length(text);
-        }
-    }
-    s[len] = '\0';
-    m->content = s;
-    m->content_len = len;
-    return 0;
+/* The field a chat_json "why" starts with ("messages[2].content[0]: only text ..."). */
+static void leading_param(const char *why, char *param) {
+    size_t i = 0;
+    while (i + 1 < PARAM_SIZE && why[i] && (isalnum((unsigned char)why[i]) || strchr("_[].", why[i])))
+        param[i] = why[i], i++;
+    param[i] = '\0';
 }
 
-static int parse_messages_array(struct parser *ps, struct completion_params *p, const json_t *a) {
+/* What chat_json does not check: the count, roles, required content, the total size. It
+ * converts; we name the field when it refuses. */
+static int parse_messages(struct parser *ps, struct completion_params *p, const json_t *a) {
     if (!a || json_is_null(a)) return bad(ps, "messages", "required");
     if (!json_is_array(a))
         return bad(ps, "messages", "expected an array of messages, got %s", json_type_name(a));
@@ -430,32 +398,43 @@ static int parse_messages_array(struct parser *ps, struct completion_params *p, 
     if (n == 0) return bad(ps, "messages", "must not be empty");
     if (n > ps->lim->max_messages)
         return bad(ps, "messages", "too many messages: %zu, at most %zu", n, ps->lim->max_messages);
-    struct chat_message *msgs = arena_alloc(ps->arena, n * sizeof *msgs);
-    if (!msgs) return nomem(ps);
-    size_t i, total = 0;
+    size_t i;
     json_t *m;
     json_array_foreach(a, i, m) {
-        char where[PARAM_SIZE], param[PARAM_SIZE];
+        char where[PARAM_SIZE];
         param_fmt(where, "messages[%zu]", i);
         if (!json_is_object(m)) return bad(ps, where, "expected an object, got %s", json_type_name(m));
         json_t *role = json_object_get(m, "role");
-        param_fmt(param, "%s.role", where);
-        if (!json_is_string(role)) return bad(ps, param, "required: a string");
+        param_fmt(where, "messages[%zu].role", i);
+        if (!json_is_string(role)) return bad(ps, where, "required: a string");
         const char *const *r = chat_roles;
         while (*r && strcmp(*r, json_string_value(role)) != 0) r++;
         if (!*r)
-            return bad(ps, param, "unknown role \"%.32s\" (system, user, assistant, developer, tool)",
+            return bad(ps, where, "unknown role \"%.32s\" (system, user, assistant, developer, tool)",
                        json_string_value(role));
-        msgs[i].role = *r;
         json_t *content = json_object_get(m, "content");
-        if ((!content || json_is_null(content)) && strcmp(*r, "assistant") != 0) {
-            param_fmt(param, "%s.content", where);
-            return bad(ps, param, "required");
-        }
-        int rc = message_content(ps, content, where, &msgs[i], &total);
-        if (rc < 0) return rc;
+        param_fmt(where, "messages[%zu].content", i);
+        if ((!content || json_is_null(content)) && strcmp(*r, "assistant") != 0)
+            return bad(ps, where, "required");
     }
-    p->messages = msgs;
+    char why[sizeof ps->err->message];
+    int rc = chat_messages_from_json(a, &p->chat_, why, sizeof why);
+    if (rc == -ERR_NOMEM) return nomem(ps);
+    if (rc < 0) {
+        char param[PARAM_SIZE];
+        leading_param(why, param);
+        return api_error_set(ps->err, 400, "invalid_request_error", param, "%s", why);
+    }
+    size_t total = 0;
+    for (i = 0; i < n; i++) {
+        total += strlen(p->chat_.msgs[i].content);
+        if (total > ps->lim->max_prompt_bytes) {
+            char where[PARAM_SIZE];
+            return bad(ps, param_fmt(where, "messages[%zu].content", i),
+                       "messages too long: over %zu bytes together", ps->lim->max_prompt_bytes);
+        }
+    }
+    p->messages = p->chat_.msgs;
     p->n_messages = n;
     return 0;
 }
@@ -501,10 +480,26 @@ static int parse_seed(struct parser *ps, struct completion_params *p) {
     return 0;
 }
 
-/* /v1/completions fields we do not implement: refuse them rather than silently ignore. */
+/* Empty: "", [], {} (what clients send for "none"). */
+static bool json_empty(const json_t *v) {
+    return (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+/* Fields that change what the output must be and that we do not implement: refuse them rather
+ * than answer something else. (Sampler tweaks we lack, like mirostat, are ignored.) */
 static int refuse_unsupported(struct parser *ps, const struct completion_params *p) {
     const char *name;
     json_t *v;
+    static const char *const constraints[] = {"grammar", "json_schema", "tools", NULL};
+    for (const char *const *c = constraints; *c; c++)
+        if ((v = field(ps, (const char *const[]){*c, NULL}, &name)) && !json_empty(v))
+            return bad(ps, *c, "%s is not supported", *c);
+    if ((v = field(ps, NAMES("response_format"), &name)) && !json_empty(v) &&
+        !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+          strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+        return bad(ps, "response_format", "only {\"type\": \"text\"} is supported");
     if (ps->endpoint != API_OAI_COMPLETION) return 0;
     if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
         return bad(ps, "echo", "echo is not supported");
@@ -518,10 +513,9 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
     return 0;
 }
 
-static int parse_completion(struct parser *ps, struct completion_params *p) {
-    bool native = ps->endpoint == API_COMPLETION;
-    int rc = 0;
-    p->endpoint = ps->endpoint;
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint) {
+    memset(p, 0, sizeof *p);
+    p->endpoint = endpoint;
     p->n_predict = -1;
     p->temperature = 0.8f;
     p->top_k = 40;
@@ -529,11 +523,18 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     p->min_p = 0.05f;
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
+    p->seed_random = true;
     p->cache_prompt = true;
     p->n = 1;
+}
+
+static int parse_completion(struct parser *ps, struct completion_params *p) {
+    bool native = ps->endpoint == API_COMPLETION;
+    int rc = 0;
+    completion_params_defaults(p, ps->endpoint);
 
     if (ps->endpoint == API_OAI_CHAT)
-        rc = parse_messages_array(ps, p, json_object_get(ps->obj, "messages"));
+        rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));
     else
         rc = parse_prompt(ps, p);
     if (rc < 0) return rc;
@@ -582,16 +583,21 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     return 0;
 }
 
-/* Load body as JSON; on success *root is a new reference. want_object: the top level must be
- * an object (else an array is accepted too). */
-static int load_body(const char *body, size_t len, bool want_object, json_t **root,
-                     struct api_error *err) {
+/* Load body as a JSON object; on success *root is a new reference. */
+static int load_body(const char *body, size_t len, json_t **root, struct api_error *err) {
     json_error_t je;
-    *root = json_loadb(body, len, 0, &je);
+    *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    /* jansson reports running out of memory as out_of_memory or unknown at best; sometimes as
+     * a syntax error near the value it failed to allocate, which then becomes a 400. */
+    if (!*root && (json_error_code(&je) == json_error_out_of_memory ||
+                   json_error_code(&je) == json_error_unknown)) {
+        api_error_set(err, 500, "server_error", NULL, "out of memory parsing the request");
+        return -ERR_NOMEM;
+    }
     if (!*root)
         return api_error_set(err, 400, "invalid_request_error", NULL,
                              "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    if (!json_is_object(*root) && (want_object || !json_is_array(*root))) {
+    if (!json_is_object(*root)) {
         json_decref(*root);
         *root = NULL;
         return api_error_set(err, 400, "invalid_request_error", NULL,
@@ -600,16 +606,17 @@ static int load_body(const char *body, size_t len, bool want_object, json_t **ro
     return 0;
 }
 
-/* Shared shape of every public parse: load, run fn, free the arena on failure. */
+/* Shared shape of every public parse: zero out, load, run fn; on success *arena (a field of
+ * out) owns what fn allocated, on failure it is freed and out zeroed again. */
 static int parse_with(void *out, size_t out_size, struct params_arena **arena, const char *body,
-                      size_t len, bool want_object, enum api_endpoint ep,
+                      size_t len, enum api_endpoint ep,
                       const struct params_limits *lim, struct api_error *err,
                       int (*fn)(struct parser *, void *)) {
     static const struct params_limits defaults = PARAMS_LIMITS_DEFAULT;
     memset(out, 0, out_size);
     memset(err, 0, sizeof *err);
     json_t *root;
-    int rc = load_body(body, len, want_object, &root, err);
+    int rc = load_body(body, len, &root, err);
     if (rc < 0) return rc;
     struct params_arena *a = NULL;
     struct parser ps = {root, ep, lim ? lim : &defaults, &a, err};
@@ -625,16 +632,17 @@ static int parse_with(void *out, size_t out_size, struct params_arena **arena, c
 }
 
 static int completion_fn(struct parser *ps, void *out) {
-    return parse_completion(ps, out);
+    struct completion_params *p = out;
+    int rc = parse_completion(ps, p);
+    if (rc < 0) chat_messages_free(&p->chat_);
+    return rc;
 }
 
 int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,
                             const char *body, size_t len, const struct params_limits *lim,
                             struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, endpoint, lim, err, completion_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, endpoint, lim, err,
+                      completion_fn);
 }
 
 static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *param,
@@ -666,6 +674,7 @@ int completion_params_check_tokens(const struct completion_params *p, int32_t n_
 
 void completion_params_free(struct completion_params *p) {
     arena_free(p->arena_);
+    chat_messages_free(&p->chat_);
     memset(p, 0, sizeof *p);
 }
 
@@ -694,11 +703,8 @@ static int tokenize_fn(struct parser *ps, void *out) {
 
 int tokenize_params_parse(struct tokenize_params *p, const char *body, size_t len,
                           const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, API_COMPLETION, lim, err,
-                        tokenize_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      tokenize_fn);
 }
 
 void tokenize_params_free(struct tokenize_params *p) {
@@ -718,11 +724,8 @@ static int detokenize_fn(struct parser *ps, void *out) {
 
 int detokenize_params_parse(struct detokenize_params *p, const char *body, size_t len,
                             const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, true, API_COMPLETION, lim, err,
-                        detokenize_fn);
-    p->arena_ = arena;
-    return rc;
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      detokenize_fn);
 }
 
 int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_vocab,
@@ -733,20 +736,4 @@ int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_
 void detokenize_params_free(struct detokenize_params *p) {
     arena_free(p->arena_);
     memset(p, 0, sizeof *p);
-}
-
-static int messages_fn(struct parser *ps, void *out) {
-    struct completion_params *p = out;
-    p->endpoint = API_OAI_CHAT;
-    json_t *m = json_is_array(ps->obj) ? ps->obj : json_object_get(ps->obj, "messages");
-    return parse_messages_array(ps, p, m);
-}
-
-int chat_messages_params_parse(struct completion_params *p, const char *body, size_t len,
-                        const struct params_limits *lim, struct api_error *err) {
-    struct params_arena *arena = NULL;
-    int rc = parse_with(p, sizeof *p, &arena, body, len, false, API_OAI_CHAT, lim, err,
-                        messages_fn);
-    p->arena_ = arena;
-    return rc;
 }

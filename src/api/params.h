@@ -16,14 +16,16 @@
  *       char *json = api_error_render(&err);     // send err.status with json, free(json)
  *       ...
  *   }
- *   // chat: format p.messages with the template, tokenize; otherwise tokenize p.prompt_text
+ *   // chat: chat_template_apply_alloc(fam, p.messages, p.n_messages, true, &prompt), tokenize;
+ *   // otherwise tokenize p.prompt_text
  *   // unless p.prompt_tokens is set; then, once n_vocab is known:
  *   if (completion_params_check_tokens(&p, n_vocab, &err) < 0) ...   // same error path
  *   ...
  *   completion_params_free(&p);
  *
  * Ownership: every string and array in a parsed struct lives in one arena owned by the struct
- * and released by completion_params_free() (resp. tokenize_params_free, ...). A parse that fails
+ * (chat messages: in a struct chat_messages it also owns) and is released by
+ * completion_params_free() (resp. tokenize_params_free, ...). A parse that fails
  * leaves nothing to free (the struct is zeroed), and freeing a zeroed struct is a no-op.
  *
  * Defaults (llama.cpp server's, chosen for every endpoint so that the three agree; OpenAI's own
@@ -49,11 +51,19 @@
  *   n_probs      native; OpenAI chat: logprobs (bool) + top_logprobs (0..max_n_probs);
  *                OpenAI completions: logprobs (integer 0..max_n_probs). Either way the result
  *                is want_logprobs + n_probs (top-N alternatives per generated token).
- *   messages     chat only, required: [{role, content}], role one of system, user, assistant,
- *                developer, tool; content a string, null (empty) or an array of
- *                {"type":"text","text":...} parts joined with "\n" (other part types: 400).
+ *   messages     chat only, required, 1..max_messages: [{role, content}], role one of system,
+ *                user, assistant, developer, tool; content required except for assistant turns
+ *                (null: empty); the conversion (a string, or text parts concatenated in order;
+ *                other part types refused) is chat_json.h's, so that /v1/chat/completions,
+ *                POST /apply-template (parse its body as API_OAI_CHAT: only messages is needed)
+ *                and `uvlm apply-template` read messages the same way.
+ *   grammar, json_schema, tools (non-empty) and response_format other than {"type": "text"}:
+ *                refused (400 naming the field): they constrain the output, which uvlm cannot
+ *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
+ *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
+ * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.
  */
 #ifndef UVLM_API_PARAMS_H
 #define UVLM_API_PARAMS_H
@@ -61,6 +71,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "api/chat_json.h"
 
 /* Which request body is being parsed: the accepted field names and forms differ. */
 enum api_endpoint {
@@ -111,12 +123,6 @@ struct logit_bias {
     float bias;               /* -INFINITY: the token is never sampled */
 };
 
-struct chat_message {
-    const char *role;         /* NUL-terminated, validated (see the list above) */
-    const char *content;      /* NUL-terminated UTF-8 (text parts joined with "\n") */
-    size_t content_len;
-};
-
 struct params_arena;          /* private: where a parsed struct's strings and arrays live */
 
 struct completion_params {
@@ -129,7 +135,7 @@ struct completion_params {
     size_t prompt_text_len;
     const int32_t *prompt_tokens; /* token ids, checked by completion_params_check_tokens */
     size_t n_prompt_tokens;
-    const struct chat_message *messages;
+    const struct chat_message *messages; /* chat_template.h's: ready for chat_template_apply */
     size_t n_messages;
 
     int32_t n_predict;        /* -1: until EOS or the context ends; 0: evaluate the prompt only */
@@ -161,7 +167,11 @@ struct completion_params {
     const char *model;        /* as the client named it, or NULL */
 
     struct params_arena *arena_;
+    struct chat_messages chat_;  /* owns messages */
 };
+
+/* The defaults every request starts from (the list at the top); GET /props reports them. */
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint);
 
 /* Parse and validate a request body (need not be NUL-terminated). 0 on success; -ERR_INVAL with
  * err filled on bad input; -ERR_NOMEM (err filled with a 500) when memory runs out. */
@@ -202,11 +212,5 @@ int detokenize_params_parse(struct detokenize_params *p, const char *body, size_
 int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_vocab,
                                    struct api_error *err);
 void detokenize_params_free(struct detokenize_params *p);
-
-/* POST /apply-template (and the messages file of `uvlm apply-template`): {"messages": [...]}
- * with the same rules as the chat endpoint's messages; a bare JSON array of messages is accepted
- * too. The result is a completion_params with only messages (and endpoint API_OAI_CHAT) set. */
-int chat_messages_params_parse(struct completion_params *p, const char *body, size_t len,
-                        const struct params_limits *lim, struct api_error *err);
 
 #endif

@@ -3,6 +3,8 @@
  * NULL rather than a body with fields silently missing. */
 #include "api/render.h"
 
+#include "api/errors.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -178,13 +180,16 @@ static json_t *native_token(const struct token_logprob *t) {
                      "logprob", finite_logprob(t->logprob));
 }
 
-static json_t *native_probs(const struct completion_result *r) {
+/* [token(chosen) + {top_logprobs: [token(alternative), ...]}, ...] for every generated token:
+ * the native and the chat shapes differ only in how one token is written. */
+static json_t *probs_array(const struct completion_result *r,
+                           json_t *(*token)(const struct token_logprob *)) {
     json_t *all = json_array();
     for (size_t i = 0; all && i < r->n_probs; i++) {
         const struct token_probs *tp = &r->probs[i];
         json_t *top = json_array();
-        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, native_token(&tp->top[k]));
-        all = push(all, with(native_token(&tp->chosen), "top_logprobs", top));
+        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, token(&tp->top[k]));
+        all = push(all, with(token(&tp->chosen), "top_logprobs", top));
     }
     return all;
 }
@@ -219,7 +224,7 @@ static json_t *native_object(const struct response_meta *meta, const struct comp
         o = with(o, "truncated", json_boolean(r->truncated));
         o = with(o, "timings", native_timings(&r->timings));
     }
-    if (meta->logprobs) o = with(o, "completion_probabilities", native_probs(r));
+    if (meta->logprobs) o = with(o, "completion_probabilities", probs_array(r, native_token));
     return o;
 }
 
@@ -246,10 +251,12 @@ static json_t *oai_object(const struct response_meta *meta, const char *object, 
 }
 
 static json_t *usage(const struct completion_result *r, size_t n) {
-    json_int_t prompt = n ? r[0].tokens_evaluated : 0, completion = 0;
+    json_int_t prompt = n ? r[0].tokens_evaluated : 0, cached = n ? r[0].tokens_cached : 0;
+    json_int_t completion = 0;
     for (size_t i = 0; i < n; i++) completion += r[i].tokens_predicted;
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", prompt, "completion_tokens", completion,
-                     "total_tokens", prompt + completion);
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", prompt,
+                     "completion_tokens", completion, "total_tokens", prompt + completion,
+                     "prompt_tokens_details", "cached_tokens", cached);
 }
 
 /* /v1/completions logprobs: {tokens, token_logprobs, top_logprobs: [{piece: logprob}],
@@ -312,14 +319,7 @@ static json_t *chat_token(const struct token_logprob *t) {
 }
 
 static json_t *chat_logprobs(const struct completion_result *r) {
-    json_t *content = json_array();
-    for (size_t i = 0; content && i < r->n_probs; i++) {
-        const struct token_probs *tp = &r->probs[i];
-        json_t *top = json_array();
-        for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, chat_token(&tp->top[k]));
-        content = push(content, with(chat_token(&tp->chosen), "top_logprobs", top));
-    }
-    return json_pack("{s:o}", "content", content);
+    return json_pack("{s:o}", "content", probs_array(r, chat_token));
 }
 
 static json_t *chat_choice(const struct response_meta *meta, const struct completion_result *r,
@@ -386,10 +386,51 @@ char *render_models(const struct model_info *m) {
     return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model));
 }
 
+static json_t *default_params(const struct completion_params *d) {
+    return json_pack("{s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:I, s:i, s:b, s:b, s:b, s:i}",
+                     "n_predict", (int)d->n_predict, "temperature", (double)d->temperature,
+                     "top_k", (int)d->top_k, "top_p", (double)d->top_p, "min_p", (double)d->min_p,
+                     "repeat_penalty", (double)d->repeat_penalty,
+                     "repeat_last_n", (int)d->repeat_last_n,
+                     "presence_penalty", (double)d->presence_penalty,
+                     "frequency_penalty", (double)d->frequency_penalty,
+                     "seed", (json_int_t)(d->seed_random ? UINT32_MAX : d->seed),
+                     "n_probs", (int)d->n_probs, "cache_prompt", d->cache_prompt,
+                     "ignore_eos", d->ignore_eos, "stream", d->stream, "n", (int)d->n);
+}
+
+char *render_props(const struct props_info *pi) {
+    json_t *settings = json_pack("{s:i, s:o}", "n_ctx", (int)pi->n_ctx,
+                                 "params", default_params(pi->defaults));
+    json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:i, s:i, s:o, s:o, s:{s:b, s:b}}",
+                          "default_generation_settings", settings,
+                          "model_path", jcstr(pi->model_path), "model_alias", jcstr(pi->model_alias),
+                          "n_ctx", (int)pi->n_ctx, "kv_tokens", (json_int_t)pi->kv_tokens,
+                          "max_n", (int)pi->max_n, "n_vocab", (int)pi->n_vocab,
+                          "chat_template", jcstr(pi->chat_template),
+                          "build_info", jcstr(pi->build_info),
+                          "modalities", "vision", 0, "audio", 0);
+    return dump(o);
+}
+
+char *render_slots(const struct slot_info *s, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        a = push(a, json_pack("{s:I, s:I, s:i, s:o, s:b, s:i, s:i, s:i, s:i, s:I}",
+                              "id", (json_int_t)s[i].id, "id_task", (json_int_t)s[i].id_task,
+                              "index", (int)s[i].index, "state", jcstr(s[i].state),
+                              "is_processing", s[i].is_processing,
+                              "n_prompt_tokens", (int)s[i].n_prompt_tokens,
+                              "n_prompt_tokens_processed", (int)s[i].n_prompt_tokens_processed,
+                              "n_decoded", (int)s[i].n_decoded, "n_predict", (int)s[i].n_predict,
+                              "n_cells", (json_int_t)s[i].n_cells));
+    return dump(a);
+}
+
 char *api_error_render(const struct api_error *err) {
     json_t *e = json_pack("{s:i, s:o, s:s, s:o}", "code", err->status,
                           "message", jcstr(err->message),
-                          "type", err->type ? err->type : "invalid_request_error",
+                          "type", err->type ? err->type : api_error_type(err->status),
                           "param", err->param[0] ? jcstr(err->param) : json_null());
     if (err->type && strcmp(err->type, "exceed_context_size_error") == 0) {
         e = with(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));

@@ -115,8 +115,9 @@ char *render_completion_chunk(const struct response_meta *meta, const struct com
 
 /* {id, object: "text_completion", created, model, [system_fingerprint,] choices: [{text, index,
  * logprobs: null | {tokens, token_logprobs, top_logprobs: [{piece: logprob}], text_offset},
- * finish_reason}], usage: {prompt_tokens, completion_tokens, total_tokens}}. The prompt is
- * counted once (it is evaluated once for all n choices). */
+ * finish_reason}], usage: {prompt_tokens, completion_tokens, total_tokens,
+ * prompt_tokens_details: {cached_tokens}}}. The prompt is counted once (it is evaluated once for
+ * all n choices); completion_tokens sums the choices. */
 char *render_oai_completion(const struct response_meta *meta, const struct completion_result *r,
                             size_t n);
 /* One choice's chunk: the same object with one choice (finish_reason null until the last). */
@@ -171,8 +172,48 @@ struct model_info {
  * meta: {n_vocab, n_ctx_train, n_embd, n_params, size}}]}. */
 char *render_models(const struct model_info *m);
 
-/* The one error body: {"error": {"code", "message", "type", "param": string|null}}, plus
- * "n_prompt_tokens" and "n_ctx" for exceed_context_size_error. */
+/* GET /props: what the server runs, in the shape llama.cpp's web UI and clients read. */
+struct props_info {
+    const char *model_path;
+    const char *model_alias;  /* the name responses report (meta.model) */
+    int32_t n_ctx;            /* the longest sequence: the model's context or --max-seq-tokens */
+    int64_t kv_tokens;        /* --kv-tokens: KV cells for all sequences together */
+    int32_t max_n;            /* --max-n */
+    int32_t n_vocab;
+    const char *chat_template;/* the chat family in use ("chatml", "llama3", ...) */
+    const char *build_info;
+    const struct completion_params *defaults; /* completion_params_defaults(&d, API_COMPLETION) */
+};
+
+/* {default_generation_settings: {n_ctx, params: {n_predict, temperature, top_k, top_p, min_p,
+ * repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed (4294967295 = random,
+ * as llama.cpp), n_probs, cache_prompt, ignore_eos, stream, n}}, model_path, model_alias, n_ctx,
+ * kv_tokens, max_n, n_vocab, chat_template, build_info, modalities: {vision: false,
+ * audio: false}}. */
+char *render_props(const struct props_info *pi);
+
+/* GET /slots: one entry per live sequence. No prompt or output text (like /health?detail=1). */
+struct slot_info {
+    int64_t id;               /* sequence id */
+    int64_t id_task;          /* the request it serves */
+    int32_t index;            /* its choice index within the request */
+    const char *state;        /* "queued", "prefill", "generating", "preempted", ... */
+    bool is_processing;       /* holds cells / takes part in steps */
+    int32_t n_prompt_tokens;
+    int32_t n_prompt_tokens_processed;
+    int32_t n_decoded;        /* tokens generated */
+    int32_t n_predict;        /* its limit, -1 none */
+    int64_t n_cells;          /* KV cells it holds (shared prefix cells counted for each holder) */
+};
+
+/* [{id, id_task, index, state, is_processing, n_prompt_tokens, n_prompt_tokens_processed,
+ * n_decoded, n_predict, n_cells}, ...] */
+char *render_slots(const struct slot_info *s, size_t n);
+
+/* The error body of a struct api_error: {"error": {"code", "message", "type", "param":
+ * string|null}}, plus "n_prompt_tokens" and "n_ctx" for exceed_context_size_error. The same shape
+ * as errors.h's api_error_json (which has no param, for errors that concern no field); a NULL
+ * err->type takes api_error_type(status) from there, so the type names agree. */
 char *api_error_render(const struct api_error *err);
 
 /* ---- UTF-8 ---- */

@@ -5,7 +5,7 @@
 #define UVLM_CMD_H
 
 /* one declaration per subcommand */
-int cmd_apply_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv); /* the HTTP server (serve.c); also what flags alone run */
+int cmd_apply_template(int argc, char **argv);
 
 #endif

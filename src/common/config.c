@@ -148,7 +148,7 @@ static int in_choices(const char *v, const char *choices) {
 
 /* Per-setting record of which source last set a list, so a higher source replaces it. */
 struct load_state {
-    enum source list_src[64];
+    enum source list_src[CONFIG_MAX_SETTINGS];
 };
 
 static int set_value(struct config *cfg, struct load_state *st, const struct config_setting *s,
@@ -339,7 +339,7 @@ int config_load(struct config *cfg, int argc, char **argv, char **env, char *msg
     if ((rc = scan_flags(cfg, &st, argc, argv, 0, &config_path, msg, msglen))) return rc;
 
     /* environment: collected first so that UVLM_CONFIG can name the file */
-    const char *env_values[64] = {0};
+    const char *env_values[CONFIG_MAX_SETTINGS] = {0};
     for (size_t i = 0; env && i < config_n_settings; i++) {
         char name[80];
         env_name(&config_settings[i], name, sizeof name);

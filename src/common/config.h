@@ -33,6 +33,7 @@
 #include <stdbool.h>
 
 #define CONFIG_LIST_MAX 16
+#define CONFIG_MAX_SETTINGS 128 /* rows in the table (asserted) */
 
 struct config_list {
     int n;

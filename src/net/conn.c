@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CONN_IN_BYTES 16384
 #define CONN_EXTRA_BYTES 2048
@@ -56,7 +57,9 @@ struct write_req {
 };
 
 static void conn_process(struct conn *c);
-static void conn_close(struct conn *c);
+static void conn_close(struct conn *c, const char *why);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static struct conn *conn_of(struct http_request *req) {
     return (struct conn *)((char *)req - offsetof(struct conn, parse.req));
@@ -64,10 +67,14 @@ static struct conn *conn_of(struct http_request *req) {
 
 /* --- closing -------------------------------------------------------------------------------- */
 
-static void access_log(struct conn *c) {
+/* One line per request: peer, "METHOD target", status, time since its first byte, bytes sent.
+ * A request the server refused before it was complete shows as "- -" with the reason. */
+static void access_log(struct conn *c, const char *reason) {
     double ms = (double)(uv_hrtime() - c->start_ns) / 1e6;
-    log_info(&c->app->log, "%s \"%s %s\" %d %.1fms %lluB", c->remote, c->parse.req.method, c->parse.req.target,
-             c->status, ms, (unsigned long long)c->bytes_out);
+    const struct http_request *r = &c->parse.req;
+    log_info(&c->app->log, "%s \"%s %s\" %d %.1fms %lluB%s%s%s", c->remote, r->method ? r->method : "-",
+             r->method ? r->target : "-", c->status, ms, (unsigned long long)c->bytes_out, reason ? " (" : "",
+             reason ? reason : "", reason ? ")" : "");
 }
 
 static bool request_open(const struct conn *c) {
@@ -93,11 +100,11 @@ static void on_handle_closed(uv_handle_t *h) {
     app_conn_closed(app);
 }
 
-static void conn_close(struct conn *c) {
+static void conn_close(struct conn *c, const char *why) {
     if (c->state == C_CLOSED) return;
     if (request_open(c)) {
         c->status = 499;
-        access_log(c);
+        access_log(c, why ? why : "closed");
         c->app->counters.requests_inflight--; /* the app hears of it once the handles closed */
     }
     c->state = C_CLOSED;
@@ -106,14 +113,14 @@ static void conn_close(struct conn *c) {
 }
 
 static void linger_timeout_cb(uv_timer_t *t) {
-    conn_close(t->data);
+    conn_close(t->data, NULL);
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status) {
     struct conn *c = req->data;
     if (c->state == C_CLOSED) return;
     if (status < 0) {
-        conn_close(c);
+        conn_close(c, "client gone");
         return;
     }
     uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
@@ -124,8 +131,10 @@ static void conn_linger(struct conn *c) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
     c->state = C_LINGER;
     uv_timer_stop(&c->timer);
+    if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
+    c->reading = true;
     c->shutdown.data = c;
-    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c);
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c, "client gone");
 }
 
 /* --- writing -------------------------------------------------------------------------------- */
@@ -134,7 +143,7 @@ static void write_cb(uv_write_t *req, int status) {
     struct write_req *w = req->data;
     struct conn *c = w->req.handle->data;
     free(w);
-    if (status < 0 && c->state != C_CLOSED) conn_close(c); /* EPIPE/ECONNRESET: client gone */
+    if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
 }
 
 /* Queue the concatenation of parts (pointer, length, ..., NULL). */
@@ -159,7 +168,7 @@ static int conn_write(struct conn *c, ...) {
     uv_buf_t buf = uv_buf_init(w->data, (unsigned)total);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, write_cb)) {
         free(w);
-        conn_close(c);
+        conn_close(c, "client gone");
         return -ERR_CANCELLED;
     }
     c->bytes_out += total;
@@ -169,7 +178,12 @@ static int conn_write(struct conn *c, ...) {
 /* Status line and headers; content_length < 0: an event stream (chunked, or until close). */
 static size_t format_head(struct conn *c, char *out, size_t cap, int status, const char *content_type,
                           long long content_length) {
-    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nServer: uvlm\r\n", status, api_status_reason(status));
+    char date[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nServer: uvlm\r\nDate: %s\r\n", status, api_status_reason(status),
+                     date);
     if (content_length >= 0) {
         if (status != 204)
             n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %lld\r\n", content_type,
@@ -190,21 +204,22 @@ static void conn_send_error(struct conn *c, int status, const char *message) {
     c->keep_alive = false;
     c->status = status;
     c->extra_len = 0; /* headers a handler added are not for this response */
+    c->bytes_out = 0;
     size_t hlen = format_head(c, head, sizeof head, status, "application/json", (long long)blen);
     conn_write(c, head, hlen, body, blen, NULL);
+    access_log(c, message);
     conn_linger(c);
 }
 
 /* --- request lifecycle ---------------------------------------------------------------------- */
 
 static void idle_timeout_cb(uv_timer_t *t) {
-    conn_close(t->data); /* a keep-alive connection nobody uses: no response is owed */
+    conn_close(t->data, NULL); /* a keep-alive connection nobody uses: no response is owed */
 }
 
 static void read_timeout_cb(uv_timer_t *t) {
     struct conn *c = t->data;
     c->app->counters.timeouts++;
-    log_info(&c->app->log, "%s: request not received within %lld ms: 408", c->remote, c->app->cfg->read_timeout_ms);
     conn_send_error(c, 408, "request not received in time");
 }
 
@@ -214,7 +229,7 @@ static void conn_idle(struct conn *c) {
 }
 
 static void request_finished(struct conn *c) {
-    access_log(c);
+    access_log(c, NULL);
     c->app->counters.requests_inflight--;
     c->cancel_cb = NULL;
     uv_timer_stop(&c->timer);
@@ -240,7 +255,6 @@ static void dispatch(struct conn *c) {
     c->extra_len = 0;
     c->status = 0;
     c->bytes_out = 0;
-    c->start_ns = uv_hrtime();
     c->continue_sent = false;
     req->remote = c->remote;
     app->counters.requests_total++;
@@ -259,7 +273,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
         if (nread != UV_EOF && c->state != C_LINGER)
             log_debug(&c->app->log, "%s: read: %s", c->remote, uv_strerror((int)nread));
-        conn_close(c);
+        conn_close(c, "client gone");
         return;
     }
     if (c->state == C_LINGER || c->state == C_CLOSED) return;
@@ -277,12 +291,12 @@ static void conn_process(struct conn *c) {
         c->in_len -= used;
         if (rc < 0) {
             c->app->counters.bad_requests++;
-            log_info(&c->app->log, "%s: bad request: %d %s", c->remote, c->parse.status, c->parse.reason);
             conn_send_error(c, c->parse.status, c->parse.reason);
             break;
         }
         if (c->state == C_IDLE && c->parse.started) {
             c->state = C_READING;
+            c->start_ns = uv_hrtime();
             uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
         }
         if (c->parse.expect_continue && !c->continue_sent && rc != HTTP_PARSE_DONE) {
@@ -311,6 +325,7 @@ void conn_accept(struct app *app) {
     uv_timer_init(app->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     c->handles_open = 2;
+    c->start_ns = uv_hrtime();
     c->next = app->conns;
     if (app->conns) app->conns->prev = c;
     app->conns = c;
@@ -318,7 +333,7 @@ void conn_accept(struct app *app) {
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
         http_parse_init(&c->parse, &app->limits)) {
         c->rejected = true;
-        conn_close(c);
+        conn_close(c, NULL);
         return;
     }
     struct sockaddr_storage ss;
@@ -341,8 +356,7 @@ void conn_accept(struct app *app) {
         app->counters.connections_rejected++;
         log_warn(&app->log, "%s: over --max-connections %lld: 503", c->remote, app->cfg->max_connections);
         c->state = C_READING;
-        conn_send_error(c, 503, "too many connections, try again later");
-        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* drain while lingering */
+        conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
         return;
     }
     app->counters.connections_open++;
@@ -351,10 +365,14 @@ void conn_accept(struct app *app) {
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }
 
+size_t conn_memory_bytes(const struct app *app) {
+    return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
+}
+
 void conn_close_all(struct app *app, bool idle_only) {
     for (struct conn *c = app->conns, *next; c; c = next) {
         next = c->next;
-        if (!idle_only || c->state == C_IDLE) conn_close(c);
+        if (!idle_only || c->state == C_IDLE) conn_close(c, "server stopping");
     }
 }
 
@@ -414,7 +432,7 @@ static int sse_write(struct conn *c, const char *prefix, const char *data, size_
     if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
         c->app->counters.backpressure_closes++;
         log_warn(&c->app->log, "%s: client reads too slowly (%zu bytes waiting): stream closed", c->remote, queued);
-        conn_close(c);
+        conn_close(c, "client reads too slowly");
         return -ERR_TOOBIG;
     }
     char size_line[24];
@@ -446,6 +464,7 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
 }
 
 int http_sse_send(struct http_request *req, const char *data, size_t len) {
+    if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
     return sse_write(conn_of(req), "data: ", data, len);
 }
 

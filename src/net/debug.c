@@ -35,10 +35,18 @@ static long long query_int(const struct http_request *req, const char *key, long
     return x < 0 ? 0 : x > max ? max : x;
 }
 
-static struct ticker *ticker_new(struct http_request *req) {
+/* A new ticker for req; NULL (and req answered with a 500) when out of memory. */
+static struct ticker *ticker_new(struct http_request *req, size_t event_bytes) {
     struct app *app = req->route_data;
     struct ticker *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
+    char *event = event_bytes ? malloc(event_bytes) : NULL;
+    if (!t || (event_bytes && !event)) {
+        free(t);
+        free(event);
+        http_respond_error(req, 500, "out of memory");
+        return NULL;
+    }
+    t->event = event;
     uv_timer_init(app->loop, &t->timer);
     t->timer.data = t;
     t->req = req;
@@ -65,17 +73,13 @@ static void stream_tick_cb(uv_timer_t *timer) {
 }
 
 static void stream_handle(struct http_request *req, void *data) {
-    struct ticker *t = ticker_new(req);
-    if (!t) {
-        http_respond_error(req, 500, "out of memory");
-        return;
-    }
+    long long size = query_int(req, "size", 0, 1 << 20);
+    struct ticker *t = ticker_new(req, 64 + (size_t)size + 3);
+    if (!t) return;
     t->n = query_int(req, "n", 10, 1000000);
     t->interval_ms = query_int(req, "interval_ms", 100, 60000);
-    t->size = query_int(req, "size", 0, 1 << 20);
-    t->event = malloc(64 + (size_t)t->size + 3);
-    if (!t->event || http_sse_start(req, ticker_cancel_cb, t)) {
-        if (t->event) http_respond_error(req, 500, "out of memory");
+    t->size = size;
+    if (http_sse_start(req, ticker_cancel_cb, t)) { /* the client is already gone */
         ticker_done(t);
         return;
     }
@@ -91,11 +95,8 @@ static void delay_tick_cb(uv_timer_t *timer) {
 }
 
 static void delay_handle(struct http_request *req, void *data) {
-    struct ticker *t = ticker_new(req);
-    if (!t) {
-        http_respond_error(req, 500, "out of memory");
-        return;
-    }
+    struct ticker *t = ticker_new(req, 0);
+    if (!t) return;
     t->interval_ms = query_int(req, "ms", 100, 600000);
     http_on_cancel(req, ticker_cancel_cb, t);
     uv_timer_start(&t->timer, delay_tick_cb, (uint64_t)t->interval_ms, 0);

@@ -26,10 +26,18 @@ static void close_handle(uv_handle_t *h) {
 }
 
 /* Everything is finished (or abandoned): close our handles so that uv_run returns. */
+int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
+    if (app->n_stop_hooks == APP_MAX_STOP_HOOKS) return -ERR_NOMEM;
+    app->stop_hooks[app->n_stop_hooks].fn = fn;
+    app->stop_hooks[app->n_stop_hooks++].data = data;
+    return 0;
+}
+
 static void app_stop(struct app *app) {
     if (app->stopping) return;
     app->stopping = true;
     conn_close_all(app, false);
+    for (int i = 0; i < app->n_stop_hooks; i++) app->stop_hooks[i].fn(app, app->stop_hooks[i].data);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);
     app->listening = false;
     if (app->handles_open) {
@@ -118,18 +126,31 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_accept(app);
 }
 
-static int resolve(const char *host, int port, struct sockaddr_storage *ss) {
+/* An IPv4/IPv6 literal, or a host name (resolved once at start, synchronously). */
+static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *ss) {
     if (!uv_ip4_addr(host, port, (struct sockaddr_in *)ss)) return 0;
     if (!uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss)) return 0;
-    return -ERR_INVAL;
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    if (uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints)) return -ERR_NOTFOUND;
+    int rc = -ERR_NOTFOUND;
+    for (struct addrinfo *ai = req.addrinfo; ai && rc; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+        if (ai->ai_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+        else ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        rc = 0;
+    }
+    uv_freeaddrinfo(req.addrinfo);
+    return rc;
 }
 
 int app_start(struct app *app) {
     const struct config *cfg = app->cfg;
     struct sockaddr_storage ss;
     int rc;
-    if (resolve(cfg->host, (int)cfg->port, &ss)) {
-        log_error(&app->log, "--host '%s' is not an IPv4 or IPv6 address", cfg->host);
+    if (resolve(app->loop, cfg->host, (int)cfg->port, &ss)) {
+        log_error(&app->log, "--host '%s': not an address, and no such host", cfg->host);
         return -ERR_INVAL;
     }
     uv_tcp_init(app->loop, &app->listener);
@@ -153,9 +174,10 @@ int app_start(struct app *app) {
     uv_signal_start(&app->sigterm, signal_cb, SIGTERM);
     uv_signal_start(&app->sigint, signal_cb, SIGINT);
 
-    log_info(&app->log, "listening on %s%s%s:%d (max %lld connections, body %lld bytes)%s",
+    size_t per_conn = conn_memory_bytes(app);
+    log_info(&app->log, "listening on %s%s%s:%d (%lld connections x %zu KiB, bodies up to %lld KiB)%s",
              ss.ss_family == AF_INET6 ? "[" : "", cfg->host, ss.ss_family == AF_INET6 ? "]" : "", app->port,
-             cfg->max_connections, cfg->max_body, cfg->api_key.n ? ", API key required" : "");
+             cfg->max_connections, per_conn / 1024, cfg->max_body / 1024, cfg->api_key.n ? ", API key required" : "");
     if (cfg->debug_endpoints) log_warn(&app->log, "debug endpoints enabled (/debug/...): not for production");
     if (cfg->debug_ready_delay_ms > 0) uv_timer_start(&app->timer, ready_delay_cb, (uint64_t)cfg->debug_ready_delay_ms, 0);
     else start_loading(app);

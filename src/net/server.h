@@ -21,6 +21,8 @@
  *   struct app app;
  *   app_init(&app, &cfg, &loop);
  *   router_add(&app.router, "GET", "/health", health_handle, &app.state, ROUTE_PUBLIC);
+ *   app.load = engine_load; app.load_data = engine;    // optional: ready when engine_load is done
+ *   app_on_stop(&app, engine_stop, engine);            // optional: close the engine's handles
  *   if (app_start(&app) == 0) uv_run(&loop, UV_RUN_DEFAULT);
  *   app_close(&app);                  // after uv_run returned: frees what is left
  *   uv_loop_close(&loop);
@@ -46,6 +48,12 @@ struct app;
  * the loop thread when done. Return 0 if loading started, or a negative ERR_* code. */
 typedef int (*app_load_fn)(struct app *app, void *data);
 
+/* Stop hook: the app is stopping (drained, drain timeout, second signal, failed load). Close your
+ * uv handles here (e.g. the scheduler's tick timer) so that the loop can end; free your state
+ * after uv_run has returned, since cancel callbacks of open requests still run after the hook. */
+typedef void (*app_stop_fn)(struct app *app, void *data);
+#define APP_MAX_STOP_HOOKS 8
+
 struct app_counters {
     uint64_t connections_total;     /* accepted (including rejected ones) */
     uint64_t connections_rejected;  /* over --max-connections: 503 */
@@ -69,6 +77,8 @@ struct app {
 
     app_load_fn load; /* NULL: nothing to load */
     void *load_data;
+    struct { app_stop_fn fn; void *data; } stop_hooks[APP_MAX_STOP_HOOKS];
+    int n_stop_hooks;
 
     uv_tcp_t listener;
     uv_signal_t sigterm, sigint;
@@ -87,6 +97,9 @@ int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop);
  * and returns a negative ERR_* code; call app_close() and do not run the loop. */
 int app_start(struct app *app);
 
+/* Register a stop hook (called once, in registration order). -ERR_NOMEM when full. */
+int app_on_stop(struct app *app, app_stop_fn fn, void *data);
+
 /* The loader is done: status 0 -> ready; an error -> logged, the server stops (exit 1). */
 void app_loaded(struct app *app, int status);
 
@@ -102,6 +115,8 @@ void app_request_finished(struct app *app);
 
 /* Start serving a freshly accepted connection (conn.c). */
 void conn_accept(struct app *app);
+/* Memory of one connection, bodies and queued writes aside (for the startup log). */
+size_t conn_memory_bytes(const struct app *app);
 /* Close every connection; with `idle_only`, only those with no request in progress. */
 void conn_close_all(struct app *app, bool idle_only);
 

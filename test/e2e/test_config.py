@@ -61,7 +61,7 @@ def test_help_lists_every_setting_and_conf_file_documents_them():
     for name in names:
         if name in ("config", "help"):
             continue
-        assert re.search(r"^#?\s*%s\s*=" % re.escape(name), conf, re.M), "conf/uvlm.conf lacks " + name
+        assert re.search(r"^#?\s*%s\s*=" % re.escape(name), conf, re.M), "conf/uvlm.conf must document every setting; it lacks " + name
 
 
 def test_shipped_conf_file_loads(start_server):

@@ -17,6 +17,7 @@ def test_unknown_path_is_404_json(uvlm):
     status, headers, body = uvlm.request("GET", "/no/such/path")
     assert status == 404
     assert headers["content-type"] == "application/json"
+    assert headers["date"].endswith(" GMT") and headers["server"] == "uvlm"
     err = error_of(body)
     assert err["code"] == 404 and err["type"] == "not_found_error"
     assert "/no/such/path" in err["message"]
@@ -125,6 +126,7 @@ def test_malformed_request_is_400_with_reason_and_close(uvlm):
     assert status == 400 and headers["connection"] == "close"
     err = error_of(body)
     assert err["type"] == "invalid_request_error" and "Content-Length" in err["message"]
+    uvlm.wait_log(r'"- -" 400 \d+\.\dms \d+B \(.*Content-Length')  # in the access log too
     # the other client's stream is unaffected
     assert r.read().count(b"data: ") == 4
     stream.close()
@@ -185,4 +187,10 @@ def test_ipv6_listener(start_server):
         import pytest
         pytest.skip("no IPv6 loopback on this machine")
     srv = start_server(host="::1")
+    assert srv.json("GET", "/health") == (200, {"status": "ok"})
+    assert srv.wait_log(r'\[::1\]:\d+ "GET /health" 200')
+
+
+def test_host_name_is_resolved(start_server):
+    srv = start_server(host="localhost")
     assert srv.json("GET", "/health") == (200, {"status": "ok"})
