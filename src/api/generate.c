@@ -5,15 +5,15 @@
  * One struct gen_job per request, owned by the request: freed when the last choice is done (the
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
  * cancels the scheduler request first). The scheduler's stop conditions are EOS, n_predict and
- * the context; stop strings are matched here, on the text, and end a choice by returning false
- * from on_token. While streaming, text that could be the start of a stop string is held back
- * until it is known not to be one, so a stop string never reaches the client.
+ * the context; stop strings are matched on the text (stream_text.h) and end a choice by returning
+ * false from on_token; a stop string, or its possible start, never reaches a streaming client.
  */
-#include "api/chat_prompt.h"
+#include "api/chat_template.h"
 #include "api/errors.h"
 #include "api/params.h"
 #include "api/render.h"
 #include "api/serving.h"
+#include "api/stream_text.h"
 #include "common/err.h"
 #include "sched/model_engine.h"
 #include "sched/sampling.h"
@@ -27,16 +27,13 @@
 #include <time.h>
 
 struct gen_choice {
-    char *text;                     /* generated text so far (cut at a stop string) */
-    size_t len, cap;
-    size_t sent;                    /* bytes of text already streamed */
+    struct stream_text st;          /* the text so far (cut at a stop string), what was streamed */
     struct detok detok;
     struct sched_token_probs *probs;/* per generated token when logprobs were asked for */
     int32_t n_probs, cap_probs, probs_sent;
     int32_t n_tokens;               /* generated so far */
     bool done, role_sent;
     enum stop_type stop;
-    const char *stopping_word;
     struct sched_counts counts;
 };
 
@@ -62,7 +59,7 @@ static void job_free(struct gen_job *job) {
     if (!job) return;
     if (job->ch)
         for (int i = 0; i < job->p.n; i++) {
-            free(job->ch[i].text);
+            stream_text_free(&job->ch[i].st);
             free(job->ch[i].probs);
         }
     free(job->ch);
@@ -86,57 +83,6 @@ static int respond_err_code(struct serving *srv, struct http_request *req, int c
     int status = api_err_status(code);
     api_error_set(&err, status, api_error_type(status), param, "%s", msg);
     return respond_error(srv, req, &err);
-}
-
-/* --- text and stop strings ----------------------------------------------------------------- */
-
-static bool text_append(struct gen_choice *c, const char *s, size_t n) {
-    if (c->len + n + 1 > c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        while (cap < c->len + n + 1) cap *= 2;
-        char *t = realloc(c->text, cap);
-        if (!t) return false;
-        c->text = t;
-        c->cap = cap;
-    }
-    memcpy(c->text + c->len, s, n);
-    c->len += n;
-    c->text[c->len] = '\0';
-    return true;
-}
-
-/* Cut the text at the first stop string that appears in it, looking only where bytes since
- * `from` could complete one. Returns true when one matched. */
-static bool stop_match(const struct completion_params *p, struct gen_choice *c, size_t from) {
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        size_t sl = strlen(p->stop[i]);
-        size_t start = from >= sl - 1 ? from - (sl - 1) : 0;
-        if (start >= c->len) continue;
-        const char *hit = memmem(c->text + start, c->len - start, p->stop[i], sl);
-        if (hit && (size_t)(hit - c->text) < best) {
-            best = (size_t)(hit - c->text);
-            c->stopping_word = p->stop[i];
-        }
-    }
-    if (best == SIZE_MAX) return false;
-    c->len = best;
-    c->text[best] = '\0';
-    return true;
-}
-
-/* Bytes at the end of the text that could begin a stop string: not safe to stream yet. */
-static size_t stop_partial(const struct completion_params *p, const struct gen_choice *c) {
-    size_t hold = 0;
-    for (size_t i = 0; i < p->n_stop; i++) {
-        size_t sl = strlen(p->stop[i]);
-        for (size_t k = sl - 1; k > hold; k--)
-            if (k <= c->len && !memcmp(c->text + c->len - k, p->stop[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
 }
 
 /* --- rendering ----------------------------------------------------------------------------- */
@@ -188,13 +134,13 @@ static void result_of(const struct gen_job *job, int i, struct completion_result
     const struct gen_choice *c = &job->ch[i];
     *r = (struct completion_result){
         .index = i,
-        .text = c->text ? c->text : "",
-        .text_len = c->len,
+        .text = c->st.text ? c->st.text : "",
+        .text_len = c->st.len,
         .tokens_predicted = c->counts.n_generated,
         .tokens_evaluated = c->counts.n_prompt ? c->counts.n_prompt : (int32_t)job->n_prompt,
         .tokens_cached = c->counts.n_cached,
         .stop_type = c->done ? c->stop : STOP_TYPE_NONE,
-        .stopping_word = c->stop == STOP_TYPE_WORD ? c->stopping_word : NULL,
+        .stopping_word = c->stop == STOP_TYPE_WORD ? c->st.stopping_word : NULL,
         .timings = {.prompt_n = c->counts.n_prompt - c->counts.n_cached,
                     .prompt_ms = c->counts.prompt_ms,
                     .predicted_n = c->counts.n_generated,
@@ -202,13 +148,14 @@ static void result_of(const struct gen_job *job, int i, struct completion_result
     };
 }
 
-static char *render_chunk(struct gen_job *job, int i, size_t from, size_t to, int32_t pfrom, int32_t pto) {
+static char *render_chunk(struct gen_job *job, int i, const char *text, size_t n, size_t offset, int32_t pfrom,
+                          int32_t pto) {
     struct gen_choice *c = &job->ch[i];
     struct completion_result r;
     result_of(job, i, &r);
-    r.text = c->text + from;
-    r.text_len = to - from;
-    r.text_offset = from;
+    r.text = text;
+    r.text_len = n;
+    r.text_offset = offset;
     r.tokens_predicted = c->done ? c->counts.n_generated : c->n_tokens;
     struct token_logprob *tops = NULL;
     struct token_probs *tp = job->meta.logprobs ? probs_view(job, c, pfrom, pto, &tops) : NULL;
@@ -237,13 +184,13 @@ static void stream_send(struct gen_job *job, char *json) {
     free(json);
 }
 
-/* Stream what is new in choice i (up to `to` bytes of its text). */
-static void stream_progress(struct gen_job *job, int i, size_t to) {
+/* Stream what became final in choice i (everything once it is done). */
+static void stream_progress(struct gen_job *job, int i) {
     struct gen_choice *c = &job->ch[i];
-    if (to <= c->sent && c->n_probs == c->probs_sent && !c->done) return;
-    if (to < c->sent) to = c->sent;
-    stream_send(job, render_chunk(job, i, c->sent, to, c->probs_sent, c->n_probs));
-    c->sent = to;
+    size_t offset = c->st.sent, n;
+    const char *fresh = stream_text_take(&c->st, c->done, &n);
+    if (n == 0 && c->n_probs == c->probs_sent && !c->done) return;
+    stream_send(job, render_chunk(job, i, fresh, n, offset, c->probs_sent, c->n_probs));
     c->probs_sent = c->n_probs;
 }
 
@@ -316,14 +263,9 @@ static bool gen_on_token(void *owner, int32_t choice, int32_t token, const struc
         c->probs[c->n_probs++] = *probs;
     }
     int k = detok_push(&c->detok, token, job->piece, job->piece_cap);
-    size_t before = c->len;
-    if (k > 0 && !text_append(c, job->piece, (size_t)k)) return false;
-    bool stopped = job->p.n_stop && stop_match(&job->p, c, before);
-    if (job->p.stream) {
-        size_t hold = stopped ? 0 : stop_partial(&job->p, c);
-        if (c->len - hold > c->sent) stream_progress(job, choice, c->len - hold);
-    }
-    return !stopped && !job->dead;
+    if (k > 0 && stream_text_append(&c->st, job->piece, (size_t)k) < 0) return false;
+    if (job->p.stream && !c->st.stopped) stream_progress(job, choice);
+    return !c->st.stopped && !job->dead;
 }
 
 static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *counts) {
@@ -331,12 +273,12 @@ static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, con
     struct gen_choice *c = &job->ch[choice];
     if (reason != SCHED_STOP_WORD) { /* the held bytes of an incomplete character */
         int k = detok_flush(&c->detok, job->piece, job->piece_cap);
-        if (k > 0) text_append(c, job->piece, (size_t)k);
+        if (k > 0) stream_text_append(&c->st, job->piece, (size_t)k);
     }
     c->done = true;
     c->stop = stop_type_of(reason);
     c->counts = *counts;
-    if (job->p.stream) stream_progress(job, choice, c->len);
+    if (job->p.stream) stream_progress(job, choice);
     if (++job->n_done == job->p.n) {
         job->handle = NULL; /* the scheduler request has ended */
         job_finish(job);
@@ -395,9 +337,10 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
     const char *text = p->prompt_text;
     size_t len = p->prompt_text_len;
     if (p->endpoint == API_OAI_CHAT) {
-        char why[160];
-        int n = chat_prompt_from_body(srv->chat_family, req->body, req->body_len, &chat, why, sizeof why);
-        if (n < 0) return respond_err_code(srv, req, n == -ERR_NOMEM ? n : -ERR_INVAL, "messages", why), -1;
+        int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p->messages, p->n_messages, true, &chat);
+        if (n < 0)
+            return respond_err_code(srv, req, n == -ERR_NOMEM ? n : -ERR_INVAL, "messages",
+                                    "the model's chat template cannot express these messages"), -1;
         text = chat;
         len = (size_t)n;
     }
@@ -468,7 +411,10 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         job_free(job);
         return;
     }
-    for (int i = 0; i < p->n; i++) detok_init(&job->ch[i].detok, srv->engine->tok, false, false);
+    for (int i = 0; i < p->n; i++) {
+        detok_init(&job->ch[i].detok, srv->engine->tok, false, false);
+        stream_text_init(&job->ch[i].st, p->stop, p->n_stop);
+    }
     job_sampling(job);
 
     uint64_t serial = ++srv->next_id;

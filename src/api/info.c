@@ -2,8 +2,9 @@
  * detail), /v1/models, /props, /slots, /metrics, /tokenize, /detokenize, /apply-template.
  * Everything here answers at once on the loop thread from the scheduler's counters (sched_stats
  * is safe while a step computes) and the immutable tokenizer. */
-#include "api/chat_prompt.h"
+#include "api/chat_template.h"
 #include "api/errors.h"
+#include "api/metrics_text.h"
 #include "api/params.h"
 #include "api/render.h"
 #include "api/serving.h"
@@ -14,7 +15,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +85,7 @@ void serving_props_handle(struct http_request *req, void *data) {
     json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
                           "model", srv->model_name, "model_path", srv->cfg->model, "n_ctx", e->n_ctx,
                           "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
-                          "n_vocab", e->n_vocab, "chat_template", chat_prompt_family_name(srv->chat_family),
+                          "n_vocab", e->n_vocab, "chat_template", chat_family_name((enum chat_family)srv->chat_family),
                           "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,
                           "max_n", (int)srv->cfg->max_n);
     respond_value(srv, req, v);
@@ -115,88 +115,61 @@ void serving_slots_handle(struct http_request *req, void *data) {
 
 /* --- /metrics (Prometheus text exposition) -------------------------------------------------- */
 
-struct text {
-    char *s;
-    size_t len, cap;
-    bool failed;
-};
-
-static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(struct text *t, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = t->s ? vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap) : -1;
-        va_end(ap);
-        if (n >= 0 && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 4096;
-        char *s = realloc(t->s, cap);
-        if (!s) {
-            t->failed = true;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-}
-
-static void metric(struct text *t, const char *name, const char *type, const char *help, double v) {
-    text_printf(t, "# HELP uvlm_%s %s\n# TYPE uvlm_%s %s\nuvlm_%s %.17g\n", name, help, name, type, name, v);
-}
-
 void serving_metrics_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
     struct sched_stats st;
     sched_stats(srv->sched, serving_now_ms(), &st);
-    struct text t = {0};
     const struct serving_metrics *m = &srv->metrics;
-    metric(&t, "requests_total", "counter", "Requests answered by the serving endpoints.", (double)m->requests_total);
-    text_printf(&t, "# HELP uvlm_requests_by_status_total Requests by HTTP status (499: client went away).\n"
-                    "# TYPE uvlm_requests_by_status_total counter\n");
-    for (int i = 0; i < m->n_status; i++)
-        text_printf(&t, "uvlm_requests_by_status_total{status=\"%d\"} %llu\n", m->status[i],
-                    (unsigned long long)m->by_status[i]);
-    metric(&t, "prompt_tokens_total", "counter", "Prompt tokens run through the model (cached excluded).",
-           (double)st.prompt_tokens);
-    metric(&t, "cached_prompt_tokens_total", "counter", "Prompt tokens reused from shared or cached cells.",
-           (double)st.cached_tokens);
-    metric(&t, "generated_tokens_total", "counter", "Tokens generated.", (double)st.generated_tokens);
-    metric(&t, "prompt_seconds_total", "counter", "Step time spent on prompt tokens.", st.prompt_ms / 1e3);
-    metric(&t, "decode_seconds_total", "counter", "Step time spent on decode tokens.", st.decode_ms / 1e3);
-    metric(&t, "kv_cells_used", "gauge", "KV cells holding at least one sequence.", (double)st.cells_used);
-    metric(&t, "kv_cells_total", "gauge", "KV cells (--kv-tokens).", (double)st.cells_total);
-    metric(&t, "queue_length", "gauge", "Requests waiting for admission.", (double)st.queued);
-    metric(&t, "preempted_sequences", "gauge", "Preempted sequences waiting to resume.", (double)st.preempted);
-    metric(&t, "active_requests", "gauge", "Requests admitted and not finished.", (double)st.active_requests);
-    metric(&t, "active_sequences", "gauge", "Sequences holding or about to hold cells.", (double)st.active_seqs);
-    metric(&t, "cached_sequences", "gauge", "Prompt-cache entries.", (double)st.cached_seqs);
-    metric(&t, "preemptions_total", "counter", "Sequences preempted for memory.", (double)st.preemptions);
-    metric(&t, "cache_evictions_total", "counter", "Prompt-cache entries evicted.", (double)st.cache_evictions);
-    metric(&t, "requests_cancelled_total", "counter", "Requests cancelled (client gone).",
-           (double)st.requests_cancelled);
-    metric(&t, "steps_total", "counter", "Forward steps run.", (double)st.steps);
-    metric(&t, "tokens_per_second", "gauge", "Generated tokens per second over the last seconds.", st.tokens_per_s);
-    metric(&t, "stalled", "gauge", "1 when /health reports stalled.", st.stalled ? 1 : 0);
-    text_printf(&t, "# HELP uvlm_step_seconds Duration of forward steps.\n# TYPE uvlm_step_seconds histogram\n");
-    int64_t cum = 0;
-    for (int i = 0; i < SCHED_STEP_HIST_BUCKETS; i++) {
-        cum += st.step_hist[i];
-        if (i == SCHED_STEP_HIST_BUCKETS - 1) text_printf(&t, "uvlm_step_seconds_bucket{le=\"+Inf\"} %lld\n", (long long)cum);
-        else text_printf(&t, "uvlm_step_seconds_bucket{le=\"%g\"} %lld\n", sched_step_hist_bounds_ms[i] / 1e3, (long long)cum);
+    struct metrics_text mt;
+    metrics_text_init(&mt);
+    metrics_text_counter(&mt, "uvlm_requests_total", "Requests answered by the serving endpoints.",
+                         (double)m->requests_total);
+    metrics_text_family(&mt, "uvlm_requests_by_status_total", "counter",
+                        "Requests by HTTP status (499: the client went away).");
+    for (int i = 0; i < m->n_status; i++) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", m->status[i]);
+        metrics_text_sample(&mt, "uvlm_requests_by_status_total", "status", code, (double)m->by_status[i]);
     }
-    text_printf(&t, "uvlm_step_seconds_sum %.17g\nuvlm_step_seconds_count %lld\n", (st.prompt_ms + st.decode_ms) / 1e3,
-                (long long)cum);
-    if (t.failed) {
+    metrics_text_counter(&mt, "uvlm_prompt_tokens_total", "Prompt tokens run through the model (cached excluded).",
+                         (double)st.prompt_tokens);
+    metrics_text_counter(&mt, "uvlm_cached_prompt_tokens_total", "Prompt tokens reused from shared or cached cells.",
+                         (double)st.cached_tokens);
+    metrics_text_counter(&mt, "uvlm_generated_tokens_total", "Tokens generated.", (double)st.generated_tokens);
+    metrics_text_counter(&mt, "uvlm_prompt_seconds_total", "Step time spent on prompt tokens.", st.prompt_ms / 1e3);
+    metrics_text_counter(&mt, "uvlm_decode_seconds_total", "Step time spent on decode tokens.", st.decode_ms / 1e3);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_total", "KV cells (--kv-tokens).", (double)st.cells_total);
+    metrics_text_gauge(&mt, "uvlm_queue_length", "Requests waiting for admission.", (double)st.queued);
+    metrics_text_gauge(&mt, "uvlm_preempted_sequences", "Preempted sequences waiting to resume.", (double)st.preempted);
+    metrics_text_gauge(&mt, "uvlm_active_requests", "Requests admitted and not finished.", (double)st.active_requests);
+    metrics_text_gauge(&mt, "uvlm_active_sequences", "Sequences holding or about to hold cells.", (double)st.active_seqs);
+    metrics_text_gauge(&mt, "uvlm_cached_sequences", "Prompt-cache entries.", (double)st.cached_seqs);
+    metrics_text_counter(&mt, "uvlm_preemptions_total", "Sequences preempted for memory.", (double)st.preemptions);
+    metrics_text_counter(&mt, "uvlm_cache_evictions_total", "Prompt-cache entries evicted.", (double)st.cache_evictions);
+    metrics_text_counter(&mt, "uvlm_requests_cancelled_total", "Requests cancelled (the client went away).",
+                         (double)st.requests_cancelled);
+    metrics_text_counter(&mt, "uvlm_steps_total", "Forward steps run.", (double)st.steps);
+    metrics_text_gauge(&mt, "uvlm_tokens_per_second", "Generated tokens per second over the last seconds.",
+                       st.tokens_per_s);
+    metrics_text_gauge(&mt, "uvlm_stalled", "1 while /health reports stalled.", st.stalled ? 1 : 0);
+    /* the scheduler's buckets in ms, the last one +inf */
+    double bounds[SCHED_STEP_HIST_BUCKETS - 1];
+    uint64_t counts[SCHED_STEP_HIST_BUCKETS];
+    for (int i = 0; i < SCHED_STEP_HIST_BUCKETS; i++) {
+        if (i < SCHED_STEP_HIST_BUCKETS - 1) bounds[i] = sched_step_hist_bounds_ms[i] / 1e3;
+        counts[i] = (uint64_t)st.step_hist[i];
+    }
+    struct metrics_histogram h = {bounds, counts, SCHED_STEP_HIST_BUCKETS - 1, (st.prompt_ms + st.decode_ms) / 1e3};
+    metrics_text_histogram(&mt, "uvlm_step_seconds", "Duration of forward steps.", &h);
+    if (metrics_text_failed(&mt)) {
         serving_respond_json(srv, req, 500, "{}");
     } else {
         serving_count(srv, 200);
-        http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", t.s, t.len);
+        http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", mt.buf, mt.len);
     }
-    free(t.s);
+    metrics_text_free(&mt);
 }
 
 /* --- tokens and templates ------------------------------------------------------------------- */
@@ -256,15 +229,22 @@ void serving_detokenize_handle(struct http_request *req, void *data) {
 void serving_apply_template_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
-    char *prompt = NULL, why[160];
-    int n = chat_prompt_from_body(srv->chat_family, req->body, req->body_len, &prompt, why, sizeof why);
-    if (n < 0) {
-        struct api_error err;
-        api_error_set(&err, n == -ERR_NOMEM ? 500 : 400, n == -ERR_NOMEM ? "server_error" : "invalid_request_error",
-                      "messages", "%s", why);
+    struct completion_params p;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    if (completion_params_parse(&p, API_OAI_CHAT, req->body, req->body_len, &lim, &err) < 0) {
         respond_api_error(srv, req, &err);
         return;
     }
-    respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, (size_t)n));
+    char *prompt = NULL;
+    int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p.messages, p.n_messages, true, &prompt);
+    if (n < 0) {
+        api_error_set(&err, n == -ERR_NOMEM ? 500 : 400, n == -ERR_NOMEM ? "server_error" : "invalid_request_error",
+                      "messages", "the model's chat template cannot express these messages");
+        respond_api_error(srv, req, &err);
+    } else {
+        respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, (size_t)n));
+    }
     free(prompt);
+    completion_params_free(&p);
 }

@@ -36,7 +36,7 @@ struct serving {
     const enum app_state *state;  /* the app's lifecycle (loading/ready/draining) */
     struct model_engine *engine;  /* NULL until loaded */
     struct sched *sched;          /* NULL until loaded */
-    int chat_family;              /* enum chat_family (kept as int: see chat_prompt.h) */
+    int chat_family;              /* enum chat_family */
     char model_name[128];         /* the file name, reported as "model" */
     int64_t created;              /* unix seconds of the load */
     uint64_t next_id;             /* for response ids */
