@@ -140,6 +140,7 @@ def test_connections_over_limit_get_503(start_server):
     time.sleep(0.1)
     status, headers, body = parse_responses(srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
     assert status == 503 and error_of(body)["type"] == "unavailable_error", srv.log()
+    assert headers["retry-after"] == "1" and headers["connection"] == "close"
     for s in held:
         s.close()
     time.sleep(0.1)
