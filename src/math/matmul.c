@@ -164,6 +164,11 @@ static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y) {
+    matmul_path(c, MATMUL_AUTO, wtype, w, n_in, n_out, x, n_tok, y);
+}
+
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
     ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);
     size_t w_stride = ggml_row_size(wtype, (uint64_t)n_in);
     ASSERT(w_stride > 0);
@@ -173,7 +178,9 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
     atomic_store_explicit(&c->next_chunk, 0, memory_order_relaxed);
-    if (n_tok >= MATMUL_BLAS_MIN_TOKENS) {
+    if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    if (path == MATMUL_BLAS) {
+        ASSERT(c->tiles);
         j.to_float = quant_get_to_float(c->level, wtype);
         /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
         int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
@@ -187,6 +194,7 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);
     } else {
+        ASSERT(n_tok <= c->vec_tokens);
         j.xq = c->xq;
         j.xq_stride = c->xq_stride;
         if (n_tok * n_in >= 8192) pool_run(c->pool, quantize_rows, &j);

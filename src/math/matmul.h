@@ -51,6 +51,12 @@ size_t compute_scratch_bytes(const struct compute *c);
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y);
 
+/* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
+ * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS. */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS };
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
+
 /* Run fn(arg, i0, i1) over [0, n) split into contiguous ranges, one per compute thread (the
  * caller's thread takes the first); returns when all are done. Ranges may be empty. */
 void compute_parallel_for(struct compute *c, int64_t n,

@@ -1,4 +1,197 @@
-/* quant_avx512.c: AVX-512 (F, BW, VL, VNNI) kernels, selected at run time. */
+/* quant_avx512.c: AVX-512 (F, BW, VL, DQ, VNNI) dot products for the types a decode step spends
+ * its time in. They process 64 weights per instruction where the AVX2 ones process 32, and fold
+ * the int16 -> int32 widening and the accumulation into one VNNI instruction (vpdpwssd). Types
+ * without an entry here use the AVX2 kernels. Selected at run time (simd_level_supported).
+ *
+ * Integer inner sums are the scalar kernels' exactly. One reordering: Q6_K's "-32" offset is
+ * applied once per super-block as 32 * sum_j scale_j * bsums_j (the activation's 16-element sums)
+ * instead of per element; the integer result is the same.
+ */
 #include "math/kernels.h"
+#include "math/blocks.h"
 
-const struct quant_kernels quant_kernels_avx512 = {0};
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+AVX512 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* [v0 x8 | v1 x8] */
+AVX512 static inline __m512 pair_ps(float v0, float v1) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(v0)), _mm256_set1_ps(v1), 1);
+}
+
+AVX512 static inline float hsum_ps_256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX512 static inline int hsum_epi32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Signed x signed bytes, 4 products per int32 lane: |a| x (b with a's sign), as unsigned x
+ * signed (vpdpbusd). */
+AVX512 static inline __m512i dot_s8_512(__m512i a, __m512i b) {
+    __m512i bs = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), bs);
+}
+
+AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x) {
+    const block_q8_0 *a = w, *b = x;
+    const int64_t nb = n / QK8_0;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
+        __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[i].qs)),
+                                        _mm256_loadu_si256((const __m256i *)a[i + 1].qs), 1);
+        __m512i qb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[i].qs)),
+                                        _mm256_loadu_si256((const __m256i *)b[i + 1].qs), 1);
+        __m512 d = pair_ps(h2f(a[i].d) * h2f(b[i].d), h2f(a[i + 1].d) * h2f(b[i + 1].d));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_s8_512(qa, qb)), acc);
+    }
+    float s = _mm512_reduce_add_ps(acc);
+    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0)(QK8_0, &a[i], &b[i]);
+    return s;
+}
+
+AVX512 static float dot_f16(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i + 16))),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i + 16))), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < n; i++) s += h2f(a[i]) * h2f(b[i]);
+    return s;
+}
+
+/* The 8 scales (bytes of *sc) and 8 mins (bytes of *mn) of a Q4_K/Q5_K super-block (see
+ * k4_scale_min), kept in registers: going through a byte array costs a store-forwarding stall. */
+static inline void k4_unpack_scales(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
+    *sc = (u[0] & low6) | (uint64_t)((u[2] & low4) | ((u[0] & top2) >> 2)) << 32;
+    *mn = (u[1] & low6) | (uint64_t)(((u[2] >> 4) & low4) | ((u[1] & top2) >> 2)) << 32;
+}
+
+/* int16 lane selectors: chunk k of 64 elements as 32 int16 pair-sums, lanes 0-15 take
+ * scale 2k and lanes 16-31 scale 2k+1 (Q4_K/Q5_K: 32 elements per scale). */
+AVX512 static inline __m512i k4_scale_index(int k) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))),
+                              _mm256_set1_epi16((short)(2 * k + 1)), 1);
+}
+
+/* 8 int32 lanes whose sum is sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
+AVX512 static inline __m256i k4_mins_dot(uint64_t mn, const int16_t bsums[16]) {
+    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
+    __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    return _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)bsums));
+}
+
+/* Q4_K and Q5_K: 64 elements per step, [32 low nibbles | 32 high nibbles] of 32 bytes, which is
+ * element order; qh (Q5_K) adds bit 2k (low half) and 2k+1 (high half) of each qh byte. The
+ * chunks go to two accumulators so consecutive vpdpwssd do not wait on each other. */
+AVX512 static inline float dot_k45(int64_t n, const void *w, const void *x, const int with_qh) {
+    const block_q8_K *b = x;
+    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 acc_m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
+        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
+        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
+        uint64_t sc, mn;
+        k4_unpack_scales(blk + 4, &sc, &mn);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[1]) * b[i].d),
+                                _mm256_cvtepi32_ps(k4_mins_dot(mn, b[i].bsums)), acc_m);
+        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m512i qh = _mm512_setzero_si512();
+        if (with_qh) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)blk)->qh);
+            qh = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
+        }
+        __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+            __m512i q = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(q4), _mm256_srli_epi16(q4, 4), 1), m4);
+            if (with_qh)
+                q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * k), one), 4));
+            __m512i y = _mm512_loadu_si512(b[i].qs + 64 * k);
+            __m512i p16 = _mm512_maddubs_epi16(q, y);
+            sumi[k & 1] = _mm512_dpwssd_epi32(sumi[k & 1], p16, _mm512_permutexvar_epi16(k4_scale_index(k), sc16));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(dd[0]) * b[i].d),
+                              _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - hsum_ps_256(acc_m);
+}
+
+AVX512 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+AVX512 static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
+
+/* int16 lane selectors for Q6_K: 64 elements as 32 pair-sums, 8 lanes (16 elements) per scale,
+ * scales 4m..4m+3. */
+AVX512 static inline __m512i q6_scale_index(int m) {
+    return _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
+                            4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2,
+                            4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1,
+                            4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
+}
+
+AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 acc_off = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
+        __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)b[i].bsums));
+        float d = h2f(a[i].d) * b[i].d;
+        acc_off = _mm256_fmadd_ps(_mm256_set1_ps(32 * d), _mm256_cvtepi32_ps(off), acc_off);
+        __m512i sc16 = _mm512_castsi256_si512(sc);
+        __m512i sumi = _mm512_setzero_si512(), sumi2 = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+            /* elements 0-63 of the half: low nibbles of ql + qh bits 0-1 | 2-3;
+             * elements 64-127: high nibbles + qh bits 4-5 | 6-7 */
+            __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                         _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
+            __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
+            __m512i ya = _mm512_loadu_si512(b[i].qs + 128 * h);
+            __m512i yb = _mm512_loadu_si512(b[i].qs + 128 * h + 64);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(qa, ya),
+                                       _mm512_permutexvar_epi16(q6_scale_index(2 * h), sc16));
+            sumi2 = _mm512_dpwssd_epi32(sumi2, _mm512_maddubs_epi16(qb, yb),
+                                       _mm512_permutexvar_epi16(q6_scale_index(2 * h + 1), sc16));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi, sumi2)), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - hsum_ps_256(acc_off);
+}
+
+const struct quant_kernels quant_kernels_avx512 = {
+    .vec_dot = {
+        [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q4_K] = dot_q4_K,
+        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+};
