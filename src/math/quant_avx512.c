@@ -43,21 +43,54 @@ AVX512 static inline __m512i dot_s8_512(__m512i a, __m512i b) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), bs);
 }
 
+/* Two consecutive 32-byte block payloads in one register: lanes 0-7 block 0, 8-15 block 1. */
+AVX512 static inline __m512i load_pair(const int8_t *q0, const int8_t *q1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0)),
+                              _mm256_loadu_si256((const __m256i *)q1), 1);
+}
+
+/* Four blocks per iteration into two accumulators (the fmadd chain is the limit otherwise). */
 AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x) {
     const block_q8_0 *a = w, *b = x;
     const int64_t nb = n / QK8_0;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        __m512i p0 = dot_s8_512(load_pair(a[i].qs, a[i + 1].qs), load_pair(b[i].qs, b[i + 1].qs));
+        __m512i p1 = dot_s8_512(load_pair(a[i + 2].qs, a[i + 3].qs), load_pair(b[i + 2].qs, b[i + 3].qs));
+        __m512 d0 = pair_ps(h2f(a[i].d) * h2f(b[i].d), h2f(a[i + 1].d) * h2f(b[i + 1].d));
+        __m512 d1 = pair_ps(h2f(a[i + 2].d) * h2f(b[i + 2].d), h2f(a[i + 3].d) * h2f(b[i + 3].d));
+        acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
+        acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0)((nb - i) * QK8_0, &a[i], &b[i]);
+    return s;
+}
+
+/* Q4_0: two blocks' nibbles as [lo0 hi0 | lo1 hi1] (element order), levels 0..15 taken unsigned
+ * and the -8 applied as 8 * (sum of the activation bytes), both with vpdpbusd. */
+AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
+    const int64_t nb = n / QK4_0;
+    const __m512i m4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
-        __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[i].qs)),
-                                        _mm256_loadu_si256((const __m256i *)a[i + 1].qs), 1);
-        __m512i qb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[i].qs)),
-                                        _mm256_loadu_si256((const __m256i *)b[i + 1].qs), 1);
+    for (; i + 2 <= nb; i += 2) {
+        __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)a[i + 1].qs),
+                                     _mm_loadu_si128((const __m128i *)a[i].qs));
+        __m512i lohi = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+        /* 128-bit lanes are [lo0 lo1 hi0 hi1]: reorder to [lo0 hi0 lo1 hi1] */
+        __m512i qa = _mm512_and_si512(_mm512_shuffle_i64x2(lohi, lohi, _MM_SHUFFLE(3, 1, 2, 0)), m4);
+        __m512i qb = load_pair(b[i].qs, b[i + 1].qs);
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qa, qb);
+        s = _mm512_sub_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qb));
         __m512 d = pair_ps(h2f(a[i].d) * h2f(b[i].d), h2f(a[i + 1].d) * h2f(b[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_s8_512(qa, qb)), acc);
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
     }
     float s = _mm512_reduce_add_ps(acc);
-    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0)(QK8_0, &a[i], &b[i]);
+    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q4_0)(QK4_0, &a[i], &b[i]);
     return s;
 }
 
@@ -191,7 +224,7 @@ AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
 
 const struct quant_kernels quant_kernels_avx512 = {
     .vec_dot = {
-        [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q4_K] = dot_q4_K,
+        [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q4_K] = dot_q4_K,
         [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
     },
 };

@@ -191,7 +191,8 @@ TEST(quant_simd_kernels_match_scalar) {
     enum { NMAX = 4096 };
     static float w[NMAX], x[NMAX], y[NMAX], ys[NMAX];
     static uint8_t wq[NMAX * 4], xq[NMAX * 4];
-    const int64_t lengths[] = {256, 512, 768, 4096};
+    /* block tails: 32, 96 and 160 leave remainders for kernels that take 2 or 4 blocks a step */
+    const int64_t lengths[] = {256, 512, 768, 4096, 32, 96, 160};
     int levels_run = 0;
     for (int level = SIMD_SCALAR + 1; level < SIMD_LEVEL_COUNT; level++) {
         if (!simd_level_supported((enum simd_level)level)) {
@@ -203,10 +204,12 @@ TEST(quant_simd_kernels_match_scalar) {
             int64_t n = lengths[li];
             for (int64_t i = 0; i < n; i++) {
                 w[i] = nrand() * (li == 2 ? 1000.0f : 1.0f);
+                if (li == 4 && i % 5 == 0) w[i] = -w[i] * 4; /* lopsided blocks */
                 x[i] = li == 3 && i % 7 == 0 ? -50.0f : nrand();
             }
             for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
                 enum ggml_type ty = weight_types[k], vt = quant_vec_dot_type(ty);
+                if (n % ggml_type_info(ty)->blck || n % ggml_type_info(vt)->blck) continue;
                 quant_from_float(ty, w, wq, n);
                 quant_from_float(vt, x, xq, n);
                 float s = quant_get_vec_dot(SIMD_SCALAR, ty)(n, wq, xq);
