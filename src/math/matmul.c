@@ -28,8 +28,6 @@ struct compute {
     int64_t vec_tokens;  /* rows xq holds: min(max_tokens, MATMUL_BLAS_MIN_TOKENS - 1) */
     float *tiles;        /* n_threads tiles of TILE_ROWS x max_n_in floats (NULL if unused) */
     size_t scratch_bytes;
-
-    _Atomic int64_t next_chunk; /* work claiming within one matmul */
 };
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -81,22 +79,29 @@ size_t compute_scratch_bytes(const struct compute *c) { return c->scratch_bytes;
 
 struct range_job {
     int64_t n;
+    int n_ranges;
+    _Atomic int next; /* the next range to hand out */
     void (*fn)(void *arg, int64_t i0, int64_t i1);
     void *arg;
 };
 
-static void range_run(void *job, int ith, int nth) {
+static void range_run(void *job) {
     struct range_job *j = job;
-    int64_t i0 = j->n * ith / nth, i1 = j->n * (ith + 1) / nth;
-    if (i0 < i1) j->fn(j->arg, i0, i1);
+    for (int r; (r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_ranges;) {
+        int64_t i0 = j->n * r / j->n_ranges, i1 = j->n * (r + 1) / j->n_ranges;
+        if (i0 < i1) j->fn(j->arg, i0, i1);
+    }
 }
 
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
     if (n <= 0) return;
-    struct range_job job = {n, fn, arg};
-    if (n == 1) range_run(&job, 0, 1);
-    else pool_run(c->pool, range_run, &job);
+    if (n == 1 || c->n_threads == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    struct range_job job = {.n = n, .n_ranges = n < c->n_threads ? (int)n : c->n_threads, .fn = fn, .arg = arg};
+    pool_run(c->pool, range_run, &job);
 }
 
 /* ---- matmul ----------------------------------------------------------------------------- */
@@ -112,20 +117,22 @@ struct matmul_job {
     const uint8_t *xq; /* activations in xtype (x itself for F32 weights) */
     size_t xq_stride;
     int64_t chunk_rows, n_chunks;
+    _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
+    _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_to_float_fn to_float;
 };
 
-static void quantize_rows(void *job, int ith, int nth) {
+static void quantize_rows(void *job) {
     struct matmul_job *j = job;
-    for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++)
+    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
         quant_from_float(j->xtype, j->x + t * j->n_in, (uint8_t *)j->xq + t * j->xq_stride, j->n_in);
 }
 
-static void vec_rows(void *job, int ith, int nth) {
+static void vec_rows(void *job) {
     struct matmul_job *j = job;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&j->c->next_chunk, 1, memory_order_relaxed);
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (chunk >= j->n_chunks) break;
         int64_t r0 = chunk * j->chunk_rows;
         int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
@@ -137,11 +144,14 @@ static void vec_rows(void *job, int ith, int nth) {
     }
 }
 
-static void sgemm_tiles(void *job, int ith, int nth) {
+static void sgemm_tiles(void *job) {
     struct matmul_job *j = job;
-    float *tile = j->c->tiles + (size_t)ith * TILE_ROWS * (size_t)j->c->max_n_in;
+    /* Each thread that joins takes a tile buffer of its own. */
+    int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
+    ASSERT(slot < j->c->n_threads);
+    float *tile = j->c->tiles + (size_t)slot * TILE_ROWS * (size_t)j->c->max_n_in;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&j->c->next_chunk, 1, memory_order_relaxed);
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (chunk >= j->n_chunks) break;
         int64_t r0 = chunk * j->chunk_rows;
         int64_t rows = r0 + j->chunk_rows < j->n_out ? j->chunk_rows : j->n_out - r0;
@@ -177,7 +187,6 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .c = c, .wtype = wtype, .xtype = quant_vec_dot_type(wtype), .w = w, .w_stride = w_stride,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
-    atomic_store_explicit(&c->next_chunk, 0, memory_order_relaxed);
     if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
     if (path == MATMUL_BLAS) {
         ASSERT(c->tiles);
@@ -198,7 +207,8 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         j.xq = c->xq;
         j.xq_stride = c->xq_stride;
         if (n_tok * n_in >= 8192) pool_run(c->pool, quantize_rows, &j);
-        else quantize_rows(&j, 0, 1);
+        else quantize_rows(&j);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
     }
     j.chunk_rows = VEC_CHUNK_ROWS;
     j.n_chunks = div_up(n_out, j.chunk_rows);
