@@ -89,7 +89,9 @@ static void min_max(const float *x, int n, float *mn, float *mx) {
     }
 }
 
-static void from_float_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
+static void from_float_q4_0(const float *x, void *dst, int64_t n) {
+    block_q4_0 *y = dst;
+    const int64_t nb = n / QK4_0;
     for (int64_t i = 0; i < nb; i++, x += QK4_0) {
         float amax, max = signed_absmax(x, QK4_0, &amax);
         float d = max / -8, id = d ? 1.0f / d : 0.0f;
@@ -102,7 +104,9 @@ static void from_float_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
     }
 }
 
-static void from_float_q4_1(const float *x, block_q4_1 *y, int64_t nb) {
+static void from_float_q4_1(const float *x, void *dst, int64_t n) {
+    block_q4_1 *y = dst;
+    const int64_t nb = n / QK4_1;
     for (int64_t i = 0; i < nb; i++, x += QK4_1) {
         float mn, mx;
         min_max(x, QK4_1, &mn, &mx);
@@ -128,7 +132,9 @@ static void pack_q5(const int *q, uint8_t qs[16], uint8_t qh_out[4]) {
     memcpy(qh_out, &qh, 4);
 }
 
-static void from_float_q5_0(const float *x, block_q5_0 *y, int64_t nb) {
+static void from_float_q5_0(const float *x, void *dst, int64_t n) {
+    block_q5_0 *y = dst;
+    const int64_t nb = n / QK5_0;
     for (int64_t i = 0; i < nb; i++, x += QK5_0) {
         float amax, max = signed_absmax(x, QK5_0, &amax);
         float d = max / -16, id = d ? 1.0f / d : 0.0f;
@@ -139,7 +145,9 @@ static void from_float_q5_0(const float *x, block_q5_0 *y, int64_t nb) {
     }
 }
 
-static void from_float_q5_1(const float *x, block_q5_1 *y, int64_t nb) {
+static void from_float_q5_1(const float *x, void *dst, int64_t n) {
+    block_q5_1 *y = dst;
+    const int64_t nb = n / QK5_1;
     for (int64_t i = 0; i < nb; i++, x += QK5_1) {
         float mn, mx;
         min_max(x, QK5_1, &mn, &mx);
@@ -152,7 +160,9 @@ static void from_float_q5_1(const float *x, block_q5_1 *y, int64_t nb) {
     }
 }
 
-static void from_float_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
+static void from_float_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const int64_t nb = n / QK8_0;
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         float amax;
         signed_absmax(x, QK8_0, &amax);
@@ -162,7 +172,9 @@ static void from_float_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
     }
 }
 
-static void from_float_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
+static void from_float_q8_1(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = dst;
+    const int64_t nb = n / QK8_1;
     for (int64_t i = 0; i < nb; i++, x += QK8_1) {
         float amax;
         signed_absmax(x, QK8_1, &amax);
@@ -177,7 +189,9 @@ static void from_float_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
     }
 }
 
-static void from_float_q8_K(const float *x, block_q8_K *y, int64_t nb) {
+static void from_float_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         float amax, max = signed_absmax(x, QK_K, &amax);
         if (!amax) {
@@ -246,7 +260,9 @@ static void kquant_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *d
     }
 }
 
-static void from_float_q4_K(const float *x, block_q4_K *y, int64_t nb) {
+static void from_float_q4_K(const float *x, void *dst, int64_t n) {
+    block_q4_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K];
         kquant_affine(x, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -256,7 +272,9 @@ static void from_float_q4_K(const float *x, block_q4_K *y, int64_t nb) {
     }
 }
 
-static void from_float_q5_K(const float *x, block_q5_K *y, int64_t nb) {
+static void from_float_q5_K(const float *x, void *dst, int64_t n) {
+    block_q5_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K];
         kquant_affine(x, 31, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -275,7 +293,9 @@ static void from_float_q5_K(const float *x, block_q5_K *y, int64_t nb) {
 
 /* Q6_K: per 16-element sub-block a signed scale mapping the largest-magnitude element to -32,
  * the 16 scales quantized to int8 against the super-block's d. */
-static void from_float_q6_K(const float *x, block_q6_K *y, int64_t nb) {
+static void from_float_q6_K(const float *x, void *dst, int64_t n) {
+    block_q6_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         float sub_scale[16], max_scale = 0, max_abs_scale = 0;
         for (int j = 0; j < 16; j++) {
@@ -316,28 +336,20 @@ static void from_float_q6_K(const float *x, block_q6_K *y, int64_t nb) {
     }
 }
 
+static void from_float_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+
+static void from_float_f16(const float *x, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_fp16(x[i]);
+}
+
+static void from_float_bf16(const float *x, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(x[i]);
+}
+
 void quant_from_float(enum ggml_type t, const float *x, void *dst, int64_t n) {
-    int64_t nb = n / ggml_type_info(t)->blck;
-    switch (t) {
-    case GGML_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case GGML_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_fp16(x[i]);
-        break;
-    case GGML_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(x[i]);
-        break;
-    case GGML_TYPE_Q4_0: from_float_q4_0(x, dst, nb); break;
-    case GGML_TYPE_Q4_1: from_float_q4_1(x, dst, nb); break;
-    case GGML_TYPE_Q5_0: from_float_q5_0(x, dst, nb); break;
-    case GGML_TYPE_Q5_1: from_float_q5_1(x, dst, nb); break;
-    case GGML_TYPE_Q8_0: from_float_q8_0(x, dst, nb); break;
-    case GGML_TYPE_Q8_1: from_float_q8_1(x, dst, nb); break;
-    case GGML_TYPE_Q4_K: from_float_q4_K(x, dst, nb); break;
-    case GGML_TYPE_Q5_K: from_float_q5_K(x, dst, nb); break;
-    case GGML_TYPE_Q6_K: from_float_q6_K(x, dst, nb); break;
-    case GGML_TYPE_Q8_K: from_float_q8_K(x, dst, nb); break;
-    default: ASSERT(!"quant_from_float: unsupported type");
-    }
+    quant_from_float_fn fn = quant_get_from_float(simd_level_best(), t);
+    ASSERT(fn && "quant_from_float: unsupported type");
+    fn(x, dst, n);
 }
 
 /* ---- dequantization: type -> F32 (scalar) --------------------------------------------- */
@@ -653,6 +665,15 @@ const struct quant_kernels quant_kernels_scalar = {
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
         [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
     },
+    .from_float = {
+        [GGML_TYPE_F32] = from_float_f32, [GGML_TYPE_F16] = from_float_f16,
+        [GGML_TYPE_BF16] = from_float_bf16, [GGML_TYPE_Q4_0] = from_float_q4_0,
+        [GGML_TYPE_Q4_1] = from_float_q4_1, [GGML_TYPE_Q5_0] = from_float_q5_0,
+        [GGML_TYPE_Q5_1] = from_float_q5_1, [GGML_TYPE_Q8_0] = from_float_q8_0,
+        [GGML_TYPE_Q8_1] = from_float_q8_1, [GGML_TYPE_Q4_K] = from_float_q4_K,
+        [GGML_TYPE_Q5_K] = from_float_q5_K, [GGML_TYPE_Q6_K] = from_float_q6_K,
+        [GGML_TYPE_Q8_K] = from_float_q8_K,
+    },
     .to_float = {
         [GGML_TYPE_F32] = to_float_f32, [GGML_TYPE_F16] = to_float_f16,
         [GGML_TYPE_BF16] = to_float_bf16, [GGML_TYPE_Q4_0] = to_float_q4_0,
@@ -701,6 +722,13 @@ quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     for (int l = level; l >= SIMD_SCALAR; l--) /* a level's table may defer to a narrower one */
         if (level_tables[l]->vec_dot[t]) return level_tables[l]->vec_dot[t];
+    return NULL;
+}
+
+quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    for (int l = level; l >= SIMD_SCALAR; l--)
+        if (level_tables[l]->from_float[t]) return level_tables[l]->from_float[t];
     return NULL;
 }
 

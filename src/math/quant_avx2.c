@@ -402,12 +402,100 @@ AVX2 static void to_float_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
+/* ---- activation quantization (bit for bit the scalar functions) ------------------------- */
+
+AVX2 static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static inline float absmax_32(const float *x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+    for (int k = 8; k < 32; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    return hmax_ps(m);
+}
+
+/* roundf (half away from zero) of 8 floats as int32: truncate, then step away from zero when
+ * the dropped part is at least one half (exact: v - trunc(v) is exact in float). */
+AVX2 static inline __m256i roundf_epi32(__m256 v) {
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+    __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f))));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+/* 32 int32 (four vectors, element order) -> 32 int8 */
+AVX2 static inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i q = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2 static void from_float_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float d = absmax_32(x) / 127, id = d ? 1.0f / d : 0.0f;
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = roundf_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+AVX2 static void from_float_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0;
+        for (int k = 0; k < QK_K; k += 32) {
+            float m = absmax_32(x + k);
+            if (m > amax) amax = m;
+        }
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = 0; /* the first element of that magnitude, with its sign, as the scalar scan */
+        for (int j = 0; j < QK_K; j++)
+            if (x[j] == amax || x[j] == -amax) { max = x[j]; break; }
+        float iscale = -127.f / max;
+        __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int l = 0; l < 4; l++) /* round to nearest even (MXCSR default), as nearest_int */
+                q[l] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * l), vs)));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), pack_32(q[0], q[1], q[2], q[3]));
+            /* sums of 16: lanes of q[0]+q[1] and of q[2]+q[3] */
+            y[i].bsums[k / 16] = (int16_t)hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[k / 16 + 1] = (int16_t)hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+AVX2 static void from_float_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
     .vec_dot = {
         [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q8_0] = dot_q8_0,
         [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q5_0] = dot_q5_0, [GGML_TYPE_Q4_1] = dot_q4_1,
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q4_K] = dot_q4_K, [GGML_TYPE_Q5_K] = dot_q5_K,
         [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+    .from_float = {
+        [GGML_TYPE_Q8_0] = from_float_q8_0, [GGML_TYPE_Q8_K] = from_float_q8_K,
+        [GGML_TYPE_F16] = from_float_f16,
     },
     .to_float = {
         [GGML_TYPE_F16] = to_float_f16, [GGML_TYPE_Q8_0] = to_float_q8_0,

@@ -185,6 +185,41 @@ TEST(quant_vec_dot_matches_dequantized_dot) {
     }
 }
 
+/* The SIMD activation quantizers produce the scalar bytes exactly (same integers, same scales),
+ * on random data, on values exactly halfway between two levels, and on zero blocks. */
+TEST(quant_simd_activation_quantization_is_bit_exact) {
+    enum { N = 1024 };
+    static float x[N];
+    static uint8_t a[N * 4], b[N * 4];
+    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16};
+    int levels_run = 0;
+    for (int level = SIMD_SCALAR + 1; level < SIMD_LEVEL_COUNT; level++) {
+        if (!simd_level_supported((enum simd_level)level)) continue;
+        levels_run++;
+        for (int pattern = 0; pattern < 4; pattern++) {
+            for (int i = 0; i < N; i++) {
+                x[i] = nrand();
+                /* block max 127 makes the scale exactly 1: every other value is an exact half */
+                if (pattern == 1) x[i] = i % 32 == 0 ? 127.0f : (float)(i % 200 - 100) + 0.5f;
+                if (pattern == 2 && i < 512) x[i] = 0;                   /* zero blocks */
+                if (pattern == 3) x[i] = (i % 64 == 3 ? 1 : -1) * 127.0f / (float)(1 + i % 7);
+            }
+            for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+                size_t bytes = ggml_row_size(types[k], N);
+                memset(a, 0x55, bytes);
+                memset(b, 0xAA, bytes);
+                quant_get_from_float(SIMD_SCALAR, types[k])(x, a, N);
+                quant_get_from_float((enum simd_level)level, types[k])(x, b, N);
+                if (memcmp(a, b, bytes))
+                    fprintf(stderr, "  %s %s pattern %d differs from scalar\n",
+                            simd_level_name((enum simd_level)level), ggml_type_info(types[k])->name, pattern);
+                CHECK(memcmp(a, b, bytes) == 0);
+            }
+        }
+    }
+    if (!levels_run) SKIP("this CPU has no SIMD level to compare with scalar");
+}
+
 /* Every SIMD level this CPU runs gives the scalar result (to rounding) for every type, for
  * several lengths and extreme values (the full int8/nibble ranges). */
 TEST(quant_simd_kernels_match_scalar) {
