@@ -159,82 +159,53 @@ AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x) {
     return hsum_ps(acc) + mins;
 }
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K super-block as bytes (see k4_scale_min). */
-static inline void k4_unpack_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t u[3], s[2], m[2];
-    memcpy(u, q, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
-    s[0] = u[0] & low6;
-    m[0] = u[1] & low6;
-    s[1] = (u[2] & low4) | ((u[0] & top2) >> 2);
-    m[1] = ((u[2] >> 4) & low4) | ((u[1] & top2) >> 2);
-    memcpy(sc, s, 8);
-    memcpy(mn, m, 8);
-}
-
-/* sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
-AVX2 static inline int k4_mins_dot(const uint8_t mn[8], const int16_t bsums[16]) {
-    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+/* 8 int32 lanes whose sum is sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
+AVX2 static inline __m256i k4_mins_dot(uint64_t mn, const int16_t bsums[16]) {
+    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
     __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min twice */
-    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
-    return hsum_epi32(_mm256_madd_epi16(m16, bs));
+    return _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)bsums));
 }
 
-/* One Q4_K/Q5_K super-block: sum_j sc[j] * (levels . q8 over sub-block j), levels of the 64
- * elements of chunk k given by lo(k) (sub-block 2k) and hi(k) (sub-block 2k+1). */
-#define K45_SUPERBLOCK(LEVELS_LO, LEVELS_HI)                                                  \
-    __m256i sumi = _mm256_setzero_si256();                                                    \
-    for (int k = 0; k < 4; k++) {                                                             \
-        __m256i q8l = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k));                \
-        __m256i q8h = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k + 32));           \
-        __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(LEVELS_LO, q8l),                  \
-                                       _mm256_set1_epi16(sc[2 * k]));                         \
-        __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(LEVELS_HI, q8h),                  \
-                                       _mm256_set1_epi16(sc[2 * k + 1]));                     \
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));                              \
-    }
-
-AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) {
-    const block_q4_K *a = w;
+/* Q4_K and Q5_K . Q8_K: per chunk of 64 elements, the low nibbles of 32 bytes are sub-block 2k
+ * and the high nibbles sub-block 2k+1; Q5_K adds bit 2k / 2k+1 of each qh byte as bit 4. */
+AVX2 static inline float dot_k45(int64_t n, const void *w, const void *x, const int with_qh) {
     const block_q8_K *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack_scales(a[i].scales, sc, mn);
-        mins += h2f(a[i].dmin) * b[i].d * (float)k4_mins_dot(mn, b[i].bsums);
-        __m256i q4;
-        K45_SUPERBLOCK((q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * k)),
-                        _mm256_and_si256(q4, m4)),
-                       _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4))
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_ps(acc) - mins;
-}
-
-AVX2 static float dot_q5_K(int64_t n, const void *w, const void *x) {
-    const block_q5_K *a = w;
-    const block_q8_K *b = x;
+    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack_scales(a[i].scales, sc, mn);
-        mins += h2f(a[i].dmin) * b[i].d * (float)k4_mins_dot(mn, b[i].bsums);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)a[i].qh);
-        __m256i q4;
-        /* fifth bit of chunk k: bit 2k (low half) and 2k+1 (high half) of each qh byte */
-#define HIGH(bitn) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bitn), one), 4)
-        K45_SUPERBLOCK((q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * k)),
-                        _mm256_or_si256(_mm256_and_si256(q4, m4), HIGH(2 * k))),
-                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), HIGH(2 * k + 1)))
-#undef HIGH
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
+        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
+        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
+        const uint8_t *qhp = with_qh ? ((const block_q5_K *)blk)->qh : NULL;
+        uint64_t sc, mn;
+        k4_scales_mins(blk + 4, &sc, &mn);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[1]) * b[i].d),
+                                _mm256_cvtepi32_ps(k4_mins_dot(mn, b[i].bsums)), acc_m);
+        __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+            __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            if (with_qh) {
+                __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+            }
+            __m256i yl = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k));
+            __m256i yh = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k + 32));
+            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_set1_epi16((short)((sc >> (16 * k)) & 0xff)));
+            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_set1_epi16((short)((sc >> (16 * k + 8)) & 0xff)));
+            sumi[k & 1] = _mm256_add_epi32(sumi[k & 1], _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[0]) * b[i].d),
+                              _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), acc);
     }
-    return hsum_ps(acc) - mins;
+    return hsum_ps(acc) - hsum_ps(acc_m);
 }
+
+AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+AVX2 static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
 
 AVX2 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
@@ -268,6 +239,14 @@ AVX2 static float dot_q6_K(int64_t n, const void *w, const void *x) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
+}
+
+/* The scales and mins as byte arrays (the dequantizers index them). */
+static inline void k4_scale_bytes(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    uint64_t s, m;
+    k4_scales_mins(q, &s, &m);
+    memcpy(sc, &s, 8);
+    memcpy(mn, &m, 8);
 }
 
 /* ---- dequantization --------------------------------------------------------------------- */
@@ -337,7 +316,7 @@ AVX2 static void to_float_q4_K(const void *src, float *y, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         uint8_t sc[8], mn[8];
-        k4_unpack_scales(b[i].scales, sc, mn);
+        k4_scale_bytes(b[i].scales, sc, mn);
         float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
         for (int k = 0; k < 4; k++) {
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * k));
@@ -354,7 +333,7 @@ AVX2 static void to_float_q5_K(const void *src, float *y, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         uint8_t sc[8], mn[8];
-        k4_unpack_scales(b[i].scales, sc, mn);
+        k4_scale_bytes(b[i].scales, sc, mn);
         float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)b[i].qh);
         for (int k = 0; k < 4; k++) {

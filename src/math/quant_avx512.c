@@ -11,7 +11,6 @@
 #include "math/blocks.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -109,16 +108,6 @@ AVX512 static float dot_f16(int64_t n, const void *w, const void *x) {
     return s;
 }
 
-/* The 8 scales (bytes of *sc) and 8 mins (bytes of *mn) of a Q4_K/Q5_K super-block (see
- * k4_scale_min), kept in registers: going through a byte array costs a store-forwarding stall. */
-static inline void k4_unpack_scales(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
-    uint32_t u[3];
-    memcpy(u, q, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
-    *sc = (u[0] & low6) | (uint64_t)((u[2] & low4) | ((u[0] & top2) >> 2)) << 32;
-    *mn = (u[1] & low6) | (uint64_t)(((u[2] >> 4) & low4) | ((u[1] & top2) >> 2)) << 32;
-}
-
 /* int16 lane selectors: chunk k of 64 elements as 32 int16 pair-sums, lanes 0-15 take
  * scale 2k and lanes 16-31 scale 2k+1 (Q4_K/Q5_K: 32 elements per scale). */
 AVX512 static inline __m512i k4_scale_index(int k) {
@@ -147,7 +136,7 @@ AVX512 static inline float dot_k45(int64_t n, const void *w, const void *x, cons
         const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
         const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
         uint64_t sc, mn;
-        k4_unpack_scales(blk + 4, &sc, &mn);
+        k4_scales_mins(blk + 4, &sc, &mn);
         acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[1]) * b[i].d),
                                 _mm256_cvtepi32_ps(k4_mins_dot(mn, b[i].bsums)), acc_m);
         __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
