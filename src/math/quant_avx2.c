@@ -86,6 +86,22 @@ AVX2 static float dot_f16(int64_t n, const void *w, const void *x) {
     return s;
 }
 
+/* bf16 is the top half of an f32: widen by shifting into the high 16 bits. */
+AVX2 static inline __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+AVX2 static float dot_bf16(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) acc[k] = _mm256_fmadd_ps(bf16x8(a + i + 8 * k), bf16x8(b + i + 8 * k), acc[k]);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) s += bf16_to_f32(a[i]) * bf16_to_f32(b[i]);
+    return s;
+}
+
 AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x) {
     const block_q8_0 *a = w, *b = x;
     __m256 acc = _mm256_setzero_ps();
@@ -274,6 +290,13 @@ AVX2 static void to_float_f16(const void *src, float *y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
     for (; i < n; i++) y[i] = h2f(h[i]);
+}
+
+AVX2 static void to_float_bf16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, bf16x8(h + i));
+    for (; i < n; i++) y[i] = bf16_to_f32(h[i]);
 }
 
 AVX2 static void to_float_q8_0(const void *src, float *y, int64_t n) {
@@ -467,7 +490,8 @@ AVX2 static void from_float_f16(const float *x, void *dst, int64_t n) {
 
 const struct quant_kernels quant_kernels_avx2 = {
     .vec_dot = {
-        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q8_0] = dot_q8_0,
+        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
+        [GGML_TYPE_Q8_0] = dot_q8_0,
         [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q5_0] = dot_q5_0, [GGML_TYPE_Q4_1] = dot_q4_1,
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q4_K] = dot_q4_K, [GGML_TYPE_Q5_K] = dot_q5_K,
         [GGML_TYPE_Q6_K] = dot_q6_K,
@@ -477,7 +501,8 @@ const struct quant_kernels quant_kernels_avx2 = {
         [GGML_TYPE_F16] = from_float_f16,
     },
     .to_float = {
-        [GGML_TYPE_F16] = to_float_f16, [GGML_TYPE_Q8_0] = to_float_q8_0,
+        [GGML_TYPE_F16] = to_float_f16, [GGML_TYPE_BF16] = to_float_bf16,
+        [GGML_TYPE_Q8_0] = to_float_q8_0,
         [GGML_TYPE_Q4_0] = to_float_q4_0, [GGML_TYPE_Q5_0] = to_float_q5_0,
         [GGML_TYPE_Q4_1] = to_float_q4_1, [GGML_TYPE_Q5_1] = to_float_q5_1,
         [GGML_TYPE_Q4_K] = to_float_q4_K, [GGML_TYPE_Q5_K] = to_float_q5_K,
