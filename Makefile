@@ -58,7 +58,7 @@ bench: $(BIN) $(BENCH_BINS)
 # Benchmark programs: test/bench/NAME.c -> build/bench/NAME, linked with the server's objects.
 $(BUILD)/bench/%: test/bench/%.c $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(DEPS_LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(DEPS_LIBS)
 
 fuzz:
 	$(MAKE) -f scripts/fuzz.mk
