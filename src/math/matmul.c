@@ -188,6 +188,14 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
     if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    if (path == MATMUL_BLAS_THREADED) {
+        ASSERT(wtype == GGML_TYPE_F32);
+        openblas_set_num_threads(c->n_threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_tok, (blasint)n_out,
+                    (blasint)n_in, 1.0f, x, (blasint)n_in, w, (blasint)n_in, 0.0f, y, (blasint)n_out);
+        openblas_set_num_threads(1);
+        return;
+    }
     if (path == MATMUL_BLAS) {
         ASSERT(c->tiles);
         j.to_float = quant_get_to_float(c->level, wtype);

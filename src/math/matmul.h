@@ -53,8 +53,10 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
             const float *x, int64_t n_tok, float *y);
 
 /* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
- * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS. */
-enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS };
+ * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
+ * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
+ * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
 

@@ -120,6 +120,26 @@ int main(int argc, char **argv) {
         free(w);
     }
 
+    /* The alternative to our tiles: one sgemm on OpenBLAS's own threads (F32, no dequantization). */
+    {
+        size_t bytes = sizeof(float) * N_IN * N_OUT;
+        float *w = malloc(bytes);
+        memcpy(w, wf, bytes);
+        double best[2] = {1e9, 1e9};
+        for (int r = 0; r < (quick ? 2 : 4); r++)
+            for (int k = 0; k < 2; k++) {
+                double t0 = now();
+                matmul_path(c, k ? MATMUL_BLAS_THREADED : MATMUL_BLAS, GGML_TYPE_F32, w, N_IN, N_OUT, x, 512, y);
+                double dt = now() - t0;
+                if (dt < best[k]) best[k] = dt;
+            }
+        double flop = 2.0 * 512 * N_IN * N_OUT;
+        printf("\nf32 512x%dx%d sgemm: our row tiles (1 OpenBLAS thread each) %.0f GFLOPS, "
+               "one call on %d OpenBLAS threads %.0f GFLOPS\n", N_OUT, N_IN, flop / best[0] / 1e9,
+               n_threads, flop / best[1] / 1e9);
+        free(w);
+    }
+
     /* Where sgemm overtakes the vector kernels (Q8_0 and Q4_K; one matrix, cache-warm). */
     printf("\nbatch size crossover (ms per 2048x5632 matmul, vector kernels / dequant+sgemm):\n");
     for (size_t k = 0; k < 2; k++) {
