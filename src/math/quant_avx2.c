@@ -9,27 +9,10 @@
  */
 #include "math/kernels.h"
 #include "math/blocks.h"
+#include "math/simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-AVX2 static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* 8 int32 sums of 4 adjacent products of signed bytes a and b. */
 AVX2 static inline __m256i dot_s8(__m256i a, __m256i b) {
@@ -102,84 +85,69 @@ AVX2 static float dot_bf16(int64_t n, const void *w, const void *x) {
     return s;
 }
 
+/* The 32 levels of one Q8_0 / Q4_0 / Q5_0 (signed, offset removed) or Q4_1 / Q5_1 (unsigned)
+ * block, in element order. t is a constant in every caller, so the switch folds away. */
+AVX2 static inline __m256i block_levels(enum ggml_type t, const uint8_t *blk) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)blk)->qs);
+    case GGML_TYPE_Q4_0: return _mm256_sub_epi8(nibbles(((const block_q4_0 *)blk)->qs), _mm256_set1_epi8(8));
+    case GGML_TYPE_Q5_0: {
+        const block_q5_0 *b = (const block_q5_0 *)blk;
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), q5_high_bits(b->qh)), _mm256_set1_epi8(16));
+    }
+    case GGML_TYPE_Q4_1: return nibbles(((const block_q4_1 *)blk)->qs);
+    default: { /* Q5_1 */
+        const block_q5_1 *b = (const block_q5_1 *)blk;
+        return _mm256_or_si256(nibbles(b->qs), q5_high_bits(b->qh));
+    }
+    }
+}
+
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w * d_x * (levels . q8). */
+AVX2 static inline float dot_x0(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const block_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, a += size) {
+        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(*(const uint16_t *)a) * h2f(b[i].d)); /* d leads every block */
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(block_levels(t, a), qb)), acc);
+    }
+    return hsum_ps(acc);
+}
+
 AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x) {
-    const block_q8_0 *a = w, *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qa = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q8_0, sizeof(block_q8_0), n, w, x);
 }
-
 AVX2 static float dot_q4_0(int64_t n, const void *w, const void *x) {
-    const block_q4_0 *a = w;
-    const block_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        __m256i qa = _mm256_sub_epi8(nibbles(a[i].qs), _mm256_set1_epi8(8));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q4_0, sizeof(block_q4_0), n, w, x);
 }
-
 AVX2 static float dot_q5_0(int64_t n, const void *w, const void *x) {
-    const block_q5_0 *a = w;
-    const block_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK5_0; i++) {
-        __m256i q = _mm256_or_si256(nibbles(a[i].qs), q5_high_bits(a[i].qh));
-        __m256i qa = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q5_0, sizeof(block_q5_0), n, w, x);
 }
 
-/* Q4_1/Q5_1 . Q8_1: unsigned levels times signed activations, plus min x (d*sum q8). */
-AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+/* Q4_1 / Q5_1 . Q8_1: unsigned levels times signed activations, plus m_w * s_x per block. Both
+ * weight layouts start with d, m. */
+AVX2 static inline float dot_x1(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const block_q8_1 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK8_1; i++, a += size) {
+        const uint16_t *dm = (const uint16_t *)a;
+        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(block_levels(t, a), qb), _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dm[0]) * h2f(b[i].d)), _mm256_cvtepi32_ps(p), acc);
+        mins += h2f(dm[1]) * h2f(b[i].s);
+    }
+    return hsum_ps(acc) + mins;
 }
 
 AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x) {
-    const block_q4_1 *a = w;
-    const block_q8_1 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(nibbles(a[i].qs), qb)), acc);
-        mins += h2f(a[i].m) * h2f(b[i].s);
-    }
-    return hsum_ps(acc) + mins;
+    return dot_x1(GGML_TYPE_Q4_1, sizeof(block_q4_1), n, w, x);
 }
-
 AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x) {
-    const block_q5_1 *a = w;
-    const block_q8_1 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        __m256i q = _mm256_or_si256(nibbles(a[i].qs), q5_high_bits(a[i].qh));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(q, qb)), acc);
-        mins += h2f(a[i].m) * h2f(b[i].s);
-    }
-    return hsum_ps(acc) + mins;
-}
-
-/* 8 int32 lanes whose sum is sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
-AVX2 static inline __m256i k4_mins_dot(uint64_t mn, const int16_t bsums[16]) {
-    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
-    __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min twice */
-    return _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)bsums));
+    return dot_x1(GGML_TYPE_Q5_1, sizeof(block_q5_1), n, w, x);
 }
 
 /* Q4_K and Q5_K . Q8_K: per chunk of 64 elements, the low nibbles of 32 bytes are sub-block 2k
@@ -223,31 +191,37 @@ AVX2 static inline float dot_k45(int64_t n, const void *w, const void *x, const 
 AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
 AVX2 static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
 
+/* The unsigned levels (0..63, i.e. level + 32) of half h (128 elements) of a Q6_K super-block,
+ * as 4 vectors of 32 in element order: ql low nibbles (+ qh bits 0-1, 2-3), then high nibbles
+ * (+ qh bits 4-5, 6-7). */
+AVX2 static inline void q6_levels(const block_q6_K *b, int h, __m256i lv[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+    __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+    __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    __m256i q[4] = {
+        _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+    };
+    for (int k = 0; k < 4; k++)
+        lv[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4));
+}
+
+/* Levels are taken unsigned (level + 32) and the 32 * q8 subtracted per pair-sum. */
 AVX2 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     const __m256i off = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = a[i].ql + 64 * h;
             const int8_t *sc = a[i].scales + 8 * h;
-            const int8_t *q8 = b[i].qs + 128 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            __m256i q[4] = {
-                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-            };
+            __m256i lv[4];
+            q6_levels(&a[i], h, lv);
             for (int k = 0; k < 4; k++) {
-                __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4);
-                __m256i lv = _mm256_or_si256(q[k], high); /* 0..63: the level + 32 */
-                __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
-                __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lv, y8), _mm256_maddubs_epi16(off, y8));
+                __m256i y8 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lv[k], y8), _mm256_maddubs_epi16(off, y8));
                 __m256i s16 = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, s16));
             }
@@ -299,39 +273,32 @@ AVX2 static void to_float_bf16(const void *src, float *y, int64_t n) {
     for (; i < n; i++) y[i] = bf16_to_f32(h[i]);
 }
 
+/* Dequantize a row of Q8_0 / Q4_0 / Q5_0 (x = d * level) or Q4_1 / Q5_1 (x = d * level + m). */
+AVX2 static inline void to_float_x(enum ggml_type t, size_t size, const void *src, float *y, int64_t n) {
+    const uint8_t *a = src;
+    const int affine = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+    for (int64_t i = 0; i < n / QK8_0; i++, a += size, y += QK8_0) {
+        const uint16_t *dm = (const uint16_t *)a;
+        if (affine) store_affine_u8(y, block_levels(t, a), _mm256_set1_ps(h2f(dm[0])), _mm256_set1_ps(-h2f(dm[1])));
+        else store_scaled_s8(y, block_levels(t, a), _mm256_set1_ps(h2f(dm[0])));
+    }
+}
+
 AVX2 static void to_float_q8_0(const void *src, float *y, int64_t n) {
-    const block_q8_0 *b = src;
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0)
-        store_scaled_s8(y, _mm256_loadu_si256((const __m256i *)b[i].qs), _mm256_set1_ps(h2f(b[i].d)));
+    to_float_x(GGML_TYPE_Q8_0, sizeof(block_q8_0), src, y, n);
 }
-
 AVX2 static void to_float_q4_0(const void *src, float *y, int64_t n) {
-    const block_q4_0 *b = src;
-    for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0)
-        store_scaled_s8(y, _mm256_sub_epi8(nibbles(b[i].qs), _mm256_set1_epi8(8)), _mm256_set1_ps(h2f(b[i].d)));
+    to_float_x(GGML_TYPE_Q4_0, sizeof(block_q4_0), src, y, n);
 }
-
 AVX2 static void to_float_q5_0(const void *src, float *y, int64_t n) {
-    const block_q5_0 *b = src;
-    for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
-        __m256i q = _mm256_or_si256(nibbles(b[i].qs), q5_high_bits(b[i].qh));
-        store_scaled_s8(y, _mm256_sub_epi8(q, _mm256_set1_epi8(16)), _mm256_set1_ps(h2f(b[i].d)));
-    }
+    to_float_x(GGML_TYPE_Q5_0, sizeof(block_q5_0), src, y, n);
 }
-
-/* The _1 types store y = d*q + m: the affine store subtracts, so pass -m. */
+/* the affine store computes d*q - m: pass -m for the _1 types' d*q + m */
 AVX2 static void to_float_q4_1(const void *src, float *y, int64_t n) {
-    const block_q4_1 *b = src;
-    for (int64_t i = 0; i < n / QK4_1; i++, y += QK4_1)
-        store_affine_u8(y, nibbles(b[i].qs), _mm256_set1_ps(h2f(b[i].d)), _mm256_set1_ps(-h2f(b[i].m)));
+    to_float_x(GGML_TYPE_Q4_1, sizeof(block_q4_1), src, y, n);
 }
-
 AVX2 static void to_float_q5_1(const void *src, float *y, int64_t n) {
-    const block_q5_1 *b = src;
-    for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
-        __m256i q = _mm256_or_si256(nibbles(b[i].qs), q5_high_bits(b[i].qh));
-        store_affine_u8(y, q, _mm256_set1_ps(h2f(b[i].d)), _mm256_set1_ps(-h2f(b[i].m)));
-    }
+    to_float_x(GGML_TYPE_Q5_1, sizeof(block_q5_1), src, y, n);
 }
 
 AVX2 static void to_float_q4_K(const void *src, float *y, int64_t n) {
@@ -374,26 +341,18 @@ AVX2 static void to_float_q5_K(const void *src, float *y, int64_t n) {
 
 AVX2 static void to_float_q6_K(const void *src, float *y, int64_t n) {
     const block_q6_K *b = src;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const __m256i off = _mm256_set1_epi8(32);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         float d = h2f(b[i].d);
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b[i].ql + 64 * h;
             const int8_t *sc = b[i].scales + 8 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
-            __m256i q[4] = {
-                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-            };
+            __m256i lv[4];
+            q6_levels(&b[i], h, lv);
             for (int k = 0; k < 4; k++) {
-                __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4);
-                __m256i lv = _mm256_sub_epi8(_mm256_or_si256(q[k], high), off);
+                __m256i q = _mm256_sub_epi8(lv[k], off);
                 /* 16 elements per scale: convert each 128-bit half with its own scale */
                 float *yk = y + 128 * h + 32 * k;
-                __m128i lo = _mm256_castsi256_si128(lv), hi = _mm256_extracti128_si256(lv, 1);
+                __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
                 __m256 d0 = _mm256_set1_ps(d * sc[2 * k]), d1 = _mm256_set1_ps(d * sc[2 * k + 1]);
                 _mm256_storeu_ps(yk, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
                 _mm256_storeu_ps(yk + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));

@@ -9,30 +9,15 @@
  */
 #include "math/kernels.h"
 #include "math/blocks.h"
+#include "math/simd_avx2.h"
 
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
-AVX512 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
 /* [v0 x8 | v1 x8] */
 AVX512 static inline __m512 pair_ps(float v0, float v1) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(v0)), _mm256_set1_ps(v1), 1);
-}
-
-AVX512 static inline float hsum_ps_256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX512 static inline int hsum_epi32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* Signed x signed bytes, 4 products per int32 lane: |a| x (b with a's sign), as unsigned x
@@ -115,13 +100,6 @@ AVX512 static inline __m512i k4_scale_index(int k) {
                               _mm256_set1_epi16((short)(2 * k + 1)), 1);
 }
 
-/* 8 int32 lanes whose sum is sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
-AVX512 static inline __m256i k4_mins_dot(uint64_t mn, const int16_t bsums[16]) {
-    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
-    __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    return _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)bsums));
-}
-
 /* Q4_K and Q5_K: 64 elements per step, [32 low nibbles | 32 high nibbles] of 32 bytes, which is
  * element order; qh (Q5_K) adds bit 2k (low half) and 2k+1 (high half) of each qh byte. The
  * chunks go to two accumulators so consecutive vpdpwssd do not wait on each other. */
@@ -160,7 +138,7 @@ AVX512 static inline float dot_k45(int64_t n, const void *w, const void *x, cons
         acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(dd[0]) * b[i].d),
                               _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])), acc);
     }
-    return _mm512_reduce_add_ps(acc) - hsum_ps_256(acc_m);
+    return _mm512_reduce_add_ps(acc) - hsum_ps(acc_m);
 }
 
 AVX512 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
@@ -208,7 +186,7 @@ AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi, sumi2)), acc);
     }
-    return _mm512_reduce_add_ps(acc) - hsum_ps_256(acc_off);
+    return _mm512_reduce_add_ps(acc) - hsum_ps(acc_off);
 }
 
 const struct quant_kernels quant_kernels_avx512 = {
