@@ -380,7 +380,7 @@ static inline void unpack_q5(const uint8_t qs[16], const uint8_t qh_in[4], int *
 
 /* The 32 levels of one Q8_0 / Q4_0 / Q5_0 block (signed, offset removed) or Q4_1 / Q5_1 block
  * (unsigned), in element order. */
-static void block_levels(enum ggml_type t, const uint8_t *blk, int *q) {
+static inline void block_levels(enum ggml_type t, const uint8_t *blk, int *q) {
     switch (t) {
     case GGML_TYPE_Q8_0:
         for (int j = 0; j < 32; j++) q[j] = ((const block_q8_0 *)blk)->qs[j];
@@ -405,9 +405,9 @@ static void block_levels(enum ggml_type t, const uint8_t *blk, int *q) {
 }
 
 /* Whether a 32-element type stores x = d*q + m (its block starts with d, m) or x = d*q (d). */
-static bool has_min(enum ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+static inline bool has_min(enum ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
 
-static void to_float_x(enum ggml_type t, const void *src, float *y, int64_t n) {
+static inline void to_float_x(enum ggml_type t, const void *src, float *y, int64_t n) {
     const uint8_t *blk = src;
     const size_t size = ggml_type_info(t)->size;
     for (int64_t i = 0; i < n / 32; i++, blk += size, y += 32) {
@@ -545,7 +545,7 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
 
 /* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w*d_x*(integer levels . q8);
  * Q4_1 / Q5_1 . Q8_1: the same plus m_w * s_x, s_x = d_x * sum(q8) stored with the block. */
-static float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
+static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
     float s = 0;
