@@ -23,7 +23,10 @@
 #define FAKE_MAX_TOKENS 512
 
 struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool partial_removal);
-/* Token held for (seq, pos), -1 when none. */
+/* The real KV memory (memory/kv.h) with a 1-layer, 1-wide shape: the fake engine stores each
+ * token id in its cell's K row, so histories travel with cp/save/restore like real K/V. */
+struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max);
+/* Token held for (seq, pos) in a fake memory, -1 when none. */
 int32_t fake_memory_token(const struct memory *m, int32_t seq, int32_t pos);
 
 struct fake_engine {

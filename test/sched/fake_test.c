@@ -3,6 +3,7 @@
 #include "sched/fake.h"
 
 #include "common/err.h"
+#include "memory/kv.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -180,14 +181,35 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h * 0xff51afd7ed558ccdull;
 }
 
-/* hash of the tokens memory holds for seq at 0..pos; counts a hole when one is missing */
-static uint64_t history_hash(struct fake_engine *e, int32_t seq, int32_t pos) {
-    const struct fake_memory *f = cfm(e->mem);
-    int32_t hist[FAKE_MAX_TOKENS];
-    ASSERT(pos < FAKE_MAX_TOKENS);
+struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max) {
+    /* one layer, one K and one V element per cell: the token id, written by the fake forward */
+    struct kv_shape shape = {.n_layer = 1, .n_embd_k = 1, .n_embd_v = 1};
+    struct memory *m;
+    ASSERT(kv_memory_create(&m, &shape, n_cells, n_seq_max) == 0);
+    return m;
+}
+
+/* The tokens memory holds for seq at 0..pos, -1 where none (a hole). With the real KV memory
+ * the token ids were written into the cells' K rows by fe_forward, so they travel with
+ * seq_cp, seq_save and seq_restore like real K/V. */
+static void history(struct fake_engine *e, int32_t seq, int32_t pos, int32_t *hist) {
     for (int32_t p = 0; p <= pos; p++) hist[p] = -1;
+    struct kv_memory *kv = kv_from_memory(e->mem);
+    if (kv) {
+        for (int64_t c = 0; c < kv->n_cells; c++)
+            if (kv_cell_visible(kv, c, seq, pos)) hist[kv->pos[c]] = kv_k_row(kv, 0, c)[0];
+        return;
+    }
+    const struct fake_memory *f = cfm(e->mem);
     for (int64_t i = 0; i < f->n_cells; i++)
         if ((f->cells[i].seqs >> seq & 1) && f->cells[i].pos <= pos) hist[f->cells[i].pos] = f->cells[i].token;
+}
+
+/* hash of the tokens memory holds for seq at 0..pos; counts a hole when one is missing */
+static uint64_t history_hash(struct fake_engine *e, int32_t seq, int32_t pos) {
+    int32_t hist[FAKE_MAX_TOKENS];
+    ASSERT(pos < FAKE_MAX_TOKENS);
+    history(e, seq, pos, hist);
     uint64_t h = 1469598103934665603ull;
     for (int32_t p = 0; p <= pos; p++) {
         if (hist[p] < 0) e->holes++;
@@ -206,9 +228,12 @@ static int fe_forward(void *engine, struct memory *mem, const struct batch *b, c
     e->forwards++;
     e->tokens_forwarded += b->n_tokens;
     ASSERT(b->n_outputs <= e->logits_rows);
+    struct kv_memory *kv = kv_from_memory(mem);
+    for (int32_t i = 0; kv && i < b->n_tokens; i++) /* "compute K/V" of the batch's cells */
+        kv_k_row(kv, 0, kv_batch_cell(kv, i))[0] = (uint16_t)b->token[i];
     int32_t row = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
-        if (fake_memory_token(mem, b->seq[i], b->pos[i]) != b->token[i]) e->holes++; /* not reserved */
+        if (!kv && fake_memory_token(mem, b->seq[i], b->pos[i]) != b->token[i]) e->holes++; /* not reserved */
         if (!b->want_logits[i]) continue;
         uint64_t h = history_hash(e, b->seq[i], b->pos[i]);
         float *out = e->logits + (size_t)row++ * (size_t)e->n_vocab;

@@ -29,9 +29,16 @@ static struct sched_config base_config(void) {
     return c;
 }
 
-static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, bool partial, const struct sched_config *c) {
+/* Which memory a test runs on: the real KV pool (memory/kv.c) unless it needs the fakes. */
+enum mem_kind {
+    MEM_WHOLE_ONLY = 0, /* fake memory without partial removal (how a recurrent state behaves) */
+    MEM_KV = 1,         /* the real KV memory, token ids as its K/V (fake.h) */
+    MEM_FAKE_KV = 2,    /* fake memory with partial removal */
+};
+
+static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const struct sched_config *c) {
     memset(f, 0, sizeof *f);
-    f->mem = fake_memory_create(cells, n_seq, partial);
+    f->mem = kind == MEM_KV ? fake_kv_create(cells, n_seq) : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
     fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
     f->now = 1000;
     return sched_create(&f->s, c, f->mem, &fake_engine_ops, &f->eng);
@@ -76,7 +83,7 @@ static bool same_output(const struct recorder *a, const struct recorder *b, int 
 static int run_alone(const struct sched_request *req, struct recorder *out) {
     struct fx f;
     struct sched_config c = base_config();
-    if (fx_init(&f, 1024, 8, true, &c) != 0) return -1;
+    if (fx_init(&f, 1024, 8, MEM_KV, &c) != 0) return -1;
     if (submit(&f, out, req, NULL) != 0) return -1;
     fake_run(f.s, &f.now, 1, 1000);
     return fx_free(&f) ? -1 : 0;
@@ -85,7 +92,7 @@ static int run_alone(const struct sched_request *req, struct recorder *out) {
 TEST(sched_generates_until_n_predict_and_caches_the_prompt) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t prompt[10];
     fake_prompt(prompt, 10, 1, VOCAB);
     struct recorder r;
@@ -116,7 +123,7 @@ TEST(sched_rejects_bad_requests) {
     c.n_ctx = 64;
     c.max_n = 4;
     c.max_queue = 2;
-    CHECK_EQ_INT(fx_init(&f, 48, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 48, 4, MEM_KV, &c), 0);
     int32_t prompt[80];
     fake_prompt(prompt, 80, 2, VOCAB);
     struct recorder r;
@@ -157,7 +164,7 @@ TEST(sched_long_prompt_is_chunked_and_a_short_one_goes_first) {
     struct fx f;
     struct sched_config c = base_config();
     c.batch_tokens = 24; /* tight: who goes first matters */
-    CHECK_EQ_INT(fx_init(&f, 1024, 8, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, &c), 0);
     int32_t longp[200], shortp[10];
     fake_prompt(longp, 200, 3, VOCAB);
     fake_prompt(shortp, 10, 4, VOCAB);
@@ -194,11 +201,11 @@ TEST(sched_long_prompt_is_chunked_and_a_short_one_goes_first) {
 
 /* Requests arriving at given steps; returns a hash of every step's batch and fills outputs. */
 #define MIX_N 6
-static uint64_t run_mix(int64_t cells, bool partial, bool recompute, struct recorder *out, int64_t *preemptions) {
+static uint64_t run_mix(int64_t cells, int kind, bool recompute, struct recorder *out, int64_t *preemptions) {
     struct fx f;
     struct sched_config c = base_config();
     c.preempt_recompute = recompute;
-    if (fx_init(&f, cells, 8, partial, &c) != 0) return 0;
+    if (fx_init(&f, cells, 8, kind, &c) != 0) return 0;
     static int32_t prompts[MIX_N][40];
     static const int lens[MIX_N] = {40, 12, 25, 7, 33, 18};
     static const int arrive[MIX_N] = {0, 0, 1, 3, 3, 6};
@@ -231,7 +238,7 @@ static uint64_t run_mix(int64_t cells, bool partial, bool recompute, struct reco
 
 TEST(sched_is_deterministic_and_concurrency_does_not_change_outputs) {
     static struct recorder a[MIX_N], b[MIX_N], alone;
-    uint64_t ha = run_mix(1024, true, false, a, NULL), hb = run_mix(1024, true, false, b, NULL);
+    uint64_t ha = run_mix(1024, MEM_KV, false, a, NULL), hb = run_mix(1024, MEM_KV, false, b, NULL);
     CHECK(ha != 0);
     CHECK(ha == hb); /* same arrival order: same steps, token for token */
     for (int i = 0; i < MIX_N; i++) {
@@ -249,13 +256,14 @@ TEST(sched_is_deterministic_and_concurrency_does_not_change_outputs) {
 TEST(sched_preemption_keeps_outputs_identical) {
     static struct recorder ref[MIX_N], got[MIX_N];
     int64_t pre = 0;
-    CHECK(run_mix(1024, true, false, ref, &pre) != 0);
+    CHECK(run_mix(1024, MEM_KV, false, ref, &pre) != 0);
     CHECK_EQ_INT(pre, 0);
     /* 96 cells for six sequences that grow to 47..65 tokens: they must take turns */
-    struct { bool partial, recompute; } modes[] = {{true, false}, {true, true}, {false, false}, {false, true}};
+    struct { int kind; bool recompute; } modes[] = {
+        {MEM_KV, false}, {MEM_KV, true}, {MEM_FAKE_KV, false}, {MEM_WHOLE_ONLY, false}, {MEM_WHOLE_ONLY, true}};
     for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         memset(got, 0, sizeof got);
-        CHECK(run_mix(96, modes[m].partial, modes[m].recompute, got, &pre) != 0);
+        CHECK(run_mix(96, modes[m].kind, modes[m].recompute, got, &pre) != 0);
         CHECK(pre > 0);
         for (int i = 0; i < MIX_N; i++) {
             if (!same_output(&ref[i], &got[i], 0)) {
@@ -269,7 +277,7 @@ TEST(sched_preemption_keeps_outputs_identical) {
 TEST(sched_admission_waits_for_memory) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 64, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 64, 4, MEM_KV, &c), 0);
     int32_t p1[40], p2[40];
     fake_prompt(p1, 40, 5, VOCAB);
     fake_prompt(p2, 40, 6, VOCAB);
@@ -306,7 +314,7 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
     for (int partial = 1; partial >= 0; partial--) {
         struct fx f;
         struct sched_config c = base_config();
-        CHECK_EQ_INT(fx_init(&f, 256, 4, partial, &c), 0);
+        CHECK_EQ_INT(fx_init(&f, 256, 4, partial ? MEM_KV : MEM_WHOLE_ONLY, &c), 0);
         struct recorder a, b, cc;
         struct sched_request qa = request(pa, 40, 3), qb = request(pb, 40, 3);
         CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
@@ -341,7 +349,7 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
 TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t p[20];
     fake_prompt(p, 20, 10, VOCAB);
     struct recorder a, b;
@@ -363,7 +371,7 @@ TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
 TEST(sched_n_choices_evaluate_the_prompt_once) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 512, 8, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, &c), 0);
     int32_t p[50];
     fake_prompt(p, 50, 11, VOCAB);
     struct fake_sampling random = {.random = true};
@@ -399,7 +407,7 @@ TEST(sched_n_choices_evaluate_the_prompt_once) {
 TEST(sched_cancel_frees_cells_within_one_step) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t pa[20], pb[20], pq[5];
     fake_prompt(pa, 20, 12, VOCAB);
     fake_prompt(pb, 20, 13, VOCAB);
@@ -461,7 +469,7 @@ static void cancel_on_error(void *owner, int err) { cancel_tokens += 1000; }
 TEST(sched_cancel_from_inside_a_callback) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 8, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, &c), 0);
     int32_t p[8];
     fake_prompt(p, 8, 15, VOCAB);
     struct sched_sink sink = {cancel_on_token, cancel_on_done, cancel_on_error};
@@ -482,7 +490,7 @@ TEST(sched_cancel_from_inside_a_callback) {
 TEST(sched_stop_word_eos_and_ignore_eos) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 1024, 8, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, &c), 0);
     f.eng.eos_every = 4; /* EOS after about four tokens on average */
     int32_t p[8];
     fake_prompt(p, 8, 16, VOCAB);
@@ -512,7 +520,7 @@ TEST(sched_stops_at_the_context_limit) {
     struct fx f;
     struct sched_config c = base_config();
     c.max_seq_tokens = 20;
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t p[15];
     fake_prompt(p, 15, 17, VOCAB);
     struct recorder r;
@@ -527,7 +535,7 @@ TEST(sched_stops_at_the_context_limit) {
 TEST(sched_forward_failure_fails_the_step_requests) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t p[8];
     fake_prompt(p, 8, 18, VOCAB);
     struct recorder a, b;
@@ -553,7 +561,7 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
     c.batch_tokens = 512;
     c.chunk_tokens = 512;
     c.max_step_ms = 100;
-    CHECK_EQ_INT(fx_init(&f, 4096, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 4096, 4, MEM_KV, &c), 0);
     static int32_t longp[250], other[4];
     fake_prompt(longp, 250, 19, VOCAB);
     fake_prompt(other, 4, 20, VOCAB);
@@ -617,7 +625,7 @@ TEST(sched_stall_detection) {
     c.stall_timeout_ms = 5000;
     c.stall_factor = 10;
     c.stall_grace_ms = 1000;
-    CHECK_EQ_INT(fx_init(&f, 256, 4, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     struct sched_stats st;
     f.now = 100000;
     sched_stats(f.s, f.now, &st);
@@ -656,7 +664,7 @@ TEST(sched_stall_detection) {
 TEST(sched_slots_describe_every_sequence) {
     struct fx f;
     struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 8, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, &c), 0);
     int32_t p[30];
     fake_prompt(p, 30, 22, VOCAB);
     struct recorder a, b;
@@ -694,7 +702,7 @@ TEST(sched_nothing_starves_under_a_stream_of_new_prompts) {
     c.batch_tokens = 16;
     c.chunk_tokens = 16;
     c.starve_steps = 4;
-    CHECK_EQ_INT(fx_init(&f, 4096, 16, true, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 4096, 16, MEM_KV, &c), 0);
     static int32_t longp[120], shorts[40][16];
     fake_prompt(longp, 120, 23, VOCAB);
     struct recorder rl;
