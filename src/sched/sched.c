@@ -337,15 +337,12 @@ static void sweep_cancelled(struct sched *s) {
     refresh_usage(s);
 }
 
+/* Called with in_callbacks raised, so a cancel from on_error is deferred to the sweep. */
 static void fail_request(struct sched *s, struct sched_req *r, int err) {
-    if (r->state == REQ_FREE) return;
-    if (!r->cancelled) {
-        s->totals.requests_failed++;
-        s->in_callbacks++;
-        r->sink.on_error(r->owner, err);
-        s->in_callbacks--;
-    }
-    if (!r->cancelled) req_release(s, r); /* a cancel from the callback leaves it to the sweep */
+    if (r->cancelled) return;
+    s->totals.requests_failed++;
+    r->sink.on_error(r->owner, err);
+    if (!r->cancelled) req_release(s, r);
 }
 
 static bool has_work(const struct sched *s) {
@@ -592,7 +589,13 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     struct sched_step *st = &s->step;
     batch_clear(&st->batch);
     st->n_entries = st->n_samples = 0;
-    for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < st->batch.capacity; i++)
+    /* with more decodes than the batch holds, prompts still get a few tokens: they rotate too */
+    int32_t decode_cap = st->batch.capacity;
+    if (s->n_prompt > 0 && prompt_cap > 0) {
+        int32_t keep = SCHED_MIN_PROMPT_TOKENS < decode_cap / 2 ? SCHED_MIN_PROMPT_TOKENS : decode_cap / 2;
+        decode_cap -= keep;
+    }
+    for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < decode_cap; i++)
         add_tokens(s, s->decode_order[i], 1);
     st->n_decode_tokens = st->batch.n_tokens;
     int32_t left = st->batch.capacity - st->batch.n_tokens;
@@ -641,6 +644,17 @@ static bool preempt_biggest(struct sched *s) {
 
 static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, double now_ms);
 
+/* Every request with a sequence in the step's batch gets on_error(err) and ends. */
+static void fail_batch(struct sched *s, int err) {
+    struct sched_step *st = &s->step;
+    s->in_callbacks++;
+    for (int32_t i = 0; i < st->n_entries; i++) {
+        struct seq *q = &s->seqs[st->entries[i].seq];
+        if (q->kind == SEQ_LIVE) fail_request(s, q->req, err);
+    }
+    s->in_callbacks--;
+}
+
 /* The prompt budget of this step: everything when one sequence runs alone; while others wait,
  * what the learned step cost says fits in max_step_ms after the decodes. */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
@@ -670,7 +684,13 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     for (;;) {
         fill(s, prompt_cap, chunk_cap);
         if (st->batch.n_tokens == 0) break;
-        if (memory_reserve(s->mem, &st->batch) == 0) break;
+        int rc = memory_reserve(s->mem, &st->batch);
+        if (rc == 0) break;
+        if (rc != -ERR_NOMEM) { /* the memory refuses the batch itself: its requests fail */
+            fail_batch(s, rc);
+            collect(s);
+            continue;
+        }
         /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
         if (evict_lru(s, -1)) continue;
         if (st->n_prompt_tokens > 1) {
@@ -835,10 +855,7 @@ void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) 
     learn(s, st, now_ms);
     s->in_callbacks++;
     if (st->err) {
-        for (int32_t i = 0; i < st->n_entries; i++) {
-            struct seq *q = &s->seqs[st->entries[i].seq];
-            if (q->kind == SEQ_LIVE) fail_request(s, q->req, st->err);
-        }
+        fail_batch(s, st->err);
     } else {
         /* first what the memory now holds, then the tokens (a finishing choice caches n_past) */
         for (int32_t i = 0; i < st->n_entries; i++) {

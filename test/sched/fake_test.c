@@ -20,6 +20,7 @@ struct fake_memory {
     bool partial;
     int64_t n_cells;
     struct fake_cell *cells;
+    int fail_reserves, fail_err; /* the next reserves fail with fail_err */
 };
 
 struct memory_snapshot {
@@ -53,6 +54,10 @@ static void fm_put(struct fake_memory *f, int32_t seq, int32_t pos, int32_t toke
 
 static int fm_reserve(struct memory *m, const struct batch *b) {
     struct fake_memory *f = fm(m);
+    if (f->fail_reserves > 0) {
+        f->fail_reserves--;
+        return f->fail_err;
+    }
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (fm_find(f, b->seq[i], b->pos[i]) >= 0) return -ERR_INVAL; /* position written twice */
     if (fm_free(f) < b->n_tokens) return -ERR_NOMEM;
@@ -166,6 +171,11 @@ struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool parti
     f->base.ops = partial_removal ? &fm_ops_partial : &fm_ops_whole;
     f->base.n_seq_max = n_seq_max;
     return &f->base;
+}
+
+void fake_memory_fail_reserves(struct memory *m, int n, int err) {
+    fm(m)->fail_reserves = n;
+    fm(m)->fail_err = err;
 }
 
 int32_t fake_memory_token(const struct memory *m, int32_t seq, int32_t pos) {

@@ -728,3 +728,50 @@ TEST(sched_nothing_starves_under_a_stream_of_new_prompts) {
     CHECK_EQ_INT(rl.done[0], 1 + SCHED_STOP_LIMIT);
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+TEST(sched_memory_refusing_a_batch_fails_its_requests) {
+    struct fx f;
+    struct sched_config c = base_config();
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_FAKE_KV, &c), 0);
+    int32_t p[8];
+    fake_prompt(p, 8, 24, VOCAB);
+    struct recorder a, b;
+    struct sched_request q = request(p, 8, 4);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    fake_memory_fail_reserves(f.mem, 1, -ERR_INVAL);
+    CHECK_EQ_INT(fake_run(f.s, &f.now, 1, 10), 0); /* nothing left to run */
+    CHECK_EQ_INT(a.error, -ERR_INVAL);
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 10);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(a.calls_after_end, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_decodes_rotate_when_they_exceed_the_batch) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 4;
+    c.chunk_tokens = 4;
+    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, &c), 0);
+    static int32_t p[7][6];
+    static struct recorder r[7];
+    for (int i = 0; i < 6; i++) {
+        fake_prompt(p[i], 3, 300 + (uint32_t)i, VOCAB);
+        struct sched_request q = request(p[i], 3, 30);
+        CHECK_EQ_INT(submit(&f, &r[i], &q, NULL), 0);
+    }
+    fake_run(f.s, &f.now, 1, 8); /* all six prompts read: six decodes for a batch of four */
+    for (int i = 0; i < 6; i++) CHECK(r[i].n_tokens[0] >= 1);
+    fake_prompt(p[6], 6, 306, VOCAB);
+    struct sched_request q = request(p[6], 6, 2);
+    CHECK_EQ_INT(submit(&f, &r[6], &q, NULL), 0);
+    int before[6];
+    for (int i = 0; i < 6; i++) before[i] = r[i].n_tokens[0];
+    fake_run(f.s, &f.now, 1, 3);
+    for (int i = 0; i < 6; i++) CHECK(r[i].n_tokens[0] > before[i]); /* nobody waits > 2 steps */
+    CHECK_EQ_INT(r[6].n_tokens[0], 1); /* the prompt got its 2 tokens a step: read in 3 */
+    fake_run(f.s, &f.now, 1, 1000);
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(r[i].n_tokens[0], 30);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
