@@ -7,6 +7,7 @@
 #include "sched/step_cost.h"
 #include "test.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -773,5 +774,58 @@ TEST(sched_decodes_rotate_when_they_exceed_the_batch) {
     CHECK_EQ_INT(r[6].n_tokens[0], 1); /* the prompt got its 2 tokens a step: read in 3 */
     fake_run(f.s, &f.now, 1, 1000);
     for (int i = 0; i < 6; i++) CHECK_EQ_INT(r[i].n_tokens[0], 30);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* The threading contract: compute runs on another thread while the loop thread submits,
+ * cancels and reads stats and slots. (Run under ThreadSanitizer to check for races.) */
+struct compute_job {
+    struct sched *s;
+    struct sched_step *step;
+};
+static void *compute_thread(void *arg) {
+    struct compute_job *job = arg;
+    sched_step_compute(job->s, job->step);
+    return NULL;
+}
+
+TEST(sched_compute_runs_on_a_worker_while_the_loop_serves) {
+    struct fx f;
+    struct sched_config c = base_config();
+    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, &c), 0);
+    static int32_t p[12][20];
+    static struct recorder r[12];
+    struct sched_req *h[12];
+    int submitted = 0;
+    for (int round = 0; round < 40; round++) {
+        struct sched_step *step;
+        int n = sched_build_step(f.s, f.now, &step);
+        if (n == 0 && submitted == 12) break;
+        pthread_t th;
+        struct compute_job job = {f.s, step};
+        if (n > 0) CHECK_EQ_INT(pthread_create(&th, NULL, compute_thread, &job), 0);
+        if (submitted < 12) { /* the loop thread keeps serving while the step computes */
+            fake_prompt(p[submitted], 20, 400 + (uint32_t)submitted, VOCAB);
+            struct sched_request q = request(p[submitted], 20, 8);
+            CHECK_EQ_INT(submit(&f, &r[submitted], &q, &h[submitted]), 0);
+            if (submitted % 4 == 3) sched_cancel(f.s, h[submitted]); /* still queued */
+            if (submitted == 5) sched_cancel(f.s, h[1]);             /* running: deferred */
+            submitted++;
+        }
+        struct sched_stats st;
+        struct sched_slot slots[16];
+        sched_stats(f.s, f.now, &st);
+        sched_slots(f.s, slots, 16);
+        if (n > 0) {
+            CHECK_EQ_INT(pthread_join(th, NULL), 0);
+            sched_step_complete(f.s, step, f.now += 1);
+        }
+    }
+    fake_run(f.s, &f.now, 1, 1000);
+    for (int i = 0; i < 12; i++) {
+        bool cancelled = i % 4 == 3 || i == 1;
+        CHECK_EQ_INT(r[i].done[0], cancelled ? 0 : 1 + SCHED_STOP_LIMIT);
+        if (!cancelled) CHECK_EQ_INT(r[i].n_tokens[0], 8);
+    }
     CHECK_EQ_INT(fx_free(&f), 0);
 }
