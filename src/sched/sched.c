@@ -670,6 +670,13 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     *prompt_cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
 }
 
+/* Sequences ended while building: their memory may let waiting ones in. */
+static void readmit(struct sched *s, double now_ms) {
+    sweep_cancelled(s);
+    admit(s, now_ms);
+    collect(s);
+}
+
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     ASSERT(!s->in_flight);
     *out = NULL;
@@ -688,7 +695,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
         if (rc == 0) break;
         if (rc != -ERR_NOMEM) { /* the memory refuses the batch itself: its requests fail */
             fail_batch(s, rc);
-            collect(s);
+            readmit(s, now_ms);
             continue;
         }
         /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
@@ -711,7 +718,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
         s->in_callbacks++;
         finish_choice(s, id, SCHED_STOP_CONTEXT, now_ms);
         s->in_callbacks--;
-        collect(s);
+        readmit(s, now_ms);
     }
     refresh_usage(s);
     if (st->batch.n_tokens == 0) {

@@ -829,3 +829,23 @@ TEST(sched_compute_runs_on_a_worker_while_the_loop_serves) {
     }
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+TEST(sched_a_sequence_alone_stops_when_it_fills_the_memory) {
+    struct fx f;
+    struct sched_config c = base_config();
+    CHECK_EQ_INT(fx_init(&f, 24, 4, MEM_KV, &c), 0);
+    int32_t p[15];
+    fake_prompt(p, 15, 25, VOCAB);
+    struct recorder a, b;
+    struct sched_request q = request(p, 15, -1);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    /* b waits (15 + 15 > 24), a fills all 24 cells: 9 generated tokens fed back + 1 pending */
+    CHECK_EQ_INT(a.done[0], 1 + SCHED_STOP_CONTEXT);
+    CHECK_EQ_INT(a.n_tokens[0], 10);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_CONTEXT);
+    CHECK_EQ_INT(b.counts[0].n_cached, 14); /* a's cache served b's prompt */
+    CHECK(same_output(&a, &b, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
