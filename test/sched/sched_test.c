@@ -849,3 +849,91 @@ TEST(sched_a_sequence_alone_stops_when_it_fills_the_memory) {
     CHECK(same_output(&a, &b, 0));
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+/* Random arrivals, shared prefixes, n choices, cancellations and a memory far too small, on
+ * every memory kind and preemption mode: every request that was not cancelled ends with exactly
+ * the output it has alone, and the scheduler never goes idle with work left. */
+static uint32_t rnd(uint32_t *st) {
+    *st ^= *st << 13;
+    *st ^= *st >> 17;
+    *st ^= *st << 5;
+    return *st;
+}
+
+#define RND_REQS 16
+TEST(sched_random_workloads_match_solo_runs) {
+    static int32_t prompts[RND_REQS][32];
+    static struct recorder rec[RND_REQS], alone;
+    static struct sched_request reqs[RND_REQS];
+    static const struct fake_sampling random = {.random = true};
+    struct { int kind; bool recompute; } modes[] = {{MEM_KV, false}, {MEM_KV, true}, {MEM_WHOLE_ONLY, false}};
+    for (uint32_t seed = 1; seed <= 6; seed++) {
+        for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+            uint32_t st = seed * 2654435761u;
+            struct fx f;
+            struct sched_config c = base_config();
+            c.batch_tokens = 8 + (int32_t)(rnd(&st) % 40);
+            c.chunk_tokens = 4 + (int32_t)(rnd(&st) % 12);
+            c.preempt_recompute = modes[m].recompute;
+            CHECK_EQ_INT(fx_init(&f, 96, 12, modes[m].kind, &c), 0);
+            struct sched_req *h[RND_REQS];
+            bool cancelled[RND_REQS] = {0};
+            int next = 0;
+            for (int step_no = 0; step_no < 3000; step_no++) {
+                if (next < RND_REQS && rnd(&st) % 3 == 0) {
+                    int n = 2 + (int)(rnd(&st) % 29);
+                    /* half of the prompts start like an earlier one */
+                    int base = next > 0 && rnd(&st) % 2 ? (int)(rnd(&st) % (uint32_t)next) : -1;
+                    fake_prompt(prompts[next], n, seed * 1000 + (uint32_t)next, VOCAB);
+                    if (base >= 0) {
+                        int k = (int)(rnd(&st) % (uint32_t)n);
+                        if (k > reqs[base].n_prompt) k = reqs[base].n_prompt;
+                        memcpy(prompts[next], prompts[base], (size_t)k * sizeof(int32_t));
+                    }
+                    reqs[next] = request(prompts[next], n, 1 + (int)(rnd(&st) % 30));
+                    reqs[next].n_choices = 1 + (int)(rnd(&st) % 2);
+                    reqs[next].seed = rnd(&st);
+                    reqs[next].sampler_params = rnd(&st) % 2 ? &random : NULL;
+                    reqs[next].cache_prompt = rnd(&st) % 4 != 0;
+                    CHECK_EQ_INT(submit(&f, &rec[next], &reqs[next], &h[next]), 0);
+                    next++;
+                }
+                if (next > 0 && rnd(&st) % 40 == 0) { /* the owner of a running request goes away */
+                    int i = (int)(rnd(&st) % (uint32_t)next);
+                    bool ended = true;
+                    for (int ch = 0; ch < reqs[i].n_choices; ch++) ended &= rec[i].done[ch] != 0;
+                    if (!ended && !cancelled[i]) {
+                        sched_cancel(f.s, h[i]);
+                        cancelled[i] = true;
+                    }
+                }
+                struct sched_step *step;
+                if (sched_build_step(f.s, f.now, &step) == 0) {
+                    struct sched_stats ss;
+                    sched_stats(f.s, f.now, &ss);
+                    CHECK_EQ_INT(ss.queued + ss.active_requests, 0); /* idle only when done */
+                    if (next == RND_REQS) break;
+                    continue;
+                }
+                sched_step_compute(f.s, step);
+                sched_step_complete(f.s, step, f.now += 1);
+            }
+            CHECK_EQ_INT(next, RND_REQS);
+            struct sched_stats ss;
+            sched_stats(f.s, f.now, &ss);
+            CHECK(ss.preemptions > 0);
+            CHECK_EQ_INT(fx_free(&f), 0);
+            for (int i = 0; i < RND_REQS; i++) {
+                CHECK_EQ_INT(rec[i].error + rec[i].calls_after_end, 0);
+                if (cancelled[i]) continue;
+                CHECK_EQ_INT(run_alone(&reqs[i], &alone), 0);
+                for (int ch = 0; ch < reqs[i].n_choices; ch++) {
+                    if (!same_output(&alone, &rec[i], ch))
+                        fprintf(stderr, "  seed %u mode %zu request %d choice %d differs\n", seed, m, i, ch);
+                    CHECK(same_output(&alone, &rec[i], ch));
+                    CHECK_EQ_INT(rec[i].done[ch], 1 + SCHED_STOP_LIMIT);
+                }
+            }
+        }
+    }
+}
