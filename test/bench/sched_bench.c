@@ -1,0 +1,109 @@
+/* sched_bench: what the scheduler costs the loop thread. sched_build_step and
+ * sched_step_complete run on the libuv loop between network events, so their time is latency
+ * added to every /health and every streamed token. Measured on the real KV memory in its
+ * bookkeeping-only configuration with a model-free engine (compute is not timed: it runs on a
+ * worker thread in the server). Built and run by scripts/bench.d/40-sched. */
+#include "common/err.h"
+#include "memory/kv.h"
+#include "sched/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define VOCAB 256
+
+struct engine {
+    float logits[4096 * VOCAB > 1 ? 512 * VOCAB : 1];
+};
+
+static int forward(void *e, struct memory *m, const struct batch *b, const float **logits) {
+    *logits = ((struct engine *)e)->logits;
+    return 0;
+}
+static int32_t n_vocab(void *e) { return VOCAB; }
+static bool is_eog(void *e, int32_t t) { return false; }
+static void *sampler_create(void *e, const void *p, uint64_t seed, const int32_t *prompt, int32_t n) {
+    uint64_t *s = malloc(sizeof *s);
+    if (s) *s = seed | 1;
+    return s;
+}
+static int32_t sample(void *e, void *sampler, const float *logits, int32_t n_probs, struct sched_token_probs *p) {
+    uint64_t *s = sampler;
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return (int32_t)(*s % VOCAB);
+}
+static void sampler_free(void *e, void *s) { free(s); }
+static const struct sched_engine_ops ops = {forward, n_vocab, is_eog, sampler_create, sample, sampler_free};
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: other processes on the machine do not count */
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static bool on_token(void *o, int32_t c, int32_t t, const struct sched_token_probs *p) { return true; }
+static void on_done(void *o, int32_t c, enum sched_stop r, const struct sched_counts *k) { ++*(int *)o; }
+static void on_error(void *o, int err) { ++*(int *)o; }
+static const struct sched_sink sink = {on_token, on_done, on_error};
+
+/* n_seqs requests of a 200-token prompt (the first 150 shared) generating 64 tokens each. */
+static int run(int32_t n_seqs, int64_t n_cells) {
+    static struct engine eng;
+    struct memory *mem;
+    if (kv_memory_create(&mem, NULL, n_cells, n_seqs + 16) != 0) return 1;
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.n_ctx = 1024;
+    cfg.max_queue = n_seqs;
+    struct sched *s;
+    if (sched_create(&s, &cfg, mem, &ops, &eng) != 0) return 1;
+    int32_t prompt[200];
+    int finished = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        for (int k = 0; k < 200; k++) prompt[k] = k < 150 ? k : (i * 7 + k) % VOCAB;
+        struct sched_request r = {.prompt = prompt, .n_prompt = 200, .n_predict = 64, .n_choices = 1,
+                                  .seed = (uint64_t)i, .cache_prompt = true};
+        struct sched_req *h;
+        if (sched_submit(s, &r, &sink, &finished, 0, &h) != 0) return 1;
+    }
+    double build_us = 0, complete_us = 0, worst_us = 0, t = 0;
+    int64_t steps = 0, tokens = 0;
+    struct sched_step *step;
+    for (;;) {
+        double t0 = now_us();
+        int n = sched_build_step(s, t, &step);
+        double t1 = now_us();
+        if (n == 0) break;
+        sched_step_compute(s, step);
+        double t2 = now_us();
+        sched_step_complete(s, step, t += 20);
+        double t3 = now_us();
+        build_us += t1 - t0;
+        complete_us += t3 - t2;
+        if (t1 - t0 + t3 - t2 > worst_us) worst_us = t1 - t0 + t3 - t2;
+        if (getenv("SCHED_BENCH_TRACE") && t1 - t0 + t3 - t2 > 1000)
+            fprintf(stderr, "  step %lld: build %.0f us complete %.0f us, %d tokens\n", (long long)steps, t1 - t0, t3 - t2, n);
+        steps++;
+        tokens += n;
+    }
+    struct sched_stats st;
+    sched_stats(s, t, &st);
+    printf("%4d seqs, %6lld cells: %5lld steps, %7lld tokens, preemptions %4lld | loop thread per step: "
+           "build %7.1f us, complete %6.1f us, worst %7.1f us\n",
+           n_seqs, (long long)n_cells, (long long)steps, (long long)tokens, (long long)st.preemptions,
+           build_us / (double)steps, complete_us / (double)steps, worst_us);
+    sched_destroy(s);
+    memory_destroy(mem);
+    return finished == n_seqs ? 0 : 1;
+}
+
+int main(void) {
+    int rc = 0;
+    rc |= run(1, 4096);
+    rc |= run(16, 8192);
+    rc |= run(64, 16384);
+    rc |= run(64, 4096); /* memory for a quarter: preemption */
+    return rc;
+}
