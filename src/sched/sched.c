@@ -919,8 +919,11 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
     out->step_started_ms = s->in_flight ? s->step.started_ms : 0;
     out->step_expected_ms = s->in_flight ? s->step.expected_ms : 0;
     out->last_progress_ms = s->last_progress_ms;
-    bool overdue = s->in_flight && now_ms - s->step.started_ms >
-                   s->cfg.stall_factor * s->step.expected_ms + s->cfg.stall_grace_ms;
+    /* Before the first measured step there is no expectation: a cold first prompt may take
+     * seconds, and calling that a stall would get a healthy server restarted. */
+    double limit_ms = s->cost.observed > 0 ? s->cfg.stall_factor * s->step.expected_ms + s->cfg.stall_grace_ms
+                                           : s->cfg.stall_timeout_ms;
+    bool overdue = s->in_flight && now_ms - s->step.started_ms > limit_ms;
     bool waiting = out->queued + out->active_requests > 0;
     out->stalled = overdue || (waiting && now_ms - s->last_progress_ms > s->cfg.stall_timeout_ms);
 }

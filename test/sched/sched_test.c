@@ -636,6 +636,17 @@ TEST(sched_stall_detection) {
     struct recorder r;
     struct sched_request q = request(p, 8, 50);
     CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_stats(f.s, f.now + 4000, &st); /* a first, cold step: no expectation to be late for */
+    CHECK(!st.stalled);
+    CHECK(st.step_in_flight);
+    sched_stats(f.s, f.now + 6000, &st);
+    CHECK(st.stalled);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 10);
+    struct recorder r2;
+    CHECK_EQ_INT(submit(&f, &r2, &q, NULL), 0);
     sched_stats(f.s, f.now + 4000, &st);
     CHECK(!st.stalled);
     sched_stats(f.s, f.now + 6000, &st); /* queued work, no progress */
@@ -645,7 +656,6 @@ TEST(sched_stall_detection) {
     sched_stats(f.s, f.now, &st);
     CHECK(!st.stalled);
     CHECK(st.tokens_per_s > 0);
-    struct sched_step *step;
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
     sched_stats(f.s, f.now + 500, &st);
     CHECK(st.step_in_flight);
