@@ -78,8 +78,19 @@ struct step_sample {
     struct sched_token_probs out;
 };
 
+/* A preemption by saving: the copy to host runs on the worker (it can take milliseconds: page
+ * faults on a fresh snapshot), the loop thread only frees the cells afterwards. */
+struct step_save {
+    int32_t seq;
+    int64_t cells;
+    struct memory_snapshot *snap;
+    int err;
+};
+
 struct sched_step {
     struct batch batch;
+    bool has_save;          /* a save-only step: empty batch */
+    struct step_save save;
     struct step_entry *entries;
     int32_t n_entries;
     struct step_sample *samples;
@@ -611,13 +622,13 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     st->n_prompt_tokens = st->batch.n_tokens - st->n_decode_tokens;
 }
 
-/* Free the cells of the live sequence holding the most (ties: the latest admitted) and requeue
- * it; false when fewer than two live sequences hold memory (preempting the only one is useless). */
-static bool preempt_biggest(struct sched *s) {
+/* The live sequence holding the most cells (ties: the latest admitted); -1 when fewer than two
+ * live sequences hold memory (preempting the only one is useless). */
+static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
     int32_t victim = -1, holders = 0;
     int64_t most = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
-        struct seq *q = &s->seqs[i];
+        const struct seq *q = &s->seqs[i];
         if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled) continue;
         holders++;
         int64_t cells = memory_seq_cells(s->mem, i);
@@ -626,20 +637,21 @@ static bool preempt_biggest(struct sched *s) {
             victim = i;
         }
     }
-    if (holders < 2) return false;
-    struct seq *q = &s->seqs[victim];
-    q->snap = NULL;
-    if (!s->cfg.preempt_recompute && memory_seq_save(s->mem, victim, &q->snap) == 0) {
-        q->snap_cells = most;
-    } else {
-        q->snap = NULL;
-        q->n_past = 0; /* recompute everything on resume (sharing what it can then) */
-    }
-    int rc = memory_seq_rm(s->mem, victim, 0, -1);
+    *cells_out = most;
+    return holders < 2 ? -1 : victim;
+}
+
+/* Take a live sequence out of memory until it can resume: with its host snapshot, or (snap NULL)
+ * to recompute everything on resume, sharing what it can then. */
+static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, int64_t cells) {
+    struct seq *q = &s->seqs[id];
+    q->snap = snap;
+    q->snap_cells = cells;
+    if (!snap) q->n_past = 0;
+    int rc = memory_seq_rm(s->mem, id, 0, -1);
     ASSERT(rc == 0);
     q->in_memory = false;
     s->totals.preemptions++;
-    return true;
 }
 
 static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, double now_ms);
@@ -683,6 +695,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     sweep_cancelled(s);
     admit(s, now_ms);
     struct sched_step *st = &s->step;
+    st->has_save = false;
     st->number++;
     collect(s);
     int32_t prompt_cap, chunk_cap;
@@ -708,10 +721,20 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             prompt_cap = 0;
             continue;
         }
-        if (preempt_biggest(s)) {
+        int64_t cells;
+        int32_t victim = preempt_victim(s, &cells);
+        if (victim >= 0 && s->cfg.preempt_recompute) {
+            preempt(s, victim, NULL, 0);
             prompt_cap = full_prompt_cap;
             collect(s);
             continue;
+        }
+        if (victim >= 0) { /* this step only saves the victim; the next one runs the batch */
+            batch_clear(&st->batch);
+            st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
+            st->has_save = true;
+            st->save = (struct step_save){.seq = victim, .cells = cells};
+            break;
         }
         /* One sequence holds the whole memory and needs more: it has reached its limit. */
         int32_t id = st->entries[0].seq;
@@ -721,7 +744,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
         readmit(s, now_ms);
     }
     refresh_usage(s);
-    if (st->batch.n_tokens == 0) {
+    if (st->batch.n_tokens == 0 && !st->has_save) {
         st->number--;
         return 0;
     }
@@ -730,12 +753,17 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
     s->in_flight = true;
     *out = st;
-    return st->batch.n_tokens;
+    return st->has_save ? 1 : st->batch.n_tokens;
 }
 
 /* ---------------------------------------------------------------- compute (worker thread) */
 
 void sched_step_compute(struct sched *s, struct sched_step *st) {
+    if (st->has_save) {
+        st->save.snap = NULL;
+        st->save.err = memory_seq_save(s->mem, st->save.seq, &st->save.snap);
+        return;
+    }
     const float *logits = NULL;
     st->err = s->ops->forward(s->engine, s->mem, &st->batch, &logits);
     if (st->err) return;
@@ -844,6 +872,8 @@ static void take_token(struct sched *s, int32_t id, const struct sched_token_pro
 }
 
 static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
+    s->last_progress_ms = now_ms;
+    if (st->batch.n_tokens == 0) return; /* a save-only step says nothing about forward speed */
     double ms = now_ms - st->started_ms;
     if (ms < 0) ms = 0;
     step_cost_observe(&s->cost, st->batch.n_tokens, ms);
@@ -854,12 +884,13 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     s->totals.prompt_ms += ms * st->n_prompt_tokens / st->batch.n_tokens;
     s->totals.decode_ms += ms * st->n_decode_tokens / st->batch.n_tokens;
     s->totals.prompt_tokens += st->n_prompt_tokens;
-    s->last_progress_ms = now_ms;
 }
 
 void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) {
     ASSERT(s->in_flight && st == &s->step);
     learn(s, st, now_ms);
+    if (st->has_save) /* a failed save falls back to recomputing */
+        preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells);
     s->in_callbacks++;
     if (st->err) {
         fail_batch(s, st->err);

@@ -947,3 +947,40 @@ TEST(sched_random_workloads_match_solo_runs) {
         }
     }
 }
+
+TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
+    struct fx f;
+    struct sched_config c = base_config();
+    CHECK_EQ_INT(fx_init(&f, 40, 4, MEM_KV, &c), 0);
+    int32_t pa[10], pb[12];
+    fake_prompt(pa, 10, 26, VOCAB);
+    fake_prompt(pb, 12, 27, VOCAB);
+    struct recorder a, b;
+    struct sched_request qa = request(pa, 10, 20), qb = request(pb, 12, 20);
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    int save_steps = 0;
+    for (int i = 0; i < 200; i++) {
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        struct sched_stats before, after;
+        sched_stats(f.s, f.now, &before);
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        sched_stats(f.s, f.now, &after);
+        if (sched_step_batch(step)->n_tokens == 0) {
+            save_steps++;
+            /* the loop thread freed the victim's cells only after the worker copied them */
+            CHECK_EQ_INT(after.preemptions, before.preemptions + 1);
+            CHECK(after.cells_used < before.cells_used);
+            CHECK_EQ_INT(after.preempted, 1);
+        }
+    }
+    CHECK(save_steps > 0);
+    struct recorder alone;
+    CHECK_EQ_INT(run_alone(&qa, &alone), 0);
+    CHECK(same_output(&alone, &a, 0));
+    CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+    CHECK(same_output(&alone, &b, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
