@@ -63,6 +63,18 @@
  *       sched_step_complete(s, step, now_ms());          // sink callbacks happen here
  *   }
  *   sched_destroy(s);
+ *
+ * The libuv driver (net side): one uv_work_t, a `running` flag. kick(): if not running and
+ * sched_build_step(s, uv_now(loop), &step) > 0, set running and uv_queue_work(work_cb: compute,
+ * after_work_cb: sched_step_complete(s, step, uv_now(loop)), clear running, kick()). Call kick()
+ * after every sched_submit and sched_cancel; a uv_timer tick calling kick() is only a safety net
+ * (memory is only freed by a completion or a cancel, both of which kick). With
+ * uv_queue_work's status UV_ECANCELED (shutdown), still call sched_step_complete so the step ends.
+ *
+ * Errors for the API layer: sched_submit's -ERR_INVAL -> 400 naming the field; -ERR_TOOBIG ->
+ * 400 exceed_context_size_error with n_prompt and sched_max_prompt_tokens() (or too many
+ * choices for the memory's sequence ids); -ERR_BUSY -> 503 with Retry-After. on_error codes are
+ * the engine's forward or the memory's errors (-> 500).
  */
 #ifndef UVLM_SCHED_H
 #define UVLM_SCHED_H
