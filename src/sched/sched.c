@@ -733,7 +733,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             batch_clear(&st->batch);
             st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
             st->has_save = true;
-            st->save = (struct step_save){.seq = victim, .cells = cells};
+            st->save = (struct step_save){.seq = victim, .cells = cells, .err = -ERR_CANCELLED};
             break;
         }
         /* One sequence holds the whole memory and needs more: it has reached its limit. */
@@ -748,7 +748,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
         st->number--;
         return 0;
     }
-    st->err = 0;
+    st->err = -ERR_CANCELLED; /* until sched_step_compute runs: a step that never ran fails */
     st->started_ms = now_ms;
     st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
     s->in_flight = true;

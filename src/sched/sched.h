@@ -69,7 +69,8 @@
  * after_work_cb: sched_step_complete(s, step, uv_now(loop)), clear running, kick()). Call kick()
  * after every sched_submit and sched_cancel; a uv_timer tick calling kick() is only a safety net
  * (memory is only freed by a completion or a cancel, both of which kick). With
- * uv_queue_work's status UV_ECANCELED (shutdown), still call sched_step_complete so the step ends.
+ * uv_queue_work's status UV_ECANCELED (shutdown: compute never ran), still call
+ * sched_step_complete: the step's requests end with on_error(-ERR_CANCELLED).
  *
  * Errors for the API layer: sched_submit's -ERR_INVAL -> 400 naming the field; -ERR_TOOBIG ->
  * 400 exceed_context_size_error with n_prompt and sched_max_prompt_tokens() (or too many
@@ -203,7 +204,8 @@ int32_t sched_max_prompt_tokens(const struct sched *s);
  * nothing to do (*step NULL). Asserts no step is in flight. The driver runs every step the same
  * way: compute on a worker, then complete on the loop. */
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **step);
-/* Forward + sampling for a built step (worker thread). Errors are kept in the step. */
+/* Forward + sampling for a built step (worker thread). Errors are kept in the step; a step
+ * completed without having been computed fails its requests with -ERR_CANCELLED. */
 void sched_step_compute(struct sched *s, struct sched_step *step);
 /* Take the step's results: append tokens, stop choices, call sinks, keep or free cells, learn the
  * step's cost from now_ms - the build's now_ms. After it a new step may be built. */

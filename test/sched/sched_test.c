@@ -984,3 +984,23 @@ TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
     CHECK(same_output(&alone, &b, 0));
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+TEST(sched_a_step_completed_without_compute_fails_its_requests) {
+    struct fx f;
+    struct sched_config c = base_config();
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    int32_t p[8];
+    fake_prompt(p, 8, 28, VOCAB);
+    struct recorder a;
+    struct sched_request q = request(p, 8, 5);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_step_complete(f.s, step, f.now += 1); /* the worker never ran it (shutdown) */
+    CHECK_EQ_INT(a.error, -ERR_CANCELLED);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cells_used, 0);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
