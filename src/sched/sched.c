@@ -45,6 +45,7 @@ struct seq {
 enum req_state { REQ_FREE, REQ_QUEUED, REQ_ACTIVE };
 
 struct sched_req {
+    struct sched *sched;
     enum req_state state;
     int64_t id;
     void *owner;
@@ -406,7 +407,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
     struct sched_req *r = s->free_reqs;
     s->free_reqs = r->next;
     *r = (struct sched_req){
-        .state = REQ_QUEUED, .id = ++s->next_req_id, .owner = owner, .sink = *sink,
+        .sched = s, .state = REQ_QUEUED, .id = ++s->next_req_id, .owner = owner, .sink = *sink,
         .prompt = prompt,
         .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
         .n_probs = in->n_probs, .cache_prompt = in->cache_prompt, .ignore_eos = in->ignore_eos,
@@ -928,8 +929,9 @@ const struct batch *sched_step_batch(const struct sched_step *st) { return &st->
 
 int32_t sched_req_seq(const struct sched_req *r, int32_t choice) {
     ASSERT(choice >= 0 && choice < r->n_choices);
-    if (r->state != REQ_ACTIVE) return -1;
-    return r->seqs[choice];
+    if (r->state != REQ_ACTIVE || r->seqs[choice] < 0) return -1;
+    const struct seq *q = &r->sched->seqs[r->seqs[choice]];
+    return q->in_memory ? r->seqs[choice] : -1;
 }
 
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) {
