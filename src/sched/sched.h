@@ -6,7 +6,9 @@
  *   - sequences still reading their prompt get chunks, round-robin, up to the step's token budget
  *     (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
  *     arrives while a long prompt is being read gets its prompt into the very next step; a sequence
- *     that waited `starve_steps` steps goes before new ones, so nothing starves;
+ *     that waited `starve_steps` steps goes before new ones, so nothing starves; every choice
+ *     is a pure function of the arrival order and the step times reported to
+ *     sched_step_complete (no clock, no randomness, ties broken by admission order);
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
  *     config.max_step_ms, from a cost line learned from measured step times (step_cost.h);
  *     a prompt alone gets the whole budget;

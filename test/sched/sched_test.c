@@ -37,7 +37,10 @@ enum mem_kind {
     MEM_FAKE_KV = 2,    /* fake memory with partial removal */
 };
 
+/* c NULL: base_config() */
 static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const struct sched_config *c) {
+    struct sched_config base = base_config();
+    if (!c) c = &base;
     memset(f, 0, sizeof *f);
     f->mem = kind == MEM_KV ? fake_kv_create(cells, n_seq) : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
     fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
@@ -60,6 +63,12 @@ static int fx_free(struct fx *f) {
 static struct sched_request request(const int32_t *prompt, int32_t n, int32_t n_predict) {
     return (struct sched_request){.prompt = prompt, .n_prompt = n, .n_predict = n_predict,
                                   .n_choices = 1, .cache_prompt = true, .ignore_eos = true};
+}
+
+/* A request for a fresh prompt of n tokens derived from seed, written to buf. */
+static struct sched_request prompt_request(int32_t *buf, int32_t n, uint32_t seed, int32_t n_predict) {
+    fake_prompt(buf, n, seed, VOCAB);
+    return request(buf, n, n_predict);
 }
 
 static int submit(struct fx *f, struct recorder *r, const struct sched_request *req, struct sched_req **h) {
@@ -92,12 +101,10 @@ static int run_alone(const struct sched_request *req, struct recorder *out) {
 
 TEST(sched_generates_until_n_predict_and_caches_the_prompt) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
     int32_t prompt[10];
-    fake_prompt(prompt, 10, 1, VOCAB);
     struct recorder r;
-    struct sched_request req = request(prompt, 10, 5);
+    struct sched_request req = prompt_request(prompt, 10, 1, 5);
     CHECK_EQ_INT(submit(&f, &r, &req, NULL), 0);
     CHECK_EQ_INT(fake_run(f.s, &f.now, 10, 100), 5); /* prompt + first token, then 4 decodes */
     CHECK_EQ_INT(r.n_tokens[0], 5);
@@ -277,8 +284,7 @@ TEST(sched_preemption_keeps_outputs_identical) {
 
 TEST(sched_admission_waits_for_memory) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 64, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 64, 4, MEM_KV, NULL), 0);
     int32_t p1[40], p2[40];
     fake_prompt(p1, 40, 5, VOCAB);
     fake_prompt(p2, 40, 6, VOCAB);
@@ -349,12 +355,10 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
 
 TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
     int32_t p[20];
-    fake_prompt(p, 20, 10, VOCAB);
     struct recorder a, b;
-    struct sched_request q = request(p, 20, 3);
+    struct sched_request q = prompt_request(p, 20, 10, 3);
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     fake_run(f.s, &f.now, 1, 100);
     q.cache_prompt = false;
@@ -371,8 +375,7 @@ TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
 
 TEST(sched_n_choices_evaluate_the_prompt_once) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, NULL), 0);
     int32_t p[50];
     fake_prompt(p, 50, 11, VOCAB);
     struct fake_sampling random = {.random = true};
@@ -407,8 +410,7 @@ TEST(sched_n_choices_evaluate_the_prompt_once) {
 
 TEST(sched_cancel_frees_cells_within_one_step) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
     int32_t pa[20], pb[20], pq[5];
     fake_prompt(pa, 20, 12, VOCAB);
     fake_prompt(pb, 20, 13, VOCAB);
@@ -469,8 +471,7 @@ static void cancel_on_error(void *owner, int err) { cancel_tokens += 1000; }
 
 TEST(sched_cancel_from_inside_a_callback) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, NULL), 0);
     int32_t p[8];
     fake_prompt(p, 8, 15, VOCAB);
     struct sched_sink sink = {cancel_on_token, cancel_on_done, cancel_on_error};
@@ -490,13 +491,11 @@ TEST(sched_cancel_from_inside_a_callback) {
 
 TEST(sched_stop_word_eos_and_ignore_eos) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, NULL), 0);
     f.eng.eos_every = 4; /* EOS after about four tokens on average */
     int32_t p[8];
-    fake_prompt(p, 8, 16, VOCAB);
     struct recorder w, e, i;
-    struct sched_request q = request(p, 8, 60);
+    struct sched_request q = prompt_request(p, 8, 16, 60);
     CHECK_EQ_INT(submit(&f, &w, &q, NULL), 0);
     w.stop_after = 1;
     q.ignore_eos = false;
@@ -523,9 +522,8 @@ TEST(sched_stops_at_the_context_limit) {
     c.max_seq_tokens = 20;
     CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     int32_t p[15];
-    fake_prompt(p, 15, 17, VOCAB);
     struct recorder r;
-    struct sched_request q = request(p, 15, -1);
+    struct sched_request q = prompt_request(p, 15, 17, -1);
     CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
     fake_run(f.s, &f.now, 1, 100);
     CHECK_EQ_INT(r.done[0], 1 + SCHED_STOP_CONTEXT);
@@ -535,12 +533,10 @@ TEST(sched_stops_at_the_context_limit) {
 
 TEST(sched_forward_failure_fails_the_step_requests) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
     int32_t p[8];
-    fake_prompt(p, 8, 18, VOCAB);
     struct recorder a, b;
-    struct sched_request q = request(p, 8, 5);
+    struct sched_request q = prompt_request(p, 8, 18, 5);
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     f.eng.fail_forwards = 1;
     fake_run(f.s, &f.now, 1, 1);
@@ -632,9 +628,8 @@ TEST(sched_stall_detection) {
     sched_stats(f.s, f.now, &st);
     CHECK(!st.stalled); /* idle is not stalled, however long */
     int32_t p[8];
-    fake_prompt(p, 8, 21, VOCAB);
     struct recorder r;
-    struct sched_request q = request(p, 8, 50);
+    struct sched_request q = prompt_request(p, 8, 21, 50);
     CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
     struct sched_step *step;
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
@@ -674,12 +669,10 @@ TEST(sched_stall_detection) {
 
 TEST(sched_slots_describe_every_sequence) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, NULL), 0);
     int32_t p[30];
-    fake_prompt(p, 30, 22, VOCAB);
     struct recorder a, b;
-    struct sched_request q = request(p, 30, 5);
+    struct sched_request q = prompt_request(p, 30, 22, 5);
     q.n_choices = 2;
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     q.n_choices = 1;
@@ -742,12 +735,10 @@ TEST(sched_nothing_starves_under_a_stream_of_new_prompts) {
 
 TEST(sched_memory_refusing_a_batch_fails_its_requests) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_FAKE_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_FAKE_KV, NULL), 0);
     int32_t p[8];
-    fake_prompt(p, 8, 24, VOCAB);
     struct recorder a, b;
-    struct sched_request q = request(p, 8, 4);
+    struct sched_request q = prompt_request(p, 8, 24, 4);
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     fake_memory_fail_reserves(f.mem, 1, -ERR_INVAL);
     CHECK_EQ_INT(fake_run(f.s, &f.now, 1, 10), 0); /* nothing left to run */
@@ -801,8 +792,7 @@ static void *compute_thread(void *arg) {
 
 TEST(sched_compute_runs_on_a_worker_while_the_loop_serves) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, NULL), 0);
     static int32_t p[12][20];
     static struct recorder r[12];
     struct sched_req *h[12];
@@ -842,12 +832,10 @@ TEST(sched_compute_runs_on_a_worker_while_the_loop_serves) {
 
 TEST(sched_a_sequence_alone_stops_when_it_fills_the_memory) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 24, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 24, 4, MEM_KV, NULL), 0);
     int32_t p[15];
-    fake_prompt(p, 15, 25, VOCAB);
     struct recorder a, b;
-    struct sched_request q = request(p, 15, -1);
+    struct sched_request q = prompt_request(p, 15, 25, -1);
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
     fake_run(f.s, &f.now, 1, 200);
@@ -950,8 +938,7 @@ TEST(sched_random_workloads_match_solo_runs) {
 
 TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 40, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 40, 4, MEM_KV, NULL), 0);
     int32_t pa[10], pb[12];
     fake_prompt(pa, 10, 26, VOCAB);
     fake_prompt(pb, 12, 27, VOCAB);
@@ -987,12 +974,10 @@ TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
 
 TEST(sched_a_step_completed_without_compute_fails_its_requests) {
     struct fx f;
-    struct sched_config c = base_config();
-    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
     int32_t p[8];
-    fake_prompt(p, 8, 28, VOCAB);
     struct recorder a;
-    struct sched_request q = request(p, 8, 5);
+    struct sched_request q = prompt_request(p, 8, 28, 5);
     CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
     struct sched_step *step;
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
