@@ -958,7 +958,9 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
                                            : s->cfg.stall_timeout_ms;
     bool overdue = s->in_flight && now_ms - s->step.started_ms > limit_ms;
     bool waiting = out->queued + out->active_requests > 0;
-    out->stalled = overdue || (waiting && now_ms - s->last_progress_ms > s->cfg.stall_timeout_ms);
+    /* a step in flight is judged by its own expected time: a legitimately long step is progress */
+    bool idle_too_long = !s->in_flight && waiting && now_ms - s->last_progress_ms > s->cfg.stall_timeout_ms;
+    out->stalled = overdue || idle_too_long;
 }
 
 int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max) {

@@ -248,8 +248,8 @@ struct sched_stats {
     int64_t step_hist[SCHED_STEP_HIST_BUCKETS]; /* step durations, cumulative-free counts */
 };
 /* stalled: a step has run longer than stall_factor x expected + stall_grace_ms (stall_timeout_ms
- * before any step was measured), or there is work (queued, preempted or active) and nothing
- * progressed for stall_timeout_ms. Safe while a step is in flight (reads nothing the worker
+ * before any step was measured), or no step is in flight while there is work (queued, preempted
+ * or active) and nothing progressed for stall_timeout_ms. Safe while a step is in flight (reads nothing the worker
  * writes). */
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out);
 

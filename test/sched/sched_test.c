@@ -665,6 +665,21 @@ TEST(sched_stall_detection) {
     CHECK_EQ_INT(st.step_hist[SCHED_STEP_HIST_BUCKETS - 2], 1); /* the 1200 ms step: (1000, 2500] */
     fake_run(f.s, &f.now, 10, 100);
     CHECK_EQ_INT(fx_free(&f), 0);
+
+    /* steps known to take 100 ms, a stall timeout of 50 ms: a step running for 150 ms is
+     * progress, not a stall (only its own expected time judges it) */
+    c.stall_timeout_ms = 50;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    struct recorder r3;
+    CHECK_EQ_INT(submit(&f, &r3, &q, NULL), 0);
+    fake_run(f.s, &f.now, 100, 3);
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_stats(f.s, f.now + 150, &st);
+    CHECK(!st.stalled);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 150);
+    fake_run(f.s, &f.now, 100, 100);
+    CHECK_EQ_INT(fx_free(&f), 0);
 }
 
 TEST(sched_slots_describe_every_sequence) {
