@@ -3,8 +3,8 @@
  * Many requests generate at once over one model and one memory. The scheduler decides, step by
  * step, which tokens go into the next forward pass:
  *   - every generating sequence gets one decode token per step;
- *   - sequences still reading their prompt get chunks, round-robin, up to the step's token budget
- *     (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
+ *   - sequences still reading their prompt get chunks (at most config.chunk_tokens each while
+ *     others wait), round-robin, up to the step's token budget (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
  *     arrives while a long prompt is being read gets its prompt into the very next step; a sequence
  *     that waited `starve_steps` steps goes before new ones, so nothing starves; every choice
  *     is a pure function of the arrival order and the step times reported to
@@ -23,8 +23,9 @@
  *     cannot save, or config.preempt_recompute is set, its cells are dropped and its tokens
  *     recomputed as a prompt on resume (identical output up to the model's batch-shape rounding).
  *     Saving is the default: scripts/bench.d/40-sched measures a 1000-token SmolLM2-135M
- *     sequence (23 MB of K/V) at tens of ms to save and ~2 ms to restore, where recomputing it is
- *     a forward pass over 1000 tokens (~270 GFLOP, seconds on 2 cores);
+ *     sequence (23 MB of K/V) at 60-250 ms to save (page faults on the fresh snapshot, on a busy
+ *     VM) and ~2 ms to restore, where recomputing it is a forward pass over 1000 tokens
+ *     (~270 GFLOP: seconds on 2 cores, and it would delay every other sequence's steps);
  *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
  *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
