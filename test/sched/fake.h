@@ -26,6 +26,10 @@ struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool parti
 /* The real KV memory (memory/kv.h) with a 1-layer, 1-wide shape: the fake engine stores each
  * token id in its cell's K row, so histories travel with cp/save/restore like real K/V. */
 struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max);
+/* A recurrent-like memory: one state per sequence (n_states of them), whole-sequence removal and
+ * sharing only; the fake engine folds each token into the state, so a state that skipped or
+ * repeated a token yields different text. */
+struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max);
 /* The next n reserves of a fake memory fail with err (to test refusals other than -ERR_NOMEM). */
 void fake_memory_fail_reserves(struct memory *m, int n, int err);
 /* Token held for (seq, pos) in a fake memory, -1 when none. */

@@ -184,6 +184,127 @@ int32_t fake_memory_token(const struct memory *m, int32_t seq, int32_t pos) {
     return i < 0 ? -1 : f->cells[i].token;
 }
 
+/* ---------------------------------------------------------------- fake recurrent memory */
+
+/* One state per sequence (a running hash of its tokens, updated by the fake forward), a pool of
+ * n_states: cells_needed is 1 for a sequence without state, whatever the tokens; nothing can be
+ * removed or shared but whole sequences; positions must come in order. */
+#define HISTORY_SEED 1469598103934665603ull
+
+struct fake_state {
+    bool used;
+    int32_t pos_max;
+    uint64_t hash;
+};
+
+struct fake_recurrent {
+    struct memory base;
+    int32_t n_states;
+    struct fake_state *seqs; /* [n_seq_max] */
+};
+
+static struct fake_recurrent *fr(const struct memory *m) { return (struct fake_recurrent *)(void *)m; }
+
+static int32_t fr_used(const struct fake_recurrent *r) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < r->base.n_seq_max; i++) n += r->seqs[i].used;
+    return n;
+}
+
+static int fr_reserve(struct memory *m, const struct batch *b) {
+    struct fake_recurrent *r = fr(m);
+    int32_t next[64], fresh = 0;
+    bool seen[64] = {0};
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t q = b->seq[i];
+        if (!seen[q]) {
+            seen[q] = true;
+            next[q] = r->seqs[q].used ? r->seqs[q].pos_max + 1 : 0;
+            fresh += !r->seqs[q].used;
+        }
+        if (b->pos[i] != next[q]++) return -ERR_INVAL; /* a state only moves forward */
+    }
+    if (fr_used(r) + fresh > r->n_states) return -ERR_NOMEM;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        struct fake_state *st = &r->seqs[b->seq[i]];
+        if (!st->used) *st = (struct fake_state){.used = true, .pos_max = -1, .hash = HISTORY_SEED};
+    }
+    return 0;
+}
+
+static int64_t fr_cells_needed(const struct memory *m, int32_t seq, int32_t n_new) {
+    return n_new > 0 && !fr(m)->seqs[seq].used ? 1 : 0;
+}
+
+static int fr_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32_t p1) {
+    struct fake_state *st = &fr(m)->seqs[seq];
+    if (!st->used || p0 > st->pos_max) return 0;
+    if (p0 > 0 || (p1 >= 0 && p1 <= st->pos_max)) return -ERR_UNSUPPORTED;
+    st->used = false;
+    return 0;
+}
+
+static int fr_seq_cp(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    struct fake_recurrent *r = fr(m);
+    const struct fake_state *from = &r->seqs[src];
+    if (!from->used || r->seqs[dst].used) return -ERR_INVAL;
+    if (p0 > 0 || (p1 >= 0 && p1 <= from->pos_max)) return -ERR_UNSUPPORTED;
+    if (fr_used(r) >= r->n_states) return -ERR_NOMEM;
+    r->seqs[dst] = *from;
+    return 0;
+}
+
+static int32_t fr_pos_max(const struct memory *m, int32_t seq) {
+    const struct fake_state *st = &fr(m)->seqs[seq];
+    return st->used ? st->pos_max : -1;
+}
+
+static int64_t fr_seq_cells(const struct memory *m, int32_t seq) { return fr(m)->seqs[seq].used; }
+
+static void fr_usage(const struct memory *m, struct memory_usage *u) {
+    *u = (struct memory_usage){.cells_total = fr(m)->n_states, .cells_used = fr_used(fr(m)),
+                               .bytes = (size_t)fr(m)->n_states * sizeof(struct fake_state)};
+}
+
+static int fr_save(struct memory *m, int32_t seq, struct memory_snapshot **out) {
+    struct fake_state *copy = malloc(sizeof *copy);
+    if (!copy) return -ERR_NOMEM;
+    *copy = fr(m)->seqs[seq];
+    *out = (struct memory_snapshot *)(void *)copy;
+    return 0;
+}
+
+static int fr_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    struct fake_recurrent *r = fr(m);
+    if (r->seqs[seq].used) return -ERR_INVAL;
+    if (fr_used(r) >= r->n_states) return -ERR_NOMEM;
+    r->seqs[seq] = *(const struct fake_state *)(const void *)s;
+    return 0;
+}
+
+static void fr_snapshot_free(struct memory_snapshot *s) { free(s); }
+
+static void fr_destroy(struct memory *m) {
+    free(fr(m)->seqs);
+    free(m);
+}
+
+static const struct memory_ops fr_ops = {
+    "recurrent", false, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
+    fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy};
+
+struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max) {
+    ASSERT(n_seq_max <= 64);
+    struct fake_recurrent *r = calloc(1, sizeof *r);
+    ASSERT(r);
+    r->seqs = calloc((size_t)n_seq_max, sizeof *r->seqs);
+    ASSERT(r->seqs);
+    r->n_states = n_states;
+    r->base.ops = &fr_ops;
+    r->base.n_seq_max = n_seq_max;
+    return &r->base;
+}
+
 /* ---------------------------------------------------------------- fake engine */
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -220,7 +341,7 @@ static uint64_t history_hash(struct fake_engine *e, int32_t seq, int32_t pos) {
     int32_t hist[FAKE_MAX_TOKENS];
     ASSERT(pos < FAKE_MAX_TOKENS);
     history(e, seq, pos, hist);
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = HISTORY_SEED; /* the same fold as the recurrent state's */
     for (int32_t p = 0; p <= pos; p++) {
         if (hist[p] < 0) e->holes++;
         h = mix(h, (uint64_t)(uint32_t)hist[p]);
@@ -239,13 +360,22 @@ static int fe_forward(void *engine, struct memory *mem, const struct batch *b, c
     e->tokens_forwarded += b->n_tokens;
     ASSERT(b->n_outputs <= e->logits_rows);
     struct kv_memory *kv = kv_from_memory(mem);
+    bool recurrent = mem->ops == &fr_ops;
     for (int32_t i = 0; kv && i < b->n_tokens; i++) /* "compute K/V" of the batch's cells */
         kv_k_row(kv, 0, kv_batch_cell(kv, i))[0] = (uint16_t)b->token[i];
     int32_t row = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
-        if (!kv && fake_memory_token(mem, b->seq[i], b->pos[i]) != b->token[i]) e->holes++; /* not reserved */
+        uint64_t h;
+        if (recurrent) { /* the state is the history: fold the token in */
+            struct fake_state *st = &fr(mem)->seqs[b->seq[i]];
+            if (!st->used || st->pos_max != b->pos[i] - 1) e->holes++;
+            st->hash = h = mix(st->hash, (uint64_t)(uint32_t)b->token[i]);
+            st->pos_max = b->pos[i];
+        } else if (!kv && fake_memory_token(mem, b->seq[i], b->pos[i]) != b->token[i]) {
+            e->holes++; /* not reserved */
+        }
         if (!b->want_logits[i]) continue;
-        uint64_t h = history_hash(e, b->seq[i], b->pos[i]);
+        if (!recurrent) h = history_hash(e, b->seq[i], b->pos[i]);
         float *out = e->logits + (size_t)row++ * (size_t)e->n_vocab;
         for (int32_t v = 0; v < e->n_vocab; v++) out[v] = 0;
         bool eos = e->eos_every > 0 && (h >> 20) % (uint64_t)e->eos_every == 0;

@@ -35,6 +35,7 @@ enum mem_kind {
     MEM_WHOLE_ONLY = 0, /* fake memory without partial removal (how a recurrent state behaves) */
     MEM_KV = 1,         /* the real KV memory, token ids as its K/V (fake.h) */
     MEM_FAKE_KV = 2,    /* fake memory with partial removal */
+    MEM_RECURRENT = 3,  /* fake recurrent state: `cells` is the number of states */
 };
 
 /* c NULL: base_config() */
@@ -42,7 +43,9 @@ static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const s
     struct sched_config base = base_config();
     if (!c) c = &base;
     memset(f, 0, sizeof *f);
-    f->mem = kind == MEM_KV ? fake_kv_create(cells, n_seq) : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
+    f->mem = kind == MEM_KV          ? fake_kv_create(cells, n_seq)
+             : kind == MEM_RECURRENT ? fake_recurrent_create((int32_t)cells, n_seq)
+                                     : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
     fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
     f->now = 1000;
     return sched_create(&f->s, c, f->mem, &fake_engine_ops, &f->eng);
@@ -280,6 +283,10 @@ TEST(sched_preemption_keeps_outputs_identical) {
             }
         }
     }
+    /* a recurrent memory with 3 states for 6 sequences: admission waits for states */
+    memset(got, 0, sizeof got);
+    CHECK(run_mix(3, MEM_RECURRENT, false, got, &pre) != 0);
+    for (int i = 0; i < MIX_N; i++) CHECK(same_output(&ref[i], &got[i], 0));
 }
 
 TEST(sched_admission_waits_for_memory) {
@@ -318,10 +325,11 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
     fake_prompt(pa, 40, 7, VOCAB);
     memcpy(pb, pa, 30 * sizeof *pa);
     fake_prompt(pb + 30, 10, 8, VOCAB);
-    for (int partial = 1; partial >= 0; partial--) {
+    static const int kinds[] = {MEM_KV, MEM_WHOLE_ONLY, MEM_RECURRENT};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        bool partial = kinds[k] == MEM_KV;
         struct fx f;
-        struct sched_config c = base_config();
-        CHECK_EQ_INT(fx_init(&f, 256, 4, partial ? MEM_KV : MEM_WHOLE_ONLY, &c), 0);
+        CHECK_EQ_INT(fx_init(&f, kinds[k] == MEM_RECURRENT ? 4 : 256, 4, kinds[k], NULL), 0);
         struct recorder a, b, cc;
         struct sched_request qa = request(pa, 40, 3), qb = request(pb, 40, 3);
         CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
@@ -879,7 +887,9 @@ TEST(sched_random_workloads_match_solo_runs) {
     static struct recorder rec[RND_REQS], alone;
     static struct sched_request reqs[RND_REQS];
     static const struct fake_sampling random = {.random = true};
-    struct { int kind; bool recompute; } modes[] = {{MEM_KV, false}, {MEM_KV, true}, {MEM_WHOLE_ONLY, false}};
+    struct { int kind; bool recompute; int64_t cells; } modes[] = {
+        {MEM_KV, false, 96}, {MEM_KV, true, 96}, {MEM_WHOLE_ONLY, false, 96},
+        {MEM_RECURRENT, false, 3}, {MEM_RECURRENT, true, 4}};
     for (uint32_t seed = 1; seed <= 6; seed++) {
         for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
             uint32_t st = seed * 2654435761u;
@@ -888,7 +898,7 @@ TEST(sched_random_workloads_match_solo_runs) {
             c.batch_tokens = 8 + (int32_t)(rnd(&st) % 40);
             c.chunk_tokens = 4 + (int32_t)(rnd(&st) % 12);
             c.preempt_recompute = modes[m].recompute;
-            CHECK_EQ_INT(fx_init(&f, 96, 12, modes[m].kind, &c), 0);
+            CHECK_EQ_INT(fx_init(&f, modes[m].cells, 12, modes[m].kind, &c), 0);
             struct sched_req *h[RND_REQS];
             bool cancelled[RND_REQS] = {0};
             int next = 0;
@@ -934,7 +944,7 @@ TEST(sched_random_workloads_match_solo_runs) {
             CHECK_EQ_INT(next, RND_REQS);
             struct sched_stats ss;
             sched_stats(f.s, f.now, &ss);
-            CHECK(ss.preemptions > 0);
+            if (modes[m].kind != MEM_RECURRENT) CHECK(ss.preemptions > 0); /* states never grow */
             CHECK_EQ_INT(fx_free(&f), 0);
             for (int i = 0; i < RND_REQS; i++) {
                 CHECK_EQ_INT(rec[i].error + rec[i].calls_after_end, 0);
@@ -1003,4 +1013,38 @@ TEST(sched_a_step_completed_without_compute_fails_its_requests) {
     CHECK_EQ_INT(st.cells_used, 0);
     CHECK_EQ_INT(st.active_requests, 0);
     CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_n_choices_on_a_recurrent_memory_short_of_states) {
+    /* 2 states for 3 choices: the fork cannot copy the state for every sibling, so the rest
+     * recompute their prompt when a state frees; every choice still matches its solo run */
+    static const int states[] = {8, 2};
+    for (int k = 0; k < 2; k++) {
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, states[k], 8, MEM_RECURRENT, NULL), 0);
+        int32_t p[20];
+        struct fake_sampling random = {.random = true};
+        struct recorder r;
+        struct sched_request q = prompt_request(p, 20, 29, 6);
+        q.n_choices = 3;
+        q.seed = 7;
+        q.sampler_params = &random;
+        CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 200);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        if (k == 0) CHECK_EQ_INT(st.prompt_tokens, 20); /* enough states: evaluated once */
+        else CHECK(st.prompt_tokens > 20);
+        for (int ch = 0; ch < 3; ch++) {
+            struct recorder alone;
+            struct sched_request q1 = q;
+            q1.n_choices = 1;
+            q1.seed = 7 + (uint64_t)ch;
+            CHECK_EQ_INT(run_alone(&q1, &alone), 0);
+            CHECK_EQ_INT(alone.n_tokens[0], 6);
+            CHECK_EQ_INT(r.n_tokens[ch], 6);
+            CHECK(!memcmp(alone.tokens[0], r.tokens[ch], 6 * sizeof(int32_t)));
+        }
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
 }
