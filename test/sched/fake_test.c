@@ -193,7 +193,8 @@ int32_t fake_memory_token(const struct memory *m, int32_t seq, int32_t pos) {
 
 struct fake_state {
     bool used;
-    int32_t pos_max;
+    int32_t pos_max;  /* reserved up to */
+    int32_t folded;   /* positions [0, folded) are in hash (the fake forward folds them) */
     uint64_t hash;
 };
 
@@ -227,7 +228,8 @@ static int fr_reserve(struct memory *m, const struct batch *b) {
     if (fr_used(r) + fresh > r->n_states) return -ERR_NOMEM;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         struct fake_state *st = &r->seqs[b->seq[i]];
-        if (!st->used) *st = (struct fake_state){.used = true, .pos_max = -1, .hash = HISTORY_SEED};
+        if (!st->used) *st = (struct fake_state){.used = true, .hash = HISTORY_SEED};
+        st->pos_max = b->pos[i];
     }
     return 0;
 }
@@ -368,9 +370,9 @@ static int fe_forward(void *engine, struct memory *mem, const struct batch *b, c
         uint64_t h;
         if (recurrent) { /* the state is the history: fold the token in */
             struct fake_state *st = &fr(mem)->seqs[b->seq[i]];
-            if (!st->used || st->pos_max != b->pos[i] - 1) e->holes++;
+            if (!st->used || st->folded != b->pos[i]) e->holes++;
             st->hash = h = mix(st->hash, (uint64_t)(uint32_t)b->token[i]);
-            st->pos_max = b->pos[i];
+            st->folded = b->pos[i] + 1;
         } else if (!kv && fake_memory_token(mem, b->seq[i], b->pos[i]) != b->token[i]) {
             e->holes++; /* not reserved */
         }
@@ -569,5 +571,32 @@ TEST(sched_fake_engine_depends_on_what_memory_holds) {
     CHECK_EQ_INT(e.holes, 1);
     batch_free(&b);
     fake_engine_free(&e);
+    memory_destroy(m);
+}
+
+TEST(sched_fake_recurrent_has_states_not_cells) {
+    struct memory *m = fake_recurrent_create(2, 4);
+    struct memory_usage u;
+    CHECK_EQ_INT(memory_cells_needed(m, 0, 50), 1); /* one state, however long the prompt */
+    put(m, 0, 0, 5, 10);
+    CHECK_EQ_INT(memory_cells_needed(m, 0, 50), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 2, -1), -ERR_UNSUPPORTED);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, 3), -ERR_UNSUPPORTED);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 2), 0);
+    batch_add(&b, 9, 7, 0, true); /* skips positions 5 and 6 */
+    CHECK_EQ_INT(memory_reserve(m, &b), -ERR_INVAL);
+    batch_free(&b);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 2, 0, -1), -ERR_NOMEM); /* two states only */
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 2);
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(m, 1, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_restore(m, 3, snap), 0);
+    memory_snapshot_free(m, snap);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 3), 4);
+    CHECK_EQ_INT(memory_seq_cells(m, 3), 1);
     memory_destroy(m);
 }
