@@ -3,10 +3,12 @@
  * Many requests generate at once over one model and one memory. The scheduler decides, step by
  * step, which tokens go into the next forward pass:
  *   - every generating sequence gets one decode token per step;
- *   - sequences still reading their prompt get chunks, round-robin, up to the step's token budget
- *     (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
+ *   - sequences still reading their prompt get chunks (at most config.chunk_tokens each while
+ *     others wait), round-robin, up to the step's token budget (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
  *     arrives while a long prompt is being read gets its prompt into the very next step; a sequence
- *     that waited `starve_steps` steps goes before new ones, so nothing starves;
+ *     that waited `starve_steps` steps goes before new ones, so nothing starves; every choice
+ *     is a pure function of the arrival order and the step times reported to
+ *     sched_step_complete (no clock, no randomness, ties broken by admission order);
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
  *     config.max_step_ms, from a cost line learned from measured step times (step_cost.h);
  *     a prompt alone gets the whole budget;
@@ -15,11 +17,15 @@
  *     on top of what admitted sequences still need for their own prompts;
  *   - when a step finds no room (sequences grew), least-recently-used prompt cache goes first,
  *     then prompt chunks shrink, then the sequence holding the most cells is preempted: its memory
- *     is saved to host (memory_seq_save) and freed, and it resumes later, before new requests, with
- *     its memory restored, so its output is exactly the uninterrupted one. When the memory cannot
- *     save, or config.preempt_recompute is set, its cells are dropped and its tokens recomputed as
- *     a prompt on resume (identical output up to the model's batch-shape rounding). Saving is the
- *     default because copying a token's K/V costs far less than recomputing it through every layer;
+ *     is saved to host (memory_seq_save, in a save-only step on the worker: copying megabytes to
+ *     fresh pages must not block the loop) and freed, and it resumes later, before new requests,
+ *     with its memory restored, so its output is exactly the uninterrupted one. When the memory
+ *     cannot save, or config.preempt_recompute is set, its cells are dropped and its tokens
+ *     recomputed as a prompt on resume (identical output up to the model's batch-shape rounding).
+ *     Saving is the default: scripts/bench.d/40-sched measures a 1000-token SmolLM2-135M
+ *     sequence (23 MB of K/V) at 60-250 ms to save (page faults on the fresh snapshot, on a busy
+ *     VM) and ~2 ms to restore, where recomputing it is a forward pass over 1000 tokens
+ *     (~270 GFLOP: seconds on 2 cores, and it would delay every other sequence's steps);
  *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
  *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
@@ -31,8 +37,9 @@
  *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,
  *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
  *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
- *   sched_step_compute touches only the step, the memory (through the engine's forward) and the
- *   samplers of the sequences in the step; the loop thread does not touch the memory or those
+ *   sched_step_compute touches only the step, the memory (the engine's forward, or
+ *   memory_seq_save in a save-only step) and the samplers of the sequences in the step; the loop
+ *   thread does not touch the memory or those
  *   samplers while a step is in flight (sched_cancel defers its freeing to sched_step_complete),
  *   so submit, cancel and stats may run concurrently with compute without locks.
  *
@@ -59,6 +66,19 @@
  *       sched_step_complete(s, step, now_ms());          // sink callbacks happen here
  *   }
  *   sched_destroy(s);
+ *
+ * The libuv driver (net side): one uv_work_t, a `running` flag. kick(): if not running and
+ * sched_build_step(s, uv_now(loop), &step) > 0, set running and uv_queue_work(work_cb: compute,
+ * after_work_cb: sched_step_complete(s, step, uv_now(loop)), clear running, kick()). Call kick()
+ * after every sched_submit and sched_cancel; a uv_timer tick calling kick() is only a safety net
+ * (memory is only freed by a completion or a cancel, both of which kick). With
+ * uv_queue_work's status UV_ECANCELED (shutdown: compute never ran), still call
+ * sched_step_complete: the step's requests end with on_error(-ERR_CANCELLED).
+ *
+ * Errors for the API layer: sched_submit's -ERR_INVAL -> 400 naming the field; -ERR_TOOBIG ->
+ * 400 exceed_context_size_error with n_prompt and sched_max_prompt_tokens() (or too many
+ * choices for the memory's sequence ids); -ERR_BUSY -> 503 with Retry-After. on_error codes are
+ * the engine's forward or the memory's errors (-> 500).
  */
 #ifndef UVLM_SCHED_H
 #define UVLM_SCHED_H
@@ -182,10 +202,13 @@ void sched_cancel(struct sched *s, struct sched_req *handle);
 /* The longest prompt sched_submit accepts (for the 400 message: prompt n vs this). */
 int32_t sched_max_prompt_tokens(const struct sched *s);
 
-/* Admit, evict, preempt and fill the next step. Returns its token count (> 0, *step set) or 0
- * when there is nothing to do (*step NULL). Asserts no step is in flight. */
+/* Admit, evict, preempt and fill the next step. Returns > 0 with *step set when a step must run
+ * (its batch's token count, or 1 for a save-only step with an empty batch), or 0 when there is
+ * nothing to do (*step NULL). Asserts no step is in flight. The driver runs every step the same
+ * way: compute on a worker, then complete on the loop. */
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **step);
-/* Forward + sampling for a built step (worker thread). Errors are kept in the step. */
+/* Forward + sampling for a built step (worker thread). Errors are kept in the step; a step
+ * completed without having been computed fails its requests with -ERR_CANCELLED. */
 void sched_step_compute(struct sched *s, struct sched_step *step);
 /* Take the step's results: append tokens, stop choices, call sinks, keep or free cells, learn the
  * step's cost from now_ms - the build's now_ms. After it a new step may be built. */
@@ -225,9 +248,10 @@ struct sched_stats {
     int64_t steps, preemptions, cache_evictions;
     int64_t step_hist[SCHED_STEP_HIST_BUCKETS]; /* step durations, cumulative-free counts */
 };
-/* stalled: a step has run longer than stall_factor x expected + stall_grace_ms, or there is work
- * (queued, preempted or active) and nothing progressed for stall_timeout_ms. Safe while a step is
- * in flight (reads nothing the worker writes). */
+/* stalled: a step has run longer than stall_factor x expected + stall_grace_ms (stall_timeout_ms
+ * before any step was measured), or no step is in flight while there is work (queued, preempted
+ * or active) and nothing progressed for stall_timeout_ms. Safe while a step is in flight (reads nothing the worker
+ * writes). */
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out);
 
 enum sched_seq_state { SCHED_QUEUED, SCHED_PREFILL, SCHED_GENERATE, SCHED_PREEMPTED, SCHED_FORKING };
