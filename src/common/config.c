@@ -29,7 +29,7 @@ const struct config_setting config_settings[] = {
      "most tokens per step (decode tokens + prompt chunks)"},
     {"max-step-ms", 0, CONFIG_INT, F(max_step_ms), "100", 1, 600000, NULL,
      "step time target while requests wait: prompt chunks shrink to stay under it"},
-    {"max-queue", 0, CONFIG_INT, F(max_queue), "64", 0, 1000000, NULL,
+    {"max-queue", 0, CONFIG_INT, F(max_queue), "64", 1, 1000000, NULL,
      "requests waiting for memory; beyond: 503 with Retry-After"},
     {"max-n", 0, CONFIG_INT, F(max_n), "16", 1, 64, NULL,
      "most choices per request (n / n_cmpl)"},
