@@ -23,6 +23,7 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     /* one line per subcommand: {"name", cmd_name, "what it does"}, */
     {"help", cmd_help, "list the subcommands"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (--model M --text T | --file F)"},
 };
 
 static void usage(FILE *out) {
