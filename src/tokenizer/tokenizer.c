@@ -363,6 +363,7 @@ static bool partition(const struct tokenizer *tok, const char *text, size_t len,
                       struct frags *out) {
     struct frags other = {0};
     out->n = 0;
+    if (!len) return true; /* no fragment at all: an empty text gets no SPM space prefix either */
     bool ok = frags_push(out, (struct frag){0, len, -1});
     if (!ok || (!parse_special && !tok->has_user_defined)) return ok;
     /* Which byte pairs occur: most special tokens can be skipped without a scan. */
