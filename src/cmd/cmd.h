@@ -6,5 +6,6 @@
 
 /* one declaration per subcommand, e.g. int cmd_serve(int argc, char **argv); */
 int cmd_tokenize(int argc, char **argv);
+int cmd_apply_template(int argc, char **argv);
 
 #endif
