@@ -62,6 +62,7 @@ struct tokenizer {
     char byte_char[256][3];   /* BPE: UTF-8 of each byte's printable character, NUL-padded */
     int32_t bos, eos, eot, eom, unk;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool spm_word_split;      /* SPM: no token has U+2581 after another character (spm.c) */
 };
 
 /* Append the tokens of one raw text fragment. */

@@ -54,6 +54,37 @@ static void emit_symbol(struct spm_work *w, const struct sym *s) {
     }
 }
 
+/* Merge the characters of s[off..off+len) and emit the tokens. */
+static void merge_chunk(struct spm_work *w, uint32_t off, uint32_t len) {
+    struct sym *syms = w->syms;
+    int32_t n = 0;
+    /* One symbol per character (by the lead byte's announced length, as the reference reads it). */
+    for (uint32_t o = off, end = off + len; o < end; n++) {
+        uint32_t cl = (uint32_t)utf8_seq_len((unsigned char)w->s[o]);
+        if (cl > end - o) cl = end - o;
+        syms[n] = (struct sym){o, cl, n - 1, o + cl == end ? -1 : n + 1};
+        o += cl;
+    }
+    w->heap.n = 0;
+    for (int32_t i = 1; i < n; i++) add_bigram(w, i - 1, i);
+    while (w->heap.n && !w->out->oom) {
+        struct bigram b = bigram_pop(&w->heap);
+        struct sym *l = &syms[b.left], *r = &syms[b.right];
+        if (!l->n || !r->n || l->n + r->n != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) syms[r->next].prev = b.left;
+        add_bigram(w, l->prev, b.left);
+        add_bigram(w, b.left, l->next);
+    }
+    for (int32_t i = 0; i != -1; i = syms[i].next) emit_symbol(w, &syms[i]);
+}
+
+static bool is_space_esc(const char *s, size_t off, size_t len) {
+    return off + 3 <= len && !memcmp(s + off, SPACE_ESC, 3);
+}
+
 void spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool prefix_space,
                 struct ids *out) {
     /* Escape: every ' ' becomes U+2581 (3 bytes). */
@@ -61,6 +92,7 @@ void spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool 
     for (size_t i = 0; i < len; i++) n_spaces += text[i] == ' ';
     size_t elen = len + prefix_space + 2 * n_spaces;
     if (!elen) return;
+    if (elen > UINT32_MAX / 2) { out->oom = true; return; }
     char *s = malloc(elen);
     struct sym *syms = malloc(elen * sizeof *syms);
     struct spm_work w = {tok, s, syms, {0}, out};
@@ -74,27 +106,19 @@ void spm_encode(const struct tokenizer *tok, const char *text, size_t len, bool 
         if (text[i] == ' ') { memcpy(s + o, SPACE_ESC, 3); o += 3; }
         else s[o++] = text[i];
     }
-    /* One symbol per character (by the lead byte's announced length, as the reference reads it). */
-    int32_t n = 0;
-    for (size_t off = 0; off < elen; n++) {
-        size_t cl = utf8_seq_len((unsigned char)s[off]);
-        if (cl > elen - off) cl = elen - off;
-        syms[n] = (struct sym){(uint32_t)off, (uint32_t)cl, n - 1, off + cl == elen ? -1 : n + 1};
-        off += cl;
+    /* When no token has a U+2581 after another character (true of SentencePiece vocabularies,
+     * which split on whitespace), no merge crosses the start of a run of U+2581: each word merges
+     * on its own, in small heaps, with the same result as one big pass. */
+    size_t start = 0;
+    if (tok->spm_word_split) {
+        for (size_t i = 1; i < elen; i++) {
+            if (is_space_esc(s, i, elen) && !(i >= 3 && is_space_esc(s, i - 3, elen)) && i > start) {
+                merge_chunk(&w, (uint32_t)start, (uint32_t)(i - start));
+                start = i;
+            }
+        }
     }
-    for (int32_t i = 1; i < n; i++) add_bigram(&w, i - 1, i);
-    while (w.heap.n && !out->oom) {
-        struct bigram b = bigram_pop(&w.heap);
-        struct sym *l = &syms[b.left], *r = &syms[b.right];
-        if (!l->n || !r->n || l->n + r->n != b.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) syms[r->next].prev = b.left;
-        add_bigram(&w, l->prev, b.left);
-        add_bigram(&w, b.left, l->next);
-    }
-    for (int32_t i = 0; i != -1; i = syms[i].next) emit_symbol(&w, &syms[i]);
+    merge_chunk(&w, (uint32_t)start, (uint32_t)(elen - start));
 done:
     free(s);
     free(syms);

@@ -243,6 +243,14 @@ int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why,
         tok->bos = special_id(tok, f, "tokenizer.ggml.bos_token_id", 1);
         tok->eos = special_id(tok, f, "tokenizer.ggml.eos_token_id", 2);
         tok->unk = special_id(tok, f, "tokenizer.ggml.unknown_token_id", 0);
+        tok->spm_word_split = true;
+        for (int32_t i = 0; i < tok->n_vocab && tok->spm_word_split; i++) {
+            const char *t = text_of(tok, i);
+            size_t n = text_len(tok, i);
+            for (size_t j = 1; j + 3 <= n; j++)
+                if (!memcmp(t + j, "\xE2\x96\x81", 3) && !(j >= 3 && !memcmp(t + j - 3, "\xE2\x96\x81", 3)))
+                    tok->spm_word_split = false;
+        }
         for (unsigned b = 0; b < 256; b++) {
             char hex[7];
             snprintf(hex, sizeof hex, "<0x%02X>", b);
