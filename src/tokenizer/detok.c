@@ -39,6 +39,8 @@ static size_t emit(struct detok *d, const unsigned char *s, size_t n, bool final
     return o;
 }
 
+size_t detok_buf_size(const struct tokenizer *tok) { return 3 * (tok->max_piece + DETOK_HOLD); }
+
 int detok_push(struct detok *d, int32_t id, char *out, size_t out_len) {
     size_t pl;
     const char *p = tokenizer_token_piece(d->tok, id, d->special, &pl);

@@ -25,7 +25,7 @@
  *
  *   struct detok d;                 // streaming decode: only complete UTF-8 characters come out
  *   detok_init(&d, tok, false, false);  // continuing a prompt: keep leading spaces
- *   char buf[DETOK_BUF_MIN];        // or tokenizer_max_piece(tok) + DETOK_HOLD bytes
+ *   char *buf = malloc(detok_buf_size(tok));  // room for any one push
  *   for (...) { int k = detok_push(&d, id, buf, sizeof buf); fwrite(buf, 1, k, out); }
  *   fwrite(buf, 1, detok_flush(&d, buf, sizeof buf), out);
  *   tokenizer_free(tok);
@@ -99,7 +99,6 @@ const char *tokenizer_pre_name(const struct tokenizer *tok);
  * loses the space "llama" vocabularies prefix to a text. Leave it false when the ids continue a
  * text (generated tokens after a prompt): their leading spaces are real. */
 #define DETOK_HOLD 4
-#define DETOK_BUF_MIN 512 /* enough for every piece of the shipped vocabularies (checked: -ERR_TOOBIG) */
 struct detok {
     const struct tokenizer *tok;
     bool special;     /* render control tokens' text */
@@ -108,9 +107,11 @@ struct detok {
     unsigned char held[DETOK_HOLD];
 };
 void detok_init(struct detok *d, const struct tokenizer *tok, bool special, bool strip_space);
+/* Output room that always suffices for one detok_push or detok_flush: every byte of the longest
+ * piece plus the held ones could become a 3-byte U+FFFD. */
+size_t detok_buf_size(const struct tokenizer *tok);
 /* Writes the complete characters now available to out; returns their byte count, or -ERR_TOOBIG
- * when out_len < 3 * (piece length + DETOK_HOLD) (nothing is consumed then): a buffer of
- * 3 * (tokenizer_max_piece(tok) + DETOK_HOLD) bytes always suffices. */
+ * when out_len < 3 * (this piece's length + held bytes) (nothing is consumed then). */
 int detok_push(struct detok *d, int32_t id, char *out, size_t out_len);
 /* End of stream: the held incomplete bytes come out as U+FFFD (out_len >= 3*DETOK_HOLD). */
 int detok_flush(struct detok *d, char *out, size_t out_len);

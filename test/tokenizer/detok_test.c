@@ -9,20 +9,21 @@ static bool stream(const struct tokenizer *tok, const int32_t *ids, size_t n, bo
     detok_init(&d, tok, false, strip);
     size_t o = 0;
     *chunks_empty = 0;
-    char buf[3 * (512 + DETOK_HOLD)];
+    char *buf = malloc(detok_buf_size(tok));
     for (size_t i = 0; i <= n; i++) {
-        int k = i < n ? detok_push(&d, ids[i], buf, sizeof buf) : detok_flush(&d, buf, sizeof buf);
-        if (k < 0) return false;
+        int k = i < n ? detok_push(&d, ids[i], buf, detok_buf_size(tok)) : detok_flush(&d, buf, detok_buf_size(tok));
+        if (k < 0) { free(buf); return false; }
         if (k == 0) ++*chunks_empty;
         for (int j = 0; j < k;) {
             int v = utf8_valid_len((unsigned char *)buf + j, (size_t)(k - j));
-            if (v <= 0) return false; /* half a character, or invalid */
+            if (v <= 0) { free(buf); return false; } /* half a character, or invalid */
             j += v;
         }
         memcpy(out + o, buf, (size_t)k);
         o += (size_t)k;
     }
     *out_len = o;
+    free(buf);
     return true;
 }
 
