@@ -1,5 +1,6 @@
 /* bigram.c: binary max-heap of merge candidates (see bigram.h). */
 #include "tokenizer/bigram.h"
+#include "tokenizer/internal.h"
 
 #include <stdlib.h>
 
@@ -8,13 +9,7 @@ static bool before(const struct bigram *a, const struct bigram *b) {
 }
 
 bool bigram_push(struct bigram_heap *h, struct bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (!grow_for_one(&h->v, h->n, &h->cap, sizeof *h->v)) return false;
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;

@@ -27,6 +27,10 @@ struct merge_slot {
     int32_t result;
 };
 
+/* Make room for element n of the malloc'd array *array (capacity *cap, doubling); false when
+ * out of memory (the array is left as it was). */
+bool grow_for_one(void *array, size_t n, size_t *cap, size_t elem_size);
+
 /* A growable int32 array: the output of the encoders. */
 struct ids {
     int32_t *v;

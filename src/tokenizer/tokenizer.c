@@ -14,15 +14,19 @@
 /* Values of tokenizer.ggml.token_type. */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
+bool grow_for_one(void *array, size_t n, size_t *cap, size_t elem_size) {
+    if (n < *cap) return true;
+    size_t new_cap = *cap ? *cap * 2 : 64;
+    void *v = realloc(*(void **)array, new_cap * elem_size);
+    if (!v) return false;
+    *(void **)array = v;
+    *cap = new_cap;
+    return true;
+}
+
 void ids_push(struct ids *a, int32_t id) {
     if (a->oom) return;
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 256;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) { a->oom = true; return; }
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!grow_for_one(&a->v, a->n, &a->cap, sizeof *a->v)) { a->oom = true; return; }
     a->v[a->n++] = id;
 }
 
@@ -324,13 +328,7 @@ struct frags {
 };
 
 static bool frags_push(struct frags *a, struct frag f) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        struct frag *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!grow_for_one(&a->v, a->n, &a->cap, sizeof *a->v)) return false;
     a->v[a->n++] = f;
     return true;
 }
