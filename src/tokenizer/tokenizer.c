@@ -432,7 +432,8 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
     int rc = encode(tok, text, len, add_special, parse_special, &ids);
     if (rc == 0) {
         *n_out = ids.n;
-        memcpy(out, ids.v, (ids.n < n_max ? ids.n : n_max) * sizeof *out);
+        size_t k = ids.n < n_max ? ids.n : n_max;
+        if (k) memcpy(out, ids.v, k * sizeof *out);
         if (ids.n > n_max) rc = -ERR_TOOBIG;
     }
     free(ids.v);
