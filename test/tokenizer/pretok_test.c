@@ -40,6 +40,9 @@ TEST(pretok_llama3) {
     CHECK_SPLIT(PRETOK_LLAMA3, "\xC3\x84pfel 3\xC2\xBD", "\xC3\x84pfel| |3\xC2\xBD");
     CHECK_SPLIT(PRETOK_LLAMA3, "$x", "$x");
     CHECK_SPLIT(PRETOK_LLAMA3, "", "");
+    /* Unicode whitespace is \s too: ideographic space, no-break space. */
+    CHECK_SPLIT(PRETOK_LLAMA3, "a\xE3\x80\x80\xE3\x80\x80" "b", "a|\xE3\x80\x80|\xE3\x80\x80" "b");
+    CHECK_SPLIT(PRETOK_LLAMA3, "x\xC2\xA0", "x|\xC2\xA0");
 }
 
 TEST(pretok_qwen2_splits_every_digit) {

@@ -167,6 +167,23 @@ TEST(tokenizer_encode_reports_needed_count) {
     CHECK(n > 2);
     CHECK_EQ_INT(ids[0], 15043);
     CHECK_EQ_INT(ids[1], -7); /* nothing written past n_max */
+    CHECK_EQ_INT(tokenizer_encode(spm, "", 0, false, false, NULL, 0, &n), 0); /* no tokens, no array */
+    CHECK_EQ_INT(n, 0);
+    int32_t *all;
+    CHECK_EQ_INT(tokenizer_encode_alloc(spm, "", 0, false, false, &all, &n), 0);
+    CHECK(n == 0 && all == NULL);
+}
+
+TEST(tokenizer_decode_reports_short_buffer) {
+    VOCAB(gpt, "gpt-2");
+    int32_t ids[8];
+    long n = enc(gpt, "Hello world", false, false, ids, 8);
+    CHECK_EQ_INT(n, 2);
+    char buf[16];
+    memset(buf, 'x', sizeof buf);
+    CHECK_EQ_INT(tokenizer_decode(gpt, ids, 2, false, false, buf, 7), -ERR_TOOBIG);
+    CHECK(!memcmp(buf, "Hello wx", 8)); /* the first 7 bytes, nothing past them */
+    CHECK_EQ_INT(tokenizer_decode(gpt, ids, 2, false, false, buf, 11), 11);
 }
 
 /* 200 KB of one letter: one 200 K-character word for BPE, one sequence for SPM. A quadratic merge
