@@ -85,6 +85,9 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     if (why[0]) fprintf(stderr, "tokenize: %s\n", why);
+    if (getenv("UVLM_VERBOSE"))
+        fprintf(stderr, "tokenize: %d tokens, pre-tokenizer '%s', %.1f MiB\n", tokenizer_n_vocab(tok),
+                tokenizer_pre_name(tok), (double)tokenizer_mem_size(tok) / (1 << 20));
 
     int status = 0;
     if (text) {

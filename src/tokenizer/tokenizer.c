@@ -516,6 +516,14 @@ bool tokenizer_is_eog(const struct tokenizer *tok, int32_t id) {
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id) {
     return id >= 0 && id < tok->n_vocab && (tok->attr[id] & (TA_CONTROL | TA_UNKNOWN));
 }
+size_t tokenizer_mem_size(const struct tokenizer *tok) {
+    size_t n = (size_t)tok->n_vocab;
+    return sizeof *tok + tok->text_off[n] + tok->piece_off[n] + 2 * (n + 1) * sizeof(uint64_t) +
+           n * (sizeof *tok->scores + sizeof *tok->attr) + tok->vocab.cap * sizeof *tok->vocab.slots +
+           tok->n_special * sizeof *tok->special + tok->merges_cap * sizeof *tok->merges +
+           (size_t)(tok->n_symbols - tok->n_vocab) * 16;
+}
+
 const char *tokenizer_pre_name(const struct tokenizer *tok) {
     return tok->model == TOKENIZER_SPM ? "" : pretok_name(tok->pre);
 }

@@ -89,6 +89,8 @@ bool tokenizer_add_eos(const struct tokenizer *tok);
 bool tokenizer_is_eog(const struct tokenizer *tok, int32_t id);
 /* Control/unknown token (rendered as "" by default). */
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
+/* Bytes the loaded tokenizer holds (for the start-up memory log). */
+size_t tokenizer_mem_size(const struct tokenizer *tok);
 /* Pre-tokenizer name in use ("llama-bpe", "qwen2", "gpt-2", "default"; "" for "llama"). */
 const char *tokenizer_pre_name(const struct tokenizer *tok);
 

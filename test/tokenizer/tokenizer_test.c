@@ -156,6 +156,7 @@ TEST(tokenizer_pieces) {
     p = tokenizer_token_text(gpt, 995, &len);
     CHECK(len == 7 && !memcmp(p, "\xC4\xA0world", 7));
     CHECK(tokenizer_max_piece(gpt) >= 6);
+    CHECK(tokenizer_mem_size(gpt) > (1u << 20)); /* 50 K tokens and 50 K merges */
 }
 
 TEST(tokenizer_encode_reports_needed_count) {
