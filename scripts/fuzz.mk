@@ -1,6 +1,7 @@
 # fuzz.mk: libFuzzer targets (clang, ASan + UBSan) in build-fuzz/. Run from the repository root:
 #   make fuzz                      build every target and run each for FUZZ_SECONDS (default 60)
 #   make fuzz FUZZ_SECONDS=600     longer runs
+#   make fuzz FUZZ_TARGETS=gguf    one target
 #   make -f scripts/fuzz.mk build  only build
 # Each target starts from its committed seed corpus test/fuzz/corpus/NAME/ and keeps what it finds
 # in build-fuzz/corpus/NAME/; crashes are written as build-fuzz/crash-* (reproduce with
@@ -15,7 +16,7 @@ FUZZ_CFLAGS  := $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -std=c11 -D_GNU_SOURCE -
 # The layers the targets exercise: no libuv, jansson or BLAS needed.
 FUZZ_SRCS    := $(sort $(wildcard src/common/*.c src/gguf/*.c src/tokenizer/*.c))
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS))
-FUZZ_TARGETS := gguf tokenizer
+FUZZ_TARGETS ?= gguf tokenizer
 FUZZ_MAXLEN_gguf      := 65536
 FUZZ_MAXLEN_tokenizer := 8192
 

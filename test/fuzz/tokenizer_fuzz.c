@@ -5,7 +5,8 @@
  *   - the streaming detokenizer only ever emits valid UTF-8 and, fed the same ids, agrees with
  *     the whole-sequence decoder whenever that one's output is valid UTF-8;
  *   - decode(encode(x)) == x for valid UTF-8 x without special-token parsing (except Phi-3,
- *     whose user-defined </s> swallows the whitespace after it). */
+ *     whose user-defined </s> swallows the whitespace after it, and except a literal U+2581 in
+ *     SentencePiece input, which is how those vocabularies write a space). */
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -76,7 +77,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (valid_utf8(whole, (size_t)wl) && (sl != (size_t)wl || memcmp(whole, streamed, sl))) abort();
 
-    if (!parse_special && !add_special && vi != 1 && valid_utf8(text, len) &&
+    bool spm_space_sign = vi <= 1 && memmem(text, len, "\xE2\x96\x81", 3);
+    if (!parse_special && !add_special && vi != 1 && !spm_space_sign && valid_utf8(text, len) &&
         ((size_t)wl != len || memcmp(whole, text, len))) {
         fprintf(stderr, "round trip failed on %s\n", vocab_names[vi]);
         abort();
