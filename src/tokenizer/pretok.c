@@ -133,8 +133,9 @@ static const struct {
     const char *name;
     enum pretok kind;
 } names[] = {
-    {"default", PRETOK_DEFAULT}, {"gpt-2", PRETOK_GPT2}, {"gpt2", PRETOK_GPT2},
+    {"default", PRETOK_DEFAULT}, {"gpt-2", PRETOK_GPT2}, {"gpt2", PRETOK_GPT2}, {"phi-2", PRETOK_GPT2},
     {"llama-bpe", PRETOK_LLAMA3}, {"llama3", PRETOK_LLAMA3}, {"llama-v3", PRETOK_LLAMA3},
+    {"falcon3", PRETOK_LLAMA3},
     {"qwen2", PRETOK_QWEN2}, {"deepseek-r1-qwen", PRETOK_QWEN2},
 };
 

@@ -25,9 +25,10 @@
  *
  *   struct detok d;                 // streaming decode: only complete UTF-8 characters come out
  *   detok_init(&d, tok, false, false);  // continuing a prompt: keep leading spaces
- *   char *buf = malloc(detok_buf_size(tok));  // room for any one push
- *   for (...) { int k = detok_push(&d, id, buf, sizeof buf); fwrite(buf, 1, k, out); }
- *   fwrite(buf, 1, detok_flush(&d, buf, sizeof buf), out);
+ *   size_t cap = detok_buf_size(tok);   // room for any one push
+ *   char *buf = malloc(cap);
+ *   for (...) { int k = detok_push(&d, id, buf, cap); fwrite(buf, 1, k, out); }
+ *   fwrite(buf, 1, detok_flush(&d, buf, cap), out);
  *   tokenizer_free(tok);
  */
 #ifndef UVLM_TOKENIZER_H
@@ -48,7 +49,8 @@ enum tokenizer_model { TOKENIZER_SPM = 1, TOKENIZER_BPE = 2 };
 int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why, size_t why_len);
 void tokenizer_free(struct tokenizer *tok);
 
-/* Tokenize text[0..len) (any bytes; malformed UTF-8 is read as U+FFFD). add_special: BOS/EOS as
+/* Tokenize text[0..len), any bytes (malformed UTF-8: "llama" keeps the bytes through byte
+ * fallback, "gpt2" reads each bad byte as U+FFFD, as the reference does). add_special: BOS/EOS as
  * the vocabulary says (tokenizer_add_bos/eos). parse_special: control tokens' text becomes the
  * token. Writes up to n_max ids to out and the full count to *n_out; returns 0, -ERR_TOOBIG when
  * the count exceeds n_max (out then holds the first n_max ids), or -ERR_NOMEM. */
