@@ -402,8 +402,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         return;
     }
     job->ch = calloc((size_t)p->n, sizeof *job->ch);
-    job->piece_cap = tokenizer_max_piece(srv->engine->tok) + 4 * DETOK_HOLD;
-    if (job->piece_cap < DETOK_BUF_MIN) job->piece_cap = DETOK_BUF_MIN;
+    job->piece_cap = detok_buf_size(srv->engine->tok);
     job->piece = malloc(job->piece_cap);
     job->bias = p->n_logit_bias ? calloc(p->n_logit_bias, sizeof *job->bias) : NULL;
     if (!job->ch || !job->piece || (p->n_logit_bias && !job->bias)) {
