@@ -125,3 +125,33 @@ def test_tiny_kv_forces_preemption_with_identical_outputs():
         assert [b["content"] for _, b in together] == alone
     finally:
         srv.check_clean_exit()
+
+
+def test_full_queue_is_503_with_retry_after():
+    srv = start("--kv-tokens", "48", "--max-queue", "1", "--batch-tokens", "24")
+    try:
+        a = srv.socket(timeout=30)
+        body = json.dumps({"prompt": PROMPT, "n_predict": 40, "stream": True, "cache_prompt": False,
+                           "ignore_eos": True})
+        a.sendall(("POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+        got = b""
+        while got.count(b"data: ") < 20:  # A now holds more than 18 of the 48 cells
+            chunk = a.recv(4096)
+            assert chunk
+            got += chunk
+        # B's 31-token prompt cannot fit until A ends: it waits in the queue (of 1)
+        waiting = threading.Thread(target=post, args=(srv, "/completion", greedy("And God said " * 10, n_predict=1)))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while "queued" not in slot_states(srv):
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        status, headers, data = srv.request("POST", "/completion", json.dumps(greedy(n_predict=1)))
+        assert status == 503, data
+        assert headers["retry-after"] == "1"
+        a.close()
+        waiting.join(30)
+        status, _ = post(srv, "/completion", greedy(n_predict=1))  # the queue drained
+        assert status == 200
+    finally:
+        srv.check_clean_exit()
