@@ -146,3 +146,36 @@ def test_invalid_json_and_long_prompt(srv):
     assert 0 < err["error"]["n_ctx"] <= 200 < err["error"]["n_prompt_tokens"]
     status, _ = post(srv, "/completion", greedy(n_predict=2))  # nothing else is disturbed
     assert status == 200
+
+
+def test_oai_stream_with_n2_interleaves_choices_by_index(srv):
+    events = stream(srv, "/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "n": 2, "temperature": 0})
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts, finishes = {0: "", 1: ""}, {0: [], 1: []}
+    for c in chunks:
+        (choice,) = c["choices"]
+        texts[choice["index"]] += choice["text"]
+        if choice["finish_reason"]:
+            finishes[choice["index"]].append(choice["finish_reason"])
+    assert texts[0] == texts[1] == " unto him, Thou"
+    assert finishes == {0: ["length"], 1: ["length"]}
+
+
+def test_oai_chat_logprobs(srv):
+    status, body = post(srv, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 3, "temperature": 0,
+        "logprobs": True, "top_logprobs": 2})
+    assert status == 200, body
+    content = body["choices"][0]["logprobs"]["content"]
+    assert len(content) == 3
+    assert all(len(t["top_logprobs"]) == 2 and t["logprob"] <= 0 for t in content)
+
+
+def test_prompt_cache_reuses_cells(srv):
+    prompt = "Now the serpent was more subtil than any beast of the field"
+    _, first = post(srv, "/completion", greedy(prompt, n_predict=2))
+    _, second = post(srv, "/completion", greedy(prompt + " which the LORD God had made", n_predict=2))
+    assert first["tokens_cached"] <= 1  # at most the BOS other prompts started with
+    assert second["tokens_cached"] >= first["tokens_evaluated"] - 1
+    assert second["timings"]["prompt_n"] == second["tokens_evaluated"] - second["tokens_cached"]
