@@ -83,7 +83,7 @@ void serving_props_handle(struct http_request *req, void *data) {
     if (serving_not_ready(srv, req)) return;
     const struct model_engine *e = srv->engine;
     json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
-                          "model", srv->model_name, "model_path", srv->cfg->model, "n_ctx", e->n_ctx,
+                          "model", srv->model_name, "model_path", srv->model_path, "n_ctx", e->n_ctx,
                           "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
                           "n_vocab", e->n_vocab, "chat_template", chat_family_name((enum chat_family)srv->chat_family),
                           "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,

@@ -38,6 +38,7 @@ struct serving {
     struct sched *sched;          /* NULL until loaded */
     int chat_family;              /* enum chat_family */
     char model_name[128];         /* the file name, reported as "model" */
+    const char *model_path;       /* the file served (--model, or the default model's path) */
     int64_t created;              /* unix seconds of the load */
     uint64_t next_id;             /* for response ids */
     uint64_t seed_state;          /* seeds for requests without one */

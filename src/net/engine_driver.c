@@ -161,6 +161,7 @@ int engine_driver_init(struct engine_driver *d, struct app *app) {
     d->srv.seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
     if (*app->cfg->model) snprintf(d->model_path, sizeof d->model_path, "%s", app->cfg->model);
     else default_model_path(d->model_path, sizeof d->model_path);
+    d->srv.model_path = d->model_path;
     app->load = driver_load;
     app->load_data = d;
     return serving_routes_add(&app->router, &d->srv);
