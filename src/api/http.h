@@ -17,8 +17,9 @@
  *     After either, never touch `req` again.
  *   - The cancel callback runs exactly once if, and only if, the request dies before it is
  *     finished: the client disconnected, a stream's write queue overflowed (slow reader), or
- *     the server shut down. It runs on the loop thread from the connection's close path, never
- *     from inside an http_* call, so it may free the owner's state freely.
+ *     the server stopped (drain timeout, second signal). It runs on the loop thread from the
+ *     connection's close path, never from inside an http_* call, so it may free the owner's
+ *     state freely; the request can no longer be answered (no http_* calls on it there).
  *   - Between the death of the connection and the cancel callback, http_* calls do nothing
  *     and return -ERR_CANCELLED. An owner that sees an error from http_sse_send should stop
  *     producing and either wait for its cancel callback (it will come) or finish the request

@@ -5,7 +5,8 @@
  * variable `UVLM_NAME` (upper case, '-' -> '_'). Precedence, highest first:
  *     flags  >  environment (UVLM_*)  >  --config FILE  >  defaults
  * A list setting (e.g. --api-key) may be given several times or comma-separated; a source
- * that sets a list replaces what lower sources set.
+ * that sets a list replaces what lower sources set. An unknown flag or file key is an error;
+ * unknown UVLM_* environment variables are not (the tests use UVLM_BIN, UVLM_SHARED).
  *
  * Value types: STR (optionally one of `choices` "a|b|c"), INT (with min/max), SIZE (bytes, with
  * an optional k/M/G suffix, binary), MS (a duration stored in milliseconds: "30s", "500ms",

@@ -204,6 +204,7 @@ static void conn_send_error(struct conn *c, int status, const char *message) {
     c->keep_alive = false;
     c->status = status;
     c->extra_len = 0; /* headers a handler added are not for this response */
+    if (status == 503) c->extra_len = (size_t)snprintf(c->extra, sizeof c->extra, "Retry-After: 1\r\n");
     c->bytes_out = 0;
     size_t hlen = format_head(c, head, sizeof head, status, "application/json", (long long)blen);
     conn_write(c, head, hlen, body, blen, NULL);

@@ -140,6 +140,7 @@ def test_connections_over_limit_get_503(start_server):
     time.sleep(0.1)
     status, headers, body = parse_responses(srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
     assert status == 503 and error_of(body)["type"] == "unavailable_error", srv.log()
+    assert headers["retry-after"] == "1" and headers["connection"] == "close"
     for s in held:
         s.close()
     time.sleep(0.1)
@@ -194,3 +195,15 @@ def test_ipv6_listener(start_server):
 def test_host_name_is_resolved(start_server):
     srv = start_server(host="localhost")
     assert srv.json("GET", "/health") == (200, {"status": "ok"})
+
+
+def test_pipelining_beyond_the_input_buffer(uvlm):
+    # 64 KiB of requests queued behind a slow one: the server pauses reading, then catches up
+    bodies = [bytes([65 + i % 26]) * 2000 for i in range(32)]
+    reqs = b"GET /debug/delay?ms=200 HTTP/1.1\r\nHost: x\r\n\r\n" + b"".join(
+        b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b) for b in bodies)
+    reqs += b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"
+    got = parse_responses(uvlm.raw(reqs, timeout=10))
+    assert len(got) == 34
+    assert [g[2] for g in got[1:33]] == bodies
+    assert got[33][0] == 200
