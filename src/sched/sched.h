@@ -246,7 +246,11 @@ struct sched_stats {
     int64_t generated_tokens;
     double prompt_ms, decode_ms; /* step time split by the step's prompt/decode token share */
     int64_t steps, preemptions, cache_evictions;
-    int64_t step_hist[SCHED_STEP_HIST_BUCKETS]; /* step durations, cumulative-free counts */
+    /* step durations per bucket (not cumulative): step_hist[i] counts steps that took
+     * (bounds[i-1], bounds[i]] ms; the last bucket is above the last finite bound. With
+     * step_ms_sum this is what api/metrics_text.h's histogram takes (n_bounds = BUCKETS - 1). */
+    uint64_t step_hist[SCHED_STEP_HIST_BUCKETS];
+    double step_ms_sum;
 };
 /* stalled: a step has run longer than stall_factor x expected + stall_grace_ms (stall_timeout_ms
  * before any step was measured), or no step is in flight while there is work (queued, preempted

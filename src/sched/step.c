@@ -435,6 +435,7 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     int b = 0;
     while (ms > sched_step_hist_bounds_ms[b]) b++;
     s->totals.step_hist[b]++;
+    s->totals.step_ms_sum += ms;
     s->totals.steps++;
     s->totals.prompt_ms += ms * st->n_prompt_tokens / st->batch.n_tokens;
     s->totals.decode_ms += ms * st->n_decode_tokens / st->batch.n_tokens;

@@ -671,6 +671,10 @@ TEST(sched_stall_detection) {
     sched_stats(f.s, f.now, &st);
     CHECK(!st.stalled);
     CHECK_EQ_INT(st.step_hist[SCHED_STEP_HIST_BUCKETS - 2], 1); /* the 1200 ms step: (1000, 2500] */
+    uint64_t steps = 0;
+    for (int i = 0; i < SCHED_STEP_HIST_BUCKETS; i++) steps += st.step_hist[i];
+    CHECK_EQ_INT(steps, st.steps);
+    CHECK(st.step_ms_sum >= 1200 + 10 * 5 && st.step_ms_sum < 1200 + 10 * 8);
     fake_run(f.s, &f.now, 10, 100);
     CHECK_EQ_INT(fx_free(&f), 0);
 
