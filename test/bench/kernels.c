@@ -77,9 +77,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
     }
     const char *core = getenv("OPENBLAS_CORETYPE");
-    printf("kernels: %d threads, SIMD %s, OpenBLAS core %s%s\n", n_threads,
-           simd_level_name(simd_level_best()), core ? core : "(default)",
-           quick ? " (quick: fewer repetitions)" : "");
+    double load = -1;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf", &load) != 1) load = -1;
+        fclose(la);
+    }
+    printf("kernels: %d threads, SIMD %s, OpenBLAS core %s, load average %.1f on %ld cores%s\n",
+           n_threads, simd_level_name(simd_level_best()), core ? core : "(default)", load,
+           sysconf(_SC_NPROCESSORS_ONLN), quick ? " (quick: fewer repetitions)" : "");
     struct compute *c;
     if (compute_create(&c, n_threads, 512, N_IN) < 0) return 1;
     double bw = read_bandwidth(c);
