@@ -679,6 +679,11 @@ quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t
     return NULL;
 }
 
+quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    return level_tables[level]->vec_dot4[t];
+}
+
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     for (int l = level; l >= SIMD_SCALAR; l--)

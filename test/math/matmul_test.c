@@ -79,7 +79,7 @@ TEST(matmul_matches_reference_for_every_type_and_path) {
         GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
         GGML_TYPE_Q6_K,
     };
-    const int64_t toks[] = {1, 3, MATMUL_BLAS_MIN_TOKENS + 5};
+    const int64_t toks[] = {1, 3, 6, MATMUL_BLAS_MIN_TOKENS + 5}; /* 6: 4-token kernels + 2 */
     for (int nt = 1; nt <= 3; nt += 2) {
         struct compute *c;
         CHECK_EQ_INT(compute_create(&c, nt, 64, 512), 0);
