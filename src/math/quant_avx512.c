@@ -211,19 +211,23 @@ AVX512 static inline __m512i q6_scale_index(int m) {
                             4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
 }
 
-AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
+/* Q6_K . Q8_K of one weight row with nx activation rows (see dot_k45_n): the levels (0..63,
+ * i.e. level + 32) and the scale vectors are decoded once; the -32 is applied per row through
+ * the activation's bsums. */
+AVX512 static inline __attribute__((always_inline)) void dot_q6_K_n(int64_t n, const void *w, const void *x,
+                                                                    size_t x_stride, const int nx, float *out) {
     const block_q6_K *a = w;
-    const block_q8_K *b = x;
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_off = _mm256_setzero_ps();
+    __m512 acc[QUANT_DOT_ROWS];
+    __m256 acc_off[QUANT_DOT_ROWS];
+    for (int t = 0; t < nx; t++) {
+        acc[t] = _mm512_setzero_ps();
+        acc_off[t] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
-        __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)b[i].bsums));
-        float d = h2f(a[i].d) * b[i].d;
-        acc_off = _mm256_fmadd_ps(_mm256_set1_ps(32 * d), _mm256_cvtepi32_ps(off), acc_off);
         __m512i sc16 = _mm512_castsi256_si512(sc);
-        __m512i sumi = _mm512_setzero_si512(), sumi2 = _mm512_setzero_si512();
+        __m512i q[4], scale[4]; /* elements 64m .. 64m+63 */
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
@@ -231,20 +235,37 @@ AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
             /* elements 0-63 of the half: low nibbles of ql + qh bits 0-1 | 2-3;
              * elements 64-127: high nibbles + qh bits 4-5 | 6-7 */
             __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
-            __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                         _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
-            __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
-            __m512i ya = _mm512_loadu_si512(b[i].qs + 128 * h);
-            __m512i yb = _mm512_loadu_si512(b[i].qs + 128 * h + 64);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(qa, ya),
-                                       _mm512_permutexvar_epi16(q6_scale_index(2 * h), sc16));
-            sumi2 = _mm512_dpwssd_epi32(sumi2, _mm512_maddubs_epi16(qb, yb),
-                                       _mm512_permutexvar_epi16(q6_scale_index(2 * h + 1), sc16));
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
+            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
+            scale[2 * h] = _mm512_permutexvar_epi16(q6_scale_index(2 * h), sc16);
+            scale[2 * h + 1] = _mm512_permutexvar_epi16(q6_scale_index(2 * h + 1), sc16);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi, sumi2)), acc);
+        const float dw = h2f(a[i].d);
+        for (int t = 0; t < nx; t++) {
+            const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + t * x_stride) + i;
+            __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)b->bsums));
+            float d = dw * b->d;
+            acc_off[t] = _mm256_fmadd_ps(_mm256_set1_ps(32 * d), _mm256_cvtepi32_ps(off), acc_off[t]);
+            __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++)
+                sumi[m & 1] = _mm512_dpwssd_epi32(sumi[m & 1], _mm512_maddubs_epi16(q[m], _mm512_loadu_si512(b->qs + 64 * m)),
+                                                  scale[m]);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])), acc[t]);
+        }
     }
-    return _mm512_reduce_add_ps(acc) - hsum_ps(acc_off);
+    for (int t = 0; t < nx; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum_ps(acc_off[t]);
+}
+
+AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
+    float out;
+    dot_q6_K_n(n, w, x, 0, 1, &out);
+    return out;
+}
+
+AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_q6_K_n(n, w, x, x_stride, QUANT_DOT_ROWS, out);
 }
 
 const struct quant_kernels quant_kernels_avx512 = {
@@ -254,5 +275,6 @@ const struct quant_kernels quant_kernels_avx512 = {
     },
     .vec_dot4 = {
         [GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K, [GGML_TYPE_Q5_K] = dot4_q5_K,
+        [GGML_TYPE_Q6_K] = dot4_q6_K,
     },
 };
