@@ -168,16 +168,13 @@ AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x) {
 AVX2 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, const void *w, const void *x,
                                                                  size_t x_stride, const int nx,
                                                                  const int with_qh, float *out) {
-    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
     __m256 acc[QUANT_DOT_ROWS], acc_m[QUANT_DOT_ROWS];
     for (int r = 0; r < nx; r++) acc[r] = acc_m[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
-        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
-        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
-        uint64_t sc, mn;
-        k4_scales_mins(blk + 4, &sc, &mn);
+        const struct k45_view v = k45_view(w, i, with_qh);
+        const uint8_t *qs = v.qs;
+        const uint64_t sc = v.sc, mn = v.mn;
         __m256i lv[8], scale[8]; /* sub-block j: levels and its scale as int16 */
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
@@ -185,7 +182,7 @@ AVX2 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, cons
             lv[2 * k] = _mm256_and_si256(q4, m4);
             lv[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             if (with_qh) {
-                __m256i qh = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)blk)->qh);
+                __m256i qh = _mm256_loadu_si256((const __m256i *)v.qh);
                 lv[2 * k] = _mm256_or_si256(lv[2 * k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
                 lv[2 * k + 1] = _mm256_or_si256(lv[2 * k + 1],
                                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
@@ -193,7 +190,7 @@ AVX2 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, cons
             scale[2 * k] = _mm256_set1_epi16((short)((sc >> (16 * k)) & 0xff));
             scale[2 * k + 1] = _mm256_set1_epi16((short)((sc >> (16 * k + 8)) & 0xff));
         }
-        const float d = h2f(dd[0]), dmin = h2f(dd[1]);
+        const float d = h2f(v.d), dmin = h2f(v.dmin);
         for (int r = 0; r < nx; r++) {
             const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + r * x_stride) + i;
             acc_m[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * b->d), _mm256_cvtepi32_ps(k4_mins_dot(mn, b->bsums)), acc_m[r]);

@@ -135,7 +135,6 @@ AVX512 static inline __m512i k4_scale_index(int k) {
  * consecutive vpdpwssd do not wait on each other. The nx = 1 instance is the plain dot product. */
 AVX512 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, const void *w, const void *x, size_t x_stride, const int nx,
                                    const int with_qh, float *out) {
-    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
     __m512 acc[QUANT_DOT_ROWS];
     __m256 acc_m[QUANT_DOT_ROWS];
@@ -144,15 +143,13 @@ AVX512 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, co
         acc_m[t] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
-        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
-        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
-        uint64_t sc, mn;
-        k4_scales_mins(blk + 4, &sc, &mn);
+        const struct k45_view v = k45_view(w, i, with_qh);
+        const uint8_t *qs = v.qs;
+        const uint64_t sc = v.sc, mn = v.mn;
         __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         __m512i qh = _mm512_setzero_si512();
         if (with_qh) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)((const block_q5_K *)blk)->qh);
+            __m256i h = _mm256_loadu_si256((const __m256i *)v.qh);
             qh = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
         }
         __m512i q[4], scale[4];
@@ -164,7 +161,7 @@ AVX512 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, co
                 q[k] = _mm512_or_si512(q[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * k), one), 4));
             scale[k] = _mm512_permutexvar_epi16(k4_scale_index(k), sc16);
         }
-        const float d = h2f(dd[0]), dmin = h2f(dd[1]);
+        const float d = h2f(v.d), dmin = h2f(v.dmin);
         for (int t = 0; t < nx; t++) {
             const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + t * x_stride) + i;
             acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * b->d), _mm256_cvtepi32_ps(k4_mins_dot(mn, b->bsums)),
