@@ -1,0 +1,238 @@
+/* Tests of the Mamba-1 forward pass (model/mamba.h): golden logits against ../shared/reference for
+ * the F32 and Q8_0 models (whole prompts in one batch; the same prompts interleaved in small
+ * chunks, several sequences per batch; teacher-forced greedy decoding of every case at once), and
+ * the recurrent-state operations the server relies on (fork, save/restore, error paths). */
+#include "test.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/batch.h"
+#include "common/err.h"
+#include "gguf/gguf.h"
+#include "math/matmul.h"
+#include "memory/recurrent.h"
+#include "model/mamba.h"
+
+#define MAX_CASES 8
+
+/* A loaded model with everything needed to run batches of up to max_tokens entries. */
+struct rig {
+    struct gguf_file file;
+    struct mamba_model *m;
+    struct mamba_scratch *s;
+    struct compute *c;
+    struct memory *mem;
+};
+
+static int rig_open(struct rig *g, const char *path, int32_t max_tokens, int32_t n_seq) {
+    char why[256];
+    *g = (struct rig){0};
+    int rc;
+    if ((rc = gguf_open(&g->file, path, why, sizeof why)) < 0 ||
+        (rc = mamba_load(&g->m, &g->file, why, sizeof why)) < 0) {
+        fprintf(stderr, "  %s: %s\n", path, why);
+        return rc;
+    }
+    if ((rc = mamba_scratch_create(&g->s, g->m, max_tokens, max_tokens)) < 0 ||
+        (rc = compute_create(&g->c, 2, max_tokens, mamba_max_n_in(g->m))) < 0 ||
+        (rc = mamba_memory_create(g->m, n_seq, n_seq, &g->mem)) < 0)
+        return rc;
+    return 0;
+}
+
+static void rig_close(struct rig *g) {
+    memory_destroy(g->mem);
+    if (g->c) compute_destroy(g->c);
+    mamba_scratch_destroy(g->s);
+    mamba_free(g->m);
+    if (g->file.base) gguf_close(&g->file);
+}
+
+/* Reserve and run b; logits rows of its want_logits entries go to out. */
+static int run(struct rig *g, const struct batch *b, float *out) {
+    int rc = memory_reserve(g->mem, b);
+    return rc < 0 ? rc : mamba_forward(g->m, g->s, g->c, g->mem, b, out);
+}
+
+/* ---- the reference ---- */
+
+struct ref_case {
+    int32_t n_prompt;
+    int32_t *tokens;      /* [n_prompt] */
+    json_t *prompt_topk;  /* [n_prompt] of [[id, logit] x topk] */
+    int32_t greedy[32];
+    json_t *greedy_topk;  /* [32] */
+};
+
+struct ref {
+    json_t *root;
+    int n_cases;
+    struct ref_case cases[MAX_CASES];
+};
+
+static int ref_load(struct ref *r, const char *path) {
+    json_error_t err;
+    *r = (struct ref){0};
+    r->root = json_load_file(path, 0, &err);
+    if (!r->root) { fprintf(stderr, "  %s: %s\n", path, err.text); return -1; }
+    json_t *cases = json_object_get(r->root, "cases");
+    r->n_cases = (int)json_array_size(cases);
+    if (r->n_cases < 1 || r->n_cases > MAX_CASES) return -1;
+    for (int c = 0; c < r->n_cases; c++) {
+        json_t *jc = json_array_get(cases, (size_t)c);
+        struct ref_case *rc = &r->cases[c];
+        json_t *toks = json_object_get(jc, "tokens"), *greedy = json_object_get(jc, "greedy");
+        rc->n_prompt = (int32_t)json_array_size(toks);
+        rc->tokens = malloc((size_t)rc->n_prompt * sizeof *rc->tokens);
+        if (!rc->tokens || json_array_size(greedy) != 32) return -1;
+        for (int32_t i = 0; i < rc->n_prompt; i++) rc->tokens[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
+        for (int i = 0; i < 32; i++) rc->greedy[i] = (int32_t)json_integer_value(json_array_get(greedy, (size_t)i));
+        rc->prompt_topk = json_object_get(jc, "prompt_topk");
+        rc->greedy_topk = json_object_get(jc, "greedy_topk");
+        if ((int32_t)json_array_size(rc->prompt_topk) != rc->n_prompt || json_array_size(rc->greedy_topk) != 32) return -1;
+    }
+    return 0;
+}
+
+static void ref_free(struct ref *r) {
+    for (int c = 0; c < r->n_cases; c++) free(r->cases[c].tokens);
+    json_decref(r->root);
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* The bars of ../shared/README.md for one position: every listed logit within tol * max|ref|,
+ * and the same top-1 where the reference's top-1/top-2 gap exceeds that. Prints what failed. */
+static bool matches_ref(const float *logits, int32_t n_vocab, json_t *topk, float tol, const char *what, int pos) {
+    size_t n = json_array_size(topk);
+    if (n < 2) return false;
+    double maxabs = 0;
+    for (size_t k = 0; k < n; k++) maxabs = fmax(maxabs, fabs(json_number_value(json_array_get(json_array_get(topk, k), 1))));
+    double bar = tol * maxabs;
+    for (size_t k = 0; k < n; k++) {
+        json_t *e = json_array_get(topk, k);
+        int32_t id = (int32_t)json_integer_value(json_array_get(e, 0));
+        double want = json_number_value(json_array_get(e, 1));
+        if (id < 0 || id >= n_vocab || fabs(logits[id] - want) > bar) {
+            fprintf(stderr, "  %s pos %d: logit[%d] = %g, reference %g (bar %g)\n", what, pos, id,
+                    id >= 0 && id < n_vocab ? logits[id] : NAN, want, bar);
+            return false;
+        }
+    }
+    double gap = json_number_value(json_array_get(json_array_get(topk, 0), 1)) -
+                 json_number_value(json_array_get(json_array_get(topk, 1), 1));
+    int32_t top = (int32_t)json_integer_value(json_array_get(json_array_get(topk, 0), 0));
+    if (gap > bar && argmax(logits, n_vocab) != top) {
+        fprintf(stderr, "  %s pos %d: top-1 %d, reference %d (gap %g)\n", what, pos, argmax(logits, n_vocab), top, gap);
+        return false;
+    }
+    return true;
+}
+
+/* Chunk length of case c in the interleaved run: different per sequence, so batches mix
+ * sequences at different positions and chunk boundaries fall everywhere. */
+static int32_t chunk_len(int c) { return 3 + 2 * c; }
+static bool chunk_end(const struct ref_case *rc, int c, int32_t p) {
+    return (p + 1) % chunk_len(c) == 0 || p == rc->n_prompt - 1;
+}
+
+/* The whole golden check of one model (see the file comment). */
+static void golden(struct test_case *t, const char *model_rel, const char *ref_rel, float tol) {
+    SHARED(model_shared, model_rel);
+    char model_path[512]; /* shared_path's string lives only until its next call */
+    snprintf(model_path, sizeof model_path, "%s", model_shared);
+    SHARED(ref_path, ref_rel);
+    struct ref ref;
+    CHECK(ref_load(&ref, ref_path) == 0);
+    int32_t max_prompt = 0;
+    for (int c = 0; c < ref.n_cases; c++)
+        if (ref.cases[c].n_prompt > max_prompt) max_prompt = ref.cases[c].n_prompt;
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, model_path, max_prompt, ref.n_cases), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    CHECK_EQ_INT(V, (int32_t)json_integer_value(json_object_get(ref.root, "n_vocab")));
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, max_prompt), 0);
+    float *logits = malloc((size_t)max_prompt * (size_t)V * sizeof(float));
+    float *whole[MAX_CASES] = {0}; /* per case: the one-batch logits at its chunk ends */
+    bool ok = logits != NULL;
+
+    /* 1. each prompt alone, in one batch, logits at every position */
+    for (int c = 0; ok && c < ref.n_cases; c++) {
+        const struct ref_case *rc = &ref.cases[c];
+        batch_clear(&b);
+        for (int32_t p = 0; p < rc->n_prompt; p++) batch_add(&b, rc->tokens[p], p, 0, true);
+        ok = run(&g, &b, logits) == 0;
+        int32_t n_ends = 0;
+        for (int32_t p = 0; p < rc->n_prompt; p++) n_ends += chunk_end(rc, c, p);
+        whole[c] = malloc((size_t)n_ends * (size_t)V * sizeof(float));
+        ok = ok && whole[c];
+        for (int32_t p = 0, e = 0; ok && p < rc->n_prompt; p++) {
+            ok = matches_ref(logits + (size_t)p * V, V, json_array_get(rc->prompt_topk, (size_t)p), tol, "one batch", p);
+            if (chunk_end(rc, c, p)) memcpy(whole[c] + (size_t)e++ * V, logits + (size_t)p * V, (size_t)V * sizeof(float));
+        }
+        ok = ok && memory_seq_rm(g.mem, 0, 0, -1) == 0;
+    }
+    CHECK(ok);
+
+    /* 2. every prompt at once, sequence c in chunks of chunk_len(c), interleaved in shared batches
+     * of at most 16 entries; logits at chunk ends agree with the one-batch run and the reference */
+    int32_t next[MAX_CASES] = {0}, seen_ends[MAX_CASES] = {0};
+    for (bool more = true; ok && more;) {
+        more = false;
+        batch_clear(&b);
+        for (int c = 0; c < ref.n_cases; c++) {
+            const struct ref_case *rc = &ref.cases[c];
+            int32_t end = next[c] + chunk_len(c) - next[c] % chunk_len(c);
+            for (; next[c] < rc->n_prompt && next[c] < end && b.n_tokens < 16; next[c]++)
+                batch_add(&b, rc->tokens[next[c]], next[c], c, chunk_end(rc, c, next[c]));
+            more |= next[c] < rc->n_prompt;
+        }
+        ok = run(&g, &b, logits) == 0;
+        for (int32_t i = 0, row = 0; ok && i < b.n_tokens; i++) {
+            if (!b.want_logits[i]) continue;
+            int c = b.seq[i];
+            const float *got = logits + (size_t)row++ * V, *one = whole[c] + (size_t)seen_ends[c]++ * V;
+            ok = matches_ref(got, V, json_array_get(ref.cases[c].prompt_topk, (size_t)b.pos[i]), tol, "chunked", b.pos[i]);
+            float maxabs_one = 0;
+            for (int32_t v = 0; v < V; v++) maxabs_one = fmaxf(maxabs_one, fabsf(one[v]));
+            for (int32_t v = 0; ok && v < V; v++)
+                if (fabsf(got[v] - one[v]) > tol * maxabs_one) {
+                    fprintf(stderr, "  chunked vs one batch: seq %d pos %d logit %d: %g vs %g\n", c, b.pos[i], v, got[v], one[v]);
+                    ok = false;
+                }
+        }
+    }
+    CHECK(ok);
+
+    /* 3. greedy continuation of every case in one batch per step (teacher-forced with the
+     * reference's tokens, so each step is compared with its own reference logits) */
+    for (int k = 0; ok && k < 32; k++) {
+        batch_clear(&b);
+        for (int c = 0; c < ref.n_cases; c++) batch_add(&b, ref.cases[c].greedy[k], ref.cases[c].n_prompt + k, c, true);
+        ok = run(&g, &b, logits) == 0;
+        for (int c = 0; ok && c < ref.n_cases; c++)
+            ok = matches_ref(logits + (size_t)c * V, V, json_array_get(ref.cases[c].greedy_topk, (size_t)k), tol, "greedy", k);
+    }
+    CHECK(ok);
+
+    for (int c = 0; c < ref.n_cases; c++) free(whole[c]);
+    free(logits);
+    batch_free(&b);
+    rig_close(&g);
+    ref_free(&ref);
+}
+
+TEST(mamba_golden_f32) {
+    golden(t, "models/mamba-spm-f32.gguf", "reference/mamba-spm-f32.json", 0.01f);
+}
+
+TEST(mamba_golden_q8_0) {
+    golden(t, "models/mamba-spm-q8_0.gguf", "reference/mamba-spm-q8_0.json", 0.03f);
+}
