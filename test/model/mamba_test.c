@@ -26,7 +26,7 @@ struct rig {
     struct memory *mem;
 };
 
-static int rig_open(struct rig *g, const char *path, int32_t max_tokens, int32_t n_seq) {
+static int rig_open(struct rig *g, const char *path, int32_t max_tokens, int32_t n_states, int32_t n_seq) {
     char why[256];
     *g = (struct rig){0};
     int rc;
@@ -37,7 +37,7 @@ static int rig_open(struct rig *g, const char *path, int32_t max_tokens, int32_t
     }
     if ((rc = mamba_scratch_create(&g->s, g->m, max_tokens, max_tokens)) < 0 ||
         (rc = compute_create(&g->c, 2, max_tokens, mamba_max_n_in(g->m))) < 0 ||
-        (rc = mamba_memory_create(g->m, n_seq, n_seq, &g->mem)) < 0)
+        (rc = mamba_memory_create(g->m, n_states, n_seq, &g->mem)) < 0)
         return rc;
     return 0;
 }
@@ -154,7 +154,7 @@ static void golden(struct test_case *t, const char *model_rel, const char *ref_r
     for (int c = 0; c < ref.n_cases; c++)
         if (ref.cases[c].n_prompt > max_prompt) max_prompt = ref.cases[c].n_prompt;
     struct rig g;
-    CHECK_EQ_INT(rig_open(&g, model_path, max_prompt, ref.n_cases), 0);
+    CHECK_EQ_INT(rig_open(&g, model_path, max_prompt, ref.n_cases, ref.n_cases), 0);
     const int32_t V = g.m->hp.n_vocab;
     CHECK_EQ_INT(V, (int32_t)json_integer_value(json_object_get(ref.root, "n_vocab")));
     struct batch b;
@@ -235,4 +235,179 @@ TEST(mamba_golden_f32) {
 
 TEST(mamba_golden_q8_0) {
     golden(t, "models/mamba-spm-q8_0.gguf", "reference/mamba-spm-q8_0.json", 0.03f);
+}
+
+/* ---- the operations the server builds on ---- */
+
+static const int32_t prompt[] = {1, 450, 4996, 17354, 1701, 432, 17204, 975, 278, 17366, 11203};
+#define N_PROMPT ((int32_t)(sizeof prompt / sizeof *prompt))
+
+/* Feed tokens toks[0..n) to seq from position p0 in one batch; the last position's logits to out. */
+static int feed(struct rig *g, struct batch *b, int32_t seq, int32_t p0, const int32_t *toks, int32_t n, float *out) {
+    batch_clear(b);
+    for (int32_t i = 0; i < n; i++) batch_add(b, toks[i], p0 + i, seq, i == n - 1);
+    return run(g, b, out);
+}
+
+static bool same_row(const float *a, const float *b, int32_t n) {
+    return memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+/* n choices fork from one prompt evaluation, and a preempted sequence resumes exactly. Small
+ * batches all take the same matmul path, so the logits must be bit-identical. */
+TEST(mamba_fork_and_preemption_are_exact) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 16, 4, 5), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    float *solo = malloc(4 * (size_t)V * sizeof(float)), *got = malloc(4 * (size_t)V * sizeof(float));
+    CHECK(solo && got);
+    const int32_t next[3] = {29889, 306, 13};
+
+    /* alone: prompt then each of next[] as the first generated token, one fresh run each */
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt, N_PROMPT, got), 0);
+        CHECK_EQ_INT(feed(&g, &b, 0, N_PROMPT, &next[k], 1, solo + (size_t)k * V), 0);
+        CHECK_EQ_INT(memory_seq_rm(g.mem, 0, 0, -1), 0);
+    }
+    CHECK(!same_row(solo, solo + V, V)); /* the three continuations differ */
+
+    /* n = 3: one prompt evaluation, forks (3 keeps the prompt's state for later), three
+     * different tokens in one batch */
+    CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt, N_PROMPT, got), 0);
+    for (int32_t s = 1; s <= 3; s++) CHECK_EQ_INT(memory_seq_cp(g.mem, 0, s, 0, -1), 0);
+    batch_clear(&b);
+    for (int k = 0; k < 3; k++) batch_add(&b, next[k], N_PROMPT, k, true);
+    CHECK_EQ_INT(run(&g, &b, got), 0);
+    for (int k = 0; k < 3; k++) CHECK(same_row(got + (size_t)k * V, solo + (size_t)k * V, V));
+
+    /* preemption: save sequence 1, free it, let another sequence fill the pool, restore, resume;
+     * sequence 2 redoes 1's path from the prompt state without interruption, for comparison */
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(g.mem, 1, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(g.mem, 1, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_rm(g.mem, 2, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_cp(g.mem, 3, 2, 0, -1), 0);
+    CHECK_EQ_INT(feed(&g, &b, 2, N_PROMPT, &next[1], 1, got), 0);
+    CHECK_EQ_INT(feed(&g, &b, 4, 0, prompt + 3, 5, got), 0); /* an intruder takes the last cell */
+    CHECK_EQ_INT(memory_seq_restore(g.mem, 1, snap), -ERR_NOMEM);
+    CHECK_EQ_INT(memory_seq_rm(g.mem, 4, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_restore(g.mem, 1, snap), 0);
+    memory_snapshot_free(g.mem, snap);
+    const int32_t more[2] = {1576, 338};
+    CHECK_EQ_INT(feed(&g, &b, 1, N_PROMPT + 1, more, 2, got), 0);
+    CHECK_EQ_INT(feed(&g, &b, 2, N_PROMPT + 1, more, 2, got + V), 0);
+    CHECK(same_row(got, got + V, V));
+
+    /* a finished (or disconnected) sequence frees its state */
+    struct memory_usage u;
+    memory_usage(g.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 4);
+    CHECK_EQ_INT(memory_seq_rm(g.mem, 1, 0, -1), 0);
+    memory_usage(g.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 3);
+    free(solo);
+    free(got);
+    batch_free(&b);
+    rig_close(&g);
+}
+
+TEST(mamba_forward_rejects_bad_batches) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 4, 2, 2), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 8), 0);
+    float *out = malloc(8 * (size_t)V * sizeof(float));
+    CHECK(out);
+    /* not reserved: the sequence holds no state */
+    batch_add(&b, 1, 0, 0, true);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_STATE);
+    /* a token outside the vocabulary, found before any state changes */
+    CHECK_EQ_INT(memory_reserve(g.mem, &b), 0);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), 0);
+    struct recurrent_memory *r = recurrent_from_memory(g.mem);
+    float before = recurrent_ssm_state(r, 0, 0)[5];
+    batch_clear(&b);
+    batch_add(&b, V, 1, 0, true);
+    CHECK_EQ_INT(memory_reserve(g.mem, &b), 0);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_INVAL);
+    CHECK(recurrent_ssm_state(r, 0, 0)[5] == before);
+    /* more entries than the scratch holds */
+    batch_clear(&b);
+    for (int32_t p = 0; p < 5; p++) batch_add(&b, 1, p, 1, false);
+    CHECK_EQ_INT(memory_reserve(g.mem, &b), 0);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_TOOBIG);
+    /* a memory that is not this model's state */
+    struct memory *other;
+    CHECK_EQ_INT(recurrent_memory_create(&other, NULL, 2, 2), 0);
+    batch_clear(&b);
+    batch_add(&b, 1, 0, 0, true);
+    CHECK_EQ_INT(memory_reserve(other, &b), 0);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, other, &b, out), -ERR_STATE);
+    memory_destroy(other);
+    free(out);
+    batch_free(&b);
+    rig_close(&g);
+}
+
+/* The loader reads the shape from the metadata and refuses what it cannot run, naming why. */
+TEST(mamba_load_checks_metadata_and_tensors) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    char why[256];
+    struct gguf_file f;
+    CHECK_EQ_INT(gguf_open(&f, path, why, sizeof why), 0);
+    struct mamba_model *m;
+    CHECK_EQ_INT(mamba_load(&m, &f, why, sizeof why), 0);
+    /* the shape ../shared/README.md documents for this model */
+    CHECK_EQ_INT(m->hp.n_embd, 128);
+    CHECK_EQ_INT(m->hp.n_layer, 4);
+    CHECK_EQ_INT(m->hp.d_inner, 256);
+    CHECK_EQ_INT(m->hp.d_state, 16);
+    CHECK_EQ_INT(m->hp.d_conv, 4);
+    CHECK_EQ_INT(m->hp.dt_rank, 8);
+    CHECK_EQ_INT(m->hp.n_vocab, 32000);
+    CHECK(m->hp.tied_output);
+    CHECK(m->output.data == m->token_embd.data);
+    CHECK_EQ_INT(m->layers[2].dt.type, GGML_TYPE_F16);
+    CHECK_EQ_INT(m->layers[2].in.type, GGML_TYPE_Q8_0);
+    CHECK(m->layers[3].a[0] < 0); /* stored as -exp(A_log) */
+    mamba_free(m);
+
+    /* the same bytes with one tensor or one key renamed */
+    unsigned char *buf = malloc(f.size);
+    CHECK(buf);
+    struct { const char *from, *to; int rc; const char *named; } cases[] = {
+        {"blk.2.ssm_d", "blk.2.ssm_q", -ERR_FORMAT, "blk.2.ssm_d"},
+        {"mamba.ssm.state_size", "mamba.ssm.statX_size", -ERR_FORMAT, "mamba.ssm.state_size"},
+        {"general.architecture", "general.architectur_", -ERR_UNSUPPORTED, "not a mamba"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        memcpy(buf, f.base, f.size);
+        size_t n = strlen(cases[k].from);
+        unsigned char *at = memmem(buf, f.size, cases[k].from, n);
+        CHECK(at != NULL);
+        memcpy(at, cases[k].to, n);
+        struct gguf_file g;
+        CHECK_EQ_INT(gguf_parse(&g, buf, f.size, why, sizeof why), 0);
+        why[0] = 0;
+        CHECK_EQ_INT(mamba_load(&m, &g, why, sizeof why), cases[k].rc);
+        CHECK(strstr(why, cases[k].named) != NULL);
+        gguf_close(&g);
+    }
+    free(buf);
+    gguf_close(&f);
+}
+
+TEST(mamba_load_refuses_a_transformer) {
+    SHARED(path, "models/llama3-bpe-q8_0.gguf");
+    char why[256];
+    struct gguf_file f;
+    CHECK_EQ_INT(gguf_open(&f, path, why, sizeof why), 0);
+    struct mamba_model *m;
+    CHECK_EQ_INT(mamba_load(&m, &f, why, sizeof why), -ERR_UNSUPPORTED);
+    gguf_close(&f);
 }
