@@ -7,6 +7,8 @@ CC       ?= cc
 OPTFLAGS ?= -O2 -march=native -g
 WARNFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter
 SANFLAGS ?=
+# Debian's interpreter: python3-pytest installs there (a pyenv python3 earlier in PATH lacks it).
+PYTHON   ?= /usr/bin/python3
 CFLAGS   := $(OPTFLAGS) $(SANFLAGS) $(WARNFLAGS) -Isrc -MMD -MP
 LDFLAGS  += $(SANFLAGS) -pthread
 
@@ -41,7 +43,7 @@ test: unit e2e
 unit: $(RUNNER) $(BIN)
 	$(RUNNER)
 e2e: $(BIN)
-	UVLM_BIN=$(abspath $(BIN)) python3 -m pytest -q test/e2e
+	UVLM_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q test/e2e
 
 # make check: the same tests on an ASan + UBSan build.
 check:

@@ -23,6 +23,7 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     /* one line per subcommand: {"name", cmd_name, "what it does"}, */
     {"help", cmd_help, "list the subcommands"},
+    {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
 };
 
 static void usage(FILE *out) {

@@ -5,5 +5,6 @@
 #define UVLM_CMD_H
 
 /* one declaration per subcommand, e.g. int cmd_serve(int argc, char **argv); */
+int cmd_apply_template(int argc, char **argv);
 
 #endif
