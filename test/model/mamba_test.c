@@ -314,6 +314,60 @@ TEST(mamba_fork_and_preemption_are_exact) {
     rig_close(&g);
 }
 
+/* Six users at once: sequence k's prompt joins the batch at step k while the others decode, so
+ * every batch mixes prompts and decodes at different positions; each sequence's greedy tokens and
+ * logits are bit-identical to its run alone (all batches stay on one matmul path). */
+TEST(mamba_concurrent_sequences_match_solo_runs) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    enum { N_SEQ = 6, N_GEN = 6 };
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 16, N_SEQ, N_SEQ), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    float *last = malloc((size_t)N_SEQ * V * sizeof(float)), *out = malloc(16 * (size_t)V * sizeof(float));
+    CHECK(last && out);
+    int32_t solo[N_SEQ][N_GEN], together[N_SEQ][N_GEN];
+    /* sequence k: prompt[k .. k + k + 1], i.e. different lengths and contents */
+    for (int k = 0; k < N_SEQ; k++) {
+        int32_t n = k + 1, tok;
+        CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt + k, n, out), 0);
+        for (int j = 0; j < N_GEN; j++) {
+            tok = solo[k][j] = argmax(out, V);
+            CHECK_EQ_INT(feed(&g, &b, 0, n + j, &tok, 1, out), 0);
+        }
+        memcpy(last + (size_t)k * V, out, (size_t)V * sizeof(float));
+        CHECK_EQ_INT(memory_seq_rm(g.mem, 0, 0, -1), 0);
+    }
+    int n_done[N_SEQ] = {0};
+    for (int step = 0; step < N_SEQ + N_GEN; step++) {
+        batch_clear(&b);
+        for (int k = 0; k < N_SEQ; k++) {
+            if (step == k) /* the prompt joins */
+                for (int32_t i = 0; i <= k; i++) batch_add(&b, prompt[k + i], i, k, i == k);
+            else if (step > k && n_done[k] < N_GEN)
+                batch_add(&b, together[k][n_done[k]], k + 1 + n_done[k], k, true);
+        }
+        CHECK_EQ_INT(run(&g, &b, out), 0);
+        for (int32_t i = 0, row = 0; i < b.n_tokens; i++) {
+            if (!b.want_logits[i]) continue;
+            int k = b.seq[i];
+            const float *l = out + (size_t)row++ * V;
+            if (step > k) n_done[k]++;
+            if (n_done[k] < N_GEN) together[k][n_done[k]] = argmax(l, V);
+            else CHECK(same_row(l, last + (size_t)k * V, V));
+        }
+    }
+    for (int k = 0; k < N_SEQ; k++) {
+        CHECK_EQ_INT(n_done[k], N_GEN);
+        for (int j = 0; j < N_GEN; j++) CHECK_EQ_INT(together[k][j], solo[k][j]);
+    }
+    free(last);
+    free(out);
+    batch_free(&b);
+    rig_close(&g);
+}
+
 TEST(mamba_forward_rejects_bad_batches) {
     SHARED(path, "models/mamba-spm-q8_0.gguf");
     struct rig g;
