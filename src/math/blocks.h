@@ -80,4 +80,16 @@ static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
     }
 }
 
+/* All eight scales (bytes of *sc) and mins (bytes of *mn) of a Q4_K/Q5_K super-block at once,
+ * for the SIMD kernels; kept in registers (a byte array read back as one vector would cost a
+ * store-forwarding stall). */
+static inline void k4_scales_mins(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0 = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    uint32_t u1 = (uint32_t)q[4] | (uint32_t)q[5] << 8 | (uint32_t)q[6] << 16 | (uint32_t)q[7] << 24;
+    uint32_t u2 = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 | (uint32_t)q[11] << 24;
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
+    *sc = (u0 & low6) | (uint64_t)((u2 & low4) | ((u0 & top2) >> 2)) << 32;
+    *mn = (u1 & low6) | (uint64_t)(((u2 >> 4) & low4) | ((u1 & top2) >> 2)) << 32;
+}
+
 #endif

@@ -13,11 +13,14 @@
 
 typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_to_float_fn)(const void *src, float *y, int64_t n);
+typedef void (*quant_from_float_fn)(const float *x, void *dst, int64_t n);
 
 /* A table of kernels for one instruction set; a NULL entry means "use the scalar one". */
 struct quant_kernels {
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_to_float_fn to_float[GGML_TYPE_COUNT];
+    /* SIMD levels only accelerate the activation types, bit for bit the scalar result. */
+    quant_from_float_fn from_float[GGML_TYPE_COUNT];
 };
 
 enum simd_level { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_LEVEL_COUNT };
@@ -33,6 +36,7 @@ enum simd_level simd_level_best(void);
  * own); NULL when t has no such kernel. The level must be supported. */
 quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t);
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t);
+quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t);
 
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). */
 extern const struct quant_kernels quant_kernels_scalar;

@@ -9,10 +9,14 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-/* Weight rows per sgemm tile. A tile is dequantized to F32 by the thread that then multiplies
- * it, so it stays in that core's cache; OpenBLAS repacks the activations per call, which a
- * larger tile amortizes over more rows. */
-#define TILE_ROWS 256
+/* sgemm tiles: each thread dequantizes a tile of weight rows to F32 and multiplies it. Every
+ * sgemm call repacks all the activations (512 x 2048 floats = 4 MB), so a tile should hold many
+ * rows: measured on 2048 -> 5632 at 512 tokens, 128-row tiles ran at half the speed of 512-row
+ * ones. The tile buffer of a thread is TILE_BYTES (fewer rows for long rows), its rows at most
+ * TILE_MAX_ROWS and at least TILE_MIN_ROWS. */
+#define TILE_BYTES ((size_t)8 << 20)
+#define TILE_MAX_ROWS 512
+#define TILE_MIN_ROWS 64
 /* Rows per work item on the quantized (matvec) path: a few hundred KB of weights, small enough
  * that the threads finish together, large enough that claiming one is free. */
 #define VEC_CHUNK_ROWS 32
@@ -26,10 +30,9 @@ struct compute {
     void *xq;            /* quantized activations: vec_tokens rows of xq_stride bytes */
     size_t xq_stride;
     int64_t vec_tokens;  /* rows xq holds: min(max_tokens, MATMUL_BLAS_MIN_TOKENS - 1) */
-    float *tiles;        /* n_threads tiles of TILE_ROWS x max_n_in floats (NULL if unused) */
+    float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
+    size_t tile_floats;
     size_t scratch_bytes;
-
-    _Atomic int64_t next_chunk; /* work claiming within one matmul */
 };
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -51,7 +54,10 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     c->xq = aligned_alloc(64, xq_bytes);
     size_t tile_bytes = 0;
     if (max_tokens >= MATMUL_BLAS_MIN_TOKENS) {
-        tile_bytes = round_up((size_t)n_threads * TILE_ROWS * (size_t)max_n_in * sizeof(float), 64);
+        size_t rows = TILE_BYTES / sizeof(float) / (size_t)max_n_in;
+        rows = rows < TILE_MIN_ROWS ? TILE_MIN_ROWS : rows > TILE_MAX_ROWS ? TILE_MAX_ROWS : rows;
+        c->tile_floats = round_up(rows * (size_t)max_n_in, 16);
+        tile_bytes = (size_t)n_threads * c->tile_floats * sizeof(float);
         c->tiles = aligned_alloc(64, tile_bytes);
     }
     c->scratch_bytes = xq_bytes + tile_bytes;
@@ -81,22 +87,29 @@ size_t compute_scratch_bytes(const struct compute *c) { return c->scratch_bytes;
 
 struct range_job {
     int64_t n;
+    int n_ranges;
+    _Atomic int next; /* the next range to hand out */
     void (*fn)(void *arg, int64_t i0, int64_t i1);
     void *arg;
 };
 
-static void range_run(void *job, int ith, int nth) {
+static void range_run(void *job) {
     struct range_job *j = job;
-    int64_t i0 = j->n * ith / nth, i1 = j->n * (ith + 1) / nth;
-    if (i0 < i1) j->fn(j->arg, i0, i1);
+    for (int r; (r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_ranges;) {
+        int64_t i0 = j->n * r / j->n_ranges, i1 = j->n * (r + 1) / j->n_ranges;
+        if (i0 < i1) j->fn(j->arg, i0, i1);
+    }
 }
 
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
     if (n <= 0) return;
-    struct range_job job = {n, fn, arg};
-    if (n == 1) range_run(&job, 0, 1);
-    else pool_run(c->pool, range_run, &job);
+    if (n == 1 || c->n_threads == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    struct range_job job = {.n = n, .n_ranges = n < c->n_threads ? (int)n : c->n_threads, .fn = fn, .arg = arg};
+    pool_run(c->pool, range_run, &job);
 }
 
 /* ---- matmul ----------------------------------------------------------------------------- */
@@ -112,20 +125,22 @@ struct matmul_job {
     const uint8_t *xq; /* activations in xtype (x itself for F32 weights) */
     size_t xq_stride;
     int64_t chunk_rows, n_chunks;
+    _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
+    _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_to_float_fn to_float;
 };
 
-static void quantize_rows(void *job, int ith, int nth) {
+static void quantize_rows(void *job) {
     struct matmul_job *j = job;
-    for (int64_t t = j->n_tok * ith / nth; t < j->n_tok * (ith + 1) / nth; t++)
+    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
         quant_from_float(j->xtype, j->x + t * j->n_in, (uint8_t *)j->xq + t * j->xq_stride, j->n_in);
 }
 
-static void vec_rows(void *job, int ith, int nth) {
+static void vec_rows(void *job) {
     struct matmul_job *j = job;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&j->c->next_chunk, 1, memory_order_relaxed);
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (chunk >= j->n_chunks) break;
         int64_t r0 = chunk * j->chunk_rows;
         int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
@@ -137,11 +152,14 @@ static void vec_rows(void *job, int ith, int nth) {
     }
 }
 
-static void sgemm_tiles(void *job, int ith, int nth) {
+static void sgemm_tiles(void *job) {
     struct matmul_job *j = job;
-    float *tile = j->c->tiles + (size_t)ith * TILE_ROWS * (size_t)j->c->max_n_in;
+    /* Each thread that joins takes a tile buffer of its own. */
+    int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
+    ASSERT(slot < j->c->n_threads);
+    float *tile = j->c->tiles + (size_t)slot * j->c->tile_floats;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&j->c->next_chunk, 1, memory_order_relaxed);
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (chunk >= j->n_chunks) break;
         int64_t r0 = chunk * j->chunk_rows;
         int64_t rows = r0 + j->chunk_rows < j->n_out ? j->chunk_rows : j->n_out - r0;
@@ -164,6 +182,11 @@ static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y) {
+    matmul_path(c, MATMUL_AUTO, wtype, w, n_in, n_out, x, n_tok, y);
+}
+
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
     ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);
     size_t w_stride = ggml_row_size(wtype, (uint64_t)n_in);
     ASSERT(w_stride > 0);
@@ -172,12 +195,23 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
         .c = c, .wtype = wtype, .xtype = quant_vec_dot_type(wtype), .w = w, .w_stride = w_stride,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
-    atomic_store_explicit(&c->next_chunk, 0, memory_order_relaxed);
-    if (n_tok >= MATMUL_BLAS_MIN_TOKENS) {
+    if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    if (path == MATMUL_BLAS_THREADED) {
+        ASSERT(wtype == GGML_TYPE_F32);
+        openblas_set_num_threads(c->n_threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_tok, (blasint)n_out,
+                    (blasint)n_in, 1.0f, x, (blasint)n_in, w, (blasint)n_in, 0.0f, y, (blasint)n_out);
+        openblas_set_num_threads(1);
+        return;
+    }
+    if (path == MATMUL_BLAS) {
+        ASSERT(c->tiles);
         j.to_float = quant_get_to_float(c->level, wtype);
         /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
         int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
-        j.chunk_rows = per < TILE_ROWS ? per : TILE_ROWS;
+        int64_t fit = (int64_t)c->tile_floats / n_in;
+        if (fit > TILE_MAX_ROWS) fit = TILE_MAX_ROWS;
+        j.chunk_rows = per < fit ? per : fit;
         j.n_chunks = div_up(n_out, j.chunk_rows);
         pool_run(c->pool, sgemm_tiles, &j);
         return;
@@ -187,10 +221,12 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);
     } else {
+        ASSERT(n_tok <= c->vec_tokens);
         j.xq = c->xq;
         j.xq_stride = c->xq_stride;
         if (n_tok * n_in >= 8192) pool_run(c->pool, quantize_rows, &j);
-        else quantize_rows(&j, 0, 1);
+        else quantize_rows(&j);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
     }
     j.chunk_rows = VEC_CHUNK_ROWS;
     j.n_chunks = div_up(n_out, j.chunk_rows);

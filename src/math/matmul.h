@@ -8,7 +8,8 @@
  * not reentrant (do not call matmul from inside a compute_parallel_for callback).
  *
  * Between calls the workers spin briefly (so the many matmuls of one decode step dispatch in
- * microseconds) and then sleep on a futex; an idle compute costs nothing.
+ * well under a microsecond) and then sleep on a futex; an idle compute costs nothing. Work is
+ * handed out in small items, so a worker the OS has preempted does not hold up the others.
  *
  * How matmul computes (the numbers match the reference's):
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
@@ -51,8 +52,18 @@ size_t compute_scratch_bytes(const struct compute *c);
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y);
 
-/* Run fn(arg, i0, i1) over [0, n) split into contiguous ranges, one per compute thread (the
- * caller's thread takes the first); returns when all are done. Ranges may be empty. */
+/* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
+ * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
+ * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
+ * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED };
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
+
+/* Run fn(arg, i0, i1) over [0, n) split into at most n_threads contiguous non-empty ranges,
+ * each run by whichever compute thread claims it first (the caller's thread takes part; a busy
+ * machine may leave it doing all of them); returns when all are done. fn must not assume which
+ * thread runs it or that the ranges run in parallel. */
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
 

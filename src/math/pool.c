@@ -1,4 +1,12 @@
-/* pool.c: worker threads parked on a futex, woken by bumping a generation counter. */
+/* pool.c: worker threads parked on a futex, woken by bumping a generation counter.
+ *
+ * Joining a job is a handshake that lets late workers stay out: a worker that saw generation g
+ * registers in `active`, then runs the job only if g is still current and not yet closed. The
+ * caller, when its own run returns (all work items are claimed), closes g and waits until
+ * `active` is 0. Both sides write then read seq_cst, so either the worker sees the close (and
+ * skips) or the caller sees the worker (and waits for it); the job, on the caller's stack, is
+ * never touched after pool_run returns.
+ */
 #include "math/pool.h"
 #include "common/err.h"
 
@@ -18,23 +26,18 @@
  * decode step (a norm, a rope), far shorter than the gap between steps of an idle server. */
 #define SPIN_NS 200000
 
-struct worker {
-    struct pool *pool;
-    int ith;
-    pthread_t thread;
-};
-
 struct pool {
     int n_threads;
-    int n_started; /* workers actually running (for cleanup after a failed create) */
-    struct worker *workers; /* n_threads - 1 */
+    int n_started;        /* workers running (fewer than n_threads - 1 after a failed create) */
+    pthread_t *threads;
 
     /* The current job; written by the caller before it bumps `generation`. */
     pool_job_fn run;
     void *job;
 
     _Atomic uint32_t generation; /* the futex word: bumped once per job */
-    _Atomic int n_pending;       /* workers that have not finished the current job */
+    _Atomic uint32_t closed;     /* the last generation whose work is all handed out */
+    _Atomic int active;          /* workers inside the join handshake or the job */
     _Atomic int n_sleeping;      /* workers in (or about to enter) futex_wait */
     _Atomic bool stop;
 };
@@ -82,14 +85,14 @@ static uint32_t wait_for_job(struct pool *p, uint32_t seen) {
 }
 
 static void *worker_main(void *arg) {
-    struct worker *w = arg;
-    struct pool *p = w->pool;
+    struct pool *p = arg;
     uint32_t seen = 0;
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) break;
-        p->run(p->job, w->ith, p->n_threads);
-        atomic_fetch_sub_explicit(&p->n_pending, 1, memory_order_release);
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->generation) == seen && atomic_load(&p->closed) != seen) p->run(p->job);
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
     }
     return NULL;
 }
@@ -97,16 +100,8 @@ static void *worker_main(void *arg) {
 static void post(struct pool *p, pool_job_fn run, void *job) {
     p->run = run;
     p->job = job;
-    atomic_store(&p->n_pending, p->n_started);
     atomic_fetch_add(&p->generation, 1);
     if (atomic_load(&p->n_sleeping) > 0) futex_wake_all(&p->generation);
-}
-
-static void wait_done(struct pool *p) {
-    for (unsigned spins = 1; atomic_load_explicit(&p->n_pending, memory_order_acquire) > 0; spins++) {
-        cpu_relax();
-        if (spins % 4096 == 0) sched_yield(); /* a worker may have been preempted */
-    }
 }
 
 int pool_create(struct pool **out, int n_threads) {
@@ -115,16 +110,13 @@ int pool_create(struct pool **out, int n_threads) {
     struct pool *p = calloc(1, sizeof *p);
     if (!p) return -ERR_NOMEM;
     p->n_threads = n_threads;
-    p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (!p->workers) {
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) {
         free(p);
         return -ERR_NOMEM;
     }
-    for (int i = 1; i < n_threads; i++) {
-        struct worker *w = &p->workers[i - 1];
-        w->pool = p;
-        w->ith = i;
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+    for (int i = 0; i < n_threads - 1; i++) {
+        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
             pool_destroy(p);
             return -ERR_NOMEM;
         }
@@ -138,8 +130,8 @@ void pool_destroy(struct pool *p) {
     if (!p) return;
     atomic_store(&p->stop, true);
     post(p, NULL, NULL);
-    for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].thread, NULL);
-    free(p->workers);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    free(p->threads);
     free(p);
 }
 
@@ -147,10 +139,14 @@ int pool_n_threads(const struct pool *p) { return p->n_threads; }
 
 void pool_run(struct pool *p, pool_job_fn run, void *job) {
     if (p->n_started == 0) {
-        run(job, 0, 1);
+        run(job);
         return;
     }
     post(p, run, job);
-    run(job, 0, p->n_threads);
-    wait_done(p);
+    run(job);
+    atomic_store(&p->closed, atomic_load_explicit(&p->generation, memory_order_relaxed));
+    for (unsigned spins = 1; atomic_load(&p->active) > 0; spins++) {
+        cpu_relax();
+        if (spins % 4096 == 0) sched_yield(); /* a worker inside the job may be preempted */
+    }
 }

@@ -1,14 +1,16 @@
-/* pool.h: a fixed pool of worker threads that run one job at a time together with the caller
+/* pool.h: a fixed pool of worker threads that help the calling thread with one job at a time
  * (private to src/math; matmul.h's struct compute is built on it).
  *
- * pool_run(p, run, job) calls run(job, ith, nth) once for every ith in [0, nth) (nth = the
- * pool's thread count), ith 0 on the calling thread, and returns when all have returned. Between
- * jobs the workers spin for a short while (a decode step posts hundreds of jobs back to back;
- * waking a sleeping thread costs tens of microseconds) and then sleep on a futex.
+ * pool_run(p, run, job) calls run(job) on the calling thread and on every worker that is awake
+ * to join in, and returns when all these calls have returned. A job therefore hands out its own
+ * work items (an atomic counter in the job) and must be correct whoever takes which item: on a
+ * busy machine a preempted worker simply misses the job instead of holding up the caller.
+ * Between jobs the workers spin for a short while (a decode step posts hundreds of jobs back to
+ * back; waking a sleeping thread costs tens of microseconds) and then sleep on a futex.
  *
  *   struct pool *p;
  *   if (pool_create(&p, 4) < 0) ...;
- *   pool_run(p, scale_rows, &job);
+ *   pool_run(p, scale_rows, &job);    // scale_rows claims rows from job.next until none left
  *   pool_destroy(p);
  */
 #ifndef UVLM_MATH_POOL_H
@@ -16,9 +18,10 @@
 
 struct pool;
 
-typedef void (*pool_job_fn)(void *job, int ith, int nth);
+typedef void (*pool_job_fn)(void *job);
 
-/* 0, -ERR_INVAL (n_threads < 1) or -ERR_NOMEM (allocation or thread creation failed). */
+/* n_threads counts the caller: n_threads - 1 workers are started.
+ * 0, -ERR_INVAL (n_threads < 1) or -ERR_NOMEM (allocation or thread creation failed). */
 int pool_create(struct pool **out, int n_threads);
 /* Stops and joins the workers. */
 void pool_destroy(struct pool *p);

@@ -89,32 +89,26 @@ static void min_max(const float *x, int n, float *mn, float *mx) {
     }
 }
 
-static void from_float_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += QK4_0) {
-        float amax, max = signed_absmax(x, QK4_0, &amax);
-        float d = max / -8, id = d ? 1.0f / d : 0.0f;
-        y[i].d = F2H(d);
-        for (int j = 0; j < QK4_0 / 2; j++) {
-            int lo = imin(15, (int8_t)(x[j] * id + 8.5f));
-            int hi = imin(15, (int8_t)(x[j + QK4_0 / 2] * id + 8.5f));
-            y[i].qs[j] = (uint8_t)(lo | (hi << 4));
-        }
-    }
+/* Levels of a 32-element block with a symmetric scale, as the reference: the largest-magnitude
+ * element maps to -half, levels 0..2*half-1 stored with +half. Returns d. */
+static float symmetric_levels(const float *x, int half, int *q) {
+    float amax, max = signed_absmax(x, 32, &amax);
+    float d = max / (float)-half, id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = imin(2 * half - 1, (int8_t)(x[j] * id + (float)half + 0.5f));
+    return d;
 }
 
-static void from_float_q4_1(const float *x, block_q4_1 *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += QK4_1) {
-        float mn, mx;
-        min_max(x, QK4_1, &mn, &mx);
-        float d = (mx - mn) / 15, id = d ? 1.0f / d : 0.0f;
-        y[i].d = F2H(d);
-        y[i].m = F2H(mn);
-        for (int j = 0; j < QK4_1 / 2; j++) {
-            int lo = imin(15, (int8_t)((x[j] - mn) * id + 0.5f));
-            int hi = imin(15, (int8_t)((x[j + QK4_1 / 2] - mn) * id + 0.5f));
-            y[i].qs[j] = (uint8_t)(lo | (hi << 4));
-        }
-    }
+/* Levels 0..nmax of a 32-element block over its [min, max] range. Returns d; *mn the min. */
+static float affine_levels(const float *x, int nmax, int *q, float *mn) {
+    float mx;
+    min_max(x, 32, mn, &mx);
+    float d = (mx - *mn) / (float)nmax, id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = imin(nmax, (int)((x[j] - *mn) * id + 0.5f));
+    return d;
+}
+
+static void pack_q4(const int *q, uint8_t qs[16]) {
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
 }
 
 /* Q5 packing: low nibbles as Q4, bit 4 of element j in bit j of the 32-bit qh. */
@@ -128,31 +122,49 @@ static void pack_q5(const int *q, uint8_t qs[16], uint8_t qh_out[4]) {
     memcpy(qh_out, &qh, 4);
 }
 
-static void from_float_q5_0(const float *x, block_q5_0 *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += QK5_0) {
-        float amax, max = signed_absmax(x, QK5_0, &amax);
-        float d = max / -16, id = d ? 1.0f / d : 0.0f;
-        int q[QK5_0];
-        for (int j = 0; j < QK5_0; j++) q[j] = imin(31, (int8_t)(x[j] * id + 16.5f));
-        y[i].d = F2H(d);
+static void from_float_q4_0(const float *x, void *dst, int64_t n) {
+    block_q4_0 *y = dst;
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        int q[32];
+        y[i].d = F2H(symmetric_levels(x, 8, q));
+        pack_q4(q, y[i].qs);
+    }
+}
+
+static void from_float_q5_0(const float *x, void *dst, int64_t n) {
+    block_q5_0 *y = dst;
+    for (int64_t i = 0; i < n / QK5_0; i++, x += QK5_0) {
+        int q[32];
+        y[i].d = F2H(symmetric_levels(x, 16, q));
         pack_q5(q, y[i].qs, y[i].qh);
     }
 }
 
-static void from_float_q5_1(const float *x, block_q5_1 *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; i++, x += QK5_1) {
-        float mn, mx;
-        min_max(x, QK5_1, &mn, &mx);
-        float d = (mx - mn) / 31, id = d ? 1.0f / d : 0.0f;
-        int q[QK5_1];
-        for (int j = 0; j < QK5_1; j++) q[j] = imin(31, (uint8_t)((x[j] - mn) * id + 0.5f));
-        y[i].d = F2H(d);
+static void from_float_q4_1(const float *x, void *dst, int64_t n) {
+    block_q4_1 *y = dst;
+    for (int64_t i = 0; i < n / QK4_1; i++, x += QK4_1) {
+        int q[32];
+        float mn;
+        y[i].d = F2H(affine_levels(x, 15, q, &mn));
+        y[i].m = F2H(mn);
+        pack_q4(q, y[i].qs);
+    }
+}
+
+static void from_float_q5_1(const float *x, void *dst, int64_t n) {
+    block_q5_1 *y = dst;
+    for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
+        int q[32];
+        float mn;
+        y[i].d = F2H(affine_levels(x, 31, q, &mn));
         y[i].m = F2H(mn);
         pack_q5(q, y[i].qs, y[i].qh);
     }
 }
 
-static void from_float_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
+static void from_float_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    const int64_t nb = n / QK8_0;
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         float amax;
         signed_absmax(x, QK8_0, &amax);
@@ -162,7 +174,9 @@ static void from_float_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
     }
 }
 
-static void from_float_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
+static void from_float_q8_1(const float *x, void *dst, int64_t n) {
+    block_q8_1 *y = dst;
+    const int64_t nb = n / QK8_1;
     for (int64_t i = 0; i < nb; i++, x += QK8_1) {
         float amax;
         signed_absmax(x, QK8_1, &amax);
@@ -177,7 +191,9 @@ static void from_float_q8_1(const float *x, block_q8_1 *y, int64_t nb) {
     }
 }
 
-static void from_float_q8_K(const float *x, block_q8_K *y, int64_t nb) {
+static void from_float_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         float amax, max = signed_absmax(x, QK_K, &amax);
         if (!amax) {
@@ -246,7 +262,9 @@ static void kquant_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *d
     }
 }
 
-static void from_float_q4_K(const float *x, block_q4_K *y, int64_t nb) {
+static void from_float_q4_K(const float *x, void *dst, int64_t n) {
+    block_q4_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K];
         kquant_affine(x, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -256,7 +274,9 @@ static void from_float_q4_K(const float *x, block_q4_K *y, int64_t nb) {
     }
 }
 
-static void from_float_q5_K(const float *x, block_q5_K *y, int64_t nb) {
+static void from_float_q5_K(const float *x, void *dst, int64_t n) {
+    block_q5_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         uint8_t L[QK_K];
         kquant_affine(x, 31, &y[i].d, &y[i].dmin, y[i].scales, L);
@@ -275,7 +295,9 @@ static void from_float_q5_K(const float *x, block_q5_K *y, int64_t nb) {
 
 /* Q6_K: per 16-element sub-block a signed scale mapping the largest-magnitude element to -32,
  * the 16 scales quantized to int8 against the super-block's d. */
-static void from_float_q6_K(const float *x, block_q6_K *y, int64_t nb) {
+static void from_float_q6_K(const float *x, void *dst, int64_t n) {
+    block_q6_K *y = dst;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
         float sub_scale[16], max_scale = 0, max_abs_scale = 0;
         for (int j = 0; j < 16; j++) {
@@ -316,28 +338,20 @@ static void from_float_q6_K(const float *x, block_q6_K *y, int64_t nb) {
     }
 }
 
+static void from_float_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+
+static void from_float_f16(const float *x, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_fp16(x[i]);
+}
+
+static void from_float_bf16(const float *x, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(x[i]);
+}
+
 void quant_from_float(enum ggml_type t, const float *x, void *dst, int64_t n) {
-    int64_t nb = n / ggml_type_info(t)->blck;
-    switch (t) {
-    case GGML_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case GGML_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_fp16(x[i]);
-        break;
-    case GGML_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(x[i]);
-        break;
-    case GGML_TYPE_Q4_0: from_float_q4_0(x, dst, nb); break;
-    case GGML_TYPE_Q4_1: from_float_q4_1(x, dst, nb); break;
-    case GGML_TYPE_Q5_0: from_float_q5_0(x, dst, nb); break;
-    case GGML_TYPE_Q5_1: from_float_q5_1(x, dst, nb); break;
-    case GGML_TYPE_Q8_0: from_float_q8_0(x, dst, nb); break;
-    case GGML_TYPE_Q8_1: from_float_q8_1(x, dst, nb); break;
-    case GGML_TYPE_Q4_K: from_float_q4_K(x, dst, nb); break;
-    case GGML_TYPE_Q5_K: from_float_q5_K(x, dst, nb); break;
-    case GGML_TYPE_Q6_K: from_float_q6_K(x, dst, nb); break;
-    case GGML_TYPE_Q8_K: from_float_q8_K(x, dst, nb); break;
-    default: ASSERT(!"quant_from_float: unsupported type");
-    }
+    quant_from_float_fn fn = quant_get_from_float(simd_level_best(), t);
+    ASSERT(fn && "quant_from_float: unsupported type");
+    fn(x, dst, n);
 }
 
 /* ---- dequantization: type -> F32 (scalar) --------------------------------------------- */
@@ -354,28 +368,6 @@ static void to_float_bf16(const void *src, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32(h[i]);
 }
 
-static void to_float_q4_0(const void *src, float *y, int64_t n) {
-    const block_q4_0 *b = src;
-    for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
-        float d = H2F(b[i].d);
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * ((b[i].qs[j] & 0xF) - 8);
-            y[j + 16] = d * ((b[i].qs[j] >> 4) - 8);
-        }
-    }
-}
-
-static void to_float_q4_1(const void *src, float *y, int64_t n) {
-    const block_q4_1 *b = src;
-    for (int64_t i = 0; i < n / QK4_1; i++, y += QK4_1) {
-        float d = H2F(b[i].d), m = H2F(b[i].m);
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (b[i].qs[j] & 0xF) + m;
-            y[j + 16] = d * (b[i].qs[j] >> 4) + m;
-        }
-    }
-}
-
 /* The 32 five-bit values of a Q5 block, unsigned (0..31). */
 static inline void unpack_q5(const uint8_t qs[16], const uint8_t qh_in[4], int *q) {
     uint32_t qh;
@@ -386,33 +378,57 @@ static inline void unpack_q5(const uint8_t qs[16], const uint8_t qh_in[4], int *
     }
 }
 
-static void to_float_q5_0(const void *src, float *y, int64_t n) {
-    const block_q5_0 *b = src;
-    for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
-        int q[32];
-        unpack_q5(b[i].qs, b[i].qh, q);
-        float d = H2F(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = d * (q[j] - 16);
+/* The 32 levels of one Q8_0 / Q4_0 / Q5_0 block (signed, offset removed) or Q4_1 / Q5_1 block
+ * (unsigned), in element order. */
+static inline void block_levels(enum ggml_type t, const uint8_t *blk, int *q) {
+    switch (t) {
+    case GGML_TYPE_Q8_0:
+        for (int j = 0; j < 32; j++) q[j] = ((const block_q8_0 *)blk)->qs[j];
+        break;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: {
+        const uint8_t *qs = t == GGML_TYPE_Q4_0 ? ((const block_q4_0 *)blk)->qs : ((const block_q4_1 *)blk)->qs;
+        int off = t == GGML_TYPE_Q4_0 ? 8 : 0;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (qs[j] & 0xF) - off;
+            q[j + 16] = (qs[j] >> 4) - off;
+        }
+        break;
+    }
+    case GGML_TYPE_Q5_0:
+        unpack_q5(((const block_q5_0 *)blk)->qs, ((const block_q5_0 *)blk)->qh, q);
+        for (int j = 0; j < 32; j++) q[j] -= 16;
+        break;
+    default: /* Q5_1 */
+        unpack_q5(((const block_q5_1 *)blk)->qs, ((const block_q5_1 *)blk)->qh, q);
+        break;
     }
 }
 
-static void to_float_q5_1(const void *src, float *y, int64_t n) {
-    const block_q5_1 *b = src;
-    for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
+/* Whether a 32-element type stores x = d*q + m (its block starts with d, m) or x = d*q (d). */
+static inline bool has_min(enum ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+
+static inline void to_float_x(enum ggml_type t, const void *src, float *y, int64_t n) {
+    const uint8_t *blk = src;
+    const size_t size = ggml_type_info(t)->size;
+    for (int64_t i = 0; i < n / 32; i++, blk += size, y += 32) {
         int q[32];
-        unpack_q5(b[i].qs, b[i].qh, q);
-        float d = H2F(b[i].d), m = H2F(b[i].m);
-        for (int j = 0; j < 32; j++) y[j] = d * q[j] + m;
+        block_levels(t, blk, q);
+        const uint16_t *dm = (const uint16_t *)blk;
+        float d = H2F(dm[0]);
+        if (has_min(t)) {
+            float m = H2F(dm[1]);
+            for (int j = 0; j < 32; j++) y[j] = d * q[j] + m;
+        } else {
+            for (int j = 0; j < 32; j++) y[j] = d * q[j];
+        }
     }
 }
 
-static void to_float_q8_0(const void *src, float *y, int64_t n) {
-    const block_q8_0 *b = src;
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
-        float d = H2F(b[i].d);
-        for (int j = 0; j < 32; j++) y[j] = d * b[i].qs[j];
-    }
-}
+static void to_float_q4_0(const void *src, float *y, int64_t n) { to_float_x(GGML_TYPE_Q4_0, src, y, n); }
+static void to_float_q4_1(const void *src, float *y, int64_t n) { to_float_x(GGML_TYPE_Q4_1, src, y, n); }
+static void to_float_q5_0(const void *src, float *y, int64_t n) { to_float_x(GGML_TYPE_Q5_0, src, y, n); }
+static void to_float_q5_1(const void *src, float *y, int64_t n) { to_float_x(GGML_TYPE_Q5_1, src, y, n); }
+static void to_float_q8_0(const void *src, float *y, int64_t n) { to_float_x(GGML_TYPE_Q8_0, src, y, n); }
 
 static void to_float_q8_1(const void *src, float *y, int64_t n) {
     const block_q8_1 *b = src;
@@ -443,34 +459,36 @@ static inline void unpack_k45(const uint8_t *qs, const uint8_t *qh, uint8_t *L) 
     }
 }
 
-static void to_float_k45(const uint16_t *dd, const uint16_t *dmin, const uint8_t *scales,
-                         const uint8_t *L, float *y) {
-    float d = H2F(*dd), m = H2F(*dmin);
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        k4_scale_min(j, scales, &sc, &mn);
-        float d1 = d * sc, m1 = m * mn;
-        for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * L[32 * j + l] - m1;
+/* Super-block i of a Q4_K (q5 = 0) or Q5_K row: its levels into L; returns the block, whose
+ * first 16 bytes (d, dmin, scales[12]) the two layouts share. */
+static const uint8_t *k45_block(const void *row, int64_t i, int q5, uint8_t *L) {
+    if (q5) {
+        const block_q5_K *b = (const block_q5_K *)row + i;
+        unpack_k45(b->qs, b->qh, L);
+        return (const uint8_t *)b;
+    }
+    const block_q4_K *b = (const block_q4_K *)row + i;
+    unpack_k45(b->qs, NULL, L);
+    return (const uint8_t *)b;
+}
+
+static void to_float_k45(const void *src, float *y, int64_t n, int q5) {
+    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
+        uint8_t L[QK_K];
+        const uint8_t *blk = k45_block(src, i, q5, L);
+        const uint16_t *dd = (const uint16_t *)blk;
+        float d = H2F(dd[0]), m = H2F(dd[1]);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            k4_scale_min(j, blk + 4, &sc, &mn);
+            float d1 = d * sc, m1 = m * mn;
+            for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * L[32 * j + l] - m1;
+        }
     }
 }
 
-static void to_float_q4_K(const void *src, float *y, int64_t n) {
-    const block_q4_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        uint8_t L[QK_K];
-        unpack_k45(b[i].qs, NULL, L);
-        to_float_k45(&b[i].d, &b[i].dmin, b[i].scales, L, y);
-    }
-}
-
-static void to_float_q5_K(const void *src, float *y, int64_t n) {
-    const block_q5_K *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
-        uint8_t L[QK_K];
-        unpack_k45(b[i].qs, b[i].qh, L);
-        to_float_k45(&b[i].d, &b[i].dmin, b[i].scales, L, y);
-    }
-}
+static void to_float_q4_K(const void *src, float *y, int64_t n) { to_float_k45(src, y, n, 0); }
+static void to_float_q5_K(const void *src, float *y, int64_t n) { to_float_k45(src, y, n, 1); }
 
 /* The 256 signed levels (-32..31) of a Q6_K super-block, in element order. */
 static inline void unpack_q6_K(const block_q6_K *b, int8_t *L) {
@@ -525,108 +543,60 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
     return (float)s;
 }
 
-static float dot_q4_0(int64_t n, const void *w, const void *x) {
-    const block_q4_0 *a = w;
-    const block_q8_0 *b = x;
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w*d_x*(integer levels . q8);
+ * Q4_1 / Q5_1 . Q8_1: the same plus m_w * s_x, s_x = d_x * sum(q8) stored with the block. */
+static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
+    const uint8_t *blk = w;
+    const size_t size = ggml_type_info(t)->size;
     float s = 0;
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-        s += sumi * (H2F(a[i].d) * H2F(b[i].d));
-    }
-    return s;
-}
-
-static float dot_q4_1(int64_t n, const void *w, const void *x) {
-    const block_q4_1 *a = w;
-    const block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += (a[i].qs[j] & 0xF) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
-        s += (H2F(a[i].d) * H2F(b[i].d)) * sumi + H2F(a[i].m) * H2F(b[i].s);
-    }
-    return s;
-}
-
-static float dot_q5_0(int64_t n, const void *w, const void *x) {
-    const block_q5_0 *a = w;
-    const block_q8_0 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK5_0; i++) {
+    for (int64_t i = 0; i < n / 32; i++, blk += size) {
         int q[32], sumi = 0;
-        unpack_q5(a[i].qs, a[i].qh, q);
-        for (int j = 0; j < 32; j++) sumi += (q[j] - 16) * b[i].qs[j];
-        s += sumi * (H2F(a[i].d) * H2F(b[i].d));
+        block_levels(t, blk, q);
+        const uint16_t *dm = (const uint16_t *)blk;
+        if (has_min(t)) {
+            const block_q8_1 *b = (const block_q8_1 *)x + i;
+            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
+            s += (H2F(dm[0]) * H2F(b->d)) * sumi + H2F(dm[1]) * H2F(b->s);
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)x + i;
+            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
+            s += sumi * (H2F(dm[0]) * H2F(b->d));
+        }
     }
     return s;
 }
 
-static float dot_q5_1(int64_t n, const void *w, const void *x) {
-    const block_q5_1 *a = w;
-    const block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        int q[32], sumi = 0;
-        unpack_q5(a[i].qs, a[i].qh, q);
-        for (int j = 0; j < 32; j++) sumi += q[j] * b[i].qs[j];
-        s += (H2F(a[i].d) * H2F(b[i].d)) * sumi + H2F(a[i].m) * H2F(b[i].s);
-    }
-    return s;
-}
-
-static float dot_q8_0(int64_t n, const void *w, const void *x) {
-    const block_q8_0 *a = w, *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += a[i].qs[j] * b[i].qs[j];
-        s += sumi * (H2F(a[i].d) * H2F(b[i].d));
-    }
-    return s;
-}
+static float dot_q4_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_0, n, w, x); }
+static float dot_q4_1(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_1, n, w, x); }
+static float dot_q5_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q5_0, n, w, x); }
+static float dot_q5_1(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q5_1, n, w, x); }
+static float dot_q8_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q8_0, n, w, x); }
 
 /* Q4_K/Q5_K . Q8_K: d*dx*sum_j sc_j*(q.q8 over sub-block j) - dmin*dx*sum_j m_j*(sum of q8 over
  * sub-block j), the latter from the activation's 16-element bsums. */
-static float dot_k45(const block_q8_K *b, uint16_t dh, uint16_t dminh, const uint8_t *scales,
-                     const uint8_t *L) {
-    int sumi = 0, summ = 0;
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        k4_scale_min(j, scales, &sc, &mn);
-        int si = 0;
-        for (int l = 0; l < 32; l++) si += L[32 * j + l] * b->qs[32 * j + l];
-        sumi += sc * si;
-        summ += mn * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
-    }
-    return H2F(dh) * b->d * sumi - H2F(dminh) * b->d * summ;
-}
-
-static float dot_q4_K(int64_t n, const void *w, const void *x) {
-    const block_q4_K *a = w;
+static float dot_k45(int64_t n, const void *w, const void *x, int q5) {
     const block_q8_K *b = x;
     float s = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t L[QK_K];
-        unpack_k45(a[i].qs, NULL, L);
-        s += dot_k45(&b[i], a[i].d, a[i].dmin, a[i].scales, L);
+        const uint8_t *blk = k45_block(w, i, q5, L);
+        const uint16_t *dd = (const uint16_t *)blk;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            k4_scale_min(j, blk + 4, &sc, &mn);
+            int si = 0;
+            for (int l = 0; l < 32; l++) si += L[32 * j + l] * b[i].qs[32 * j + l];
+            sumi += sc * si;
+            summ += mn * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        s += H2F(dd[0]) * b[i].d * sumi - H2F(dd[1]) * b[i].d * summ;
     }
     return s;
 }
 
-static float dot_q5_K(int64_t n, const void *w, const void *x) {
-    const block_q5_K *a = w;
-    const block_q8_K *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t L[QK_K];
-        unpack_k45(a[i].qs, a[i].qh, L);
-        s += dot_k45(&b[i], a[i].d, a[i].dmin, a[i].scales, L);
-    }
-    return s;
-}
+static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
 
 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
@@ -652,6 +622,15 @@ const struct quant_kernels quant_kernels_scalar = {
         [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q4_1] = dot_q4_1, [GGML_TYPE_Q5_0] = dot_q5_0,
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_K] = dot_q4_K,
         [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+    .from_float = {
+        [GGML_TYPE_F32] = from_float_f32, [GGML_TYPE_F16] = from_float_f16,
+        [GGML_TYPE_BF16] = from_float_bf16, [GGML_TYPE_Q4_0] = from_float_q4_0,
+        [GGML_TYPE_Q4_1] = from_float_q4_1, [GGML_TYPE_Q5_0] = from_float_q5_0,
+        [GGML_TYPE_Q5_1] = from_float_q5_1, [GGML_TYPE_Q8_0] = from_float_q8_0,
+        [GGML_TYPE_Q8_1] = from_float_q8_1, [GGML_TYPE_Q4_K] = from_float_q4_K,
+        [GGML_TYPE_Q5_K] = from_float_q5_K, [GGML_TYPE_Q6_K] = from_float_q6_K,
+        [GGML_TYPE_Q8_K] = from_float_q8_K,
     },
     .to_float = {
         [GGML_TYPE_F32] = to_float_f32, [GGML_TYPE_F16] = to_float_f16,
@@ -701,6 +680,13 @@ quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     for (int l = level; l >= SIMD_SCALAR; l--) /* a level's table may defer to a narrower one */
         if (level_tables[l]->vec_dot[t]) return level_tables[l]->vec_dot[t];
+    return NULL;
+}
+
+quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    for (int l = level; l >= SIMD_SCALAR; l--)
+        if (level_tables[l]->from_float[t]) return level_tables[l]->from_float[t];
     return NULL;
 }
 

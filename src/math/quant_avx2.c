@@ -9,27 +9,10 @@
  */
 #include "math/kernels.h"
 #include "math/blocks.h"
+#include "math/simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-AVX2 static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* 8 int32 sums of 4 adjacent products of signed bytes a and b. */
 AVX2 static inline __m256i dot_s8(__m256i a, __m256i b) {
@@ -86,181 +69,159 @@ AVX2 static float dot_f16(int64_t n, const void *w, const void *x) {
     return s;
 }
 
+/* bf16 is the top half of an f32: widen by shifting into the high 16 bits. */
+AVX2 static inline __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+AVX2 static float dot_bf16(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) acc[k] = _mm256_fmadd_ps(bf16x8(a + i + 8 * k), bf16x8(b + i + 8 * k), acc[k]);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) s += bf16_to_f32(a[i]) * bf16_to_f32(b[i]);
+    return s;
+}
+
+/* The 32 levels of one Q8_0 / Q4_0 / Q5_0 (signed, offset removed) or Q4_1 / Q5_1 (unsigned)
+ * block, in element order. t is a constant in every caller, so the switch folds away. */
+AVX2 static inline __m256i block_levels(enum ggml_type t, const uint8_t *blk) {
+    switch (t) {
+    case GGML_TYPE_Q8_0: return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)blk)->qs);
+    case GGML_TYPE_Q4_0: return _mm256_sub_epi8(nibbles(((const block_q4_0 *)blk)->qs), _mm256_set1_epi8(8));
+    case GGML_TYPE_Q5_0: {
+        const block_q5_0 *b = (const block_q5_0 *)blk;
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b->qs), q5_high_bits(b->qh)), _mm256_set1_epi8(16));
+    }
+    case GGML_TYPE_Q4_1: return nibbles(((const block_q4_1 *)blk)->qs);
+    default: { /* Q5_1 */
+        const block_q5_1 *b = (const block_q5_1 *)blk;
+        return _mm256_or_si256(nibbles(b->qs), q5_high_bits(b->qh));
+    }
+    }
+}
+
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w * d_x * (levels . q8). */
+AVX2 static inline float dot_x0(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const block_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, a += size) {
+        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256 d = _mm256_set1_ps(h2f(*(const uint16_t *)a) * h2f(b[i].d)); /* d leads every block */
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(block_levels(t, a), qb)), acc);
+    }
+    return hsum_ps(acc);
+}
+
 AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x) {
-    const block_q8_0 *a = w, *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qa = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q8_0, sizeof(block_q8_0), n, w, x);
 }
-
 AVX2 static float dot_q4_0(int64_t n, const void *w, const void *x) {
-    const block_q4_0 *a = w;
-    const block_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        __m256i qa = _mm256_sub_epi8(nibbles(a[i].qs), _mm256_set1_epi8(8));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q4_0, sizeof(block_q4_0), n, w, x);
 }
-
 AVX2 static float dot_q5_0(int64_t n, const void *w, const void *x) {
-    const block_q5_0 *a = w;
-    const block_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK5_0; i++) {
-        __m256i q = _mm256_or_si256(nibbles(a[i].qs), q5_high_bits(a[i].qh));
-        __m256i qa = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(qa, qb)), acc);
-    }
-    return hsum_ps(acc);
+    return dot_x0(GGML_TYPE_Q5_0, sizeof(block_q5_0), n, w, x);
 }
 
-/* Q4_1/Q5_1 . Q8_1: unsigned levels times signed activations, plus min x (d*sum q8). */
-AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+/* Q4_1 / Q5_1 . Q8_1: unsigned levels times signed activations, plus m_w * s_x per block. Both
+ * weight layouts start with d, m. */
+AVX2 static inline float dot_x1(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+    const uint8_t *a = w;
+    const block_q8_1 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK8_1; i++, a += size) {
+        const uint16_t *dm = (const uint16_t *)a;
+        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(block_levels(t, a), qb), _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dm[0]) * h2f(b[i].d)), _mm256_cvtepi32_ps(p), acc);
+        mins += h2f(dm[1]) * h2f(b[i].s);
+    }
+    return hsum_ps(acc) + mins;
 }
 
 AVX2 static float dot_q4_1(int64_t n, const void *w, const void *x) {
-    const block_q4_1 *a = w;
-    const block_q8_1 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(nibbles(a[i].qs), qb)), acc);
-        mins += h2f(a[i].m) * h2f(b[i].s);
-    }
-    return hsum_ps(acc) + mins;
+    return dot_x1(GGML_TYPE_Q4_1, sizeof(block_q4_1), n, w, x);
 }
-
 AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x) {
-    const block_q5_1 *a = w;
-    const block_q8_1 *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        __m256i q = _mm256_or_si256(nibbles(a[i].qs), q5_high_bits(a[i].qh));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(q, qb)), acc);
-        mins += h2f(a[i].m) * h2f(b[i].s);
-    }
-    return hsum_ps(acc) + mins;
+    return dot_x1(GGML_TYPE_Q5_1, sizeof(block_q5_1), n, w, x);
 }
 
-/* The 8 scales and 8 mins of a Q4_K/Q5_K super-block as bytes (see k4_scale_min). */
-static inline void k4_unpack_scales(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t u[3], s[2], m[2];
-    memcpy(u, q, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
-    s[0] = u[0] & low6;
-    m[0] = u[1] & low6;
-    s[1] = (u[2] & low4) | ((u[0] & top2) >> 2);
-    m[1] = ((u[2] >> 4) & low4) | ((u[1] & top2) >> 2);
-    memcpy(sc, s, 8);
-    memcpy(mn, m, 8);
-}
-
-/* sum_j mins[j] * (bsums[2j] + bsums[2j+1]) */
-AVX2 static inline int k4_mins_dot(const uint8_t mn[8], const int16_t bsums[16]) {
-    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
-    __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min twice */
-    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
-    return hsum_epi32(_mm256_madd_epi16(m16, bs));
-}
-
-/* One Q4_K/Q5_K super-block: sum_j sc[j] * (levels . q8 over sub-block j), levels of the 64
- * elements of chunk k given by lo(k) (sub-block 2k) and hi(k) (sub-block 2k+1). */
-#define K45_SUPERBLOCK(LEVELS_LO, LEVELS_HI)                                                  \
-    __m256i sumi = _mm256_setzero_si256();                                                    \
-    for (int k = 0; k < 4; k++) {                                                             \
-        __m256i q8l = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k));                \
-        __m256i q8h = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k + 32));           \
-        __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(LEVELS_LO, q8l),                  \
-                                       _mm256_set1_epi16(sc[2 * k]));                         \
-        __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(LEVELS_HI, q8h),                  \
-                                       _mm256_set1_epi16(sc[2 * k + 1]));                     \
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));                              \
-    }
-
-AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) {
-    const block_q4_K *a = w;
+/* Q4_K and Q5_K . Q8_K: per chunk of 64 elements, the low nibbles of 32 bytes are sub-block 2k
+ * and the high nibbles sub-block 2k+1; Q5_K adds bit 2k / 2k+1 of each qh byte as bit 4. */
+AVX2 static inline float dot_k45(int64_t n, const void *w, const void *x, const int with_qh) {
     const block_q8_K *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack_scales(a[i].scales, sc, mn);
-        mins += h2f(a[i].dmin) * b[i].d * (float)k4_mins_dot(mn, b[i].bsums);
-        __m256i q4;
-        K45_SUPERBLOCK((q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * k)),
-                        _mm256_and_si256(q4, m4)),
-                       _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4))
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_ps(acc) - mins;
-}
-
-AVX2 static float dot_q5_K(int64_t n, const void *w, const void *x) {
-    const block_q5_K *a = w;
-    const block_q8_K *b = x;
+    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        k4_unpack_scales(a[i].scales, sc, mn);
-        mins += h2f(a[i].dmin) * b[i].d * (float)k4_mins_dot(mn, b[i].bsums);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)a[i].qh);
-        __m256i q4;
-        /* fifth bit of chunk k: bit 2k (low half) and 2k+1 (high half) of each qh byte */
-#define HIGH(bitn) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, bitn), one), 4)
-        K45_SUPERBLOCK((q4 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * k)),
-                        _mm256_or_si256(_mm256_and_si256(q4, m4), HIGH(2 * k))),
-                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), HIGH(2 * k + 1)))
-#undef HIGH
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
+        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
+        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
+        const uint8_t *qhp = with_qh ? ((const block_q5_K *)blk)->qh : NULL;
+        uint64_t sc, mn;
+        k4_scales_mins(blk + 4, &sc, &mn);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[1]) * b[i].d),
+                                _mm256_cvtepi32_ps(k4_mins_dot(mn, b[i].bsums)), acc_m);
+        __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+            __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            if (with_qh) {
+                __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+            }
+            __m256i yl = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k));
+            __m256i yh = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k + 32));
+            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_set1_epi16((short)((sc >> (16 * k)) & 0xff)));
+            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_set1_epi16((short)((sc >> (16 * k + 8)) & 0xff)));
+            sumi[k & 1] = _mm256_add_epi32(sumi[k & 1], _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[0]) * b[i].d),
+                              _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), acc);
     }
-    return hsum_ps(acc) - mins;
+    return hsum_ps(acc) - hsum_ps(acc_m);
 }
 
+AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
+AVX2 static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
+
+/* The unsigned levels (0..63, i.e. level + 32) of half h (128 elements) of a Q6_K super-block,
+ * as 4 vectors of 32 in element order: ql low nibbles (+ qh bits 0-1, 2-3), then high nibbles
+ * (+ qh bits 4-5, 6-7). */
+AVX2 static inline void q6_levels(const block_q6_K *b, int h, __m256i lv[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+    __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+    __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    __m256i q[4] = {
+        _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+    };
+    for (int k = 0; k < 4; k++)
+        lv[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4));
+}
+
+/* Levels are taken unsigned (level + 32) and the 32 * q8 subtracted per pair-sum. */
 AVX2 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     const __m256i off = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = a[i].ql + 64 * h;
             const int8_t *sc = a[i].scales + 8 * h;
-            const int8_t *q8 = b[i].qs + 128 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            __m256i q[4] = {
-                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-            };
+            __m256i lv[4];
+            q6_levels(&a[i], h, lv);
             for (int k = 0; k < 4; k++) {
-                __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4);
-                __m256i lv = _mm256_or_si256(q[k], high); /* 0..63: the level + 32 */
-                __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
-                __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lv, y8), _mm256_maddubs_epi16(off, y8));
+                __m256i y8 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lv[k], y8), _mm256_maddubs_epi16(off, y8));
                 __m256i s16 = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, s16));
             }
@@ -268,6 +229,14 @@ AVX2 static float dot_q6_K(int64_t n, const void *w, const void *x) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc);
+}
+
+/* The scales and mins as byte arrays (the dequantizers index them). */
+static inline void k4_scale_bytes(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    uint64_t s, m;
+    k4_scales_mins(q, &s, &m);
+    memcpy(sc, &s, 8);
+    memcpy(mn, &m, 8);
 }
 
 /* ---- dequantization --------------------------------------------------------------------- */
@@ -297,39 +266,39 @@ AVX2 static void to_float_f16(const void *src, float *y, int64_t n) {
     for (; i < n; i++) y[i] = h2f(h[i]);
 }
 
+AVX2 static void to_float_bf16(const void *src, float *y, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, bf16x8(h + i));
+    for (; i < n; i++) y[i] = bf16_to_f32(h[i]);
+}
+
+/* Dequantize a row of Q8_0 / Q4_0 / Q5_0 (x = d * level) or Q4_1 / Q5_1 (x = d * level + m). */
+AVX2 static inline void to_float_x(enum ggml_type t, size_t size, const void *src, float *y, int64_t n) {
+    const uint8_t *a = src;
+    const int affine = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+    for (int64_t i = 0; i < n / QK8_0; i++, a += size, y += QK8_0) {
+        const uint16_t *dm = (const uint16_t *)a;
+        if (affine) store_affine_u8(y, block_levels(t, a), _mm256_set1_ps(h2f(dm[0])), _mm256_set1_ps(-h2f(dm[1])));
+        else store_scaled_s8(y, block_levels(t, a), _mm256_set1_ps(h2f(dm[0])));
+    }
+}
+
 AVX2 static void to_float_q8_0(const void *src, float *y, int64_t n) {
-    const block_q8_0 *b = src;
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0)
-        store_scaled_s8(y, _mm256_loadu_si256((const __m256i *)b[i].qs), _mm256_set1_ps(h2f(b[i].d)));
+    to_float_x(GGML_TYPE_Q8_0, sizeof(block_q8_0), src, y, n);
 }
-
 AVX2 static void to_float_q4_0(const void *src, float *y, int64_t n) {
-    const block_q4_0 *b = src;
-    for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0)
-        store_scaled_s8(y, _mm256_sub_epi8(nibbles(b[i].qs), _mm256_set1_epi8(8)), _mm256_set1_ps(h2f(b[i].d)));
+    to_float_x(GGML_TYPE_Q4_0, sizeof(block_q4_0), src, y, n);
 }
-
 AVX2 static void to_float_q5_0(const void *src, float *y, int64_t n) {
-    const block_q5_0 *b = src;
-    for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
-        __m256i q = _mm256_or_si256(nibbles(b[i].qs), q5_high_bits(b[i].qh));
-        store_scaled_s8(y, _mm256_sub_epi8(q, _mm256_set1_epi8(16)), _mm256_set1_ps(h2f(b[i].d)));
-    }
+    to_float_x(GGML_TYPE_Q5_0, sizeof(block_q5_0), src, y, n);
 }
-
-/* The _1 types store y = d*q + m: the affine store subtracts, so pass -m. */
+/* the affine store computes d*q - m: pass -m for the _1 types' d*q + m */
 AVX2 static void to_float_q4_1(const void *src, float *y, int64_t n) {
-    const block_q4_1 *b = src;
-    for (int64_t i = 0; i < n / QK4_1; i++, y += QK4_1)
-        store_affine_u8(y, nibbles(b[i].qs), _mm256_set1_ps(h2f(b[i].d)), _mm256_set1_ps(-h2f(b[i].m)));
+    to_float_x(GGML_TYPE_Q4_1, sizeof(block_q4_1), src, y, n);
 }
-
 AVX2 static void to_float_q5_1(const void *src, float *y, int64_t n) {
-    const block_q5_1 *b = src;
-    for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
-        __m256i q = _mm256_or_si256(nibbles(b[i].qs), q5_high_bits(b[i].qh));
-        store_affine_u8(y, q, _mm256_set1_ps(h2f(b[i].d)), _mm256_set1_ps(-h2f(b[i].m)));
-    }
+    to_float_x(GGML_TYPE_Q5_1, sizeof(block_q5_1), src, y, n);
 }
 
 AVX2 static void to_float_q4_K(const void *src, float *y, int64_t n) {
@@ -337,7 +306,7 @@ AVX2 static void to_float_q4_K(const void *src, float *y, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         uint8_t sc[8], mn[8];
-        k4_unpack_scales(b[i].scales, sc, mn);
+        k4_scale_bytes(b[i].scales, sc, mn);
         float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
         for (int k = 0; k < 4; k++) {
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * k));
@@ -354,7 +323,7 @@ AVX2 static void to_float_q5_K(const void *src, float *y, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         uint8_t sc[8], mn[8];
-        k4_unpack_scales(b[i].scales, sc, mn);
+        k4_scale_bytes(b[i].scales, sc, mn);
         float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)b[i].qh);
         for (int k = 0; k < 4; k++) {
@@ -372,26 +341,18 @@ AVX2 static void to_float_q5_K(const void *src, float *y, int64_t n) {
 
 AVX2 static void to_float_q6_K(const void *src, float *y, int64_t n) {
     const block_q6_K *b = src;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const __m256i off = _mm256_set1_epi8(32);
     for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
         float d = h2f(b[i].d);
         for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b[i].ql + 64 * h;
             const int8_t *sc = b[i].scales + 8 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
-            __m256i q[4] = {
-                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-            };
+            __m256i lv[4];
+            q6_levels(&b[i], h, lv);
             for (int k = 0; k < 4; k++) {
-                __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m2), 4);
-                __m256i lv = _mm256_sub_epi8(_mm256_or_si256(q[k], high), off);
+                __m256i q = _mm256_sub_epi8(lv[k], off);
                 /* 16 elements per scale: convert each 128-bit half with its own scale */
                 float *yk = y + 128 * h + 32 * k;
-                __m128i lo = _mm256_castsi256_si128(lv), hi = _mm256_extracti128_si256(lv, 1);
+                __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
                 __m256 d0 = _mm256_set1_ps(d * sc[2 * k]), d1 = _mm256_set1_ps(d * sc[2 * k + 1]);
                 _mm256_storeu_ps(yk, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
                 _mm256_storeu_ps(yk + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
@@ -402,15 +363,105 @@ AVX2 static void to_float_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
+/* ---- activation quantization (bit for bit the scalar functions) ------------------------- */
+
+AVX2 static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static inline float absmax_32(const float *x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+    for (int k = 8; k < 32; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    return hmax_ps(m);
+}
+
+/* roundf (half away from zero) of 8 floats as int32: truncate, then step away from zero when
+ * the dropped part is at least one half (exact: v - trunc(v) is exact in float). */
+AVX2 static inline __m256i roundf_epi32(__m256 v) {
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
+    __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f))));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+/* 32 int32 (four vectors, element order) -> 32 int8 */
+AVX2 static inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i q = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2 static void from_float_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float d = absmax_32(x) / 127, id = d ? 1.0f / d : 0.0f;
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = roundf_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_32(q[0], q[1], q[2], q[3]));
+    }
+}
+
+AVX2 static void from_float_q8_K(const float *x, void *dst, int64_t n) {
+    block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0;
+        for (int k = 0; k < QK_K; k += 32) {
+            float m = absmax_32(x + k);
+            if (m > amax) amax = m;
+        }
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = 0; /* the first element of that magnitude, with its sign, as the scalar scan */
+        for (int j = 0; j < QK_K; j++)
+            if (x[j] == amax || x[j] == -amax) { max = x[j]; break; }
+        float iscale = -127.f / max;
+        __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < QK_K; k += 32) {
+            __m256i q[4];
+            for (int l = 0; l < 4; l++) /* round to nearest even (MXCSR default), as nearest_int */
+                q[l] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * l), vs)));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + k), pack_32(q[0], q[1], q[2], q[3]));
+            /* sums of 16: lanes of q[0]+q[1] and of q[2]+q[3] */
+            y[i].bsums[k / 16] = (int16_t)hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+            y[i].bsums[k / 16 + 1] = (int16_t)hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+AVX2 static void from_float_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 const struct quant_kernels quant_kernels_avx2 = {
     .vec_dot = {
-        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q8_0] = dot_q8_0,
+        [GGML_TYPE_F32] = dot_f32, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_BF16] = dot_bf16,
+        [GGML_TYPE_Q8_0] = dot_q8_0,
         [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_Q5_0] = dot_q5_0, [GGML_TYPE_Q4_1] = dot_q4_1,
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q4_K] = dot_q4_K, [GGML_TYPE_Q5_K] = dot_q5_K,
         [GGML_TYPE_Q6_K] = dot_q6_K,
     },
+    .from_float = {
+        [GGML_TYPE_Q8_0] = from_float_q8_0, [GGML_TYPE_Q8_K] = from_float_q8_K,
+        [GGML_TYPE_F16] = from_float_f16,
+    },
     .to_float = {
-        [GGML_TYPE_F16] = to_float_f16, [GGML_TYPE_Q8_0] = to_float_q8_0,
+        [GGML_TYPE_F16] = to_float_f16, [GGML_TYPE_BF16] = to_float_bf16,
+        [GGML_TYPE_Q8_0] = to_float_q8_0,
         [GGML_TYPE_Q4_0] = to_float_q4_0, [GGML_TYPE_Q5_0] = to_float_q5_0,
         [GGML_TYPE_Q4_1] = to_float_q4_1, [GGML_TYPE_Q5_1] = to_float_q5_1,
         [GGML_TYPE_Q4_K] = to_float_q4_K, [GGML_TYPE_Q5_K] = to_float_q5_K,

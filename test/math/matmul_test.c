@@ -132,3 +132,18 @@ TEST(compute_parallel_for_covers_each_index_once) {
     }
     compute_destroy(c);
 }
+
+/* The benchmark's comparison path (one threaded OpenBLAS call) computes the same product as our
+ * row tiles. */
+TEST(matmul_blas_paths_agree) {
+    enum { N_IN = 96, N_OUT = 70, N_TOK = 40 };
+    static float w[N_IN * N_OUT], x[N_IN * N_TOK], y1[N_OUT * N_TOK], y2[N_OUT * N_TOK];
+    for (int i = 0; i < N_IN * N_OUT; i++) w[i] = nrand();
+    for (int i = 0; i < N_IN * N_TOK; i++) x[i] = nrand();
+    struct compute *c;
+    CHECK_EQ_INT(compute_create(&c, 2, N_TOK, N_IN), 0);
+    matmul_path(c, MATMUL_BLAS, GGML_TYPE_F32, w, N_IN, N_OUT, x, N_TOK, y1);
+    matmul_path(c, MATMUL_BLAS_THREADED, GGML_TYPE_F32, w, N_IN, N_OUT, x, N_TOK, y2);
+    compute_destroy(c);
+    for (int i = 0; i < N_OUT * N_TOK; i++) CHECK(fabsf(y1[i] - y2[i]) <= 1e-4f * (1 + fabsf(y1[i])));
+}

@@ -185,13 +185,49 @@ TEST(quant_vec_dot_matches_dequantized_dot) {
     }
 }
 
+/* The SIMD activation quantizers produce the scalar bytes exactly (same integers, same scales),
+ * on random data, on values exactly halfway between two levels, and on zero blocks. */
+TEST(quant_simd_activation_quantization_is_bit_exact) {
+    enum { N = 1024 };
+    static float x[N];
+    static uint8_t a[N * 4], b[N * 4];
+    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q8_1, GGML_TYPE_Q8_K, GGML_TYPE_F16};
+    int levels_run = 0;
+    for (int level = SIMD_SCALAR + 1; level < SIMD_LEVEL_COUNT; level++) {
+        if (!simd_level_supported((enum simd_level)level)) continue;
+        levels_run++;
+        for (int pattern = 0; pattern < 4; pattern++) {
+            for (int i = 0; i < N; i++) {
+                x[i] = nrand();
+                /* block max 127 makes the scale exactly 1: every other value is an exact half */
+                if (pattern == 1) x[i] = i % 32 == 0 ? 127.0f : (float)(i % 200 - 100) + 0.5f;
+                if (pattern == 2 && i < 512) x[i] = 0;                   /* zero blocks */
+                if (pattern == 3) x[i] = (i % 64 == 3 ? 1 : -1) * 127.0f / (float)(1 + i % 7);
+            }
+            for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+                size_t bytes = ggml_row_size(types[k], N);
+                memset(a, 0x55, bytes);
+                memset(b, 0xAA, bytes);
+                quant_get_from_float(SIMD_SCALAR, types[k])(x, a, N);
+                quant_get_from_float((enum simd_level)level, types[k])(x, b, N);
+                if (memcmp(a, b, bytes))
+                    fprintf(stderr, "  %s %s pattern %d differs from scalar\n",
+                            simd_level_name((enum simd_level)level), ggml_type_info(types[k])->name, pattern);
+                CHECK(memcmp(a, b, bytes) == 0);
+            }
+        }
+    }
+    if (!levels_run) SKIP("this CPU has no SIMD level to compare with scalar");
+}
+
 /* Every SIMD level this CPU runs gives the scalar result (to rounding) for every type, for
  * several lengths and extreme values (the full int8/nibble ranges). */
 TEST(quant_simd_kernels_match_scalar) {
     enum { NMAX = 4096 };
     static float w[NMAX], x[NMAX], y[NMAX], ys[NMAX];
     static uint8_t wq[NMAX * 4], xq[NMAX * 4];
-    const int64_t lengths[] = {256, 512, 768, 4096};
+    /* block tails: 32, 96 and 160 leave remainders for kernels that take 2 or 4 blocks a step */
+    const int64_t lengths[] = {256, 512, 768, 4096, 32, 96, 160};
     int levels_run = 0;
     for (int level = SIMD_SCALAR + 1; level < SIMD_LEVEL_COUNT; level++) {
         if (!simd_level_supported((enum simd_level)level)) {
@@ -203,10 +239,12 @@ TEST(quant_simd_kernels_match_scalar) {
             int64_t n = lengths[li];
             for (int64_t i = 0; i < n; i++) {
                 w[i] = nrand() * (li == 2 ? 1000.0f : 1.0f);
+                if (li == 4 && i % 5 == 0) w[i] = -w[i] * 4; /* lopsided blocks */
                 x[i] = li == 3 && i % 7 == 0 ? -50.0f : nrand();
             }
             for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
                 enum ggml_type ty = weight_types[k], vt = quant_vec_dot_type(ty);
+                if (n % ggml_type_info(ty)->blck || n % ggml_type_info(vt)->blck) continue;
                 quant_from_float(ty, w, wq, n);
                 quant_from_float(vt, x, xq, n);
                 float s = quant_get_vec_dot(SIMD_SCALAR, ty)(n, wq, xq);
