@@ -465,3 +465,77 @@ TEST(mamba_load_refuses_a_transformer) {
     CHECK_EQ_INT(mamba_load(&m, &f, why, sizeof why), -ERR_UNSUPPORTED);
     gguf_close(&f);
 }
+
+/* Append to buf (capacity checked by the caller) n bytes of p. */
+static unsigned char *put(unsigned char *at, const void *p, size_t n) {
+    memcpy(at, p, n);
+    return at + n;
+}
+
+/* The shared model rewritten with one more tensor, output.weight = a copy of token_embd.weight:
+ * the same key/values and tensors, the new one last. Returns the buffer (size in *size). */
+static unsigned char *with_untied_output(const struct gguf_file *f, size_t *size) {
+    const struct gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    size_t kv_end = (size_t)((const unsigned char *)f->tensors[0].name.ptr - f->base) - 8;
+    size_t data_len = f->size - f->data_offset;
+    size_t new_off = (data_len + f->alignment - 1) / f->alignment * f->alignment;
+    size_t cap = f->size + emb->size + 4096 + f->alignment * 2;
+    unsigned char *buf = calloc(1, cap), *at = buf;
+    if (!buf) return NULL;
+    uint64_t n_tensors = f->n_tensors + 1;
+    at = put(at, f->base, 8);                                  /* magic + version */
+    at = put(at, &n_tensors, 8);
+    at = put(at, f->base + 16, kv_end - 16); /* n_kv and every key/value, as they were */
+    for (uint64_t i = 0; i <= f->n_tensors; i++) {
+        const struct gguf_tensor *t = i < f->n_tensors ? &f->tensors[i] : emb;
+        const char *name = i < f->n_tensors ? t->name.ptr : "output.weight";
+        uint64_t len = i < f->n_tensors ? t->name.len : strlen(name), off = i < f->n_tensors ? t->offset : new_off;
+        uint32_t type = t->type;
+        at = put(at, &len, 8);
+        at = put(at, name, len);
+        at = put(at, &t->n_dims, 4);
+        at = put(at, t->ne, 8 * (size_t)t->n_dims);
+        at = put(at, &type, 4);
+        at = put(at, &off, 8);
+    }
+    size_t data_start = ((size_t)(at - buf) + f->alignment - 1) / f->alignment * f->alignment;
+    memcpy(buf + data_start, f->base + f->data_offset, data_len);
+    memcpy(buf + data_start + new_off, emb->data, emb->size);
+    *size = data_start + new_off + emb->size;
+    return buf;
+}
+
+/* A separate output matrix is used when present: with a copy of the embedding it gives exactly
+ * the tied logits. */
+TEST(mamba_untied_output_matches_tied_copy) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 16, 1, 1), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    size_t size = 0;
+    unsigned char *buf = with_untied_output(&g.file, &size);
+    CHECK(buf);
+    char why[256];
+    struct gguf_file f2;
+    CHECK_EQ_INT(gguf_parse(&f2, buf, size, why, sizeof why), 0);
+    struct mamba_model *m2;
+    CHECK_EQ_INT(mamba_load(&m2, &f2, why, sizeof why), 0);
+    CHECK(!m2->hp.tied_output);
+    CHECK(m2->output.data != m2->token_embd.data);
+    float *a = malloc((size_t)V * sizeof(float)), *b2 = malloc((size_t)V * sizeof(float));
+    CHECK(a && b2);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt, N_PROMPT, a), 0);
+    CHECK_EQ_INT(memory_seq_rm(g.mem, 0, 0, -1), 0);
+    CHECK_EQ_INT(memory_reserve(g.mem, &b), 0);
+    CHECK_EQ_INT(mamba_forward(m2, g.s, g.c, g.mem, &b, b2), 0);
+    CHECK(same_row(a, b2, V));
+    batch_free(&b);
+    free(a);
+    free(b2);
+    mamba_free(m2);
+    gguf_close(&f2);
+    free(buf);
+    rig_close(&g);
+}
