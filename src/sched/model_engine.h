@@ -1,5 +1,5 @@
 /* model_engine.h: one loaded model behind the scheduler's engine_ops seam (sched.h): the weights
- * (model.h), its tokenizer, the memory every sequence shares (--kv-tokens cells), the forward
+ * (model.h for transformers, mamba.h for Mamba, picked by general.architecture), its tokenizer, the memory every sequence shares (--kv-tokens cells), the forward
  * context sized for the biggest step (--batch-tokens), and samplers (sampling.h).
  *
  * Loading reads and maps the whole file, so it runs on a worker thread at startup (the libuv
@@ -29,10 +29,15 @@
 struct model;
 struct tokenizer;
 struct forward_ctx;
+struct mamba_model;
+struct mamba_scratch;
+struct compute;
+struct gguf_file;
 
 struct model_engine_config {
     const char *path;       /* GGUF file */
-    int64_t kv_tokens;      /* cells shared by all sequences */
+    int64_t kv_tokens;      /* cells shared by all sequences (transformers; Mamba keeps one
+                             * state per sequence id instead) */
     int32_t batch_tokens;   /* most tokens per step */
     int32_t n_seq_max;      /* sequence ids (live choices + prompt cache entries) */
     int32_t max_seq_tokens; /* per-sequence limit below the model's context (0: none) */
@@ -40,11 +45,21 @@ struct model_engine_config {
 };
 
 struct model_engine {
-    struct model *model;
-    struct tokenizer *tok;
-    struct memory *mem;
+    /* the forward pass: a transformer (model.h) or a Mamba model (mamba.h) */
+    struct model *model;           /* transformer, or NULL */
     struct forward_ctx *fc;
-    int32_t n_vocab;
+    struct mamba_model *mamba;     /* Mamba, or NULL */
+    struct gguf_file *mamba_file;  /* the mapping mamba's weights point into */
+    struct mamba_scratch *mamba_scratch;
+    struct compute *mamba_compute;
+    float *mamba_logits;           /* [max_outputs][n_vocab] */
+    /* common */
+    const struct gguf_file *file;  /* the model's metadata */
+    struct tokenizer *tok;
+    struct memory *mem;            /* KV cells, or one recurrent state per sequence */
+    const char *arch_name;         /* "llama", "qwen2", "mamba" */
+    int32_t n_vocab, n_embd, n_layer, n_ctx_train;
+    size_t weight_bytes;
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
     int64_t kv_tokens;
     int32_t n_seq_max;

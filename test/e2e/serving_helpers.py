@@ -1,7 +1,7 @@
 """Helpers of the serving e2e tests (test_serving_*.py): JSON posts, SSE reading, /metrics."""
-import http.client
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -11,6 +11,8 @@ from conftest import ROOT, Server
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 KJV = os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")  # the default model, in the repository
 PROMPT = "And God said"
+PROMPTS = ["And God said", "In the beginning", "The LORD is my shepherd", "And Moses went up",
+           "Blessed are the", "And it came to pass", "Thus saith the LORD", "My son, hear"]
 
 
 def start(*args):
@@ -82,3 +84,17 @@ def metrics(srv):
 
 def greedy(prompt=PROMPT, n_predict=12, **extra):
     return dict({"prompt": prompt, "n_predict": n_predict, "temperature": 0}, **extra)
+
+
+def run_concurrently(fns):
+    results = [None] * len(fns)
+
+    def run(i):
+        results[i] = fns[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results

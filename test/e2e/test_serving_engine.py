@@ -13,10 +13,8 @@ import time
 
 import pytest
 
-from serving_helpers import PROMPT, greedy, metrics, post, start
+from serving_helpers import PROMPT, PROMPTS, greedy, metrics, post, run_concurrently, start
 
-PROMPTS = ["And God said", "In the beginning", "The LORD is my shepherd", "And Moses went up",
-           "Blessed are the", "And it came to pass", "Thus saith the LORD", "My son, hear"]
 LONG = "And God said, Let there be light: and there was light. " * 40  # ~560 tokens
 
 
@@ -25,20 +23,6 @@ def srv():
     s = start("--batch-tokens", "24")
     yield s
     s.check_clean_exit()
-
-
-def run_concurrently(fns):
-    results = [None] * len(fns)
-
-    def run(i):
-        results[i] = fns[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
 
 
 def test_eight_concurrent_equal_one_by_one(srv):
