@@ -7,6 +7,8 @@ CC       ?= cc
 OPTFLAGS ?= -O2 -march=native -g
 WARNFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter
 SANFLAGS ?=
+# Debian's interpreter: python3-pytest installs there (a pyenv python3 earlier in PATH lacks it).
+PYTHON   ?= /usr/bin/python3
 CFLAGS   := $(OPTFLAGS) $(SANFLAGS) $(WARNFLAGS) -Isrc -MMD -MP
 LDFLAGS  += $(SANFLAGS) -pthread
 
@@ -22,6 +24,7 @@ LIB_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(LLHTTP_OBJS)
 TEST_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRCS))
 RUNNER    := $(BUILD)/test-runner
 $(TEST_OBJS): CFLAGS += -Itest
+BENCH_BINS := $(patsubst test/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
 .PHONY: all test unit e2e check bench fuzz clean
 all: $(BIN)
@@ -41,7 +44,7 @@ test: unit e2e
 unit: $(RUNNER) $(BIN)
 	$(RUNNER)
 e2e: $(BIN)
-	UVLM_BIN=$(abspath $(BIN)) python3 -m pytest -q test/e2e
+	UVLM_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q test/e2e
 
 # make check: the same tests on an ASan + UBSan build.
 check:
@@ -49,8 +52,13 @@ check:
 	  OPTFLAGS="-O1 -g -march=native -fno-omit-frame-pointer" \
 	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-bench: $(BIN)
+bench: $(BIN) $(BENCH_BINS)
 	scripts/bench
+
+# Benchmark programs: test/bench/NAME.c -> build/bench/NAME, linked with the server's objects.
+$(BUILD)/bench/%: test/bench/%.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(DEPS_LIBS)
 
 fuzz:
 	$(MAKE) -f scripts/fuzz.mk

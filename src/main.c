@@ -23,6 +23,8 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     /* one line per subcommand: {"name", cmd_name, "what it does"}, */
     {"help", cmd_help, "list the subcommands"},
+    {"serve", cmd_serve, "run the HTTP server (the default; uvlm --help for its flags)"},
+    {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
 };
 
 static void usage(FILE *out) {
@@ -45,10 +47,8 @@ static void openblas_pick_core(char **argv) {
 int main(int argc, char **argv) {
     openblas_pick_core(argv);
     const char *name = argc > 1 ? argv[1] : NULL;
-    if (!name || name[0] == '-') { /* flags only: serve (added with the server) */
-        usage(stderr);
-        return 2;
-    }
+    if (!name || name[0] == '-') /* no arguments, or flags only: serve, argv[0] = program */
+        return cmd_serve(argc, argv);
     for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
         if (!strcmp(name, subcommands[i].name))
             return subcommands[i].run(argc - 1, argv + 1);

@@ -4,6 +4,8 @@
 #ifndef UVLM_CMD_H
 #define UVLM_CMD_H
 
-/* one declaration per subcommand, e.g. int cmd_serve(int argc, char **argv); */
+/* one declaration per subcommand */
+int cmd_serve(int argc, char **argv); /* the HTTP server (serve.c); also what flags alone run */
+int cmd_apply_template(int argc, char **argv);
 
 #endif

@@ -1,0 +1,109 @@
+/* http.h: the interface between the HTTP server (src/net) and whatever produces responses
+ * (src/api handlers, and behind them the scheduler). No libuv, no llhttp here: a handler sees a
+ * parsed request and answers it with the functions below, which src/net implements.
+ *
+ * A handler (see router.h) is called on the loop thread with a complete request. It answers in
+ * one of three ways:
+ *   1. at once:      http_respond_json(req, 200, "{\"ok\":true}");
+ *   2. later:        http_on_cancel(req, my_cancel_cb, work); ...return; and when the work is
+ *                    done (on the loop thread, e.g. in a uv_after_work callback of the sched
+ *                    glue) call http_respond*(req, ...).
+ *   3. as a stream:  http_sse_start(req, my_cancel_cb, work); then http_sse_send(req, json, n)
+ *                    per event, over time; http_sse_end(req) when done.
+ *
+ * Ownership and lifetime (the important part):
+ *   - `req` and everything it points to belong to src/net. They stay valid until the request
+ *     is *finished* (a respond call, or http_sse_end) or its cancel callback has returned.
+ *     After either, never touch `req` again.
+ *   - The cancel callback runs exactly once if, and only if, the request dies before it is
+ *     finished: the client disconnected, a stream's write queue overflowed (slow reader), or
+ *     the server stopped (drain timeout, second signal). It runs on the loop thread from the
+ *     connection's close path, never from inside an http_* call, so it may free the owner's
+ *     state freely; the request can no longer be answered (no http_* calls on it there).
+ *   - Between the death of the connection and the cancel callback, http_* calls do nothing
+ *     and return -ERR_CANCELLED. An owner that sees an error from http_sse_send should stop
+ *     producing and either wait for its cancel callback (it will come) or finish the request
+ *     with http_sse_end/http_respond: finishing a dead request returns -ERR_CANCELLED and
+ *     means no cancel callback follows.
+ *   - A handler that returns without finishing and without registering a cancel callback
+ *     must finish the request before its next return to the loop (it cannot learn of a
+ *     disconnect otherwise).
+ *   - All calls are made on the loop thread. Work on other threads reports back through the
+ *     loop (uv_async / after-work callbacks in the sched glue in src/net).
+ *
+ * Example: an SSE endpoint that counts to 3 on a timer owned by the caller.
+ *
+ *   static void counter_cancel_cb(struct http_request *req, void *data) {
+ *       struct counter *c = data;
+ *       counter_stop(c);  // the client left: stop the timer, free c
+ *   }
+ *   static void counter_handle(struct http_request *req, void *data) {
+ *       struct counter *c = counter_new(req);
+ *       if (http_sse_start(req, counter_cancel_cb, c)) { counter_free(c); return; }
+ *       // ... each tick:   http_sse_send(req, "{\"n\":1}", 7);
+ *       // ... at the end:  http_sse_end(req); counter_free(c);
+ *   }
+ *
+ * Strings in struct http_request are NUL-terminated. Header names keep the client's case;
+ * http_header() compares case-insensitively.
+ */
+#ifndef UVLM_API_HTTP_H
+#define UVLM_API_HTTP_H
+
+#include <stddef.h>
+
+struct http_header {
+    const char *name;
+    const char *value;
+};
+
+struct http_request {
+    const char *method;   /* "GET", "POST", ... */
+    const char *target;   /* as sent: "/v1/x?a=1" */
+    const char *path;     /* target without the query: "/v1/x" */
+    const char *query;    /* after '?', or "" */
+    const struct http_header *headers;
+    int n_headers;
+    const char *body;     /* NUL-terminated for convenience; body_len excludes the NUL */
+    size_t body_len;
+    const char *remote;   /* peer "ip:port" */
+    void *route_data;     /* the data registered with the route (router.h) */
+};
+
+typedef void (*http_cancel_cb)(struct http_request *req, void *data);
+
+/* Header value by name (case-insensitive), or NULL. */
+const char *http_header(const struct http_request *req, const char *name);
+
+/* Query parameter `key` into out (percent-decoded, '+' as space, NUL-terminated). Returns its
+ * length, or -ERR_NOTFOUND, or -ERR_TOOBIG if it does not fit in cap. Pure; no server needed. */
+int http_query(const struct http_request *req, const char *key, char *out, size_t cap);
+
+/* --- implemented by src/net (loop thread only) --------------------------------------------- */
+
+/* Add a response header (for the next respond or sse_start), e.g. "Allow", "GET, POST".
+ * Returns -ERR_TOOBIG when the per-request header space is used up. */
+int http_add_header(struct http_request *req, const char *name, const char *value);
+
+/* Finish the request with a complete response. content_type NULL means application/json. */
+int http_respond(struct http_request *req, int status, const char *content_type, const char *body,
+                 size_t len);
+int http_respond_json(struct http_request *req, int status, const char *json);
+/* Finish with {"error":{"code":status,"message":message,"type":...}} (api/errors.h). */
+int http_respond_error(struct http_request *req, int status, const char *message);
+
+/* Register the cancel callback of a request answered later (way 2 above). */
+void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data);
+
+/* Start a text/event-stream response (status 200) and register the cancel callback. The server
+ * sends ": ping" comments while the stream is open (--sse-ping). */
+int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data);
+/* Send one event "data: <data>\n\n" (data must not contain a newline: -ERR_INVAL; compact JSON
+ * never does). Queued for writing, never blocks. Returns 0, -ERR_CANCELLED when the client is
+ * gone, or -ERR_TOOBIG when the client reads too slowly (more than --sse-queue-bytes waiting):
+ * the stream is then closed and the cancel callback follows. */
+int http_sse_send(struct http_request *req, const char *data, size_t len);
+/* Finish the stream. */
+int http_sse_end(struct http_request *req);
+
+#endif

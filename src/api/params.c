@@ -1,0 +1,739 @@
+/* params.c: request bodies -> validated C structs (see params.h for the rules). */
+#include "api/params.h"
+
+#include <ctype.h>
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* ---- errors ---- */
+
+int api_error_set(struct api_error *err, int status, const char *type, const char *param,
+                  const char *fmt, ...) {
+    memset(err, 0, sizeof *err);
+    err->status = status;
+    err->type = type;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -ERR_INVAL;
+}
+
+int api_error_exceed_context(struct api_error *err, int32_t n_prompt_tokens, int32_t n_ctx) {
+    api_error_set(err, 400, "exceed_context_size_error", NULL,
+                  "the request exceeds the available context size (%d prompt tokens, context %d)",
+                  (int)n_prompt_tokens, (int)n_ctx);
+    err->n_prompt_tokens = n_prompt_tokens;
+    err->n_ctx = n_ctx;
+    return -ERR_TOOBIG;
+}
+
+/* A field name built from parts ("messages[2].content[0]"), cut to what api_error.param holds. */
+#define PARAM_SIZE sizeof(((struct api_error *)0)->param)
+static const char *param_fmt(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *param_fmt(char *buf, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, PARAM_SIZE, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* ---- the arena: every allocation is one chunk on a list, freed together ----
+ * Chunks come from jansson's allocator (json_get_alloc_funcs), so that one hook governs all of
+ * the API layer's memory: the tests make it fail to check every error path frees what it took. */
+
+struct params_arena {
+    struct params_arena *next;
+    max_align_t data[];
+};
+
+static void *arena_alloc(struct params_arena **arena, size_t size) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
+    if (size > SIZE_MAX - sizeof(struct params_arena)) return NULL;
+    struct params_arena *c = alloc(sizeof *c + (size ? size : 1));
+    if (!c) return NULL;
+    c->next = *arena;
+    *arena = c;
+    return c->data;
+}
+
+static void arena_free(struct params_arena *arena) {
+    json_malloc_t alloc;
+    json_free_t release;
+    json_get_alloc_funcs(&alloc, &release);
+    while (arena) {
+        struct params_arena *next = arena->next;
+        release(arena);
+        arena = next;
+    }
+}
+
+static char *arena_strndup(struct params_arena **arena, const char *s, size_t len) {
+    char *d = arena_alloc(arena, len + 1);
+    if (!d) return NULL;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+/* ---- the parser's state and field helpers ---- */
+
+struct parser {
+    json_t *obj;                       /* the request object */
+    enum api_endpoint endpoint;
+    const struct params_limits *lim;
+    struct params_arena **arena;
+    struct api_error *err;
+};
+
+static int bad(struct parser *ps, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(struct parser *ps, const char *param, const char *fmt, ...) {
+    char msg[sizeof ps->err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return api_error_set(ps->err, 400, "invalid_request_error", param, "%s: %s", param, msg);
+}
+
+static int nomem(struct parser *ps) {
+    api_error_set(ps->err, 500, "server_error", NULL, "out of memory parsing the request");
+    return -ERR_NOMEM;
+}
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* The value of the first of names present and not null in ps->obj, or NULL; *which gets its name. */
+static json_t *field(struct parser *ps, const char *const *names, const char **which) {
+    for (; *names; names++) {
+        json_t *v = json_object_get(ps->obj, *names);
+        if (v && !json_is_null(v)) {
+            *which = *names;
+            return v;
+        }
+    }
+    return NULL;
+}
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* A JSON integer, or a real with an integral value (JavaScript clients send 40.0 as 40, but
+ * other languages may not). */
+static int as_integer(const json_t *v, long long *out) {
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return 0;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && d >= -9.0e15 && d <= 9.0e15) {
+            *out = (long long)d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int get_int(struct parser *ps, const char *const *names, long long min, long long max,
+                   int32_t *out) {
+    const char *name;
+    json_t *v = field(ps, names, &name);
+    if (!v) return 0;
+    long long x;
+    if (as_integer(v, &x) < 0)
+        return bad(ps, name, "expected an integer, got %s", json_type_name(v));
+    if (x < min || x > max) return bad(ps, name, "must be in [%lld, %lld], got %lld", min, max, x);
+    *out = (int32_t)x;
+    return 0;
+}
+
+static int get_float(struct parser *ps, const char *const *names, double min, double max,
+                     float *out) {
+    const char *name;
+    json_t *v = field(ps, names, &name);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad(ps, name, "expected a number, got %s", json_type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= min && x <= max)) return bad(ps, name, "must be in [%g, %g], got %g", min, max, x);
+    *out = (float)x;
+    return 0;
+}
+
+static int get_bool(struct parser *ps, const char *const *names, bool *out) {
+    const char *name;
+    json_t *v = field(ps, names, &name);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad(ps, name, "expected a boolean, got %s", json_type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* ---- prompt ---- */
+
+static int prompt_text(struct parser *ps, struct completion_params *p, const json_t *s,
+                       const char *param) {
+    size_t len = json_string_length(s);
+    if (len == 0) return bad(ps, param, "must not be empty");
+    if (len > ps->lim->max_prompt_bytes)
+        return bad(ps, param, "too long: %zu bytes, at most %zu", len, ps->lim->max_prompt_bytes);
+    p->prompt_text = arena_strndup(ps->arena, json_string_value(s), len);
+    if (!p->prompt_text) return nomem(ps);
+    p->prompt_text_len = len;
+    return 0;
+}
+
+static bool all_integers(const json_t *a) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+        if (!json_is_integer(v)) return false;
+    return true;
+}
+
+/* An array of token ids (ids >= 0; the vocabulary bound is checked later). */
+static int token_array(struct parser *ps, const json_t *a, const char *param,
+                       const int32_t **out, size_t *n_out) {
+    size_t n = json_array_size(a);
+    if (n > ps->lim->max_prompt_tokens)
+        return bad(ps, param, "too long: %zu tokens, at most %zu", n, ps->lim->max_prompt_tokens);
+    int32_t *ids = arena_alloc(ps->arena, n * sizeof *ids);
+    if (!ids) return nomem(ps);
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        long long id;
+        if (as_integer(v, &id) < 0 || id < 0 || id > INT32_MAX) {
+            char where[PARAM_SIZE];
+            param_fmt(where, "%s[%zu]", param, i);
+            return bad(ps, where, "expected a token id (an integer >= 0), got %s",
+                       json_type_name(v));
+        }
+        ids[i] = (int32_t)id;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static int parse_prompt(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    json_t *v = field(ps, NAMES("prompt"), &name);
+    if (!v) return bad(ps, "prompt", "required");
+    if (json_is_string(v)) return prompt_text(ps, p, v, "prompt");
+    if (!json_is_array(v))
+        return bad(ps, "prompt", "expected a string or an array of token ids, got %s",
+                   json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0) return bad(ps, "prompt", "must not be empty");
+    if (all_integers(v))
+        return token_array(ps, v, "prompt", &p->prompt_tokens, &p->n_prompt_tokens);
+    json_t *first = json_array_get(v, 0);
+    if (n == 1 && json_is_string(first)) return prompt_text(ps, p, first, "prompt[0]");
+    if (n == 1 && json_is_array(first)) {
+        if (json_array_size(first) == 0) return bad(ps, "prompt[0]", "must not be empty");
+        return token_array(ps, first, "prompt[0]", &p->prompt_tokens, &p->n_prompt_tokens);
+    }
+    if (json_is_string(first) || json_is_array(first))
+        return bad(ps, "prompt", "batches of several prompts and mixed text/token prompts are not "
+                   "supported: send one request per prompt (n gives several choices)");
+    return token_array(ps, v, "prompt", &p->prompt_tokens, &p->n_prompt_tokens);
+}
+
+/* ---- stop ---- */
+
+static int stop_string(struct parser *ps, const json_t *s, const char *param, const char **out) {
+    if (!json_is_string(s)) return bad(ps, param, "expected a string, got %s", json_type_name(s));
+    size_t len = json_string_length(s);
+    if (len == 0) return bad(ps, param, "must not be empty");
+    if (len > ps->lim->max_stop_bytes)
+        return bad(ps, param, "too long: %zu bytes, at most %zu", len, ps->lim->max_stop_bytes);
+    if (memchr(json_string_value(s), '\0', len)) return bad(ps, param, "must not contain NUL");
+    *out = arena_strndup(ps->arena, json_string_value(s), len);
+    return *out ? 0 : nomem(ps);
+}
+
+static int parse_stop(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    json_t *v = field(ps, NAMES("stop"), &name);
+    if (!v) return 0;
+    if (!json_is_string(v) && !json_is_array(v))
+        return bad(ps, "stop", "expected a string or an array of strings, got %s",
+                   json_type_name(v));
+    size_t n = json_is_string(v) ? 1 : json_array_size(v);
+    if (n > ps->lim->max_stop)
+        return bad(ps, "stop", "too many stop strings: %zu, at most %zu", n, ps->lim->max_stop);
+    const char **stop = arena_alloc(ps->arena, n * sizeof *stop);
+    if (!stop) return nomem(ps);
+    if (json_is_string(v)) {
+        int rc = stop_string(ps, v, "stop", &stop[0]);
+        if (rc < 0) return rc;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            char where[PARAM_SIZE];
+            param_fmt(where, "stop[%zu]", i);
+            int rc = stop_string(ps, json_array_get(v, i), where, &stop[i]);
+            if (rc < 0) return rc;
+        }
+    }
+    p->stop = stop;
+    p->n_stop = n;
+    return 0;
+}
+
+/* ---- logit_bias ---- */
+
+static int bias_value(struct parser *ps, const json_t *v, const char *param, float *out) {
+    if (json_is_false(v)) {
+        *out = -INFINITY;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return bad(ps, param, "expected a number or false, got %s", json_type_name(v));
+    double b = json_number_value(v);
+    double lim = ps->endpoint == API_COMPLETION ? FLT_MAX : 100.0;
+    if (!(b >= -lim && b <= lim)) return bad(ps, param, "must be in [%g, %g], got %g", -lim, lim, b);
+    *out = (float)b;
+    return 0;
+}
+
+/* "15043" -> 15043; anything but a plain decimal id in int32 range is refused. */
+static int parse_id_key(const char *key, int32_t *out) {
+    if (!*key || strlen(key) > 10) return -1;
+    long long id = 0;
+    for (const char *c = key; *c; c++) {
+        if (*c < '0' || *c > '9') return -1;
+        id = id * 10 + (*c - '0');
+    }
+    if (id > INT32_MAX) return -1;
+    *out = (int32_t)id;
+    return 0;
+}
+
+static int parse_logit_bias(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    json_t *v = field(ps, NAMES("logit_bias"), &name);
+    if (!v) return 0;
+    if (!json_is_array(v) && !json_is_object(v))
+        return bad(ps, "logit_bias", "expected an array of [token id, bias] or an object "
+                   "{\"token id\": bias}, got %s", json_type_name(v));
+    size_t n = json_is_array(v) ? json_array_size(v) : json_object_size(v);
+    if (n > ps->lim->max_logit_bias)
+        return bad(ps, "logit_bias", "too many entries: %zu, at most %zu", n,
+                   ps->lim->max_logit_bias);
+    struct logit_bias *lb = arena_alloc(ps->arena, n * sizeof *lb);
+    if (!lb) return nomem(ps);
+    char where[PARAM_SIZE];
+    size_t i = 0;
+    if (json_is_array(v)) {
+        json_t *pair;
+        json_array_foreach(v, i, pair) {
+            param_fmt(where, "logit_bias[%zu]", i);
+            long long id;
+            if (!json_is_array(pair) || json_array_size(pair) != 2)
+                return bad(ps, where, "expected a pair [token id, bias]");
+            if (as_integer(json_array_get(pair, 0), &id) < 0 || id < 0 || id > INT32_MAX)
+                return bad(ps, where, "expected a token id (an integer >= 0) first");
+            lb[i].token = (int32_t)id;
+            int rc = bias_value(ps, json_array_get(pair, 1), where, &lb[i].bias);
+            if (rc < 0) return rc;
+        }
+    } else {
+        const char *key;
+        json_t *b;
+        json_object_foreach(v, key, b) {
+            param_fmt(where, "logit_bias.%s", key);
+            if (parse_id_key(key, &lb[i].token) < 0)
+                return bad(ps, where, "keys must be token ids (decimal integers >= 0)");
+            int rc = bias_value(ps, b, where, &lb[i].bias);
+            if (rc < 0) return rc;
+            i++;
+        }
+    }
+    p->logit_bias = lb;
+    p->n_logit_bias = n;
+    return 0;
+}
+
+/* ---- chat messages ---- */
+
+static const char *const chat_roles[] = {"system", "user", "assistant", "developer", "tool", NULL};
+
+/* The field a chat_json "why" starts with ("messages[2].content[0]: only text ..."). */
+static void leading_param(const char *why, char *param) {
+    size_t i = 0;
+    while (i + 1 < PARAM_SIZE && why[i] && (isalnum((unsigned char)why[i]) || strchr("_[].", why[i])))
+        param[i] = why[i], i++;
+    param[i] = '\0';
+}
+
+/* What chat_json does not check: the count, roles, required content, the total size. It
+ * converts; we name the field when it refuses. */
+static int parse_messages(struct parser *ps, struct completion_params *p, const json_t *a) {
+    if (!a || json_is_null(a)) return bad(ps, "messages", "required");
+    if (!json_is_array(a))
+        return bad(ps, "messages", "expected an array of messages, got %s", json_type_name(a));
+    size_t n = json_array_size(a);
+    if (n == 0) return bad(ps, "messages", "must not be empty");
+    if (n > ps->lim->max_messages)
+        return bad(ps, "messages", "too many messages: %zu, at most %zu", n, ps->lim->max_messages);
+    size_t i;
+    json_t *m;
+    json_array_foreach(a, i, m) {
+        char where[PARAM_SIZE];
+        param_fmt(where, "messages[%zu]", i);
+        if (!json_is_object(m)) return bad(ps, where, "expected an object, got %s", json_type_name(m));
+        json_t *role = json_object_get(m, "role");
+        param_fmt(where, "messages[%zu].role", i);
+        if (!json_is_string(role)) return bad(ps, where, "required: a string");
+        const char *const *r = chat_roles;
+        while (*r && strcmp(*r, json_string_value(role)) != 0) r++;
+        if (!*r)
+            return bad(ps, where, "unknown role \"%.32s\" (system, user, assistant, developer, tool)",
+                       json_string_value(role));
+        json_t *content = json_object_get(m, "content");
+        param_fmt(where, "messages[%zu].content", i);
+        if ((!content || json_is_null(content)) && strcmp(*r, "assistant") != 0)
+            return bad(ps, where, "required");
+    }
+    char why[sizeof ps->err->message];
+    int rc = chat_messages_from_json(a, &p->chat_, why, sizeof why);
+    if (rc == -ERR_NOMEM) return nomem(ps);
+    if (rc < 0) {
+        char param[PARAM_SIZE];
+        leading_param(why, param);
+        return api_error_set(ps->err, 400, "invalid_request_error", param, "%s", why);
+    }
+    size_t total = 0;
+    for (i = 0; i < n; i++) {
+        total += strlen(p->chat_.msgs[i].content);
+        if (total > ps->lim->max_prompt_bytes) {
+            char where[PARAM_SIZE];
+            return bad(ps, param_fmt(where, "messages[%zu].content", i),
+                       "messages too long: over %zu bytes together", ps->lim->max_prompt_bytes);
+        }
+    }
+    p->messages = p->chat_.msgs;
+    p->n_messages = n;
+    return 0;
+}
+
+/* ---- the completion endpoints ---- */
+
+static int parse_logprobs(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    int rc;
+    switch (ps->endpoint) {
+    case API_COMPLETION:
+        rc = get_int(ps, NAMES("n_probs"), 0, ps->lim->max_n_probs, &p->n_probs);
+        p->want_logprobs = p->n_probs > 0;
+        return rc;
+    case API_OAI_COMPLETION:
+        if (!field(ps, NAMES("logprobs"), &name)) return 0;
+        p->want_logprobs = true;
+        return get_int(ps, NAMES("logprobs"), 0, ps->lim->max_n_probs, &p->n_probs);
+    case API_OAI_CHAT:
+        if ((rc = get_bool(ps, NAMES("logprobs"), &p->want_logprobs)) < 0) return rc;
+        if (!field(ps, NAMES("top_logprobs"), &name)) return 0;
+        if ((rc = get_int(ps, NAMES("top_logprobs"), 0, ps->lim->max_n_probs, &p->n_probs)) < 0)
+            return rc;
+        if (!p->want_logprobs) return bad(ps, "top_logprobs", "requires \"logprobs\": true");
+        return 0;
+    }
+    return 0;
+}
+
+static int parse_seed(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    json_t *v = field(ps, NAMES("seed"), &name);
+    p->seed_random = true;
+    if (!v) return 0;
+    long long s;
+    if (as_integer(v, &s) < 0) return bad(ps, "seed", "expected an integer, got %s", json_type_name(v));
+    if (s < -1 || s > (long long)UINT32_MAX)
+        return bad(ps, "seed", "must be -1 (random) or in [0, %u], got %lld", UINT32_MAX, s);
+    /* llama.cpp's "default seed" 0xFFFFFFFF means random too. */
+    if (s == -1 || s == (long long)UINT32_MAX) return 0;
+    p->seed_random = false;
+    p->seed = (uint32_t)s;
+    return 0;
+}
+
+/* Empty: "", [], {} (what clients send for "none"). */
+static bool json_empty(const json_t *v) {
+    return (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+/* Fields that change what the output must be and that we do not implement: refuse them rather
+ * than answer something else. (Sampler tweaks we lack, like mirostat, are ignored.) */
+static int refuse_unsupported(struct parser *ps, const struct completion_params *p) {
+    const char *name;
+    json_t *v;
+    static const char *const constraints[] = {"grammar", "json_schema", "tools", NULL};
+    for (const char *const *c = constraints; *c; c++)
+        if ((v = field(ps, (const char *const[]){*c, NULL}, &name)) && !json_empty(v))
+            return bad(ps, *c, "%s is not supported", *c);
+    if ((v = field(ps, NAMES("response_format"), &name)) && !json_empty(v) &&
+        !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+          strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+        return bad(ps, "response_format", "only {\"type\": \"text\"} is supported");
+    if (ps->endpoint != API_OAI_COMPLETION) return 0;
+    if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
+        return bad(ps, "echo", "echo is not supported");
+    if ((v = field(ps, NAMES("suffix"), &name)) &&
+        !(json_is_string(v) && json_string_length(v) == 0))
+        return bad(ps, "suffix", "suffix is not supported");
+    long long best_of;
+    if ((v = field(ps, NAMES("best_of"), &name)) &&
+        (as_integer(v, &best_of) < 0 || best_of != p->n))
+        return bad(ps, "best_of", "only best_of == n is supported");
+    return 0;
+}
+
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint) {
+    memset(p, 0, sizeof *p);
+    p->endpoint = endpoint;
+    p->n_predict = -1;
+    p->temperature = 0.8f;
+    p->top_k = 40;
+    p->top_p = 0.95f;
+    p->min_p = 0.05f;
+    p->repeat_penalty = 1.0f;
+    p->repeat_last_n = 64;
+    p->seed_random = true;
+    p->cache_prompt = true;
+    p->n = 1;
+}
+
+static int parse_completion(struct parser *ps, struct completion_params *p) {
+    bool native = ps->endpoint == API_COMPLETION;
+    int rc = 0;
+    completion_params_defaults(p, ps->endpoint);
+
+    if (ps->endpoint == API_OAI_CHAT)
+        rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));
+    else
+        rc = parse_prompt(ps, p);
+    if (rc < 0) return rc;
+
+    const char *const *n_predict_names = ps->endpoint == API_OAI_CHAT ?
+        NAMES("max_completion_tokens", "max_tokens", "n_predict") : NAMES("n_predict", "max_tokens");
+    const char *const *n_names = native ? NAMES("n", "n_cmpl") : NAMES("n");
+    if ((rc = get_int(ps, n_predict_names, -1, INT32_MAX, &p->n_predict)) < 0 ||
+        (rc = get_float(ps, NAMES("temperature"), 0.0, 1.0e6, &p->temperature)) < 0 ||
+        (rc = get_int(ps, NAMES("top_k"), 0, INT32_MAX, &p->top_k)) < 0 ||
+        (rc = get_float(ps, NAMES("top_p"), 0.0, 1.0, &p->top_p)) < 0 ||
+        (rc = get_float(ps, NAMES("min_p"), 0.0, 1.0, &p->min_p)) < 0 ||
+        (rc = get_float(ps, NAMES("repeat_penalty"), FLT_MIN, 1.0e6, &p->repeat_penalty)) < 0 ||
+        (rc = get_int(ps, NAMES("repeat_last_n"), -1, INT32_MAX, &p->repeat_last_n)) < 0 ||
+        (rc = get_float(ps, NAMES("presence_penalty"), -2.0, 2.0, &p->presence_penalty)) < 0 ||
+        (rc = get_float(ps, NAMES("frequency_penalty"), -2.0, 2.0, &p->frequency_penalty)) < 0 ||
+        (rc = parse_seed(ps, p)) < 0 ||
+        (rc = parse_stop(ps, p)) < 0 ||
+        (rc = get_bool(ps, NAMES("stream"), &p->stream)) < 0 ||
+        (rc = parse_logprobs(ps, p)) < 0 ||
+        (rc = get_bool(ps, NAMES("cache_prompt"), &p->cache_prompt)) < 0 ||
+        (rc = get_bool(ps, NAMES("ignore_eos"), &p->ignore_eos)) < 0 ||
+        (rc = parse_logit_bias(ps, p)) < 0 ||
+        (rc = get_int(ps, n_names, 1, ps->lim->max_n, &p->n)) < 0 ||
+        (rc = refuse_unsupported(ps, p)) < 0)
+        return rc;
+
+    const char *name;
+    json_t *so = field(ps, NAMES("stream_options"), &name);
+    if (so) {
+        if (!json_is_object(so))
+            return bad(ps, "stream_options", "expected an object, got %s", json_type_name(so));
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu))
+            return bad(ps, "stream_options.include_usage", "expected a boolean, got %s",
+                       json_type_name(iu));
+        p->include_usage = json_is_true(iu);
+    }
+    json_t *model = field(ps, NAMES("model"), &name);
+    if (model) {
+        if (!json_is_string(model))
+            return bad(ps, "model", "expected a string, got %s", json_type_name(model));
+        p->model = arena_strndup(ps->arena, json_string_value(model), json_string_length(model));
+        if (!p->model) return nomem(ps);
+    }
+    return 0;
+}
+
+/* Load body as a JSON object; on success *root is a new reference. */
+static int load_body(const char *body, size_t len, json_t **root, struct api_error *err) {
+    json_error_t je;
+    *root = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    /* jansson reports running out of memory as out_of_memory or unknown at best; sometimes as
+     * a syntax error near the value it failed to allocate, which then becomes a 400. */
+    if (!*root && (json_error_code(&je) == json_error_out_of_memory ||
+                   json_error_code(&je) == json_error_unknown)) {
+        api_error_set(err, 500, "server_error", NULL, "out of memory parsing the request");
+        return -ERR_NOMEM;
+    }
+    if (!*root)
+        return api_error_set(err, 400, "invalid_request_error", NULL,
+                             "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return api_error_set(err, 400, "invalid_request_error", NULL,
+                             "the request body must be a JSON object");
+    }
+    return 0;
+}
+
+/* Shared shape of every public parse: zero out, load, run fn; on success *arena (a field of
+ * out) owns what fn allocated, on failure it is freed and out zeroed again. */
+static int parse_with(void *out, size_t out_size, struct params_arena **arena, const char *body,
+                      size_t len, enum api_endpoint ep,
+                      const struct params_limits *lim, struct api_error *err,
+                      int (*fn)(struct parser *, void *)) {
+    static const struct params_limits defaults = PARAMS_LIMITS_DEFAULT;
+    memset(out, 0, out_size);
+    memset(err, 0, sizeof *err);
+    json_t *root;
+    int rc = load_body(body, len, &root, err);
+    if (rc < 0) return rc;
+    struct params_arena *a = NULL;
+    struct parser ps = {root, ep, lim ? lim : &defaults, &a, err};
+    rc = fn(&ps, out);
+    json_decref(root);
+    if (rc < 0) {
+        arena_free(a);
+        memset(out, 0, out_size);
+        return rc;
+    }
+    *arena = a;
+    return 0;
+}
+
+static int completion_fn(struct parser *ps, void *out) {
+    struct completion_params *p = out;
+    int rc = parse_completion(ps, p);
+    if (rc < 0) chat_messages_free(&p->chat_);
+    return rc;
+}
+
+int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,
+                            const char *body, size_t len, const struct params_limits *lim,
+                            struct api_error *err) {
+    return parse_with(p, sizeof *p, &p->arena_, body, len, endpoint, lim, err,
+                      completion_fn);
+}
+
+static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *param,
+                     struct api_error *err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            char where[PARAM_SIZE];
+            param_fmt(where, "%s[%zu]", param, i);
+            return api_error_set(err, 400, "invalid_request_error", where,
+                                 "%s: unknown token id %d (the vocabulary has %d tokens)", where,
+                                 (int)ids[i], (int)n_vocab);
+        }
+    return 0;
+}
+
+int completion_params_check_tokens(const struct completion_params *p, int32_t n_vocab,
+                                   struct api_error *err) {
+    int rc = check_ids(p->prompt_tokens, p->n_prompt_tokens, n_vocab, "prompt", err);
+    for (size_t i = 0; rc == 0 && i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token >= n_vocab) {
+            char where[PARAM_SIZE];
+            param_fmt(where, "logit_bias[%zu]", i);
+            rc = api_error_set(err, 400, "invalid_request_error", where,
+                               "%s: unknown token id %d (the vocabulary has %d tokens)", where,
+                               (int)p->logit_bias[i].token, (int)n_vocab);
+        }
+    return rc;
+}
+
+void completion_params_free(struct completion_params *p) {
+    arena_free(p->arena_);
+    chat_messages_free(&p->chat_);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- /tokenize, /detokenize, /apply-template ---- */
+
+static int tokenize_fn(struct parser *ps, void *out) {
+    struct tokenize_params *p = out;
+    const char *name;
+    p->parse_special = true;
+    json_t *c = field(ps, NAMES("content"), &name);
+    if (!c) return bad(ps, "content", "required");
+    if (!json_is_string(c)) return bad(ps, "content", "expected a string, got %s", json_type_name(c));
+    p->content_len = json_string_length(c);
+    if (p->content_len > ps->lim->max_prompt_bytes)
+        return bad(ps, "content", "too long: %zu bytes, at most %zu", p->content_len,
+                   ps->lim->max_prompt_bytes);
+    p->content = arena_strndup(ps->arena, json_string_value(c), p->content_len);
+    if (!p->content) return nomem(ps);
+    int rc;
+    if ((rc = get_bool(ps, NAMES("add_special"), &p->add_special)) < 0 ||
+        (rc = get_bool(ps, NAMES("parse_special"), &p->parse_special)) < 0 ||
+        (rc = get_bool(ps, NAMES("with_pieces"), &p->with_pieces)) < 0)
+        return rc;
+    return 0;
+}
+
+int tokenize_params_parse(struct tokenize_params *p, const char *body, size_t len,
+                          const struct params_limits *lim, struct api_error *err) {
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      tokenize_fn);
+}
+
+void tokenize_params_free(struct tokenize_params *p) {
+    arena_free(p->arena_);
+    memset(p, 0, sizeof *p);
+}
+
+static int detokenize_fn(struct parser *ps, void *out) {
+    struct detokenize_params *p = out;
+    const char *name;
+    json_t *t = field(ps, NAMES("tokens"), &name);
+    if (!t) return bad(ps, "tokens", "required");
+    if (!json_is_array(t))
+        return bad(ps, "tokens", "expected an array of token ids, got %s", json_type_name(t));
+    return token_array(ps, t, "tokens", &p->tokens, &p->n_tokens);
+}
+
+int detokenize_params_parse(struct detokenize_params *p, const char *body, size_t len,
+                            const struct params_limits *lim, struct api_error *err) {
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_COMPLETION, lim, err,
+                      detokenize_fn);
+}
+
+int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_vocab,
+                                   struct api_error *err) {
+    return check_ids(p->tokens, p->n_tokens, n_vocab, "tokens", err);
+}
+
+void detokenize_params_free(struct detokenize_params *p) {
+    arena_free(p->arena_);
+    memset(p, 0, sizeof *p);
+}

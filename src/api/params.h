@@ -1,0 +1,216 @@
+/* params.h: parsing and validation of the JSON request bodies of the completion endpoints
+ * (llama.cpp-native POST /completion, OpenAI POST /v1/completions and /v1/chat/completions) and
+ * of /tokenize, /detokenize and /apply-template. Pure functions: no sockets, no scheduler.
+ *
+ * Every bad input (invalid JSON, a wrong type, an out-of-range value, an empty or oversized prompt,
+ * an unsupported form) yields -ERR_INVAL and a struct api_error naming the field (`param`, e.g.
+ * "top_p", "stop[2]", "messages[1].content"); render it with api_error_render() (render.h), the one
+ * place that knows the error body's shape. Unknown fields are ignored, as llama.cpp and OpenAI
+ * clients send extras; JSON null for an optional field means "the default".
+ *
+ *   struct completion_params p;
+ *   struct api_error err;
+ *   struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+ *   lim.max_n = conf->max_n;
+ *   if (completion_params_parse(&p, API_OAI_CHAT, body, body_len, &lim, &err) < 0) {
+ *       char *json = api_error_render(&err);     // send err.status with json, free(json)
+ *       ...
+ *   }
+ *   // chat: chat_template_apply_alloc(fam, p.messages, p.n_messages, true, &prompt), tokenize;
+ *   // otherwise tokenize p.prompt_text
+ *   // unless p.prompt_tokens is set; then, once n_vocab is known:
+ *   if (completion_params_check_tokens(&p, n_vocab, &err) < 0) ...   // same error path
+ *   ...
+ *   completion_params_free(&p);
+ *
+ * Ownership: every string and array in a parsed struct lives in one arena owned by the struct
+ * (chat messages: in a struct chat_messages it also owns) and is released by
+ * completion_params_free() (resp. tokenize_params_free, ...). A parse that fails
+ * leaves nothing to free (the struct is zeroed), and freeing a zeroed struct is a no-op.
+ *
+ * Defaults (llama.cpp server's, chosen for every endpoint so that the three agree; OpenAI's own
+ * differ where noted):
+ *   n_predict / max_tokens   -1 (until EOS or the context ends; OpenAI's /v1/completions says 16)
+ *   temperature 0.8 (OpenAI 1.0), top_k 40, top_p 0.95 (OpenAI 1.0), min_p 0.05,
+ *   repeat_penalty 1.0 (off), repeat_last_n 64, presence_penalty 0, frequency_penalty 0,
+ *   seed random (-1 or absent), stream false, include_usage false, n_probs 0, cache_prompt true,
+ *   ignore_eos false, n 1.
+ *
+ * Forms accepted and how they map:
+ *   prompt       a string; an array of token ids; an array holding exactly one string or one
+ *                array of token ids (OpenAI's batch form with one prompt). Batches of several
+ *                prompts and llama.cpp's mixed string/token arrays are refused (400, "prompt"):
+ *                send one request per prompt, or use n for several choices of one prompt.
+ *   n_predict    native name; max_tokens (both APIs) and max_completion_tokens (chat) are aliases.
+ *   n            n_cmpl is an alias (native); 1..limits.max_n.
+ *   stop         a string or an array of strings, non-empty, at most max_stop of at most
+ *                max_stop_bytes bytes each.
+ *   logit_bias   [[id, bias], ...] or {"id": bias, ...}; bias a finite number or false (= never
+ *                sample the token: -INFINITY). Token ids as text ("15043") are accepted in the
+ *                object form only; llama.cpp's string pieces ([["Hello", -1]]) are refused.
+ *   n_probs      native; OpenAI chat: logprobs (bool) + top_logprobs (0..max_n_probs);
+ *                OpenAI completions: logprobs (integer 0..max_n_probs). Either way the result
+ *                is want_logprobs + n_probs (top-N alternatives per generated token).
+ *   messages     chat only, required, 1..max_messages: [{role, content}], role one of system,
+ *                user, assistant, developer, tool; content required except for assistant turns
+ *                (null: empty); the conversion (a string, or text parts concatenated in order;
+ *                other part types refused) is chat_json.h's, so that /v1/chat/completions,
+ *                POST /apply-template (parse its body as API_OAI_CHAT: only messages is needed)
+ *                and `uvlm apply-template` read messages the same way.
+ *   grammar, json_schema, tools (non-empty) and response_format other than {"type": "text"}:
+ *                refused (400 naming the field): they constrain the output, which uvlm cannot
+ *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
+ *                (mirostat, typical_p, ...) are ignored like unknown fields.
+ *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
+ *   model, user and other unknown fields: ignored (model is kept for echoing back).
+ * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.
+ */
+#ifndef UVLM_API_PARAMS_H
+#define UVLM_API_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/chat_json.h"
+
+/* Which request body is being parsed: the accepted field names and forms differ. */
+enum api_endpoint {
+    API_COMPLETION = 0,   /* POST /completion (llama.cpp native) */
+    API_OAI_COMPLETION,   /* POST /v1/completions */
+    API_OAI_CHAT,         /* POST /v1/chat/completions */
+};
+
+/* A request error, as the handler turns it into an HTTP response (api_error_render in render.h):
+ * {"error":{"code":status,"message":message,"type":type,"param":param|null}}
+ * and, for exceed_context_size_error, also "n_prompt_tokens" and "n_ctx". */
+struct api_error {
+    int status;               /* HTTP status: 400 for every bad input */
+    const char *type;         /* static string: "invalid_request_error", "exceed_context_size_error",
+                               * "not_supported_error", "server_error", ... */
+    char message[256];
+    char param[96];           /* the offending field, "" when the error concerns no field */
+    int32_t n_prompt_tokens;  /* exceed_context_size_error only */
+    int32_t n_ctx;            /* exceed_context_size_error only */
+};
+
+/* Fill err (returns -ERR_INVAL so that callers can `return api_error_set(...)`).
+ * param may be NULL or "" for "no field". */
+int api_error_set(struct api_error *err, int status, const char *type, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* The llama.cpp-compatible 400 for a prompt longer than the context (or --max-seq-tokens):
+ * type exceed_context_size_error, message and the two counts. Returns -ERR_TOOBIG. */
+int api_error_exceed_context(struct api_error *err, int32_t n_prompt_tokens, int32_t n_ctx);
+
+/* Bounds the parser enforces, from the server's configuration. */
+struct params_limits {
+    int32_t max_n;            /* --max-n: n / n_cmpl at most this (default 16) */
+    int32_t max_n_probs;      /* n_probs / top_logprobs / logprobs at most this (default 20) */
+    size_t max_stop;          /* number of stop strings (default 16) */
+    size_t max_stop_bytes;    /* bytes per stop string (default 256) */
+    size_t max_prompt_bytes;  /* text prompt, and all chat message contents together (default 1 MiB) */
+    size_t max_prompt_tokens; /* token-id prompt length, and /detokenize input (default 1 Mi) */
+    size_t max_logit_bias;    /* logit_bias entries (default 4096) */
+    size_t max_messages;      /* chat messages (default 1024) */
+};
+#define PARAMS_LIMITS_DEFAULT { .max_n = 16, .max_n_probs = 20, .max_stop = 16, \
+    .max_stop_bytes = 256, .max_prompt_bytes = 1u << 20, .max_prompt_tokens = 1u << 20, \
+    .max_logit_bias = 4096, .max_messages = 1024 }
+
+struct logit_bias {
+    int32_t token;
+    float bias;               /* -INFINITY: the token is never sampled */
+};
+
+struct params_arena;          /* private: where a parsed struct's strings and arrays live */
+
+struct completion_params {
+    enum api_endpoint endpoint;
+
+    /* The prompt: for API_COMPLETION and API_OAI_COMPLETION exactly one of prompt_text
+     * (prompt_tokens == NULL) or prompt_tokens; for API_OAI_CHAT both are NULL and messages is
+     * set (the handler formats it with the chat template). */
+    const char *prompt_text;  /* NUL-terminated UTF-8, prompt_text_len bytes, never empty */
+    size_t prompt_text_len;
+    const int32_t *prompt_tokens; /* token ids, checked by completion_params_check_tokens */
+    size_t n_prompt_tokens;
+    const struct chat_message *messages; /* chat_template.h's: ready for chat_template_apply */
+    size_t n_messages;
+
+    int32_t n_predict;        /* -1: until EOS or the context ends; 0: evaluate the prompt only */
+    float temperature;        /* >= 0; 0 = greedy */
+    int32_t top_k;            /* >= 0; 0 = off (whole vocabulary) */
+    float top_p;              /* [0, 1]; 1 = off */
+    float min_p;              /* [0, 1]; 0 = off */
+    float repeat_penalty;     /* > 0; 1 = off */
+    int32_t repeat_last_n;    /* >= -1; -1 = the whole context, 0 = off */
+    float presence_penalty;   /* [-2, 2] */
+    float frequency_penalty;  /* [-2, 2] */
+    bool seed_random;         /* true when seed was absent, null or -1: the server picks one */
+    uint32_t seed;            /* when !seed_random; choice i samples with seed + i */
+
+    const char *const *stop;  /* n_stop NUL-terminated non-empty strings */
+    size_t n_stop;
+
+    bool stream;
+    bool include_usage;       /* stream_options.include_usage (OpenAI): a final usage chunk */
+    bool want_logprobs;       /* report the chosen token's logprob per generated token */
+    int32_t n_probs;          /* and this many top alternatives (0..max_n_probs) */
+    bool cache_prompt;
+    bool ignore_eos;
+
+    const struct logit_bias *logit_bias; /* in request order; ids checked like the prompt's */
+    size_t n_logit_bias;
+
+    int32_t n;                /* choices: 1..max_n */
+    const char *model;        /* as the client named it, or NULL */
+
+    struct params_arena *arena_;
+    struct chat_messages chat_;  /* owns messages */
+};
+
+/* The defaults every request starts from (the list at the top); GET /props reports them. */
+void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint);
+
+/* Parse and validate a request body (need not be NUL-terminated). 0 on success; -ERR_INVAL with
+ * err filled on bad input; -ERR_NOMEM (err filled with a 500) when memory runs out. */
+int completion_params_parse(struct completion_params *p, enum api_endpoint endpoint,
+                            const char *body, size_t len, const struct params_limits *lim,
+                            struct api_error *err);
+
+/* Check every token id the request names (prompt tokens, logit_bias) against the vocabulary:
+ * 0, or -ERR_INVAL with err naming the field ("prompt[3]", "logit_bias[0]"). */
+int completion_params_check_tokens(const struct completion_params *p, int32_t n_vocab,
+                                   struct api_error *err);
+
+void completion_params_free(struct completion_params *p);
+
+/* POST /tokenize: {"content": string (required, may be empty), "add_special": bool (false),
+ * "parse_special": bool (true), "with_pieces": bool (false)}. */
+struct tokenize_params {
+    const char *content;
+    size_t content_len;
+    bool add_special;
+    bool parse_special;
+    bool with_pieces;
+    struct params_arena *arena_;
+};
+int tokenize_params_parse(struct tokenize_params *p, const char *body, size_t len,
+                          const struct params_limits *lim, struct api_error *err);
+void tokenize_params_free(struct tokenize_params *p);
+
+/* POST /detokenize: {"tokens": [id, ...]} (required, may be empty; ids >= 0, checked against
+ * n_vocab with detokenize_params_check_tokens). */
+struct detokenize_params {
+    const int32_t *tokens;
+    size_t n_tokens;
+    struct params_arena *arena_;
+};
+int detokenize_params_parse(struct detokenize_params *p, const char *body, size_t len,
+                            const struct params_limits *lim, struct api_error *err);
+int detokenize_params_check_tokens(const struct detokenize_params *p, int32_t n_vocab,
+                                   struct api_error *err);
+void detokenize_params_free(struct detokenize_params *p);
+
+#endif

@@ -1,0 +1,75 @@
+/* router.h: the route table, and the request policy every route shares.
+ *
+ * router_dispatch() decides, in this order, for a complete request:
+ *   1. CORS: when --cors-origin allows the request's Origin, Access-Control-Allow-Origin (and
+ *      Vary: Origin) go on every response; OPTIONS on a known path is a preflight: 204 with
+ *      Allow and the Access-Control-Allow-* headers (no API key needed).
+ *   2. 404 when no route has the path; 405 with an Allow header when none has the method.
+ *   3. 401 when API keys are configured, the route is not ROUTE_PUBLIC, and neither
+ *      "Authorization: Bearer KEY" nor "X-Api-Key: KEY" carries one of them (keys are compared
+ *      in constant time).
+ *   4. the route's handler (see http.h for how a handler answers).
+ *
+ * A path ending in '*' matches every path with that prefix ("/v1/models/" + '*'). HEAD is not special.
+ *
+ *   struct router r;
+ *   router_init(&r, &cfg.api_key, &cfg.cors_origin);
+ *   router_add(&r, "GET", "/health", health_handle, &app->state, ROUTE_PUBLIC);
+ *   router_add(&r, "POST", "/completion", completion_handle, engine, 0);
+ *   ... for each parsed request: router_dispatch(&r, req);
+ *
+ * The router keeps pointers to the lists and to every string given to router_add: they must
+ * outlive it. Routes are added at startup, before the server accepts; lookups are linear
+ * (a few dozen routes).
+ */
+#ifndef UVLM_API_ROUTER_H
+#define UVLM_API_ROUTER_H
+
+#include "api/http.h"
+#include "common/config.h"
+
+#include <stddef.h>
+
+#define ROUTER_MAX_ROUTES 64
+
+enum route_flags {
+    ROUTE_PUBLIC = 1, /* no API key needed (/health) */
+};
+
+typedef void (*http_handler_fn)(struct http_request *req, void *data);
+
+struct route {
+    const char *method;
+    const char *path;
+    http_handler_fn handle;
+    void *data; /* given to the handler, also as req->route_data */
+    unsigned flags;
+};
+
+struct router {
+    struct route routes[ROUTER_MAX_ROUTES];
+    int n_routes;
+    const struct config_list *api_keys;    /* none: no authentication */
+    const struct config_list *cors_origins; /* none: no CORS headers */
+};
+
+void router_init(struct router *r, const struct config_list *api_keys, const struct config_list *cors_origins);
+
+/* Returns 0, or -ERR_NOMEM when the table is full, -ERR_INVAL for a duplicate method+path. */
+int router_add(struct router *r, const char *method, const char *path, http_handler_fn handle, void *data,
+               unsigned flags);
+
+/* Answer (or hand to its handler) one complete request. */
+void router_dispatch(const struct router *r, struct http_request *req);
+
+/* The route for method+path: 0 with *out set, -ERR_NOTFOUND (no such path), or -ERR_UNSUPPORTED
+ * (path exists, method does not). */
+int router_match(const struct router *r, const char *method, const char *path, const struct route **out);
+
+/* "GET, POST, OPTIONS": the methods the path accepts, for Allow headers. Returns its length. */
+size_t router_allow(const struct router *r, const char *path, char *out, size_t cap);
+
+/* 1 when the request carries one of the keys (or no keys are configured). */
+int router_authorized(const struct router *r, const struct http_request *req);
+
+#endif

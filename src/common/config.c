@@ -1,0 +1,374 @@
+#include "common/config.h"
+#include "common/err.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F(field) offsetof(struct config, field)
+#define KiB 1024LL
+#define MiB (1024LL * 1024)
+#define GiB (1024LL * 1024 * 1024)
+#define HOUR_MS (3600LL * 1000)
+
+const struct config_setting config_settings[] = {
+    {"config", 0, CONFIG_STR, F(config_file), "", 0, 0, NULL,
+     "read settings from this file (key = value lines; see conf/uvlm.conf)"},
+    {"host", 0, CONFIG_STR, F(host), "127.0.0.1", 0, 0, NULL,
+     "address to listen on (IPv4 or IPv6, e.g. 0.0.0.0 or ::1)"},
+    {"port", 'p', CONFIG_INT, F(port), "8080", 0, 65535, NULL,
+     "TCP port to listen on (0 picks a free one and logs it)"},
+    {"model", 'm', CONFIG_STR, F(model), "", 0, 0, NULL,
+     "GGUF model file to serve (empty: no model, ready at once)"},
+    {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
+     "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
+     "for several; /health never needs it"},
+    {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
+     "allowed browser origins for CORS (* for any); empty: no CORS headers"},
+    {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
+     "largest request body accepted (413 above)"},
+    {"max-header-bytes", 0, CONFIG_SIZE, F(max_header_bytes), "16k", 256, 16 * MiB, NULL,
+     "largest request line + headers accepted (431 above)"},
+    {"max-headers", 0, CONFIG_INT, F(max_headers), "64", 1, 10000, NULL,
+     "most request headers accepted (431 above)"},
+    {"max-connections", 0, CONFIG_INT, F(max_connections), "256", 1, 100000, NULL,
+     "most open client connections (503 and close above)"},
+    {"idle-timeout", 0, CONFIG_MS, F(idle_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
+     "close a keep-alive connection idle this long"},
+    {"read-timeout", 0, CONFIG_MS, F(read_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
+     "a request's headers and body must arrive within this (408 and close otherwise)"},
+    {"drain-timeout", 0, CONFIG_MS, F(drain_timeout_ms), "30s", 0, 24 * HOUR_MS, NULL,
+     "on SIGTERM/SIGINT, let in-flight requests finish this long, then exit"},
+    {"sse-queue-bytes", 0, CONFIG_SIZE, F(sse_queue_bytes), "1M", 1024, GiB, NULL,
+     "bytes a stream may have waiting for a slow client before it is closed and cancelled"},
+    {"sse-ping", 0, CONFIG_MS, F(sse_ping_ms), "15s", 10, 24 * HOUR_MS, NULL,
+     "interval of ': ping' comments on an event stream"},
+    {"log-level", 0, CONFIG_STR, F(log_level), "info", 0, 0, "debug|info|warn|error|off",
+     "least severe log lines written to stderr"},
+    {"debug-endpoints", 0, CONFIG_BOOL, F(debug_endpoints), "false", 0, 0, NULL,
+     "debugging aid: expose GET /debug/stream and /debug/stats (never in production)"},
+    {"debug-ready-delay", 0, CONFIG_MS, F(debug_ready_delay_ms), "0", 0, 24 * HOUR_MS, NULL,
+     "debugging aid: stay 'loading' this long after start"},
+};
+const size_t config_n_settings = sizeof config_settings / sizeof *config_settings;
+
+enum source { SRC_DEFAULT, SRC_FILE, SRC_ENV, SRC_FLAG };
+static const char *const source_names[] = {"default", "config file", "environment", "flag"};
+
+static void fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(char *msg, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+}
+
+static const char *own(struct config *cfg, const char *s, size_t n) {
+    if (cfg->n_owned == cfg->cap_owned) {
+        size_t cap = cfg->cap_owned ? 2 * cfg->cap_owned : 32;
+        char **p = realloc(cfg->owned, cap * sizeof *p);
+        if (!p) return NULL;
+        cfg->owned = p;
+        cfg->cap_owned = cap;
+    }
+    char *copy = malloc(n + 1);
+    if (!copy) return NULL;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    cfg->owned[cfg->n_owned++] = copy;
+    return copy;
+}
+
+/* "16M" -> 16 MiB; "1.5s" -> 1500 (ms); bare numbers are bytes / seconds. */
+static int parse_scaled(const char *v, enum config_type type, long long *out) {
+    errno = 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || errno || x < 0) return -ERR_INVAL;
+    double scale = 1;
+    if (type == CONFIG_SIZE) {
+        if (!*end) scale = 1;
+        else if (!strcmp(end, "k") || !strcmp(end, "K")) scale = KiB;
+        else if (!strcmp(end, "m") || !strcmp(end, "M")) scale = MiB;
+        else if (!strcmp(end, "g") || !strcmp(end, "G")) scale = GiB;
+        else return -ERR_INVAL;
+    } else {
+        if (!*end || !strcmp(end, "s")) scale = 1000;
+        else if (!strcmp(end, "ms")) scale = 1;
+        else if (!strcmp(end, "m")) scale = 60000;
+        else if (!strcmp(end, "h")) scale = 3600000;
+        else return -ERR_INVAL;
+    }
+    double r = x * scale;
+    if (r > 9e18) return -ERR_INVAL;
+    *out = (long long)(r + 0.5);
+    return 0;
+}
+
+static int parse_bool(const char *v, bool *out) {
+    static const char *const yes[] = {"true", "1", "yes", "on"}, *const no[] = {"false", "0", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i])) { *out = true; return 0; }
+        if (!strcasecmp(v, no[i])) { *out = false; return 0; }
+    }
+    return -ERR_INVAL;
+}
+
+static int in_choices(const char *v, const char *choices) {
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n)) return 1;
+        p += len + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Per-setting record of which source last set a list, so a higher source replaces it. */
+struct load_state {
+    enum source list_src[CONFIG_MAX_SETTINGS];
+};
+
+static int set_value(struct config *cfg, struct load_state *st, const struct config_setting *s,
+                     const char *v, enum source src, char *msg, size_t msglen) {
+    void *field = (char *)cfg + s->offset;
+    long long n;
+    switch (s->type) {
+    case CONFIG_STR:
+        if (s->choices && !in_choices(v, s->choices)) {
+            fail(msg, msglen, "%s: bad value '%s' for %s (one of %s)", source_names[src], v, s->name, s->choices);
+            return -ERR_INVAL;
+        }
+        if (!(*(const char **)field = own(cfg, v, strlen(v)))) return -ERR_NOMEM;
+        return 0;
+    case CONFIG_INT:
+    case CONFIG_SIZE:
+    case CONFIG_MS:
+        if (s->type == CONFIG_INT) {
+            char *end;
+            errno = 0;
+            n = strtoll(v, &end, 10);
+            if (end == v || *end || errno) goto bad;
+        } else if (parse_scaled(v, s->type, &n)) {
+            goto bad;
+        }
+        if (n < s->min || n > s->max) {
+            fail(msg, msglen, "%s: value '%s' for %s out of range [%lld, %lld]%s", source_names[src], v,
+                 s->name, s->min, s->max, s->type == CONFIG_MS ? " ms" : s->type == CONFIG_SIZE ? " bytes" : "");
+            return -ERR_INVAL;
+        }
+        *(long long *)field = n;
+        return 0;
+    case CONFIG_BOOL:
+        if (parse_bool(v, (bool *)field)) goto bad;
+        return 0;
+    case CONFIG_LIST: {
+        struct config_list *l = field;
+        size_t idx = (size_t)(s - config_settings);
+        if (st->list_src[idx] != src) l->n = 0; /* a higher source replaces the list */
+        st->list_src[idx] = src;
+        for (const char *p = v; *p;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            while (len && isspace((unsigned char)*p)) p++, len--;
+            while (len && isspace((unsigned char)p[len - 1])) len--;
+            if (len) {
+                if (l->n == CONFIG_LIST_MAX) {
+                    fail(msg, msglen, "%s: too many values for %s (at most %d)", source_names[src], s->name,
+                         CONFIG_LIST_MAX);
+                    return -ERR_INVAL;
+                }
+                if (!(l->v[l->n++] = own(cfg, p, len))) return -ERR_NOMEM;
+            }
+            p = comma ? comma + 1 : p + strlen(p);
+        }
+        return 0;
+    }
+    }
+bad:
+    fail(msg, msglen, "%s: bad value '%s' for %s", source_names[src], v, s->name);
+    return -ERR_INVAL;
+}
+
+/* Setting by name; '_' and '-' are the same so that file keys may use either. */
+static const struct config_setting *find(const char *name, size_t len) {
+    for (size_t i = 0; i < config_n_settings; i++) {
+        const char *s = config_settings[i].name;
+        if (strlen(s) != len) continue;
+        size_t j = 0;
+        while (j < len && (s[j] == name[j] || (s[j] == '-' && name[j] == '_'))) j++;
+        if (j == len) return &config_settings[i];
+    }
+    return NULL;
+}
+
+static const struct config_setting *find_alias(char c) {
+    for (size_t i = 0; i < config_n_settings; i++)
+        if (config_settings[i].alias && config_settings[i].alias == c) return &config_settings[i];
+    return NULL;
+}
+
+static void env_name(const struct config_setting *s, char *out, size_t cap) {
+    size_t n = (size_t)snprintf(out, cap, "UVLM_");
+    for (const char *p = s->name; *p && n + 1 < cap; p++)
+        out[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    out[n] = '\0';
+}
+
+static int load_file(struct config *cfg, struct load_state *st, const char *path, char *msg, size_t msglen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fail(msg, msglen, "config: cannot open '%s'", path);
+        return -ERR_IO;
+    }
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line, *end = line + strlen(line);
+        while (end > p && isspace((unsigned char)end[-1])) *--end = '\0';
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p || *p == '#' || *p == ';') continue;
+        char *eq = strchr(p, '=');
+        char *k_end = eq ? eq : end;
+        while (k_end > p && isspace((unsigned char)k_end[-1])) k_end--;
+        const struct config_setting *s = find(p, (size_t)(k_end - p));
+        if (!eq || !s || !strcmp(s->name, "config")) {
+            *k_end = '\0';
+            fail(msg, msglen, "%s:%d: %s '%s'", path, lineno, !eq ? "expected key = value, got" : "unknown key", p);
+            rc = -ERR_INVAL;
+            break;
+        }
+        char *v = eq + 1;
+        while (isspace((unsigned char)*v)) v++;
+        rc = set_value(cfg, st, s, v, SRC_FILE, msg, msglen);
+        if (rc) {
+            char inner[256];
+            snprintf(inner, sizeof inner, "%s", msg);
+            fail(msg, msglen, "%s:%d: %s", path, lineno, inner);
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* One pass over argv; with apply=0 only --config and --help are looked at (and every flag is
+ * checked to exist), with apply=1 the values are set. */
+static int scan_flags(struct config *cfg, struct load_state *st, int argc, char **argv, int apply,
+                      const char **config_path, char *msg, size_t msglen) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const struct config_setting *s = NULL;
+        const char *v = NULL;
+        char shown[128];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return CONFIG_HELP;
+        if (a[0] == '-' && a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            s = find(name, len);
+            if (eq) v = eq + 1;
+            snprintf(shown, sizeof shown, "--%.*s", (int)len, name);
+        } else if (a[0] == '-' && a[1] && !a[2]) {
+            s = find_alias(a[1]);
+            snprintf(shown, sizeof shown, "%s", a);
+        } else {
+            fail(msg, msglen, "unexpected argument '%s'", a);
+            return -ERR_INVAL;
+        }
+        if (!s) {
+            fail(msg, msglen, "unknown flag '%s'", shown);
+            return -ERR_INVAL;
+        }
+        if (!v) {
+            int next_is_value = i + 1 < argc && (argv[i + 1][0] != '-' || !argv[i + 1][1] ||
+                                                 isdigit((unsigned char)argv[i + 1][1]));
+            if (s->type == CONFIG_BOOL) {
+                bool b;
+                v = next_is_value && !parse_bool(argv[i + 1], &b) ? argv[++i] : "true";
+            } else if (i + 1 < argc) {
+                v = argv[++i];
+            } else {
+                fail(msg, msglen, "flag '%s' needs a value", shown);
+                return -ERR_INVAL;
+            }
+        }
+        if (!apply) {
+            if (s->offset == offsetof(struct config, config_file)) *config_path = v;
+            continue;
+        }
+        int rc = set_value(cfg, st, s, v, SRC_FLAG, msg, msglen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int config_load(struct config *cfg, int argc, char **argv, char **env, char *msg, size_t msglen) {
+    memset(cfg, 0, sizeof *cfg);
+    struct load_state st;
+    memset(&st, 0, sizeof st);
+    ASSERT(config_n_settings <= sizeof st.list_src / sizeof *st.list_src);
+    msg[0] = '\0';
+    int rc;
+    for (size_t i = 0; i < config_n_settings; i++)
+        if ((rc = set_value(cfg, &st, &config_settings[i], config_settings[i].def, SRC_DEFAULT, msg, msglen)))
+            return rc;
+
+    const char *config_path = NULL;
+    if ((rc = scan_flags(cfg, &st, argc, argv, 0, &config_path, msg, msglen))) return rc;
+
+    /* environment: collected first so that UVLM_CONFIG can name the file */
+    const char *env_values[CONFIG_MAX_SETTINGS] = {0};
+    for (size_t i = 0; env && i < config_n_settings; i++) {
+        char name[80];
+        env_name(&config_settings[i], name, sizeof name);
+        size_t n = strlen(name);
+        for (char **e = env; *e; e++)
+            if (!strncmp(*e, name, n) && (*e)[n] == '=') env_values[i] = *e + n + 1;
+    }
+    size_t config_idx = 0; /* "config" is row 0 */
+    if (!config_path && env_values[config_idx]) config_path = env_values[config_idx];
+    if (config_path && *config_path) {
+        if ((rc = load_file(cfg, &st, config_path, msg, msglen))) return rc;
+    }
+    for (size_t i = 0; i < config_n_settings; i++) {
+        if (!env_values[i]) continue;
+        if ((rc = set_value(cfg, &st, &config_settings[i], env_values[i], SRC_ENV, msg, msglen))) {
+            char inner[256], name[80];
+            snprintf(inner, sizeof inner, "%s", msg);
+            env_name(&config_settings[i], name, sizeof name);
+            fail(msg, msglen, "%s (%s)", inner, name);
+            return rc;
+        }
+    }
+    return scan_flags(cfg, &st, argc, argv, 1, &config_path, msg, msglen);
+}
+
+void config_free(struct config *cfg) {
+    for (size_t i = 0; i < cfg->n_owned; i++) free(cfg->owned[i]);
+    free(cfg->owned);
+    cfg->owned = NULL;
+    cfg->n_owned = cfg->cap_owned = 0;
+}
+
+void config_usage(FILE *out, const char *prog) {
+    static const char *const type_names[] = {"STR", "N", "SIZE", "TIME", "[BOOL]", "LIST"};
+    fprintf(out, "usage: %s [serve] [FLAGS]\n\n"
+                 "Every flag is also a config-file key (--config FILE, `key = value`) and an environment\n"
+                 "variable UVLM_KEY. Precedence: flags > environment > config file > defaults.\n"
+                 "SIZE takes k/M/G suffixes; TIME takes ms/s/m/h (a bare number is seconds).\n\n",
+            prog);
+    for (size_t i = 0; i < config_n_settings; i++) {
+        const struct config_setting *s = &config_settings[i];
+        char flag[64], env[80];
+        if (s->alias) snprintf(flag, sizeof flag, "-%c, --%s %s", s->alias, s->name, type_names[s->type]);
+        else snprintf(flag, sizeof flag, "    --%s %s", s->name, type_names[s->type]);
+        env_name(s, env, sizeof env);
+        fprintf(out, "  %-32s %s\n", flag, s->help);
+        fprintf(out, "  %-32s default: %s%s%s  env: %s\n", "", *s->def ? s->def : "(none)",
+                s->choices ? "  one of: " : "", s->choices ? s->choices : "", env);
+    }
+    fprintf(out, "  %-32s %s\n", "-h, --help", "print this and exit");
+}

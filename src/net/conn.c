@@ -1,0 +1,482 @@
+/* conn.c: one client connection: reading and parsing requests one at a time, writing
+ * responses and event streams, timeouts, backpressure, and the http.h functions handlers
+ * call. Everything runs on the loop thread.
+ *
+ * States:  IDLE ──first byte──> READING ──complete──> HANDLING ──respond──> IDLE (keep-alive)
+ *                                                      └─sse_start─> STREAMING ──sse_end──> IDLE
+ *          any ──error / Connection: close──> LINGER (response flushed, write side shut,
+ *          input drained for a moment so the client sees the response, not a reset) ──> CLOSED
+ * While a request is HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
+ * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
+ * request is finished.
+ */
+#include "api/errors.h"
+#include "common/err.h"
+#include "net/server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CONN_IN_BYTES 16384
+#define CONN_EXTRA_BYTES 2048
+#define LINGER_MS 2000
+
+enum conn_state { C_IDLE, C_READING, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_shutdown_t shutdown;
+    struct app *app;
+    struct conn *prev, *next;
+    enum conn_state state;
+    int handles_open;       /* tcp + timer, until both close callbacks ran */
+    bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+
+    struct http_parse parse; /* parse.req is the struct http_request handlers see */
+    char in[CONN_IN_BYTES];  /* received, not yet parsed */
+    size_t in_len;
+
+    /* the request being answered */
+    http_cancel_cb cancel_cb;
+    void *cancel_data;
+    char extra[CONN_EXTRA_BYTES]; /* "Name: value\r\n" headers added by http_add_header */
+    size_t extra_len;
+    int status;
+    uint64_t start_ns, bytes_out;
+    char remote[64];
+};
+
+struct write_req {
+    uv_write_t req;
+    size_t len;
+    char data[];
+};
+
+static void conn_process(struct conn *c);
+static void conn_close(struct conn *c, const char *why);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static struct conn *conn_of(struct http_request *req) {
+    return (struct conn *)((char *)req - offsetof(struct conn, parse.req));
+}
+
+/* --- closing -------------------------------------------------------------------------------- */
+
+/* One line per request: peer, "METHOD target", status, time since its first byte, bytes sent.
+ * A request the server refused before it was complete shows as "- -" with the reason. */
+static void access_log(struct conn *c, const char *reason) {
+    double ms = (double)(uv_hrtime() - c->start_ns) / 1e6;
+    const struct http_request *r = &c->parse.req;
+    log_info(&c->app->log, "%s \"%s %s\" %d %.1fms %lluB%s%s%s", c->remote, r->method ? r->method : "-",
+             r->method ? r->target : "-", c->status, ms, (unsigned long long)c->bytes_out, reason ? " (" : "",
+             reason ? reason : "", reason ? ")" : "");
+}
+
+static bool request_open(const struct conn *c) {
+    return c->state == C_HANDLING || c->state == C_STREAMING;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    struct conn *c = h->data;
+    if (--c->handles_open) return;
+    struct app *app = c->app;
+    if (c->cancel_cb) { /* the request died unfinished: tell its owner, exactly once */
+        http_cancel_cb cb = c->cancel_cb;
+        c->cancel_cb = NULL;
+        app->counters.requests_cancelled++;
+        cb(&c->parse.req, c->cancel_data);
+    }
+    http_parse_free(&c->parse);
+    if (c->prev) c->prev->next = c->next;
+    else app->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (!c->rejected) app->counters.connections_open--;
+    free(c);
+    app_conn_closed(app);
+}
+
+static void conn_close(struct conn *c, const char *why) {
+    if (c->state == C_CLOSED) return;
+    if (request_open(c)) {
+        c->status = 499;
+        access_log(c, why ? why : "closed");
+        c->app->counters.requests_inflight--; /* the app hears of it once the handles closed */
+    }
+    c->state = C_CLOSED;
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void linger_timeout_cb(uv_timer_t *t) {
+    conn_close(t->data, NULL);
+}
+
+static void shutdown_cb(uv_shutdown_t *req, int status) {
+    struct conn *c = req->data;
+    if (c->state == C_CLOSED) return;
+    if (status < 0) {
+        conn_close(c, "client gone");
+        return;
+    }
+    uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
+}
+
+/* Close after what is queued has been written (uv_shutdown waits for pending writes). */
+static void conn_linger(struct conn *c) {
+    if (c->state == C_CLOSED || c->state == C_LINGER) return;
+    c->state = C_LINGER;
+    uv_timer_stop(&c->timer);
+    if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
+    c->reading = true;
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c, "client gone");
+}
+
+/* --- writing -------------------------------------------------------------------------------- */
+
+static void write_cb(uv_write_t *req, int status) {
+    struct write_req *w = req->data;
+    struct conn *c = w->req.handle->data;
+    free(w);
+    if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
+}
+
+/* Queue the concatenation of parts (pointer, length, ..., NULL). */
+static int conn_write(struct conn *c, ...) {
+    va_list ap;
+    size_t total = 0;
+    va_start(ap, c);
+    for (const char *p; (p = va_arg(ap, const char *));) total += va_arg(ap, size_t);
+    va_end(ap);
+    struct write_req *w = malloc(sizeof *w + total);
+    if (!w) return -ERR_NOMEM;
+    size_t off = 0;
+    va_start(ap, c);
+    for (const char *p; (p = va_arg(ap, const char *));) {
+        size_t n = va_arg(ap, size_t);
+        memcpy(w->data + off, p, n);
+        off += n;
+    }
+    va_end(ap);
+    w->len = total;
+    w->req.data = w;
+    uv_buf_t buf = uv_buf_init(w->data, (unsigned)total);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, write_cb)) {
+        free(w);
+        conn_close(c, "client gone");
+        return -ERR_CANCELLED;
+    }
+    c->bytes_out += total;
+    return 0;
+}
+
+/* Status line and headers; content_length < 0: an event stream (chunked, or until close). */
+static size_t format_head(struct conn *c, char *out, size_t cap, int status, const char *content_type,
+                          long long content_length) {
+    char date[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nServer: uvlm\r\nDate: %s\r\n", status, api_status_reason(status),
+                     date);
+    if (content_length >= 0) {
+        if (status != 204)
+            n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %lld\r\n", content_type,
+                          content_length);
+    } else {
+        n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nCache-Control: no-cache\r\n%s", content_type,
+                      c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
+    }
+    n += snprintf(out + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n", c->keep_alive ? "keep-alive" : "close",
+                  (int)c->extra_len, c->extra);
+    return (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+/* Send a complete response outside of any handler (parser errors, timeouts, rejections). */
+static void conn_send_error(struct conn *c, int status, const char *message) {
+    char body[512], head[CONN_EXTRA_BYTES + 512];
+    size_t blen = api_error_json(body, sizeof body, status, message);
+    c->keep_alive = false;
+    c->status = status;
+    c->extra_len = 0; /* headers a handler added are not for this response */
+    if (status == 503) c->extra_len = (size_t)snprintf(c->extra, sizeof c->extra, "Retry-After: 1\r\n");
+    c->bytes_out = 0;
+    size_t hlen = format_head(c, head, sizeof head, status, "application/json", (long long)blen);
+    conn_write(c, head, hlen, body, blen, NULL);
+    access_log(c, message);
+    conn_linger(c);
+}
+
+/* --- request lifecycle ---------------------------------------------------------------------- */
+
+static void idle_timeout_cb(uv_timer_t *t) {
+    conn_close(t->data, NULL); /* a keep-alive connection nobody uses: no response is owed */
+}
+
+static void read_timeout_cb(uv_timer_t *t) {
+    struct conn *c = t->data;
+    c->app->counters.timeouts++;
+    conn_send_error(c, 408, "request not received in time");
+}
+
+static void conn_idle(struct conn *c) {
+    c->state = C_IDLE;
+    uv_timer_start(&c->timer, idle_timeout_cb, (uint64_t)c->app->cfg->idle_timeout_ms, 0);
+}
+
+static void request_finished(struct conn *c) {
+    access_log(c, NULL);
+    c->app->counters.requests_inflight--;
+    c->cancel_cb = NULL;
+    uv_timer_stop(&c->timer);
+    bool keep = c->keep_alive;
+    http_parse_next(&c->parse);
+    if (!keep) {
+        conn_linger(c);
+    } else {
+        conn_idle(c);
+        if (!c->in_process) conn_process(c); /* pipelined bytes waiting, or reading was paused */
+    }
+    app_request_finished(c->app);
+}
+
+static void dispatch(struct conn *c) {
+    struct app *app = c->app;
+    struct http_request *req = &c->parse.req;
+    c->state = C_HANDLING;
+    uv_timer_stop(&c->timer);
+    c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
+    c->chunked = llhttp_get_http_major(&c->parse.parser) == 1 && llhttp_get_http_minor(&c->parse.parser) >= 1;
+    c->cancel_cb = NULL;
+    c->extra_len = 0;
+    c->status = 0;
+    c->bytes_out = 0;
+    c->continue_sent = false;
+    req->remote = c->remote;
+    app->counters.requests_total++;
+    app->counters.requests_inflight++;
+    router_dispatch(&app->router, req);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    struct conn *c = h->data;
+    if (c->state == C_LINGER || c->state == C_CLOSED) c->in_len = 0; /* discarding */
+    *buf = uv_buf_init(c->in + c->in_len, (unsigned)(sizeof c->in - c->in_len));
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    struct conn *c = s->data;
+    if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
+        if (nread != UV_EOF && c->state != C_LINGER)
+            log_debug(&c->app->log, "%s: read: %s", c->remote, uv_strerror((int)nread));
+        conn_close(c, "client gone");
+        return;
+    }
+    if (c->state == C_LINGER || c->state == C_CLOSED) return;
+    c->in_len += (size_t)nread;
+    conn_process(c);
+}
+
+/* Parse what is buffered, dispatching complete requests one at a time. */
+static void conn_process(struct conn *c) {
+    c->in_process = true;
+    while ((c->state == C_IDLE || c->state == C_READING) && c->in_len) {
+        size_t used;
+        int rc = http_parse_feed(&c->parse, c->in, c->in_len, &used);
+        memmove(c->in, c->in + used, c->in_len - used);
+        c->in_len -= used;
+        if (rc < 0) {
+            c->app->counters.bad_requests++;
+            conn_send_error(c, c->parse.status, c->parse.reason);
+            break;
+        }
+        if (c->state == C_IDLE && c->parse.started) {
+            c->state = C_READING;
+            c->start_ns = uv_hrtime();
+            uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
+        }
+        if (c->parse.expect_continue && !c->continue_sent && rc != HTTP_PARSE_DONE) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            c->continue_sent = true;
+            conn_write(c, cont, sizeof cont - 1, NULL);
+        }
+        if (rc == HTTP_PARSE_DONE) dispatch(c);
+    }
+    c->in_process = false;
+    if (c->state == C_CLOSED || c->state == C_LINGER) return;
+    /* Pause reading only when the buffer is full (a pipelining client racing ahead). */
+    bool want = c->in_len < sizeof c->in;
+    if (want && !c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+    if (!want && c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = want;
+}
+
+/* --- accepting ------------------------------------------------------------------------------ */
+
+void conn_accept(struct app *app) {
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->app = app;
+    uv_tcp_init(app->loop, &c->tcp);
+    uv_timer_init(app->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->handles_open = 2;
+    c->start_ns = uv_hrtime();
+    c->next = app->conns;
+    if (app->conns) app->conns->prev = c;
+    app->conns = c;
+    app->counters.connections_total++;
+    if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
+        http_parse_init(&c->parse, &app->limits)) {
+        c->rejected = true;
+        conn_close(c, NULL);
+        return;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (!uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len)) {
+        if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        }
+    }
+    snprintf(c->remote, sizeof c->remote, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (app->counters.connections_open >= app->cfg->max_connections) {
+        c->rejected = true;
+        app->counters.connections_rejected++;
+        log_warn(&app->log, "%s: over --max-connections %lld: 503", c->remote, app->cfg->max_connections);
+        c->state = C_READING;
+        conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
+        return;
+    }
+    app->counters.connections_open++;
+    conn_idle(c);
+    c->reading = true;
+    uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+}
+
+size_t conn_memory_bytes(const struct app *app) {
+    return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
+}
+
+void conn_close_all(struct app *app, bool idle_only) {
+    for (struct conn *c = app->conns, *next; c; c = next) {
+        next = c->next;
+        if (!idle_only || c->state == C_IDLE) conn_close(c, "server stopping");
+    }
+}
+
+/* --- http.h, the handler side --------------------------------------------------------------- */
+
+/* The owner finishes a request whose connection already died: it gets no cancel callback. */
+static int finish_dead(struct conn *c) {
+    c->cancel_cb = NULL;
+    return -ERR_CANCELLED;
+}
+
+int http_add_header(struct http_request *req, const char *name, const char *value) {
+    struct conn *c = conn_of(req);
+    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return -ERR_INVAL; /* no header injection */
+    int n = snprintf(c->extra + c->extra_len, sizeof c->extra - c->extra_len, "%s: %s\r\n", name, value);
+    if (n < 0 || (size_t)n >= sizeof c->extra - c->extra_len) return -ERR_TOOBIG;
+    c->extra_len += (size_t)n;
+    return 0;
+}
+
+int http_respond(struct http_request *req, int status, const char *content_type, const char *body, size_t len) {
+    struct conn *c = conn_of(req);
+    if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
+    if (c->state != C_HANDLING) return -ERR_STATE;
+    char head[CONN_EXTRA_BYTES + 512];
+    c->status = status;
+    size_t hlen = format_head(c, head, sizeof head, status, content_type ? content_type : "application/json",
+                              (long long)len);
+    int rc = strcmp(req->method, "HEAD") ? conn_write(c, head, hlen, body, len, NULL)
+                                          : conn_write(c, head, hlen, NULL);
+    if (rc == 0) request_finished(c);
+    return rc;
+}
+
+int http_respond_json(struct http_request *req, int status, const char *json) {
+    return http_respond(req, status, "application/json", json, strlen(json));
+}
+
+int http_respond_error(struct http_request *req, int status, const char *message) {
+    char body[1024];
+    size_t n = api_error_json(body, sizeof body, status, message);
+    return http_respond(req, status, "application/json", body, n);
+}
+
+void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data) {
+    struct conn *c = conn_of(req);
+    ASSERT(request_open(c) || c->state == C_CLOSED);
+    c->cancel_cb = cb;
+    c->cancel_data = data;
+}
+
+static int sse_write(struct conn *c, const char *prefix, const char *data, size_t len) {
+    if (c->state == C_CLOSED || c->state == C_LINGER) return -ERR_CANCELLED;
+    if (c->state != C_STREAMING) return -ERR_STATE;
+    size_t plen = strlen(prefix), frame = plen + len + 2;
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
+        c->app->counters.backpressure_closes++;
+        log_warn(&c->app->log, "%s: client reads too slowly (%zu bytes waiting): stream closed", c->remote, queued);
+        conn_close(c, "client reads too slowly");
+        return -ERR_TOOBIG;
+    }
+    char size_line[24];
+    int n = c->chunked ? snprintf(size_line, sizeof size_line, "%zx\r\n", frame) : 0;
+    return conn_write(c, size_line, (size_t)n, prefix, plen, data, len, "\n\n", (size_t)2, "\r\n",
+                      (size_t)(c->chunked ? 2 : 0), NULL);
+}
+
+static void ping_cb(uv_timer_t *t) {
+    sse_write(t->data, ": ping", "", 0);
+}
+
+int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
+    struct conn *c = conn_of(req);
+    if (c->state == C_CLOSED || c->state == C_LINGER) return -ERR_CANCELLED;
+    if (c->state != C_HANDLING) return -ERR_STATE;
+    if (!c->chunked) c->keep_alive = false; /* HTTP/1.0: the stream ends when the connection does */
+    char head[CONN_EXTRA_BYTES + 512];
+    c->status = 200;
+    size_t hlen = format_head(c, head, sizeof head, 200, "text/event-stream", -1);
+    int rc = conn_write(c, head, hlen, NULL);
+    if (rc) return rc;
+    c->state = C_STREAMING;
+    c->cancel_cb = cb;
+    c->cancel_data = data;
+    uint64_t ping = (uint64_t)c->app->cfg->sse_ping_ms;
+    uv_timer_start(&c->timer, ping_cb, ping, ping);
+    return 0;
+}
+
+int http_sse_send(struct http_request *req, const char *data, size_t len) {
+    if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
+    return sse_write(conn_of(req), "data: ", data, len);
+}
+
+int http_sse_end(struct http_request *req) {
+    struct conn *c = conn_of(req);
+    if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
+    if (c->state != C_STREAMING) return -ERR_STATE;
+    if (c->chunked) {
+        int rc = conn_write(c, "0\r\n\r\n", (size_t)5, NULL);
+        if (rc) return rc;
+    }
+    request_finished(c);
+    return 0;
+}

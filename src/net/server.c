@@ -1,0 +1,190 @@
+/* server.c: the app's lifecycle: listen, load, ready, drain, stop. Connections are conn.c. */
+#include "common/err.h"
+#include "net/server.h"
+
+#include <signal.h>
+#include <string.h>
+
+int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop) {
+    memset(app, 0, sizeof *app);
+    app->cfg = cfg;
+    app->loop = loop;
+    app->state = APP_LOADING;
+    int level = log_level_parse(cfg->log_level);
+    log_init(&app->log, level < 0 ? LOG_INFO : (enum log_level)level, stderr);
+    router_init(&app->router, &cfg->api_key, &cfg->cors_origin);
+    app->limits = (struct http_parse_limits){
+        .max_header_bytes = (size_t)cfg->max_header_bytes,
+        .max_headers = (size_t)cfg->max_headers,
+        .max_body = (size_t)cfg->max_body,
+    };
+    return 0;
+}
+
+static void close_handle(uv_handle_t *h) {
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+/* Everything is finished (or abandoned): close our handles so that uv_run returns. */
+int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
+    if (app->n_stop_hooks == APP_MAX_STOP_HOOKS) return -ERR_NOMEM;
+    app->stop_hooks[app->n_stop_hooks].fn = fn;
+    app->stop_hooks[app->n_stop_hooks++].data = data;
+    return 0;
+}
+
+static void app_stop(struct app *app) {
+    if (app->stopping) return;
+    app->stopping = true;
+    conn_close_all(app, false);
+    for (int i = 0; i < app->n_stop_hooks; i++) app->stop_hooks[i].fn(app, app->stop_hooks[i].data);
+    if (app->listening) close_handle((uv_handle_t *)&app->listener);
+    app->listening = false;
+    if (app->handles_open) {
+        close_handle((uv_handle_t *)&app->sigterm);
+        close_handle((uv_handle_t *)&app->sigint);
+        close_handle((uv_handle_t *)&app->timer);
+        app->handles_open = false;
+    }
+}
+
+static void maybe_finish_drain(struct app *app) {
+    if (app->state == APP_DRAINING && app->counters.requests_inflight == 0 && !app->stopping) {
+        log_info(&app->log, "drained: exiting");
+        app_stop(app);
+    }
+}
+
+void app_conn_closed(struct app *app) {
+    maybe_finish_drain(app);
+}
+
+void app_request_finished(struct app *app) {
+    maybe_finish_drain(app);
+}
+
+static void drain_timeout_cb(uv_timer_t *t) {
+    struct app *app = t->data;
+    log_warn(&app->log, "drain timeout: cancelling %d request(s)", app->counters.requests_inflight);
+    app_stop(app);
+}
+
+void app_drain(struct app *app) {
+    if (app->state == APP_DRAINING) return;
+    app->state = APP_DRAINING;
+    log_info(&app->log, "draining: %d request(s) in flight, up to %lld ms", app->counters.requests_inflight,
+             app->cfg->drain_timeout_ms);
+    if (app->listening) close_handle((uv_handle_t *)&app->listener);
+    app->listening = false;
+    uv_timer_start(&app->timer, drain_timeout_cb, (uint64_t)app->cfg->drain_timeout_ms, 0);
+    maybe_finish_drain(app);
+}
+
+static void signal_cb(uv_signal_t *h, int signum) {
+    struct app *app = h->data;
+    if (++app->signals == 1) {
+        log_info(&app->log, "%s: draining (send again to exit at once)", strsignal(signum));
+        app_drain(app);
+        return;
+    }
+    log_warn(&app->log, "%s again: exiting at once", strsignal(signum));
+    app->exit_status = 1;
+    app_stop(app);
+}
+
+void app_loaded(struct app *app, int status) {
+    if (app->state != APP_LOADING) return; /* a drain started meanwhile */
+    if (status < 0) {
+        log_error(&app->log, "loading failed: %s", err_str(status));
+        app->exit_status = 1;
+        app_stop(app);
+        return;
+    }
+    app->state = APP_READY;
+    log_info(&app->log, "ready");
+}
+
+static void start_loading(struct app *app) {
+    if (!app->load) {
+        app_loaded(app, 0);
+        return;
+    }
+    int rc = app->load(app, app->load_data);
+    if (rc < 0) app_loaded(app, rc);
+}
+
+static void ready_delay_cb(uv_timer_t *t) {
+    start_loading(t->data);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+    struct app *app = server->data;
+    if (status < 0) {
+        log_warn(&app->log, "accept: %s", uv_strerror(status));
+        return;
+    }
+    conn_accept(app);
+}
+
+/* An IPv4/IPv6 literal, or a host name (resolved once at start, synchronously). */
+static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *ss) {
+    if (!uv_ip4_addr(host, port, (struct sockaddr_in *)ss)) return 0;
+    if (!uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss)) return 0;
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    if (uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints)) return -ERR_NOTFOUND;
+    int rc = -ERR_NOTFOUND;
+    for (struct addrinfo *ai = req.addrinfo; ai && rc; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+        if (ai->ai_family == AF_INET) ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+        else ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        rc = 0;
+    }
+    uv_freeaddrinfo(req.addrinfo);
+    return rc;
+}
+
+int app_start(struct app *app) {
+    const struct config *cfg = app->cfg;
+    struct sockaddr_storage ss;
+    int rc;
+    if (resolve(app->loop, cfg->host, (int)cfg->port, &ss)) {
+        log_error(&app->log, "--host '%s': not an address, and no such host", cfg->host);
+        return -ERR_INVAL;
+    }
+    uv_tcp_init(app->loop, &app->listener);
+    app->listener.data = app;
+    app->listening = true;
+    if ((rc = uv_tcp_bind(&app->listener, (struct sockaddr *)&ss, 0)) ||
+        (rc = uv_listen((uv_stream_t *)&app->listener, 511, on_connection))) {
+        log_error(&app->log, "cannot listen on %s port %lld: %s", cfg->host, cfg->port, uv_strerror(rc));
+        return -ERR_IO;
+    }
+    int len = sizeof ss;
+    uv_tcp_getsockname(&app->listener, (struct sockaddr *)&ss, &len);
+    app->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+
+    uv_signal_init(app->loop, &app->sigterm);
+    uv_signal_init(app->loop, &app->sigint);
+    uv_timer_init(app->loop, &app->timer);
+    app->sigterm.data = app->sigint.data = app->timer.data = app;
+    app->handles_open = true;
+    uv_signal_start(&app->sigterm, signal_cb, SIGTERM);
+    uv_signal_start(&app->sigint, signal_cb, SIGINT);
+
+    size_t per_conn = conn_memory_bytes(app);
+    log_info(&app->log, "listening on %s%s%s:%d (%lld connections x %zu KiB, bodies up to %lld KiB)%s",
+             ss.ss_family == AF_INET6 ? "[" : "", cfg->host, ss.ss_family == AF_INET6 ? "]" : "", app->port,
+             cfg->max_connections, per_conn / 1024, cfg->max_body / 1024, cfg->api_key.n ? ", API key required" : "");
+    if (cfg->debug_endpoints) log_warn(&app->log, "debug endpoints enabled (/debug/...): not for production");
+    if (cfg->debug_ready_delay_ms > 0) uv_timer_start(&app->timer, ready_delay_cb, (uint64_t)cfg->debug_ready_delay_ms, 0);
+    else start_loading(app);
+    return 0;
+}
+
+void app_close(struct app *app) {
+    app_stop(app);
+    uv_run(app->loop, UV_RUN_DEFAULT); /* let the close callbacks run */
+}

@@ -1,0 +1,123 @@
+/* server.h: the HTTP server core and the one `struct app` of a serving process.
+ *
+ * One libuv loop thread owns everything here: the listener, every connection (conn.c), the
+ * signal handlers and the lifecycle state (loading -> ready -> draining). Every uv handle's
+ * `data` points back to its owner, and through it to the app; there is no global state.
+ *
+ *   loop thread ──accept──> conn ──llhttp (parse.c)──> struct http_request
+ *                                                        │ router_dispatch (api/router.c)
+ *                                                        v
+ *                                   handler: http_respond / http_sse_* (api/http.h)
+ *
+ * Lifecycle: app_start() listens first, so /health answers 503 "loading" while the model
+ * loads; app->load (the model loader hook, set by serve.c before app_start) starts loading
+ * and calls app_loaded() on the loop thread when it is done; with no loader the app is ready
+ * at once (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT starts a drain: the
+ * listener closes, /health says "draining", responses carry "Connection: close", in-flight
+ * requests run until they finish or --drain-timeout passes (then they are cancelled), and
+ * the loop runs out. A second signal cancels everything at once.
+ *
+ *   uv_loop_t loop; uv_loop_init(&loop);
+ *   struct app app;
+ *   app_init(&app, &cfg, &loop);
+ *   router_add(&app.router, "GET", "/health", health_handle, &app.state, ROUTE_PUBLIC);
+ *   app.load = engine_load; app.load_data = engine;    // optional: ready when engine_load is done
+ *   app_on_stop(&app, engine_stop, engine);            // optional: close the engine's handles
+ *   if (app_start(&app) == 0) uv_run(&loop, UV_RUN_DEFAULT);
+ *   app_close(&app);                  // after uv_run returned: frees what is left
+ *   uv_loop_close(&loop);
+ *   return app.exit_status;
+ */
+#ifndef UVLM_NET_SERVER_H
+#define UVLM_NET_SERVER_H
+
+#include "api/health.h"
+#include "api/router.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "net/parse.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct conn;
+struct app;
+
+/* Model loader hook: start loading (e.g. uv_queue_work on app->loop) and call app_loaded() on
+ * the loop thread when done. Return 0 if loading started, or a negative ERR_* code. */
+typedef int (*app_load_fn)(struct app *app, void *data);
+
+/* Stop hook: the app is stopping (drained, drain timeout, second signal, failed load). Close your
+ * uv handles here (e.g. the scheduler's tick timer) so that the loop can end; free your state
+ * after uv_run has returned, since cancel callbacks of open requests still run after the hook. */
+typedef void (*app_stop_fn)(struct app *app, void *data);
+#define APP_MAX_STOP_HOOKS 8
+
+struct app_counters {
+    uint64_t connections_total;     /* accepted (including rejected ones) */
+    uint64_t connections_rejected;  /* over --max-connections: 503 */
+    uint64_t requests_total;        /* dispatched to a handler */
+    uint64_t requests_cancelled;    /* cancel callbacks called */
+    uint64_t backpressure_closes;   /* streams closed because the client read too slowly */
+    uint64_t timeouts;              /* 408s */
+    uint64_t bad_requests;          /* 400/413/417/431 from the parser */
+    int connections_open;           /* counted against --max-connections */
+    int requests_inflight;          /* dispatched, not finished or cancelled */
+};
+
+struct app {
+    const struct config *cfg;
+    struct log log;
+    uv_loop_t *loop;
+    struct router router;
+    struct http_parse_limits limits;
+    enum app_state state;
+    struct app_counters counters;
+
+    app_load_fn load; /* NULL: nothing to load */
+    void *load_data;
+    struct { app_stop_fn fn; void *data; } stop_hooks[APP_MAX_STOP_HOOKS];
+    int n_stop_hooks;
+
+    uv_tcp_t listener;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t timer;        /* ready delay, then drain timeout */
+    struct conn *conns;      /* every open connection (doubly linked) */
+    int signals;             /* signals received */
+    bool listening, handles_open, stopping;
+    int port;                /* actually bound */
+    int exit_status;
+};
+
+/* cfg must outlive the app. Fills the router with nothing: the caller adds routes. */
+int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop);
+
+/* Listen, install the signal handlers, start loading. On error (e.g. address in use) logs it
+ * and returns a negative ERR_* code; call app_close() and do not run the loop. */
+int app_start(struct app *app);
+
+/* Register a stop hook (called once, in registration order). -ERR_NOMEM when full. */
+int app_on_stop(struct app *app, app_stop_fn fn, void *data);
+
+/* The loader is done: status 0 -> ready; an error -> logged, the server stops (exit 1). */
+void app_loaded(struct app *app, int status);
+
+/* Begin the graceful drain (what SIGTERM does). */
+void app_drain(struct app *app);
+
+/* After uv_run returned: close whatever is still open and run the loop until it is closed. */
+void app_close(struct app *app);
+
+/* --- used by conn.c ---------------------------------------------------------------------- */
+void app_conn_closed(struct app *app);
+void app_request_finished(struct app *app);
+
+/* Start serving a freshly accepted connection (conn.c). */
+void conn_accept(struct app *app);
+/* Memory of one connection, bodies and queued writes aside (for the startup log). */
+size_t conn_memory_bytes(const struct app *app);
+/* Close every connection; with `idle_only`, only those with no request in progress. */
+void conn_close_all(struct app *app, bool idle_only);
+
+#endif

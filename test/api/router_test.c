@@ -1,0 +1,97 @@
+#include "test.h"
+#include "api/errors.h"
+#include "api/router.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+
+static void nop_handle(struct http_request *req, void *data) {}
+
+TEST(router_matches_404_405_and_allow) {
+    struct router r;
+    router_init(&r, NULL, NULL);
+    CHECK_EQ_INT(router_add(&r, "GET", "/health", nop_handle, NULL, ROUTE_PUBLIC), 0);
+    CHECK_EQ_INT(router_add(&r, "POST", "/v1/chat", nop_handle, NULL, 0), 0);
+    CHECK_EQ_INT(router_add(&r, "GET", "/v1/models/*", nop_handle, NULL, 0), 0);
+    CHECK_EQ_INT(router_add(&r, "GET", "/health", nop_handle, NULL, 0), -ERR_INVAL);
+    const struct route *route;
+    CHECK_EQ_INT(router_match(&r, "GET", "/health", &route), 0);
+    CHECK(route->flags & ROUTE_PUBLIC);
+    CHECK_EQ_INT(router_match(&r, "GET", "/v1/models/abc", &route), 0);
+    CHECK_EQ_INT(router_match(&r, "GET", "/healthz", &route), -ERR_NOTFOUND);
+    CHECK_EQ_INT(router_match(&r, "GET", "/v1/chat", &route), -ERR_UNSUPPORTED);
+    char allow[64];
+    router_allow(&r, "/v1/chat", allow, sizeof allow);
+    CHECK_EQ_STR(allow, "POST, OPTIONS");
+    for (int i = 3; i < ROUTER_MAX_ROUTES; i++) {
+        char *path = malloc(16);
+        snprintf(path, 16, "/r%d", i);
+        CHECK_EQ_INT(router_add(&r, "GET", path, nop_handle, path, 0), 0);
+    }
+    CHECK_EQ_INT(router_add(&r, "GET", "/full", nop_handle, NULL, 0), -ERR_NOMEM);
+    for (int i = 3; i < ROUTER_MAX_ROUTES; i++) free(r.routes[i].data);
+}
+
+TEST(router_authorizes_bearer_or_x_api_key) {
+    struct config_list keys = {2, {"alpha", "beta"}};
+    struct router r;
+    router_init(&r, &keys, NULL);
+    struct http_header h[1];
+    struct http_request req = {.headers = h, .n_headers = 0};
+    CHECK(!router_authorized(&r, &req));
+    req.n_headers = 1;
+    static const struct { const char *name, *value; int ok; } cases[] = {
+        {"Authorization", "Bearer alpha", 1}, {"authorization", "bearer  beta", 1}, {"X-API-KEY", "beta", 1},
+        {"Authorization", "Bearer alph", 0},  {"Authorization", "Bearer alphaa", 0}, {"Authorization", "alpha", 0},
+        {"X-Api-Key", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        h[0] = (struct http_header){cases[i].name, cases[i].value};
+        CHECK_EQ_INT(router_authorized(&r, &req), cases[i].ok);
+    }
+    struct config_list none = {0};
+    router_init(&r, &none, NULL);
+    CHECK(router_authorized(&r, &req));
+}
+
+TEST(errors_map_codes_and_shape_json) {
+    CHECK_EQ_INT(api_err_status(-ERR_INVAL), 400);
+    CHECK_EQ_INT(api_err_status(-ERR_AUTH), 401);
+    CHECK_EQ_INT(api_err_status(-ERR_NOTFOUND), 404);
+    CHECK_EQ_INT(api_err_status(-ERR_TOOBIG), 413);
+    CHECK_EQ_INT(api_err_status(-ERR_BUSY), 503);
+    CHECK_EQ_INT(api_err_status(-ERR_NOMEM), 500);
+    CHECK_EQ_STR(api_error_type(401), "authentication_error");
+    CHECK_EQ_STR(api_error_type(413), "invalid_request_error");
+    CHECK_EQ_STR(api_error_type(503), "unavailable_error");
+    CHECK_EQ_STR(api_status_reason(431), "Request Header Fields Too Large");
+    char out[128];
+    size_t n = api_error_json(out, sizeof out, 400, "bad \"quote\"\n");
+    CHECK_EQ_STR(out, "{\"error\":{\"code\":400,\"message\":\"bad \\\"quote\\\"\\n\",\"type\":\"invalid_request_error\"}}");
+    CHECK_EQ_INT(n, strlen(out));
+    char longmsg[300];
+    memset(longmsg, 'm', sizeof longmsg - 1);
+    longmsg[sizeof longmsg - 1] = '\0';
+    n = api_error_json(out, sizeof out, 413, longmsg); /* does not fit: still valid JSON */
+    CHECK_EQ_STR(out, "{\"error\":{\"code\":413,\"message\":\"Content Too Large\",\"type\":\"invalid_request_error\"}}");
+}
+
+TEST(http_query_and_header_lookup) {
+    struct http_header h[] = {{"Content-Type", "text/plain"}};
+    struct http_request req = {.query = "a=1&b=x%20y+z&empty=&flag&pct=%zz&last=%41", .headers = h, .n_headers = 1};
+    char v[16];
+    CHECK_EQ_INT(http_query(&req, "a", v, sizeof v), 1);
+    CHECK_EQ_STR(v, "1");
+    CHECK_EQ_INT(http_query(&req, "b", v, sizeof v), 5);
+    CHECK_EQ_STR(v, "x y z");
+    CHECK_EQ_INT(http_query(&req, "empty", v, sizeof v), 0);
+    CHECK_EQ_INT(http_query(&req, "flag", v, sizeof v), 0);
+    CHECK_EQ_INT(http_query(&req, "pct", v, sizeof v), 3);
+    CHECK_EQ_STR(v, "%zz");
+    CHECK_EQ_INT(http_query(&req, "last", v, sizeof v), 1);
+    CHECK_EQ_STR(v, "A");
+    CHECK_EQ_INT(http_query(&req, "nope", v, sizeof v), -ERR_NOTFOUND);
+    CHECK_EQ_INT(http_query(&req, "b", v, 3), -ERR_TOOBIG);
+    CHECK_EQ_STR(http_header(&req, "content-type"), "text/plain");
+    CHECK(http_header(&req, "Accept") == NULL);
+}

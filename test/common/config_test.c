@@ -1,0 +1,128 @@
+#include "test.h"
+#include "common/config.h"
+#include "common/err.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int load(struct config *cfg, char **env, char *msg, int argc, ...) {
+    char *argv[32] = {"uvlm"};
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 1; i <= argc; i++) argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    return config_load(cfg, argc + 1, argv, env, msg, 256);
+}
+
+/* A config file in /tmp holding `text`; the path is written to path. */
+static void write_file(char *path, const char *text) {
+    strcpy(path, "/tmp/uvlm-config-test-XXXXXX");
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    ASSERT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+}
+
+TEST(config_defaults_parse) {
+    struct config cfg;
+    char msg[256];
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 0), 0);
+    CHECK_EQ_STR(cfg.host, "127.0.0.1");
+    CHECK_EQ_INT(cfg.port, 8080);
+    CHECK_EQ_INT(cfg.max_body, 16 << 20);
+    CHECK_EQ_INT(cfg.idle_timeout_ms, 30000);
+    CHECK_EQ_INT(cfg.api_key.n, 0);
+    CHECK(!cfg.debug_endpoints);
+    config_free(&cfg);
+}
+
+TEST(config_flag_forms_units_and_lists) {
+    struct config cfg;
+    char msg[256];
+    int rc = load(&cfg, NULL, msg, 13, "--port=9000", "-m", "x.gguf", "--max-body", "2k", "--drain-timeout",
+                  "1.5s", "--api-key", "a, b", "--api-key=c", "--debug-endpoints", "--read-timeout", "250ms");
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(cfg.port, 9000);
+    CHECK_EQ_STR(cfg.model, "x.gguf");
+    CHECK_EQ_INT(cfg.max_body, 2048);
+    CHECK_EQ_INT(cfg.drain_timeout_ms, 1500);
+    CHECK_EQ_INT(cfg.read_timeout_ms, 250);
+    CHECK_EQ_INT(cfg.api_key.n, 3);
+    CHECK_EQ_STR(cfg.api_key.v[1], "b");
+    CHECK_EQ_STR(cfg.api_key.v[2], "c");
+    CHECK(cfg.debug_endpoints);
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--debug-endpoints", "false"), 0);
+    CHECK(!cfg.debug_endpoints);
+    config_free(&cfg);
+}
+
+TEST(config_precedence_flags_env_file_defaults) {
+    char path[64], msg[256];
+    write_file(path, "# comment\n  port = 1111\nhost=::1\nmax_connections = 7\napi-key = f1,f2\n\n");
+    char cfg_env[96];
+    snprintf(cfg_env, sizeof cfg_env, "UVLM_CONFIG=%s", path);
+    char *env[] = {cfg_env, "UVLM_PORT=2222", "UVLM_API_KEY=e1", "OTHER=1", "UVLM_SHARED=/x", NULL};
+    struct config cfg;
+    CHECK_EQ_INT(load(&cfg, env, msg, 2, "--port", "3333"), 0);
+    CHECK_EQ_INT(cfg.port, 3333);         /* flag */
+    CHECK_EQ_INT(cfg.api_key.n, 1);       /* env replaces the file's list */
+    CHECK_EQ_STR(cfg.api_key.v[0], "e1");
+    CHECK_EQ_STR(cfg.host, "::1");        /* file */
+    CHECK_EQ_INT(cfg.max_connections, 7); /* file */
+    CHECK_EQ_INT(cfg.max_headers, 64);    /* default */
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, env + 1, msg, 2, "--config", path), 0);
+    CHECK_EQ_INT(cfg.port, 2222); /* env over file */
+    config_free(&cfg);
+    unlink(path);
+}
+
+TEST(config_errors_name_the_key) {
+    struct config cfg;
+    char msg[256], path[64];
+    static const struct { const char *flag, *value, *named; } bad[] = {
+        {"--port", "65536", "port"},     {"--port", "12x", "port"},
+        {"--max-body", "3T", "max-body"}, {"--sse-ping", "-1s", "sse-ping"},
+        {"--log-level", "loud", "log-level"}, {"--nope", "1", "--nope"},
+        {"-z", "1", "-z"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = load(&cfg, NULL, msg, 2, bad[i].flag, bad[i].value);
+        config_free(&cfg);
+        CHECK_EQ_INT(rc, -ERR_INVAL);
+        CHECK(strstr(msg, bad[i].named) != NULL);
+    }
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 1, "--host"), -ERR_INVAL);
+    CHECK(strstr(msg, "needs a value"));
+    config_free(&cfg);
+    char *env[] = {"UVLM_IDLE_TIMEOUT=soon", NULL};
+    CHECK_EQ_INT(load(&cfg, env, msg, 0), -ERR_INVAL);
+    CHECK(strstr(msg, "UVLM_IDLE_TIMEOUT"));
+    config_free(&cfg);
+    write_file(path, "port = 1\nmystery = 2\n");
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), -ERR_INVAL);
+    CHECK(strstr(msg, "mystery") && strstr(msg, ":2"));
+    config_free(&cfg);
+    unlink(path);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), -ERR_IO);
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 1, "--help"), CONFIG_HELP);
+    config_free(&cfg);
+}
+
+TEST(config_usage_lists_every_setting) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_usage(f, "uvlm");
+    fclose(f);
+    for (size_t i = 0; i < config_n_settings; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s ", config_settings[i].name);
+        CHECK(strstr(buf, flag));
+    }
+    CHECK(strstr(buf, "UVLM_MAX_BODY"));
+    free(buf);
+}

@@ -1,0 +1,80 @@
+"""Config precedence (flags > env > file > defaults), --help, errors naming the key, logging."""
+import os
+import re
+import subprocess
+
+from conftest import BIN, ROOT, free_port
+
+
+def run(*args, env=None, timeout=10):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([BIN] + list(args), capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def key_works(srv, key):
+    return srv.request("GET", "/debug/stats", headers={"X-Api-Key": key})[0] == 200
+
+
+def test_precedence_flags_env_file_defaults(start_server, tmp_path):
+    conf = tmp_path / "u.conf"
+    conf.write_text("# comment\napi-key = from-file\n\nmax_body = 2k   \n")
+    srv = start_server("--debug-endpoints", "--config", str(conf))
+    assert key_works(srv, "from-file")
+    assert srv.request("POST", "/debug/echo", b"x" * 2049, {"X-Api-Key": "from-file"})[0] == 413
+    srv = start_server("--debug-endpoints", "--config", str(conf), env={"UVLM_API_KEY": "from-env"})
+    assert key_works(srv, "from-env") and not key_works(srv, "from-file")
+    srv = start_server("--debug-endpoints", "--api-key=from-flag", env={"UVLM_API_KEY": "from-env",
+                                                                         "UVLM_CONFIG": str(conf)})
+    assert key_works(srv, "from-flag") and not key_works(srv, "from-env") and not key_works(srv, "from-file")
+    # the file still applies to what neither env nor flags set
+    assert srv.request("POST", "/debug/echo", b"x" * 2049, {"X-Api-Key": "from-flag"})[0] == 413
+
+
+def test_unknown_or_bad_settings_exit_2_naming_them(tmp_path):
+    bad = tmp_path / "bad.conf"
+    bad.write_text("port = 1\nno-such-key = 3\n")
+    cases = [
+        (["--no-such-flag"], {}, "--no-such-flag"),
+        (["--port", "70000"], {}, "port"),
+        (["--port", "abc"], {}, "port"),
+        (["--idle-timeout", "5 parsecs"], {}, "idle-timeout"),
+        (["--log-level", "loud"], {}, "log-level"),
+        (["--config", str(bad)], {}, "no-such-key"),
+        (["--config", str(tmp_path / "missing.conf")], {}, "missing.conf"),
+        ([], {"UVLM_MAX_BODY": "lots"}, "UVLM_MAX_BODY"),
+        (["stray"], {}, "stray"),
+    ]
+    for args, env, named in cases:
+        p = run(*(args or ["--port", "0", "--log-level", "info"]), env=env) if args else run("--port", "0", env=env)
+        assert p.returncode == 2, (args, env, p.stderr)
+        assert named in p.stderr, (args, env, p.stderr)
+
+
+def test_help_lists_every_setting_and_conf_file_documents_them():
+    p = run("--help")
+    assert p.returncode == 0
+    names = re.findall(r"--([a-z0-9-]+) ", p.stdout)
+    assert {"host", "port", "api-key", "cors-origin", "max-body", "drain-timeout", "sse-queue-bytes"} <= set(names)
+    with open(os.path.join(ROOT, "conf", "uvlm.conf")) as f:
+        conf = f.read()
+    for name in names:
+        if name in ("config", "help"):
+            continue
+        assert re.search(r"^#?\s*%s\s*=" % re.escape(name), conf, re.M), "conf/uvlm.conf must document every setting; it lacks " + name
+
+
+def test_shipped_conf_file_loads(start_server):
+    srv = start_server("--config", os.path.join(ROOT, "conf", "uvlm.conf"))
+    assert srv.json("GET", "/health") == (200, {"status": "ok"})
+
+
+def test_access_log_line_and_levels(start_server):
+    srv = start_server("--debug-endpoints")
+    srv.request("POST", "/debug/echo", body=b"12345")
+    m = srv.wait_log(r'(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) INFO  127\.0\.0\.1:\d+ "POST /debug/echo" 200 '
+                     r'(\d+\.\d)ms (\d+)B')
+    assert int(m.group(3)) > 5
+    quiet = start_server("--log-level", "warn", port=free_port())
+    quiet.request("GET", "/health")
+    assert "GET /health" not in quiet.log() and "INFO" not in quiet.log()

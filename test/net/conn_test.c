@@ -1,0 +1,211 @@
+/* conn_test.c: the handler contract of api/http.h against the real server on a real loop: a
+ * client thread talks to it over loopback with blocking sockets while the loop runs here. */
+#include "test.h"
+#include "common/err.h"
+#include "net/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct fixture {
+    uv_loop_t loop;
+    struct config cfg;
+    struct app app;
+    uv_async_t done;        /* the client thread is finished: drain the server */
+    pthread_t client;
+    void (*scenario)(struct fixture *f);
+    /* what handlers saw */
+    int cancels, send_rc, end_rc, events_sent, stops;
+    uv_timer_t timer;
+    struct http_request *req;
+    char reply[4096];       /* what the client read */
+    size_t reply_len;
+};
+
+static int client_connect(struct fixture *f, int rcvbuf) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf) setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->app.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT(connect(s, (struct sockaddr *)&a, sizeof a) == 0);
+    return s;
+}
+
+static void client_send(int s, const char *text) {
+    ASSERT(send(s, text, strlen(text), 0) == (ssize_t)strlen(text));
+}
+
+/* Read until `marker` shows up (or the peer closes); the bytes land in f->reply. */
+static void client_read_until(struct fixture *f, int s, const char *marker) {
+    while (f->reply_len < sizeof f->reply - 1) {
+        ssize_t n = recv(s, f->reply + f->reply_len, sizeof f->reply - 1 - f->reply_len, 0);
+        if (n <= 0) break;
+        f->reply_len += (size_t)n;
+        f->reply[f->reply_len] = '\0';
+        if (marker && strstr(f->reply, marker)) break;
+    }
+}
+
+static void *client_main(void *arg) {
+    struct fixture *f = arg;
+    f->scenario(f);
+    uv_async_send(&f->done);
+    return NULL;
+}
+
+static void stop_hook(struct app *app, void *data) {
+    struct fixture *f = data;
+    f->stops++;
+    uv_close((uv_handle_t *)&f->timer, NULL); /* what a scheduler does with its tick timer */
+}
+
+static void done_cb(uv_async_t *a) {
+    struct fixture *f = a->data;
+    uv_close((uv_handle_t *)a, NULL);
+    app_drain(&f->app);
+}
+
+/* Serve `route` with the given extra flags while `scenario` runs in a client thread. */
+static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)(struct fixture *),
+                      const char *flag, const char *value) {
+    char *argv[] = {"uvlm", "--port", "0", "--log-level", "off", "--drain-timeout", "2s", (char *)flag,
+                    (char *)value, NULL};
+    char msg[256];
+    if (config_load(&f->cfg, flag ? 9 : 7, argv, NULL, msg, sizeof msg)) return -1;
+    uv_loop_init(&f->loop);
+    app_init(&f->app, &f->cfg, &f->loop);
+    router_add(&f->app.router, "GET", "/t", route, f, 0);
+    uv_timer_init(&f->loop, &f->timer); /* a live handle of someone else's: closed by the stop hook */
+    f->timer.data = f;
+    app_on_stop(&f->app, stop_hook, f);
+    uv_async_init(&f->loop, &f->done, done_cb);
+    f->done.data = f;
+    f->scenario = scenario;
+    int rc = app_start(&f->app);
+    if (!rc) {
+        pthread_create(&f->client, NULL, client_main, f);
+        uv_run(&f->loop, UV_RUN_DEFAULT);
+        pthread_join(f->client, NULL);
+    }
+    if (!uv_is_closing((uv_handle_t *)&f->timer)) uv_close((uv_handle_t *)&f->timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&f->done)) uv_close((uv_handle_t *)&f->done, NULL);
+    app_close(&f->app);
+    rc = rc ? rc : uv_loop_close(&f->loop);
+    config_free(&f->cfg);
+    return rc;
+}
+
+/* --- a stream whose client leaves: one cancel callback, and the timer stops in it ---------- */
+
+static void counting_cancel_cb(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->cancels++;
+    uv_timer_stop(&f->timer);
+}
+
+static void tick_cb(uv_timer_t *t) {
+    struct fixture *f = t->data;
+    f->send_rc = http_sse_send(f->req, "{\"tick\":1}", 10);
+    f->events_sent++;
+}
+
+static void stream_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->req = req;
+    if (http_sse_start(req, counting_cancel_cb, f)) return;
+    f->end_rc = http_sse_send(req, "two\nlines", 9); /* refused: it would end the event */
+    http_sse_send(req, "{\"first\":true}", 14);
+    uv_timer_start(&f->timer, tick_cb, 5, 5);
+}
+
+static void leave_after_first_event(struct fixture *f) {
+    int s = client_connect(f, 0);
+    client_send(s, "GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    client_read_until(f, s, "data: {\"first\":true}\n\n");
+    close(s);
+    usleep(100 * 1000); /* let the server notice before the drain starts */
+}
+
+TEST(conn_stream_client_leaves_cancel_called_once) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, stream_route, leave_after_first_event, NULL, NULL), 0);
+    CHECK(strstr(f.reply, "HTTP/1.1 200 OK\r\n") && strstr(f.reply, "text/event-stream"));
+    CHECK_EQ_INT(f.end_rc, -ERR_INVAL);
+    CHECK(!strstr(f.reply, "two"));
+    CHECK_EQ_INT(f.cancels, 1);
+    CHECK_EQ_INT(f.stops, 1);
+    CHECK_EQ_INT(f.app.counters.requests_cancelled, 1);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+}
+
+/* --- a slow reader: send fails with TOOBIG, finishing the dead stream means no cancel ------ */
+
+static void flood_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    static char event[8192];
+    memset(event, 'x', sizeof event);
+    if (http_sse_start(req, counting_cancel_cb, f)) return;
+    int rc = 0;
+    for (int i = 0; i < 100000 && rc == 0; i++, f->events_sent++) rc = http_sse_send(req, event, sizeof event);
+    f->send_rc = rc;
+    f->end_rc = http_sse_end(req); /* the owner finishes: no cancel callback may follow */
+}
+
+static void never_read(struct fixture *f) {
+    int s = client_connect(f, 4096);
+    client_send(s, "GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    usleep(200 * 1000);
+    close(s);
+}
+
+TEST(conn_backpressure_closes_and_finishing_suppresses_cancel) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, flood_route, never_read, "--sse-queue-bytes", "64k"), 0);
+    CHECK_EQ_INT(f.send_rc, -ERR_TOOBIG);
+    CHECK(f.events_sent < 100000); /* bounded: the kernel buffers plus 64k, never 800 MB */
+    CHECK_EQ_INT(f.end_rc, -ERR_CANCELLED);
+    CHECK_EQ_INT(f.cancels, 0);
+    CHECK_EQ_INT(f.app.counters.backpressure_closes, 1);
+}
+
+/* --- a late answer: the request stays valid until answered on the loop ------------------- */
+
+static void late_cb(uv_timer_t *t) {
+    struct fixture *f = t->data;
+    f->end_rc = http_respond_json(f->req, 201, "{\"late\":true}");
+}
+
+static void late_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->req = req;
+    http_add_header(req, "X-Extra", "1");
+    f->send_rc = http_add_header(req, "Bad", "a\r\nInjected: 1"); /* refused */
+    http_on_cancel(req, counting_cancel_cb, f);
+    uv_timer_start(&f->timer, late_cb, 50, 0);
+}
+
+static void read_whole_response(struct fixture *f) {
+    int s = client_connect(f, 0);
+    client_send(s, "GET /t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    client_read_until(f, s, NULL);
+    close(s);
+}
+
+TEST(conn_late_answer_is_delivered) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, late_route, read_whole_response, NULL, NULL), 0);
+    CHECK_EQ_INT(f.end_rc, 0);
+    CHECK_EQ_INT(f.send_rc, -ERR_INVAL);
+    CHECK_EQ_INT(f.cancels, 0);
+    CHECK(strstr(f.reply, "HTTP/1.1 201 Created\r\n"));
+    CHECK(strstr(f.reply, "X-Extra: 1\r\n"));
+    CHECK(!strstr(f.reply, "Injected"));
+    CHECK(strstr(f.reply, "Connection: close\r\n"));
+    CHECK(strstr(f.reply, "\r\n\r\n{\"late\":true}"));
+}

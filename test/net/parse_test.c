@@ -1,0 +1,155 @@
+#include "test.h"
+#include "common/err.h"
+#include "net/parse.h"
+
+static const struct http_parse_limits limits = {.max_header_bytes = 1024, .max_headers = 8, .max_body = 64};
+
+/* Feed `data` in pieces cut at `cuts` (ascending offsets), as if each piece were one read.
+ * Returns the result of the last feed; *consumed is the total consumed. */
+static int feed_pieces(struct http_parse *p, const char *data, size_t len, const size_t *cuts, int n_cuts,
+                       size_t *consumed) {
+    size_t start = 0;
+    int rc = HTTP_PARSE_MORE;
+    *consumed = 0;
+    for (int k = 0; k <= n_cuts && rc == HTTP_PARSE_MORE; k++) {
+        size_t end = k < n_cuts ? cuts[k] : len, used;
+        rc = http_parse_feed(p, data + start, end - start, &used);
+        *consumed += used;
+        start = end;
+    }
+    return rc;
+}
+
+struct expect {
+    const char *method, *target, *path, *query, *body;
+    const char *header_name, *header_value;
+    int n_headers;
+};
+
+static int matches(const struct http_parse *p, const struct expect *e) {
+    const struct http_request *r = &p->req;
+    return !strcmp(r->method, e->method) && !strcmp(r->target, e->target) && !strcmp(r->path, e->path) &&
+           !strcmp(r->query, e->query) && r->body_len == strlen(e->body) && !strcmp(r->body, e->body) &&
+           r->n_headers == e->n_headers && http_header(r, e->header_name) &&
+           !strcmp(http_header(r, e->header_name), e->header_value);
+}
+
+static const char cl_req[] = "POST /v1/x?a=1&b=%20 HTTP/1.1\r\nHost: h\r\nX-Long-Name: some value\r\n"
+                             "Content-Length: 11\r\n\r\nhello world";
+static const struct expect cl_exp = {"POST", "/v1/x?a=1&b=%20", "/v1/x", "a=1&b=%20", "hello world",
+                                     "x-long-name", "some value", 3};
+static const char chunked_req[] = "PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\nEmpty:\r\n\r\n"
+                                  "5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nTrailer: t\r\n\r\n";
+/* trailers arrive as headers too (after the body) */
+static const struct expect chunked_exp = {"PUT", "/c", "/c", "", "hello world", "empty", "", 3};
+
+TEST(parse_request_split_at_every_byte_boundary) {
+    const char *reqs[] = {cl_req, chunked_req};
+    const struct expect *exps[] = {&cl_exp, &chunked_exp};
+    for (int r = 0; r < 2; r++) {
+        size_t len = strlen(reqs[r]);
+        for (size_t i = 0; i <= len; i++) {
+            struct http_parse p;
+            CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+            size_t used;
+            int rc = feed_pieces(&p, reqs[r], len, &i, 1, &used);
+            int ok = rc == HTTP_PARSE_DONE && used == len && matches(&p, exps[r]) && p.keep_alive;
+            http_parse_free(&p);
+            if (!ok) fprintf(stderr, "  request %d split at %zu: rc %d used %zu\n", r, i, rc, used);
+            CHECK(ok);
+        }
+    }
+}
+
+TEST(parse_request_split_into_three_everywhere) {
+    size_t len = strlen(chunked_req);
+    for (size_t i = 0; i <= len; i++)
+        for (size_t j = i; j <= len; j++) {
+            struct http_parse p;
+            CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+            size_t cuts[2] = {i, j}, used;
+            int rc = feed_pieces(&p, chunked_req, len, cuts, 2, &used);
+            int ok = rc == HTTP_PARSE_DONE && used == len && matches(&p, &chunked_exp);
+            http_parse_free(&p);
+            CHECK(ok);
+        }
+}
+
+TEST(parse_pipelined_requests_one_at_a_time) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s%s", cl_req, "GET /second HTTP/1.1\r\nConnection: close\r\n\r\n");
+    size_t len = strlen(buf), used;
+    struct http_parse p;
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, buf, len, &used), HTTP_PARSE_DONE);
+    CHECK_EQ_INT(used, strlen(cl_req));
+    CHECK(matches(&p, &cl_exp));
+    http_parse_next(&p);
+    CHECK(http_parse_idle(&p));
+    size_t used2;
+    int rc = http_parse_feed(&p, buf + used, len - used, &used2);
+    CHECK_EQ_INT(rc, HTTP_PARSE_DONE);
+    CHECK_EQ_INT(used2, len - used);
+    CHECK_EQ_STR(p.req.path, "/second");
+    CHECK_EQ_INT(p.req.body_len, 0);
+    CHECK_EQ_STR(p.req.body, "");
+    CHECK(!p.keep_alive);
+    http_parse_free(&p);
+}
+
+static int parse_error(const char *req, const char *reason_part) {
+    struct http_parse p;
+    size_t used;
+    if (http_parse_init(&p, &limits)) return -1;
+    int rc = http_parse_feed(&p, req, strlen(req), &used);
+    int status = rc < 0 ? p.status : 0;
+    if (status && reason_part && !strstr(p.reason, reason_part)) {
+        fprintf(stderr, "  reason '%s' lacks '%s'\n", p.reason, reason_part);
+        status = -2;
+    }
+    http_parse_free(&p);
+    return status;
+}
+
+TEST(parse_limits_and_errors_give_statuses) {
+    char big[2048];
+    snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX: %01500d\r\n\r\n", 0);
+    CHECK_EQ_INT(parse_error(big, "too large"), 431);
+    CHECK_EQ_INT(parse_error("GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n"
+                             "I: 1\r\n\r\n", "too many"), 431);
+    CHECK_EQ_INT(parse_error("GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n"
+                             "\r\n", NULL), 0);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n", "body"), 413);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nContent-Length: 64\r\n\r\n", NULL), 0);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n"
+                             "0123456789012345678901234567890123456789012345678901234567890123\r\n1\r\nx\r\n", "body"),
+                 413);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nExpect: teapot\r\n\r\n", "Expect"), 417);
+    CHECK_EQ_INT(parse_error("GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n", "Content-Length"), 400);
+    CHECK_EQ_INT(parse_error("BLAH\r\n\r\n", NULL), 400);
+    CHECK_EQ_INT(parse_error("GET / HTTP/1.1\r\nNoColon\r\n\r\n", NULL), 400);
+}
+
+TEST(parse_expect_continue_known_after_headers) {
+    struct http_parse p;
+    size_t used;
+    const char *head = "POST /e HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, head, strlen(head) - 2, &used), HTTP_PARSE_MORE);
+    CHECK(p.started && !p.expect_continue);
+    CHECK_EQ_INT(http_parse_feed(&p, head + used, 2, &used), HTTP_PARSE_MORE);
+    CHECK(p.expect_continue);
+    CHECK_EQ_INT(http_parse_feed(&p, "ok", 2, &used), HTTP_PARSE_DONE);
+    CHECK_EQ_STR(p.req.body, "ok");
+    http_parse_free(&p);
+}
+
+TEST(parse_http10_is_not_keep_alive) {
+    struct http_parse p;
+    size_t used;
+    const char *req = "GET /old HTTP/1.0\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, req, strlen(req), &used), HTTP_PARSE_DONE);
+    CHECK(!p.keep_alive);
+    http_parse_free(&p);
+}
