@@ -155,7 +155,7 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
         const float *x = j->x + r * j->n;
         float *y = j->y + r * j->n;
         double sum = 0;
-        for (int64_t i = 0; i < j->n; i++) sum += (double)x[i] * x[i];
+        for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
         for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
     }
