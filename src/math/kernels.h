@@ -19,7 +19,8 @@ typedef void (*quant_from_float_fn)(const float *x, void *dst, int64_t n);
 #define QUANT_DOT_ROWS 4
 typedef void (*quant_vec_dot4_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float *out);
 
-/* A table of kernels for one instruction set; a NULL entry means "use the scalar one". */
+/* A table of kernels for one instruction set; a NULL entry means "use the next narrower
+ * level's" (down to the scalar table, which is complete). */
 struct quant_kernels {
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_to_float_fn to_float[GGML_TYPE_COUNT];

@@ -308,3 +308,33 @@ TEST(quant_simd_four_row_dots_equal_single_dots) {
     }
     if (!kernels_run) SKIP("no 4-row kernel on this CPU");
 }
+
+/* Degenerate rows: all zeros decode to exact zeros (no NaN from a zero scale), a constant row
+ * to that constant within the type's precision, and one large outlier does not spill into the
+ * other elements' signs. */
+TEST(quant_degenerate_rows) {
+    enum { N = 512 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+        enum ggml_type ty = weight_types[k];
+        memset(x, 0, sizeof x);
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        for (int i = 0; i < N; i++) CHECK(y[i] == 0.0f);
+        for (int i = 0; i < N; i++) x[i] = 0.75f;
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        for (int i = 0; i < N; i++) {
+            if (fabsf(y[i] - 0.75f) > 0.01f)
+                fprintf(stderr, "  %s: constant 0.75 decodes to %g at %d\n", ggml_type_info(ty)->name, y[i], i);
+            CHECK(fabsf(y[i] - 0.75f) <= 0.01f);
+        }
+        for (int i = 0; i < N; i++) x[i] = (i % 2 ? 1.0f : -1.0f) * (i == 7 ? 100.0f : 1.0f);
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        CHECK(y[7] > 90.0f);
+        for (int i = 32; i < N; i++) /* outside the outlier's block every sign survives */
+            CHECK((y[i] > 0) == (x[i] > 0));
+    }
+}
