@@ -92,3 +92,34 @@ TEST(model_engine_load_reports_a_missing_file) {
     CHECK(why[0] != '\0');
     CHECK(e == NULL);
 }
+
+TEST(model_engine_serves_mamba_with_recurrent_memory) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    struct model_engine_config ec = {.path = path, .kv_tokens = 128, .batch_tokens = 16, .n_seq_max = 4, .n_threads = 1};
+    struct model_engine *e;
+    char why[256];
+    CHECK_EQ_INT(model_engine_load(&e, &ec, why, sizeof why), 0);
+    CHECK_EQ_STR(e->mem->ops->kind, "recurrent");
+    CHECK_EQ_STR(e->arch_name, "mamba");
+    CHECK_EQ_INT(e->n_ctx, 128); /* capped like a transformer's, not the trained 1 Mi */
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.n_ctx = e->n_ctx;
+    cfg.batch_tokens = 16;
+    struct sched *s;
+    CHECK_EQ_INT(sched_create(&s, &cfg, e->mem, &model_engine_ops, e), 0);
+    int32_t prompt[] = {1, 15043, 3186};
+    struct sampling_params sp = SAMPLING_PARAMS_DEFAULT;
+    sp.temperature = 0;
+    struct sched_request req = {.prompt = prompt, .n_prompt = 3, .n_predict = 6, .n_choices = 2, .seed = 1,
+                                .sampler_params = &sp};
+    struct collect c = {0};
+    struct sched_req *h;
+    CHECK_EQ_INT(sched_submit(s, &req, &sink, &c, fake_ms, &h), 0);
+    run(s);
+    CHECK_EQ_INT(c.done, 2);
+    CHECK_EQ_INT(c.n[0], 6);
+    CHECK(!memcmp(c.tokens[0], c.tokens[1], sizeof c.tokens[0])); /* two greedy choices from one state */
+    sched_destroy(s);
+    model_engine_free(e);
+}
