@@ -1,8 +1,13 @@
 /* serving.h: what the serving endpoints share: the loaded engine, the scheduler, the chat family,
  * counters for /metrics, and a way to wake the driver. No libuv here: the driver
  * (net/engine_driver.h) owns a struct serving, fills it when the model is loaded and sets `kick`;
- * the handlers (completion.c, openai.c, info.c, generate.c) only read it and call the scheduler
- * on the loop thread.
+ * the handlers (generate.c: the three completion endpoints; info.c: everything else) only read
+ * it and call the scheduler on the loop thread.
+ *
+ * Request path of a completion: params.h parses and validates the body; the prompt is tokenized
+ * (chat: formatted by the model's chat family first); sched_submit queues it with a sink whose
+ * callbacks detokenize (streaming detokenizer), match stop strings (stream_text.h) and send JSON
+ * (render.h) at once or as SSE events; the HTTP cancel callback calls sched_cancel.
  *
  *   serving_routes_add(&app->router, &driver->srv);   // every endpoint of issue 5, /health too
  *
