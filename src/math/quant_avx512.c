@@ -44,12 +44,15 @@ AVX512 static inline __attribute__((always_inline)) void dot_q8_0_n(int64_t n, c
     const int64_t nb = n / QK8_0;
     __m512 acc0[QUANT_DOT_ROWS], acc1[QUANT_DOT_ROWS];
     for (int t = 0; t < nx; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    const __m512i spread01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+    const __m512i spread23 = _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(3), 1);
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
         __m512i w0 = load_pair(a[i].qs, a[i + 1].qs), w1 = load_pair(a[i + 2].qs, a[i + 3].qs);
         __m512i u0 = _mm512_abs_epi8(w0), u1 = _mm512_abs_epi8(w1);
         __mmask64 neg0 = _mm512_movepi8_mask(w0), neg1 = _mm512_movepi8_mask(w1);
-        float dw[4] = {h2f(a[i].d), h2f(a[i + 1].d), h2f(a[i + 2].d), h2f(a[i + 3].d)};
+        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)a[i].d, (short)a[i + 1].d, (short)a[i + 2].d,
+                                                     (short)a[i + 3].d, 0, 0, 0, 0));
         for (int t = 0; t < nx; t++) {
             const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + t * x_stride);
             __m512i x0 = load_pair(b[i].qs, b[i + 1].qs), x1 = load_pair(b[i + 2].qs, b[i + 3].qs);
@@ -57,8 +60,10 @@ AVX512 static inline __attribute__((always_inline)) void dot_q8_0_n(int64_t n, c
                                              _mm512_mask_sub_epi8(x0, neg0, _mm512_setzero_si512(), x0));
             __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1,
                                              _mm512_mask_sub_epi8(x1, neg1, _mm512_setzero_si512(), x1));
-            __m512 d0 = pair_ps(dw[0] * h2f(b[i].d), dw[1] * h2f(b[i + 1].d));
-            __m512 d1 = pair_ps(dw[2] * h2f(b[i + 2].d), dw[3] * h2f(b[i + 3].d));
+            /* the four d_w * d_x in one multiply, spread to the lanes of each block pair */
+            __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_cvtph_ps(_mm_setr_epi16(
+                (short)b[i].d, (short)b[i + 1].d, (short)b[i + 2].d, (short)b[i + 3].d, 0, 0, 0, 0))));
+            __m512 d0 = _mm512_permutexvar_ps(spread01, d), d1 = _mm512_permutexvar_ps(spread23, d);
             acc0[t] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0[t]);
             acc1[t] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1[t]);
         }
