@@ -15,13 +15,6 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
-/* Signed x signed bytes, 4 products per int32 lane: |a| x (b with a's sign), as unsigned x
- * signed (vpdpbusd). */
-AVX512 static inline __m512i dot_s8_512(__m512i a, __m512i b) {
-    __m512i bs = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), bs);
-}
-
 /* Two consecutive 32-byte block payloads in one register: lanes 0-7 block 0, 8-15 block 1. */
 AVX512 static inline __m512i load_pair(const int8_t *q0, const int8_t *q1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0)),
