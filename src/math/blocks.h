@@ -16,6 +16,7 @@
 #ifndef UVLM_MATH_BLOCKS_H
 #define UVLM_MATH_BLOCKS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define QK4_0 32
@@ -90,6 +91,26 @@ static inline void k4_scales_mins(const uint8_t *q, uint64_t *sc, uint64_t *mn) 
     const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
     *sc = (u0 & low6) | (uint64_t)((u2 & low4) | ((u0 & top2) >> 2)) << 32;
     *mn = (u1 & low6) | (uint64_t)(((u2 >> 4) & low4) | ((u1 & top2) >> 2)) << 32;
+}
+
+/* Super-block i of a Q4_K (q5 = 0) or Q5_K row, as the SIMD kernels read it: both layouts start
+ * with d, dmin and the 12 scale bytes; qh is NULL for Q4_K. */
+struct k45_view {
+    uint16_t d, dmin;
+    uint64_t sc, mn; /* the 8 scales and 8 mins as bytes (k4_scales_mins) */
+    const uint8_t *qs, *qh;
+};
+
+static inline struct k45_view k45_view(const void *row, int64_t i, int q5) {
+    struct k45_view v;
+    const uint8_t *blk = (const uint8_t *)row + (size_t)i * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    const block_q4_K *b4 = (const block_q4_K *)blk;
+    v.d = b4->d;
+    v.dmin = b4->dmin;
+    k4_scales_mins(b4->scales, &v.sc, &v.mn);
+    v.qs = q5 ? ((const block_q5_K *)blk)->qs : b4->qs;
+    v.qh = q5 ? ((const block_q5_K *)blk)->qh : NULL;
+    return v;
 }
 
 #endif

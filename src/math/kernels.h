@@ -14,13 +14,21 @@
 typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_to_float_fn)(const void *src, float *y, int64_t n);
 typedef void (*quant_from_float_fn)(const float *x, void *dst, int64_t n);
+/* One weight row against QUANT_DOT_ROWS activation rows x_stride bytes apart, the weights decoded
+ * once: out[t] = the vec_dot of row t, bit for bit (the batched decode of several sequences). */
+#define QUANT_DOT_ROWS 4
+typedef void (*quant_vec_dot4_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float *out);
 
-/* A table of kernels for one instruction set; a NULL entry means "use the scalar one". */
+/* A table of kernels for one instruction set; a NULL entry means "use the next narrower
+ * level's" (down to the scalar table, which is complete). */
 struct quant_kernels {
     quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
     quant_to_float_fn to_float[GGML_TYPE_COUNT];
     /* SIMD levels only accelerate the activation types, bit for bit the scalar result. */
     quant_from_float_fn from_float[GGML_TYPE_COUNT];
+    /* Only where decoding the weights is a large share of the work; no scalar fallback (NULL:
+     * call vec_dot per activation row). Never inherited from a narrower level. */
+    quant_vec_dot4_fn vec_dot4[GGML_TYPE_COUNT];
 };
 
 enum simd_level { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_LEVEL_COUNT };
@@ -37,6 +45,8 @@ enum simd_level simd_level_best(void);
 quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t);
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t);
 quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t);
+/* The level's own 4-row kernel for t, or NULL. */
+quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t);
 
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). */
 extern const struct quant_kernels quant_kernels_scalar;

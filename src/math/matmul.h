@@ -14,7 +14,8 @@
  * How matmul computes (the numbers match the reference's):
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
- *       kernels of quant.h, rows split across the threads.
+ *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
+ *       decoded once per four tokens. A token's result does not depend on the batch it is in.
  *   n_tok >= MATMUL_BLAS_MIN_TOKENS: each thread dequantizes a tile of weight rows to F32 and runs
  *       a single-threaded OpenBLAS sgemm on it (OpenBLAS is set to 1 thread by compute_create, so
  *       its threads and ours never spin against each other).
@@ -33,12 +34,15 @@
 
 #include "gguf/types.h"
 
-/* Batches of at least this many tokens go through sgemm (measured with the 30-kernels bench). */
+/* Batches of at least this many tokens go through sgemm. Measured (30-kernels, "crossover"):
+ * below ~24 tokens the vector kernels win, because dequantizing and repacking a weight tile
+ * costs as much as reading the weights several times. */
 #define MATMUL_BLAS_MIN_TOKENS 32
 
 struct compute;
 
-/* 0 or -ERR_INVAL (n_threads < 1, max_tokens < 1, max_n_in < 1), -ERR_NOMEM. */
+/* 0 or -ERR_INVAL (n_threads < 1, max_tokens < 1, max_n_in < 1), -ERR_NOMEM. Sets OpenBLAS
+ * to one thread for the whole process (every sgemm call runs on the thread that makes it). */
 int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in);
 void compute_destroy(struct compute *c);
 int compute_n_threads(const struct compute *c);

@@ -348,12 +348,6 @@ static void from_float_bf16(const float *x, void *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(x[i]);
 }
 
-void quant_from_float(enum ggml_type t, const float *x, void *dst, int64_t n) {
-    quant_from_float_fn fn = quant_get_from_float(simd_level_best(), t);
-    ASSERT(fn && "quant_from_float: unsupported type");
-    fn(x, dst, n);
-}
-
 /* ---- dequantization: type -> F32 (scalar) --------------------------------------------- */
 
 static void to_float_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * 4); }
@@ -514,11 +508,6 @@ static void to_float_q6_K(const void *src, float *y, int64_t n) {
     }
 }
 
-void quant_to_float(enum ggml_type t, const void *src, float *y, int64_t n) {
-    quant_to_float_fn fn = quant_get_to_float(simd_level_best(), t);
-    ASSERT(quant_supported(t) && fn);
-    fn(src, y, n);
-}
 
 /* ---- dot products (scalar): integer inner sums per block, as the reference ------------ */
 
@@ -690,6 +679,11 @@ quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t
     return NULL;
 }
 
+quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    return level_tables[level]->vec_dot4[t];
+}
+
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     for (int l = level; l >= SIMD_SCALAR; l--)
@@ -718,8 +712,34 @@ enum ggml_type quant_vec_dot_type(enum ggml_type w) {
     }
 }
 
+/* ---- the public entry points ------------------------------------------------------------ */
+
+/* The widest level's kernel of every type, resolved once at load time (a constructor, before
+ * main and before any thread exists) and only read afterwards: the entry points below are called
+ * per row and even per attention head, where re-checking the CPU each time would show. */
+static struct quant_kernels best;
+
+__attribute__((constructor)) static void resolve_best_kernels(void) {
+    __builtin_cpu_init();
+    enum simd_level level = simd_level_best();
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        best.vec_dot[t] = quant_get_vec_dot(level, (enum ggml_type)t);
+        best.to_float[t] = quant_get_to_float(level, (enum ggml_type)t);
+        best.from_float[t] = quant_get_from_float(level, (enum ggml_type)t);
+    }
+}
+
+void quant_from_float(enum ggml_type t, const float *x, void *dst, int64_t n) {
+    ASSERT(quant_supported(t) && best.from_float[t]);
+    best.from_float[t](x, dst, n);
+}
+
+void quant_to_float(enum ggml_type t, const void *src, float *y, int64_t n) {
+    ASSERT(quant_supported(t) && best.to_float[t]);
+    best.to_float[t](src, y, n);
+}
+
 float quant_vec_dot(enum ggml_type w, int64_t n, const void *w_row, const void *x_row) {
-    quant_vec_dot_fn fn = quant_get_vec_dot(simd_level_best(), w);
-    ASSERT(quant_supported(w) && fn);
-    return fn(n, w_row, x_row);
+    ASSERT(quant_supported(w) && best.vec_dot[w]);
+    return best.vec_dot[w](n, w_row, x_row);
 }

@@ -14,12 +14,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* 8 int32 sums of 4 adjacent products of signed bytes a and b. */
-AVX2 static inline __m256i dot_s8(__m256i a, __m256i b) {
-    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
 /* The 32 nibbles of 16 bytes as bytes: low nibbles first, then high nibbles. */
 AVX2 static inline __m256i nibbles(const uint8_t *p) {
     __m128i b = _mm_loadu_si128((const __m128i *)p);
@@ -103,17 +97,36 @@ AVX2 static inline __m256i block_levels(enum ggml_type t, const uint8_t *blk) {
     }
 }
 
-/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w * d_x * (levels . q8). */
-AVX2 static inline float dot_x0(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0 of one weight row with nx activation rows (x_stride bytes apart):
+ * sum over blocks of d_w * d_x * (levels . q8), the weight levels and their magnitudes decoded
+ * once for all rows. nx is a constant in every caller; nx = 1 is the plain dot product. */
+AVX2 static inline __attribute__((always_inline)) void dot_x0_n(enum ggml_type t, size_t size, int64_t n,
+                                                                const void *w, const void *x, size_t x_stride,
+                                                                const int nx, float *out) {
     const uint8_t *a = w;
-    const block_q8_0 *b = x;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[QUANT_DOT_ROWS];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++, a += size) {
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(h2f(*(const uint16_t *)a) * h2f(b[i].d)); /* d leads every block */
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8(block_levels(t, a), qb)), acc);
+        __m256i qa = block_levels(t, a), ua = _mm256_sign_epi8(qa, qa);
+        float dw = h2f(*(const uint16_t *)a); /* d leads every block */
+        for (int r = 0; r < nx; r++) {
+            const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + r * x_stride) + i;
+            __m256i qb = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), qa);
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, qb), _mm256_set1_epi16(1));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(b->d)), _mm256_cvtepi32_ps(p), acc[r]);
+        }
     }
-    return hsum_ps(acc);
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static inline float dot_x0(enum ggml_type t, size_t size, int64_t n, const void *w, const void *x) {
+    float out;
+    dot_x0_n(t, size, n, w, x, 0, 1, &out);
+    return out;
+}
+
+AVX2 static void dot4_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_x0_n(GGML_TYPE_Q8_0, sizeof(block_q8_0), n, w, x, x_stride, QUANT_DOT_ROWS, out);
 }
 
 AVX2 static float dot_q8_0(int64_t n, const void *w, const void *x) {
@@ -152,40 +165,58 @@ AVX2 static float dot_q5_1(int64_t n, const void *w, const void *x) {
 
 /* Q4_K and Q5_K . Q8_K: per chunk of 64 elements, the low nibbles of 32 bytes are sub-block 2k
  * and the high nibbles sub-block 2k+1; Q5_K adds bit 2k / 2k+1 of each qh byte as bit 4. */
-AVX2 static inline float dot_k45(int64_t n, const void *w, const void *x, const int with_qh) {
-    const block_q8_K *b = x;
-    const size_t stride = with_qh ? sizeof(block_q5_K) : sizeof(block_q4_K);
+AVX2 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, const void *w, const void *x,
+                                                                 size_t x_stride, const int nx,
+                                                                 const int with_qh, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    __m256 acc[QUANT_DOT_ROWS], acc_m[QUANT_DOT_ROWS];
+    for (int r = 0; r < nx; r++) acc[r] = acc_m[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const uint8_t *blk = (const uint8_t *)w + (size_t)i * stride;
-        const uint16_t *dd = (const uint16_t *)blk; /* d, dmin, scales[12] lead both layouts */
-        const uint8_t *qs = with_qh ? ((const block_q5_K *)blk)->qs : ((const block_q4_K *)blk)->qs;
-        const uint8_t *qhp = with_qh ? ((const block_q5_K *)blk)->qh : NULL;
-        uint64_t sc, mn;
-        k4_scales_mins(blk + 4, &sc, &mn);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[1]) * b[i].d),
-                                _mm256_cvtepi32_ps(k4_mins_dot(mn, b[i].bsums)), acc_m);
-        __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        const struct k45_view v = k45_view(w, i, with_qh);
+        const uint8_t *qs = v.qs;
+        const uint64_t sc = v.sc, mn = v.mn;
+        __m256i lv[8], scale[8]; /* sub-block j: levels and its scale as int16 */
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
-            __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            lv[2 * k] = _mm256_and_si256(q4, m4);
+            lv[2 * k + 1] = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             if (with_qh) {
-                __m256i qh = _mm256_loadu_si256((const __m256i *)qhp);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)v.qh);
+                lv[2 * k] = _mm256_or_si256(lv[2 * k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+                lv[2 * k + 1] = _mm256_or_si256(lv[2 * k + 1],
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
             }
-            __m256i yl = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k));
-            __m256i yh = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * k + 32));
-            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_set1_epi16((short)((sc >> (16 * k)) & 0xff)));
-            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_set1_epi16((short)((sc >> (16 * k + 8)) & 0xff)));
-            sumi[k & 1] = _mm256_add_epi32(sumi[k & 1], _mm256_add_epi32(pl, ph));
+            scale[2 * k] = _mm256_set1_epi16((short)((sc >> (16 * k)) & 0xff));
+            scale[2 * k + 1] = _mm256_set1_epi16((short)((sc >> (16 * k + 8)) & 0xff));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(dd[0]) * b[i].d),
-                              _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), acc);
+        const float d = h2f(v.d), dmin = h2f(v.dmin);
+        for (int r = 0; r < nx; r++) {
+            const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + r * x_stride) + i;
+            acc_m[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * b->d), _mm256_cvtepi32_ps(k4_mins_dot(mn, b->bsums)), acc_m[r]);
+            __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i yl = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * k));
+                __m256i yh = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * k + 32));
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lv[2 * k], yl), scale[2 * k]);
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(lv[2 * k + 1], yh), scale[2 * k + 1]);
+                sumi[k & 1] = _mm256_add_epi32(sumi[k & 1], _mm256_add_epi32(pl, ph));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * b->d), _mm256_cvtepi32_ps(_mm256_add_epi32(sumi[0], sumi[1])), acc[r]);
+        }
     }
-    return hsum_ps(acc) - hsum_ps(acc_m);
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]) - hsum_ps(acc_m[r]);
+}
+
+AVX2 static inline float dot_k45(int64_t n, const void *w, const void *x, const int with_qh) {
+    float out;
+    dot_k45_n(n, w, x, 0, 1, with_qh, &out);
+    return out;
+}
+
+AVX2 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_k45_n(n, w, x, x_stride, QUANT_DOT_ROWS, 0, out);
 }
 
 AVX2 static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
@@ -455,6 +486,7 @@ const struct quant_kernels quant_kernels_avx2 = {
         [GGML_TYPE_Q5_1] = dot_q5_1, [GGML_TYPE_Q4_K] = dot_q4_K, [GGML_TYPE_Q5_K] = dot_q5_K,
         [GGML_TYPE_Q6_K] = dot_q6_K,
     },
+    .vec_dot4 = {[GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K},
     .from_float = {
         [GGML_TYPE_Q8_0] = from_float_q8_0, [GGML_TYPE_Q8_K] = from_float_q8_K,
         [GGML_TYPE_F16] = from_float_f16,

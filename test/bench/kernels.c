@@ -62,6 +62,8 @@ static double read_bandwidth(struct compute *c) {
     return STREAM_BYTES / best / 1e9;
 }
 
+static void nop_range(void *arg, int64_t i0, int64_t i1) { (void)arg; (void)i0; (void)i1; }
+
 static float *random_floats(int64_t n, unsigned seed) {
     float *x = malloc(sizeof(float) * (size_t)n);
     srand(seed);
@@ -170,6 +172,14 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         free(w);
+    }
+    /* Dispatch cost: an empty compute_parallel_for, back to back (workers spinning). */
+    {
+        int reps = quick ? 20000 : 200000;
+        double t0 = now();
+        for (int r = 0; r < reps; r++) compute_parallel_for(c, n_threads, nop_range, NULL);
+        printf("\ndispatch: %.2f us per empty compute_parallel_for on %d threads\n",
+               (now() - t0) / reps * 1e6, n_threads);
     }
     free(wf);
     free(x);

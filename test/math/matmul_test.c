@@ -79,7 +79,7 @@ TEST(matmul_matches_reference_for_every_type_and_path) {
         GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
         GGML_TYPE_Q6_K,
     };
-    const int64_t toks[] = {1, 3, MATMUL_BLAS_MIN_TOKENS + 5};
+    const int64_t toks[] = {1, 3, 6, MATMUL_BLAS_MIN_TOKENS + 5}; /* 6: 4-token kernels + 2 */
     for (int nt = 1; nt <= 3; nt += 2) {
         struct compute *c;
         CHECK_EQ_INT(compute_create(&c, nt, 64, 512), 0);
@@ -146,4 +146,28 @@ TEST(matmul_blas_paths_agree) {
     matmul_path(c, MATMUL_BLAS_THREADED, GGML_TYPE_F32, w, N_IN, N_OUT, x, N_TOK, y2);
     compute_destroy(c);
     for (int i = 0; i < N_OUT * N_TOK; i++) CHECK(fabsf(y1[i] - y2[i]) <= 1e-4f * (1 + fabsf(y1[i])));
+}
+
+/* More threads than cores, hundreds of back-to-back jobs: workers are preempted mid-job or miss
+ * jobs entirely, and every result must still be the one a single thread computes. */
+TEST(compute_oversubscribed_pool_gives_exact_results) {
+    enum { N_IN = 256, N_OUT = 96, N_TOK = 3 };
+    static float wf[N_IN * N_OUT], x[N_IN * N_TOK], y1[N_OUT * N_TOK], y[N_OUT * N_TOK];
+    static uint8_t w[N_OUT * 34 * (N_IN / 32)];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = nrand();
+    for (int i = 0; i < N_IN * N_TOK; i++) x[i] = nrand();
+    quant_from_float(GGML_TYPE_Q8_0, wf, w, N_IN * N_OUT);
+    struct compute *one, *many;
+    CHECK_EQ_INT(compute_create(&one, 1, N_TOK, N_IN), 0);
+    matmul(one, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, N_TOK, y1);
+    compute_destroy(one);
+    CHECK_EQ_INT(compute_create(&many, 8, N_TOK, N_IN), 0);
+    int bad = 0;
+    for (int rep = 0; rep < 300 && !bad; rep++) {
+        memset(y, 0, sizeof y);
+        matmul(many, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, N_TOK, y);
+        bad = memcmp(y, y1, sizeof y) != 0; /* each row is computed whole by one thread */
+    }
+    compute_destroy(many);
+    CHECK(!bad);
 }

@@ -270,3 +270,71 @@ TEST(quant_simd_kernels_match_scalar) {
     }
     if (!levels_run) SKIP("this CPU has no SIMD level to compare with scalar");
 }
+
+/* The 4-row kernels give each row exactly what the 1-row kernel of the same level gives. */
+TEST(quant_simd_four_row_dots_equal_single_dots) {
+    enum { N = 1024, ROWS = QUANT_DOT_ROWS };
+    static float w[N], x[N];
+    static uint8_t wq[N * 4], xq[ROWS][N * 2];
+    int kernels_run = 0;
+    for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+        if (!simd_level_supported((enum simd_level)level)) continue;
+        for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+            enum ggml_type ty = weight_types[k], vt = quant_vec_dot_type(ty);
+            quant_vec_dot4_fn dot4 = quant_get_vec_dot4((enum simd_level)level, ty);
+            if (!dot4) continue;
+            kernels_run++;
+            static const int64_t lengths[] = {256, 1024, 160}; /* 160: a block tail for 4-block steps */
+            for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+                int64_t n = lengths[li];
+                if (n % ggml_type_info(ty)->blck) continue;
+                for (int i = 0; i < n; i++) w[i] = nrand();
+                quant_from_float(ty, w, wq, n);
+                float single[ROWS], four[ROWS];
+                for (int r = 0; r < ROWS; r++) {
+                    for (int i = 0; i < n; i++) x[i] = nrand() * (float)(r + 1);
+                    quant_from_float(vt, x, xq[r], n);
+                    single[r] = quant_get_vec_dot((enum simd_level)level, ty)(n, wq, xq[r]);
+                }
+                dot4(n, wq, xq[0], sizeof xq[0], four);
+                for (int r = 0; r < ROWS; r++) {
+                    if (four[r] != single[r])
+                        fprintf(stderr, "  %s %s n=%lld row %d: %.9g vs %.9g\n", simd_level_name((enum simd_level)level),
+                                ggml_type_info(ty)->name, (long long)n, r, four[r], single[r]);
+                    CHECK(four[r] == single[r]);
+                }
+            }
+        }
+    }
+    if (!kernels_run) SKIP("no 4-row kernel on this CPU");
+}
+
+/* Degenerate rows: all zeros decode to exact zeros (no NaN from a zero scale), a constant row
+ * to that constant within the type's precision, and one large outlier does not spill into the
+ * other elements' signs. */
+TEST(quant_degenerate_rows) {
+    enum { N = 512 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+        enum ggml_type ty = weight_types[k];
+        memset(x, 0, sizeof x);
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        for (int i = 0; i < N; i++) CHECK(y[i] == 0.0f);
+        for (int i = 0; i < N; i++) x[i] = 0.75f;
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        for (int i = 0; i < N; i++) {
+            if (fabsf(y[i] - 0.75f) > 0.01f)
+                fprintf(stderr, "  %s: constant 0.75 decodes to %g at %d\n", ggml_type_info(ty)->name, y[i], i);
+            CHECK(fabsf(y[i] - 0.75f) <= 0.01f);
+        }
+        for (int i = 0; i < N; i++) x[i] = (i % 2 ? 1.0f : -1.0f) * (i == 7 ? 100.0f : 1.0f);
+        quant_from_float(ty, x, q, N);
+        quant_to_float(ty, q, y, N);
+        CHECK(y[7] > 90.0f);
+        for (int i = 32; i < N; i++) /* outside the outlier's block every sign survives */
+            CHECK((y[i] > 0) == (x[i] > 0));
+    }
+}
