@@ -14,6 +14,7 @@
 #include "math/matmul.h"
 #include "memory/recurrent.h"
 #include "model/mamba.h"
+#include "model/model.h"
 
 #define MAX_CASES 8
 
@@ -538,4 +539,49 @@ TEST(mamba_untied_output_matches_tied_copy) {
     gguf_close(&f2);
     free(buf);
     rig_close(&g);
+}
+
+/* Through model.h: the architecture dispatch loads mamba, gives it recurrent memory, and
+ * model_forward computes exactly what mamba_forward does. */
+TEST(mamba_through_model_api) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    char why[256];
+    struct model *m;
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), 0);
+    CHECK_EQ_INT(m->hp.arch, MODEL_ARCH_MAMBA);
+    CHECK_EQ_STR(m->hp.arch_name, "mamba");
+    CHECK(m->mamba != NULL);
+    CHECK_EQ_INT(m->hp.n_vocab, m->mamba->hp.n_vocab);
+    CHECK_EQ_INT(m->hp.n_embd, m->mamba->hp.n_embd);
+    CHECK(m->hp.tied_output && m->output.data == m->token_embd.data);
+    CHECK(m->weight_bytes > 0);
+    struct memory *mem;
+    CHECK_EQ_INT(model_memory_create(m, 4096, 3, &mem), 0); /* a token budget: one state per sequence */
+    CHECK_EQ_STR(mem->ops->kind, "recurrent");
+    CHECK(!mem->ops->partial_removal);
+    struct memory_usage u;
+    memory_usage(mem, &u);
+    CHECK_EQ_INT(u.cells_total, 3);
+    struct forward_ctx *fc;
+    CHECK_EQ_INT(forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 16, .n_threads = 2}), 0);
+    CHECK(forward_ctx_bytes(fc) > 0);
+
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 16, 1, 1), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    float *want = malloc((size_t)V * sizeof(float));
+    CHECK(want);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt, N_PROMPT, want), 0);
+    CHECK_EQ_INT(memory_reserve(mem, &b), 0);
+    CHECK_EQ_INT(model_forward(m, fc, mem, &b), 0);
+    CHECK_EQ_INT(fc->n_outputs, 1);
+    CHECK(same_row(fc->logits, want, V));
+    free(want);
+    batch_free(&b);
+    rig_close(&g);
+    forward_ctx_destroy(fc);
+    memory_destroy(mem);
+    model_free(m);
 }
