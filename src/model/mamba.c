@@ -344,6 +344,7 @@ static int check_batch(const struct mamba_model *m, const struct mamba_scratch *
     struct recurrent_memory *r = recurrent_from_memory(mem);
     struct recurrent_shape want = state_shape(m);
     if (!r || memcmp(&r->shape, &want, sizeof want) != 0) return -ERR_STATE;
+    if (b->n_tokens <= 0) return -ERR_INVAL;
     if (b->n_tokens > s->max_tokens) return -ERR_TOOBIG;
     int32_t n_out = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
@@ -363,7 +364,6 @@ int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct c
     if (rc < 0) return rc;
     const struct mamba_hparams *hp = &m->hp;
     const int32_t T = b->n_tokens;
-    if (T == 0) return 0;
     size_t emb_row = ggml_row_size(m->token_embd.type, (uint64_t)hp->n_embd);
     for (int32_t i = 0; i < T; i++)
         quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * emb_row,

@@ -106,8 +106,8 @@ size_t mamba_scratch_bytes(const struct mamba_scratch *s);
 /* Compute batch b, which memory_reserve(mem, b) has just accepted, writing one row of n_vocab
  * logits per want_logits entry (entry order) to logits. Returns 0; -ERR_STATE when mem is not a
  * recurrent memory of this shape or an entry's sequence holds no state up to its position (b was
- * not reserved), -ERR_TOOBIG when b exceeds the scratch, -ERR_INVAL for a token outside the
- * vocabulary (checked before any state changes). After another error the states of b's sequences
+ * not reserved), -ERR_TOOBIG when b exceeds the scratch, -ERR_INVAL for an empty batch or a token
+ * outside the vocabulary (checked before any state changes). After another error the states of b's sequences
  * are undefined: seq_rm them. */
 int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct compute *c,
                   struct memory *mem, const struct batch *b, float *logits);

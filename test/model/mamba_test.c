@@ -378,6 +378,7 @@ TEST(mamba_forward_rejects_bad_batches) {
     CHECK_EQ_INT(batch_init(&b, 8), 0);
     float *out = malloc(8 * (size_t)V * sizeof(float));
     CHECK(out);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_INVAL); /* empty */
     /* not reserved: the sequence holds no state */
     batch_add(&b, 1, 0, 0, true);
     CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_STATE);
