@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "math/quant.h"
 #include "memory/recurrent.h"
+#include "model/arch.h"
 
 /* ---- loading ---- */
 
@@ -41,7 +42,7 @@ static int load_f32(const struct gguf_file *f, const char *name, int64_t n, cons
 
 /* A matrix of n_out rows of n_in elements of a type the kernels compute with. */
 static int load_matrix(const struct gguf_file *f, const char *name, int64_t n_in, int64_t n_out,
-                       struct mamba_matrix *out, char *why, size_t why_len) {
+                       struct model_weight *out, char *why, size_t why_len) {
     const struct gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return fail(why, why_len, -ERR_FORMAT, "mamba: tensor %s is missing", name);
     if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1)
@@ -49,7 +50,7 @@ static int load_matrix(const struct gguf_file *f, const char *name, int64_t n_in
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n_in, (long long)n_out);
     if (!quant_supported(t->type) || ggml_row_size(t->type, (uint64_t)n_in) == 0)
         return fail(why, why_len, -ERR_UNSUPPORTED, "mamba: tensor %s has unsupported type %u", name, (unsigned)t->type);
-    *out = (struct mamba_matrix){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
+    *out = (struct model_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
     return 0;
 }
 
@@ -102,6 +103,24 @@ static int load_layer(const struct gguf_file *f, const struct mamba_hparams *hp,
     return 0;
 }
 
+static size_t matrix_bytes(const struct model_weight *w) {
+    return ggml_row_size(w->type, (uint64_t)w->n_in) * (size_t)w->n_out;
+}
+
+/* What one token reads: every layer's matrices and vectors, and the output matrix (an embedding
+ * row is negligible). */
+static size_t weight_bytes(const struct mamba_model *m) {
+    const struct mamba_hparams *hp = &m->hp;
+    size_t vec_floats = (size_t)hp->n_embd + (size_t)hp->d_inner * (size_t)(hp->d_conv + 3 + hp->d_state);
+    size_t bytes = matrix_bytes(&m->output) + (size_t)hp->n_embd * sizeof(float);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const struct mamba_layer *l = &m->layers[il];
+        bytes += matrix_bytes(&l->in) + matrix_bytes(&l->x) + matrix_bytes(&l->dt) + matrix_bytes(&l->out) +
+                 vec_floats * sizeof(float);
+    }
+    return bytes;
+}
+
 int mamba_load(struct mamba_model **out, const struct gguf_file *f, char *why, size_t why_len) {
     struct mamba_model *m = calloc(1, sizeof *m);
     if (!m) return -ERR_NOMEM;
@@ -118,6 +137,7 @@ int mamba_load(struct mamba_model **out, const struct gguf_file *f, char *why, s
     if (!m->layers) { rc = -ERR_NOMEM; goto fail; }
     for (int32_t il = 0; il < hp->n_layer; il++)
         if ((rc = load_layer(f, hp, il, &m->layers[il], why, why_len)) < 0) goto fail;
+    m->weight_bytes = weight_bytes(m);
     *out = m;
     return 0;
 fail:
@@ -286,7 +306,7 @@ static void scan_channels(void *arg, int64_t c0, int64_t c1) {
  * which moves this (sensitive) model's logits by up to 4.4% of their range, over the 3% bar. Until
  * that path rounds the activations itself, round them here: quantize and dequantize each row, so
  * sgemm computes dot(dequant(w), dequant(quant(x))), the reference's product. */
-static void mm(struct compute *c, struct mamba_scratch *s, const struct mamba_matrix *w, const float *x,
+static void mm(struct compute *c, struct mamba_scratch *s, const struct model_weight *w, const float *x,
                int64_t n_tok, float *y) {
     enum ggml_type vt = quant_vec_dot_type(w->type);
     if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
@@ -324,6 +344,7 @@ static int check_batch(const struct mamba_model *m, const struct mamba_scratch *
     struct recurrent_memory *r = recurrent_from_memory(mem);
     struct recurrent_shape want = state_shape(m);
     if (!r || memcmp(&r->shape, &want, sizeof want) != 0) return -ERR_STATE;
+    if (b->n_tokens <= 0) return -ERR_INVAL;
     if (b->n_tokens > s->max_tokens) return -ERR_TOOBIG;
     int32_t n_out = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
@@ -343,7 +364,6 @@ int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct c
     if (rc < 0) return rc;
     const struct mamba_hparams *hp = &m->hp;
     const int32_t T = b->n_tokens;
-    if (T == 0) return 0;
     size_t emb_row = ggml_row_size(m->token_embd.type, (uint64_t)hp->n_embd);
     for (int32_t i = 0; i < T; i++)
         quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * emb_row,
@@ -358,3 +378,96 @@ int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct c
     if (n_out) mm(c, s, &m->output, s->o, n_out, logits);
     return 0;
 }
+
+/* ---- behind model.h: the arch_impl of model/arch.h ---- */
+
+/* The forward_ctx of a mamba model: the public part first, so fc and the whole convert. */
+struct mamba_forward_ctx {
+    struct forward_ctx fc;        /* fc.s stays NULL: the buffers are these */
+    struct compute *c;
+    struct mamba_scratch *s;
+    size_t bytes;
+};
+
+static struct mamba_forward_ctx *mctx_of(struct forward_ctx *fc) {
+    return (struct mamba_forward_ctx *)fc;
+}
+
+static void arch_ctx_destroy(struct forward_ctx *fc) {
+    if (!fc) return;
+    struct mamba_forward_ctx *x = mctx_of(fc);
+    if (x->c) compute_destroy(x->c);
+    mamba_scratch_destroy(x->s);
+    free(fc->logits);
+    free(x);
+}
+
+static int arch_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
+    struct mamba_forward_ctx *x = calloc(1, sizeof *x);
+    if (!x) return -ERR_NOMEM;
+    x->fc.cfg = *cfg;
+    size_t n_logits = (size_t)cfg->max_outputs * (size_t)m->hp.n_vocab;
+    x->fc.logits = malloc(n_logits * sizeof(float));
+    int rc = x->fc.logits ? 0 : -ERR_NOMEM;
+    if (rc == 0) rc = mamba_scratch_create(&x->s, m->mamba, cfg->max_tokens, cfg->max_outputs);
+    if (rc == 0) rc = compute_create(&x->c, cfg->n_threads, cfg->max_tokens, mamba_max_n_in(m->mamba));
+    if (rc < 0) {
+        arch_ctx_destroy(&x->fc);
+        return rc;
+    }
+    x->bytes = n_logits * sizeof(float) + mamba_scratch_bytes(x->s) + compute_scratch_bytes(x->c);
+    *out = &x->fc;
+    return 0;
+}
+
+static size_t arch_ctx_bytes(const struct forward_ctx *fc) {
+    return ((const struct mamba_forward_ctx *)fc)->bytes;
+}
+
+static int arch_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
+    struct mamba_forward_ctx *x = mctx_of(fc);
+    int rc = mamba_forward(m->mamba, x->s, x->c, mem, b, fc->logits);
+    fc->n_outputs = 0;
+    for (int32_t i = 0; rc == 0 && i < b->n_tokens; i++) fc->n_outputs += b->want_logits[i];
+    return rc;
+}
+
+/* A state per sequence: n_cells counts states here, and more than n_seq_max would never be used. */
+static int arch_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
+    int32_t n_states = n_cells < 1 ? 1 : n_cells > n_seq_max ? n_seq_max : (int32_t)n_cells;
+    return mamba_memory_create(m->mamba, n_states, n_seq_max, out);
+}
+
+/* The common part of struct model from the mamba loader; weight_bytes counts what one token reads. */
+static int arch_load(struct model *m, char *why, size_t why_len) {
+    int rc = mamba_load(&m->mamba, &m->file, why, why_len);
+    if (rc < 0) return rc;
+    const struct mamba_model *mm = m->mamba;
+    struct model_hparams *hp = &m->hp;
+    hp->n_vocab = mm->hp.n_vocab;
+    hp->n_embd = mm->hp.n_embd;
+    hp->n_layer = mm->hp.n_layer;
+    hp->n_ctx_train = mm->hp.n_ctx_train > 0 ? mm->hp.n_ctx_train : 2048;
+    hp->rms_eps = mm->hp.rms_eps;
+    hp->tied_output = mm->hp.tied_output;
+    m->token_embd = mm->token_embd;
+    m->output = mm->output;
+    m->output_norm = mm->output_norm;
+    m->weight_bytes = mm->weight_bytes;
+    return 0;
+}
+
+static void arch_unload(struct model *m) {
+    mamba_free(m->mamba);
+    m->mamba = NULL;
+}
+
+const struct arch_impl mamba_impl = {
+    .ctx_create = arch_ctx_create,
+    .ctx_destroy = arch_ctx_destroy,
+    .ctx_bytes = arch_ctx_bytes,
+    .forward = arch_forward,
+    .memory_create = arch_memory_create,
+    .load = arch_load,
+    .unload = arch_unload,
+};

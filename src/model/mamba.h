@@ -18,6 +18,13 @@
  * only its own sequence's state, so a batch may mix sequences at different positions. The scan and
  * the convolution are split over channels (compute_parallel_for), the projections use matmul.
  *
+ * Through model.h: model_load dispatches general.architecture "mamba" here (mamba_impl in
+ * model/arch.h): struct model gets the common fields (n_vocab, n_embd, n_layer, token_embd,
+ * output, output_norm) and m->mamba; model_memory_create gives min(n_cells, n_seq_max) states
+ * (the pool size is the server's sequence budget: a state per sequence it may hold, live or
+ * cached); forward_ctx_create sizes a mamba_scratch and a compute; model_forward runs
+ * mamba_forward. The functions below are that implementation's parts, usable on their own.
+ *
  * Ownership: mamba_load reads the hyperparameters and points every weight into the gguf_file,
  * which the caller keeps open until mamba_free. A mamba_scratch holds every buffer of the forward
  * pass, sized once for max_tokens entries and max_outputs logit rows: mamba_forward never
@@ -41,6 +48,7 @@
 #include "gguf/gguf.h"
 #include "math/matmul.h"
 #include "memory/memory.h"
+#include "model/model.h"
 
 struct mamba_hparams {
     int32_t n_vocab;
@@ -55,32 +63,26 @@ struct mamba_hparams {
     bool tied_output;    /* no output.weight: logits use token_embd */
 };
 
-/* A matrix inside the mapping: n_out rows of n_in elements of `type`. */
-struct mamba_matrix {
-    enum ggml_type type;
-    const void *data;
-    int64_t n_in, n_out;
-};
-
 struct mamba_layer {
     const float *norm;          /* [n_embd] attn_norm */
-    struct mamba_matrix in;     /* ssm_in:  n_embd -> 2*d_inner (x then z) */
+    struct model_weight in;     /* ssm_in:  n_embd -> 2*d_inner (x then z) */
     const float *conv_w;        /* [d_inner][d_conv] ssm_conv1d.weight, oldest input first */
     const float *conv_b;        /* [d_inner] */
-    struct mamba_matrix x;      /* ssm_x:   d_inner -> dt_rank + 2*d_state (dt, B, C) */
-    struct mamba_matrix dt;     /* ssm_dt:  dt_rank -> d_inner */
+    struct model_weight x;      /* ssm_x:   d_inner -> dt_rank + 2*d_state (dt, B, C) */
+    struct model_weight dt;     /* ssm_dt:  dt_rank -> d_inner */
     const float *dt_b;          /* [d_inner] */
     const float *a;             /* [d_inner][d_state] ssm_a, already -exp(A_log) */
     const float *d;             /* [d_inner] ssm_d */
-    struct mamba_matrix out;    /* ssm_out: d_inner -> n_embd */
+    struct model_weight out;    /* ssm_out: d_inner -> n_embd */
 };
 
 struct mamba_model {
     struct mamba_hparams hp;
-    struct mamba_matrix token_embd;  /* n_vocab rows of n_embd */
+    struct model_weight token_embd;  /* n_vocab rows of n_embd */
     const float *output_norm;        /* [n_embd] */
-    struct mamba_matrix output;      /* n_vocab rows of n_embd (== token_embd when tied) */
+    struct model_weight output;      /* n_vocab rows of n_embd (== token_embd when tied) */
     struct mamba_layer *layers;      /* [n_layer], owned */
+    size_t weight_bytes;             /* bytes of the weights read per token */
 };
 
 struct mamba_scratch;
@@ -104,8 +106,8 @@ size_t mamba_scratch_bytes(const struct mamba_scratch *s);
 /* Compute batch b, which memory_reserve(mem, b) has just accepted, writing one row of n_vocab
  * logits per want_logits entry (entry order) to logits. Returns 0; -ERR_STATE when mem is not a
  * recurrent memory of this shape or an entry's sequence holds no state up to its position (b was
- * not reserved), -ERR_TOOBIG when b exceeds the scratch, -ERR_INVAL for a token outside the
- * vocabulary (checked before any state changes). After another error the states of b's sequences
+ * not reserved), -ERR_TOOBIG when b exceeds the scratch, -ERR_INVAL for an empty batch or a token
+ * outside the vocabulary (checked before any state changes). After another error the states of b's sequences
  * are undefined: seq_rm them. */
 int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct compute *c,
                   struct memory *mem, const struct batch *b, float *logits);

@@ -14,6 +14,8 @@
 #include "math/matmul.h"
 #include "memory/recurrent.h"
 #include "model/mamba.h"
+#include "model/model.h"
+#include "sched/sched.h"
 
 #define MAX_CASES 8
 
@@ -377,6 +379,7 @@ TEST(mamba_forward_rejects_bad_batches) {
     CHECK_EQ_INT(batch_init(&b, 8), 0);
     float *out = malloc(8 * (size_t)V * sizeof(float));
     CHECK(out);
+    CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_INVAL); /* empty */
     /* not reserved: the sequence holds no state */
     batch_add(&b, 1, 0, 0, true);
     CHECK_EQ_INT(mamba_forward(g.m, g.s, g.c, g.mem, &b, out), -ERR_STATE);
@@ -538,4 +541,240 @@ TEST(mamba_untied_output_matches_tied_copy) {
     gguf_close(&f2);
     free(buf);
     rig_close(&g);
+}
+
+/* Through model.h: the architecture dispatch loads mamba, gives it recurrent memory, and
+ * model_forward computes exactly what mamba_forward does. */
+TEST(mamba_through_model_api) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    char why[256];
+    struct model *m;
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), 0);
+    CHECK_EQ_INT(m->hp.arch, MODEL_ARCH_MAMBA);
+    CHECK_EQ_STR(m->hp.arch_name, "mamba");
+    CHECK(m->mamba != NULL);
+    CHECK_EQ_INT(m->hp.n_vocab, m->mamba->hp.n_vocab);
+    CHECK_EQ_INT(m->hp.n_embd, m->mamba->hp.n_embd);
+    CHECK(m->hp.tied_output && m->output.data == m->token_embd.data);
+    CHECK(m->weight_bytes > 0);
+    struct memory *mem;
+    CHECK_EQ_INT(model_memory_create(m, 4096, 3, &mem), 0); /* a token budget: one state per sequence */
+    CHECK_EQ_STR(mem->ops->kind, "recurrent");
+    CHECK(!mem->ops->partial_removal);
+    struct memory_usage u;
+    memory_usage(mem, &u);
+    CHECK_EQ_INT(u.cells_total, 3);
+    struct forward_ctx *fc;
+    CHECK_EQ_INT(forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 16, .n_threads = 2}), 0);
+    CHECK(forward_ctx_bytes(fc) > 0);
+
+    struct rig g;
+    CHECK_EQ_INT(rig_open(&g, path, 16, 1, 1), 0);
+    const int32_t V = g.m->hp.n_vocab;
+    float *want = malloc((size_t)V * sizeof(float));
+    CHECK(want);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    CHECK_EQ_INT(feed(&g, &b, 0, 0, prompt, N_PROMPT, want), 0);
+    CHECK_EQ_INT(memory_reserve(mem, &b), 0);
+    CHECK_EQ_INT(model_forward(m, fc, mem, &b), 0);
+    CHECK_EQ_INT(fc->n_outputs, 1);
+    CHECK(same_row(fc->logits, want, V));
+    free(want);
+    batch_free(&b);
+    rig_close(&g);
+    forward_ctx_destroy(fc);
+    memory_destroy(mem);
+    model_free(m);
+}
+
+/* ---- several users through the serving engine's scheduler (sched.h), no HTTP ---- */
+
+/* The engine seam over a real mamba model, greedy sampling. */
+struct serve_rig {
+    struct model *m;
+    struct forward_ctx *fc;
+    struct memory *mem;
+    struct sched *s;
+    double now;
+};
+
+/* What one request received: the tokens of each choice and how it ended. */
+struct outcome {
+    int32_t tokens[3][16];
+    int32_t n[3];
+    int done, errors;
+    struct sched_counts counts[3];
+};
+
+static int eng_forward(void *e, struct memory *mem, const struct batch *b, const float **logits) {
+    struct serve_rig *r = e;
+    int rc = model_forward(r->m, r->fc, mem, b);
+    *logits = r->fc->logits;
+    return rc;
+}
+static int32_t eng_n_vocab(void *e) { return ((struct serve_rig *)e)->m->hp.n_vocab; }
+static bool eng_is_eog(void *e, int32_t tok) { return false; }
+static void *eng_sampler_create(void *e, const void *params, uint64_t seed, const int32_t *p, int32_t n) {
+    return e; /* greedy needs no state */
+}
+static int32_t eng_sample(void *e, void *smp, const float *logits, int32_t n_probs, struct sched_token_probs *probs) {
+    probs->token = argmax(logits, eng_n_vocab(e));
+    probs->logprob = 0;
+    probs->n_top = 0;
+    return probs->token;
+}
+static void eng_sampler_free(void *e, void *smp) {}
+static const struct sched_engine_ops eng_ops = {eng_forward, eng_n_vocab, eng_is_eog, eng_sampler_create,
+                                                eng_sample, eng_sampler_free};
+
+static bool on_token(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *p) {
+    struct outcome *o = owner;
+    if (o->n[choice] < 16) o->tokens[choice][o->n[choice]++] = token;
+    return true;
+}
+static void on_done(void *owner, int32_t choice, enum sched_stop why, const struct sched_counts *c) {
+    struct outcome *o = owner;
+    o->done++;
+    o->counts[choice] = *c;
+}
+static void on_error(void *owner, int err) { ((struct outcome *)owner)->errors++; }
+static const struct sched_sink sink = {on_token, on_done, on_error};
+
+static int serve_open(struct serve_rig *r, const char *path, int32_t n_seq) {
+    char why[256];
+    *r = (struct serve_rig){0};
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.n_ctx = 64;
+    cfg.batch_tokens = 31; /* every step on one matmul path: results comparable bit for bit */
+    cfg.chunk_tokens = 16;
+    int rc;
+    if ((rc = model_load(&r->m, path, NULL, why, sizeof why)) < 0 ||
+        (rc = model_memory_create(r->m, 4096, n_seq, &r->mem)) < 0 ||
+        (rc = forward_ctx_create(&r->fc, r->m, &(struct forward_config){.max_tokens = 32, .n_threads = 2})) < 0)
+        return rc;
+    return sched_create(&r->s, &cfg, r->mem, &eng_ops, r);
+}
+
+static void serve_close(struct serve_rig *r) {
+    if (r->s) sched_destroy(r->s);
+    forward_ctx_destroy(r->fc);
+    memory_destroy(r->mem);
+    model_free(r->m);
+}
+
+/* Run steps until there is nothing left to do (or max_steps). Returns the steps run. */
+static int serve_run(struct serve_rig *r, int max_steps) {
+    int n = 0;
+    struct sched_step *step;
+    while (n < max_steps && sched_build_step(r->s, r->now, &step) > 0) {
+        sched_step_compute(r->s, step);
+        r->now += 1;
+        sched_step_complete(r->s, step, r->now);
+        n++;
+    }
+    return n;
+}
+
+static int submit(struct serve_rig *r, const int32_t *toks, int32_t n, int32_t n_choices, bool cache,
+                  struct outcome *o, struct sched_req **h) {
+    struct sched_request req = {.prompt = toks, .n_prompt = n, .n_predict = 8, .n_choices = n_choices,
+                                .cache_prompt = cache};
+    *o = (struct outcome){0};
+    return sched_submit(r->s, &req, &sink, o, r->now, h);
+}
+
+/* Six concurrent greedy requests give what each gives alone; n = 3 evaluates the prompt once and
+ * gives 3 (greedy, so equal) choices; a cancelled request's state is freed. */
+TEST(mamba_serving_six_users_n_choices_and_cancel) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    enum { N_REQ = 6 };
+    struct serve_rig r;
+    CHECK_EQ_INT(serve_open(&r, path, 8), 0);
+    struct outcome alone[N_REQ], together[N_REQ];
+    struct sched_req *h;
+    for (int k = 0; k < N_REQ; k++) { /* request k: prompt[k .. 2k+1] */
+        CHECK_EQ_INT(submit(&r, prompt + k, k + 2, 1, false, &alone[k], &h), 0);
+        serve_run(&r, 100);
+        CHECK_EQ_INT(alone[k].done, 1);
+        CHECK_EQ_INT(alone[k].n[0], 8);
+    }
+    for (int k = 0; k < N_REQ; k++) CHECK_EQ_INT(submit(&r, prompt + k, k + 2, 1, false, &together[k], &h), 0);
+    serve_run(&r, 100);
+    for (int k = 0; k < N_REQ; k++) {
+        CHECK_EQ_INT(together[k].done, 1);
+        CHECK_EQ_INT(together[k].errors, 0);
+        CHECK_EQ_INT(together[k].n[0], 8);
+        CHECK(memcmp(together[k].tokens[0], alone[k].tokens[0], 8 * sizeof(int32_t)) == 0);
+    }
+    struct memory_usage u;
+    memory_usage(r.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 0); /* no cache asked: every state freed */
+
+    /* n = 3: the prompt runs once (prompt_tokens grows by its length), three equal greedy choices */
+    struct sched_stats before, after;
+    sched_stats(r.s, r.now, &before);
+    struct outcome three;
+    CHECK_EQ_INT(submit(&r, prompt, N_PROMPT, 3, false, &three, &h), 0);
+    serve_run(&r, 100);
+    sched_stats(r.s, r.now, &after);
+    CHECK_EQ_INT(three.done, 3);
+    CHECK_EQ_INT(after.prompt_tokens - before.prompt_tokens, N_PROMPT);
+    for (int c = 0; c < 3; c++) {
+        CHECK_EQ_INT(three.n[c], 8);
+        CHECK(memcmp(three.tokens[c], three.tokens[0], 8 * sizeof(int32_t)) == 0);
+    }
+
+    /* a disconnect mid-generation frees its state */
+    struct outcome gone;
+    CHECK_EQ_INT(submit(&r, prompt, 4, 1, false, &gone, &h), 0);
+    serve_run(&r, 3);
+    memory_usage(r.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 1);
+    sched_cancel(r.s, h);
+    serve_run(&r, 100);
+    memory_usage(r.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 0);
+    CHECK_EQ_INT(gone.done, 0);
+    serve_close(&r);
+}
+
+/* Prompt cache over whole states: a prompt extending a cached sequence continues its state; one
+ * that diverges inside it cannot cut the state back and is recomputed. Both give the fresh output. */
+TEST(mamba_serving_prompt_cache_reuses_whole_states_only) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    struct serve_rig r;
+    CHECK_EQ_INT(serve_open(&r, path, 4), 0);
+    struct sched_req *h;
+    struct outcome first, fresh, extended, diverged;
+    int32_t longer[N_PROMPT + 8], other[N_PROMPT];
+    /* the fresh answers, without cache */
+    CHECK_EQ_INT(submit(&r, prompt, 6, 1, false, &first, &h), 0);
+    serve_run(&r, 100);
+    memcpy(longer, prompt, 6 * sizeof(int32_t));
+    memcpy(longer + 6, first.tokens[0], 8 * sizeof(int32_t));
+    CHECK_EQ_INT(submit(&r, longer, 14, 1, false, &fresh, &h), 0);
+    serve_run(&r, 100);
+    struct outcome fresh_other;
+    memcpy(other, prompt, sizeof other);
+    other[4] = 29871;
+    CHECK_EQ_INT(submit(&r, other, N_PROMPT, 1, false, &fresh_other, &h), 0);
+    serve_run(&r, 100);
+
+    /* cached: the same first request leaves its state behind */
+    CHECK_EQ_INT(submit(&r, prompt, 6, 1, true, &first, &h), 0);
+    serve_run(&r, 100);
+    struct memory_usage u;
+    memory_usage(r.mem, &u);
+    CHECK_EQ_INT(u.cells_used, 1);
+    CHECK_EQ_INT(submit(&r, longer, 14, 1, true, &extended, &h), 0);
+    serve_run(&r, 100);
+    CHECK(extended.counts[0].n_cached > 0);
+    CHECK(memcmp(extended.tokens[0], fresh.tokens[0], 8 * sizeof(int32_t)) == 0);
+    CHECK_EQ_INT(submit(&r, other, N_PROMPT, 1, true, &diverged, &h), 0);
+    serve_run(&r, 100);
+    CHECK_EQ_INT(diverged.counts[0].n_cached, 0);
+    CHECK(memcmp(diverged.tokens[0], fresh_other.tokens[0], 8 * sizeof(int32_t)) == 0);
+    serve_close(&r);
 }
