@@ -4,8 +4,9 @@
  *
  * States:  IDLE ──first byte──> READING ──complete──> HANDLING ──respond──> IDLE (keep-alive)
  *                                                      └─sse_start─> STREAMING ──sse_end──> IDLE
- *          any ──error / Connection: close──> LINGER (response flushed, write side shut,
- *          input drained for a moment so the client sees the response, not a reset) ──> CLOSED
+ *          any ──error / Connection: close──> LINGER (response flushed within --idle-timeout,
+ *          write side shut, input drained for a moment so the client sees the response, not a
+ *          reset) ──> CLOSED
  * While a request is HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
@@ -130,7 +131,9 @@ static void shutdown_cb(uv_shutdown_t *req, int status) {
 static void conn_linger(struct conn *c) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
     c->state = C_LINGER;
-    uv_timer_stop(&c->timer);
+    /* The shutdown waits for the queued response; a client that never reads it would hold the
+     * connection (and a --max-connections place) forever: it gets --idle-timeout to take it. */
+    uv_timer_start(&c->timer, linger_timeout_cb, (uint64_t)c->app->cfg->idle_timeout_ms, 0);
     if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
     c->reading = true;
     c->shutdown.data = c;

@@ -160,6 +160,21 @@ def test_idle_keep_alive_connection_is_closed(start_server):
     s.close()
 
 
+def test_client_that_never_reads_a_closing_response_is_dropped(start_server):
+    # Connection: close with a response far bigger than the socket buffers, never read: the
+    # server cannot flush it, and must not hold the connection (and its place) forever.
+    srv = start_server("--idle-timeout", "300ms", "--debug-endpoints")
+    s = srv.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = b"x" * (8 << 20)
+    s.sendall(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    srv.wait_log(r"POST /debug/echo\" 200")
+    time.sleep(1.0)  # well past --idle-timeout
+    assert srv.stats()["connections_open"] == 1, srv.log()  # the stats request's own
+    s.close()
+
+
 def test_slow_request_gets_408_then_close(start_server):
     srv = start_server("--read-timeout", "300ms", "--debug-endpoints")
     for partial in (b"GET /health HTTP/1.1\r\nHos",
