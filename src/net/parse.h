@@ -8,6 +8,8 @@
  * over max_body -> 413 (known from Content-Length before any body byte arrives), malformed
  * -> 400 with llhttp's reason. `Expect: 100-continue` is reported in `expect_continue` once
  * the headers are complete, so the caller can send "100 Continue" before the body comes.
+ * An `Upgrade` offer is declined (the connection stays HTTP/1.1); a CONNECT request parses
+ * with keep_alive false, since the bytes after it would be a tunnel's.
  *
  *   struct http_parse p;
  *   http_parse_init(&p, &limits);
