@@ -36,6 +36,8 @@ struct conn {
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+    bool eof;               /* the client finished sending (it may still read) */
+    bool shut_down;         /* our write side is shut: everything queued was written */
 
     struct http_parse parse; /* parse.req is the struct http_request handlers see */
     char in[CONN_IN_BYTES];  /* received, not yet parsed */
@@ -124,7 +126,9 @@ static void shutdown_cb(uv_shutdown_t *req, int status) {
         conn_close(c, "client gone");
         return;
     }
-    uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
+    c->shut_down = true;
+    if (c->eof) conn_close(c, NULL); /* both sides done */
+    else uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
 }
 
 /* Close after what is queued has been written (uv_shutdown waits for pending writes). */
@@ -134,8 +138,10 @@ static void conn_linger(struct conn *c) {
     /* The shutdown waits for the queued response; a client that never reads it would hold the
      * connection (and a --max-connections place) forever: it gets --idle-timeout to take it. */
     uv_timer_start(&c->timer, linger_timeout_cb, (uint64_t)c->app->cfg->idle_timeout_ms, 0);
-    if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
-    c->reading = true;
+    if (!c->reading && !c->eof) { /* to see the EOF */
+        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+        c->reading = true;
+    }
     c->shutdown.data = c;
     if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c, "client gone");
 }
@@ -274,6 +280,15 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     struct conn *c = s->data;
+    if (nread == UV_EOF && (c->state == C_IDLE || c->state == C_LINGER) && !c->shut_down) {
+        /* No request open: the client is done sending (a half-close) but may still be reading
+         * what is queued for it. Flush, then close (shutdown_cb), instead of dropping it. */
+        c->eof = true;
+        uv_read_stop(s);
+        c->reading = false;
+        conn_linger(c);
+        return;
+    }
     if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
         if (nread != UV_EOF && c->state != C_LINGER)
             log_debug(&c->app->log, "%s: read: %s", c->remote, uv_strerror((int)nread));
