@@ -75,7 +75,7 @@ int http_parse_feed(struct http_parse *p, const char *data, size_t len, size_t *
 /* After a DONE request has been answered: forget it and get ready for the next one. */
 void http_parse_next(struct http_parse *p);
 
-/* Bytes of the request line and headers so far (for limits and the access log). */
+/* True between requests: no byte of the next request has arrived yet. */
 static inline bool http_parse_idle(const struct http_parse *p) { return !p->started; }
 
 #endif
