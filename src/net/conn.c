@@ -184,7 +184,9 @@ static int conn_write(struct conn *c, ...) {
     return 0;
 }
 
-/* Status line and headers; content_length < 0: an event stream (chunked, or until close). */
+/* Status line and headers; content_length < 0: an event stream (chunked, or until close).
+ * Fits in CONN_EXTRA_BYTES + 512 bytes: the extra headers are bounded by their buffer and the
+ * content type (a handler's constant) is cut at 200 bytes, so no snprintf below starts past cap. */
 static size_t format_head(struct conn *c, char *out, size_t cap, int status, const char *content_type,
                           long long content_length) {
     char date[40];
@@ -195,10 +197,10 @@ static size_t format_head(struct conn *c, char *out, size_t cap, int status, con
                      date);
     if (content_length >= 0) {
         if (status != 204)
-            n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %lld\r\n", content_type,
+            n += snprintf(out + n, cap - (size_t)n, "Content-Type: %.200s\r\nContent-Length: %lld\r\n", content_type,
                           content_length);
     } else {
-        n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nCache-Control: no-cache\r\n%s", content_type,
+        n += snprintf(out + n, cap - (size_t)n, "Content-Type: %.200s\r\nCache-Control: no-cache\r\n%s", content_type,
                       c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
     }
     n += snprintf(out + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n", c->keep_alive ? "keep-alive" : "close",
