@@ -36,6 +36,7 @@ struct conn {
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+    bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
     bool eof;               /* the client finished sending (it may still read) */
     bool shut_down;         /* our write side is shut: everything queued was written */
 
@@ -99,6 +100,7 @@ static void on_handle_closed(uv_handle_t *h) {
     else app->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (!c->rejected) app->counters.connections_open--;
+    if (c->refused) app->counters.rejects_open--;
     free(c);
     app_conn_closed(app);
 }
@@ -351,8 +353,9 @@ void conn_accept(struct app *app) {
     if (app->conns) app->conns->prev = c;
     app->conns = c;
     app->counters.connections_total++;
+    bool over = app->counters.connections_open >= app->cfg->max_connections; /* no parser needed */
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
-        http_parse_init(&c->parse, &app->limits)) {
+        (!over && http_parse_init(&c->parse, &app->limits))) {
         c->rejected = true;
         conn_close(c, NULL);
         return;
@@ -372,9 +375,18 @@ void conn_accept(struct app *app) {
     }
     snprintf(c->remote, sizeof c->remote, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (app->counters.connections_open >= app->cfg->max_connections) {
+    if (over) {
         c->rejected = true;
         app->counters.connections_rejected++;
+        /* A 503 holds its connection until the client has read it; under a flood of
+         * connections that would hold unbounded memory: beyond as many as are served, close
+         * at once, unanswered. */
+        if (app->counters.rejects_open >= app->cfg->max_connections) {
+            conn_close(c, NULL);
+            return;
+        }
+        c->refused = true;
+        app->counters.rejects_open++;
         log_warn(&app->log, "%s: over --max-connections %lld: 503", c->remote, app->cfg->max_connections);
         c->state = C_READING;
         conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */

@@ -63,6 +63,7 @@ struct app_counters {
     uint64_t timeouts;              /* 408s */
     uint64_t bad_requests;          /* 400/413/417/431 from the parser */
     int connections_open;           /* counted against --max-connections */
+    int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 

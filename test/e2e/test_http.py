@@ -147,6 +147,35 @@ def test_connections_over_limit_get_503(start_server):
     assert srv.json("GET", "/health") == (200, {"status": "ok"})
 
 
+def test_connections_over_limit_hold_bounded_memory(start_server):
+    # Each refused connection waits for its 503 to be read: at most --max-connections of them
+    # at once; beyond, a flood is closed at once without an answer, and holds nothing.
+    srv = start_server("--max-connections", "1", "--debug-endpoints")
+    time.sleep(0.2)  # until the server has seen wait_health's connection close
+    held = srv.socket()
+
+    def stats():
+        held.sendall(b"GET /debug/stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"}" not in data:
+            data += held.recv(4096)
+        return json.loads(data.partition(b"\r\n\r\n")[2])
+
+    refused = srv.socket()  # answered 503, lingers until we close it
+    deadline = time.monotonic() + 5
+    while stats()["rejects_open"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stats()["rejects_open"] == 1
+    dropped = srv.socket()
+    assert read_until_close(dropped) == b""  # closed at once: no 503, no linger
+    dropped.close()
+    s = stats()
+    assert s["connections_rejected"] == 2 and s["rejects_open"] == 1 and s["connections_open"] == 1
+    assert b" 503 " in refused.recv(4096)
+    refused.close()
+    held.close()
+
+
 def test_idle_keep_alive_connection_is_closed(start_server):
     srv = start_server("--idle-timeout", "200ms")
     s = srv.socket()
