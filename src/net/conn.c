@@ -402,10 +402,10 @@ size_t conn_memory_bytes(const struct app *app) {
     return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
 }
 
-void conn_close_all(struct app *app, bool idle_only) {
+void conn_close_all(struct app *app) {
     for (struct conn *c = app->conns, *next; c; c = next) {
         next = c->next;
-        if (!idle_only || c->state == C_IDLE) conn_close(c, "server stopping");
+        conn_close(c, "server stopping");
     }
 }
 

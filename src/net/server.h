@@ -118,7 +118,7 @@ void app_request_finished(struct app *app);
 void conn_accept(struct app *app);
 /* Memory of one connection, bodies and queued writes aside (for the startup log). */
 size_t conn_memory_bytes(const struct app *app);
-/* Close every connection; with `idle_only`, only those with no request in progress. */
-void conn_close_all(struct app *app, bool idle_only);
+/* Close every connection (open requests get their cancel callbacks). */
+void conn_close_all(struct app *app);
 
 #endif
