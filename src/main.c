@@ -24,7 +24,11 @@ static const struct subcommand subcommands[] = {
     /* one line per subcommand: {"name", cmd_name, "what it does"}, */
     {"help", cmd_help, "list the subcommands"},
     {"serve", cmd_serve, "run the HTTP server (the default; uvlm --help for its flags)"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (--model M --text T | --file F)"},
     {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
+    {"generate", cmd_generate, "generate text from one prompt, then print tok/s (--model M --prompt P)"},
+    {"eval-logits", cmd_eval_logits, "top-K logits of prompts and greedy runs as reference JSON"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2 GGUF of any shape and weight type"},
 };
 
 static void usage(FILE *out) {

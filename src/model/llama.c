@@ -23,6 +23,8 @@
 
 /* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
+/* Largest head size the forward pass handles (checked at ctx creation; real models use <= 256). */
+enum { GATHER_MAX_HEAD_DIM = 1024 };
 
 struct forward_scratch {
     struct compute *c;
@@ -83,6 +85,7 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int llama_forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     const struct model_hparams *hp = &m->hp;
     struct forward_config c = *cfg;
+    if (hp->head_dim > GATHER_MAX_HEAD_DIM) return -ERR_UNSUPPORTED;
     struct forward_ctx *fc = calloc(1, sizeof *fc);
     struct forward_scratch *s = calloc(1, sizeof *s);
     if (!fc || !s) {
@@ -155,7 +158,7 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
         const float *x = j->x + r * j->n;
         float *y = j->y + r * j->n;
         double sum = 0;
-        for (int64_t i = 0; i < j->n; i++) sum += (double)x[i] * x[i];
+        for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
         for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
     }
@@ -309,13 +312,15 @@ struct gather_job {
 static void gather_kv(void *arg, int64_t c0, int64_t c1) {
     const struct gather_job *j = arg;
     int32_t hd = j->hp->head_dim, nh = j->hp->n_head_kv;
+    float vrow[GATHER_MAX_HEAD_DIM];
     for (int64_t c = c0; c < c1; c++) {
         int32_t cell = j->s->cells[c];
         const uint16_t *kr = kv_k_row(j->kv, j->layer, cell), *vr = kv_v_row(j->kv, j->layer, cell);
         for (int32_t h = 0; h < nh; h++) {
             quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, j->s->kf + ((int64_t)h * j->n_c + c) * hd, hd);
+            quant_to_float(GGML_TYPE_F16, vr + (int64_t)h * hd, vrow, hd);
             float *vt = j->s->vt + (int64_t)h * hd * j->n_c + c;
-            for (int32_t d = 0; d < hd; d++) vt[(int64_t)d * j->n_c] = fp16_to_f32(vr[(int64_t)h * hd + d]);
+            for (int32_t d = 0; d < hd; d++) vt[(int64_t)d * j->n_c] = vrow[d];
         }
     }
 }
