@@ -13,8 +13,8 @@ FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno
 FUZZ_CFLAGS  := $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Isrc
 
-# The layers the targets exercise: no libuv, jansson or BLAS needed.
-FUZZ_SRCS    := $(sort $(wildcard src/common/*.c src/gguf/*.c src/tokenizer/*.c))
+# The layers the targets exercise (they need no libuv, jansson or BLAS).
+FUZZ_SRCS    := src/common/err.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
 FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS))
 FUZZ_TARGETS ?= gguf tokenizer
 FUZZ_MAXLEN_gguf      := 65536

@@ -5,7 +5,8 @@
  * worker threads (the calling thread is the n-th) and allocates all the scratch matmul needs for
  * up to max_tokens activation rows of up to max_n_in elements; after that nothing allocates.
  * A compute is used by one thread at a time (the one running the forward pass); its calls are
- * not reentrant (do not call matmul from inside a compute_parallel_for callback).
+ * not reentrant: matmul or compute_parallel_for from inside a compute_parallel_for callback
+ * aborts (an assertion) instead of corrupting the running job.
  *
  * Between calls the workers spin briefly (so the many matmuls of one decode step dispatch in
  * well under a microsecond) and then sleep on a futex; an idle compute costs nothing. Work is

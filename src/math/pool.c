@@ -40,6 +40,7 @@ struct pool {
     _Atomic int active;          /* workers inside the join handshake or the job */
     _Atomic int n_sleeping;      /* workers in (or about to enter) futex_wait */
     _Atomic bool stop;
+    _Atomic bool running; /* a pool_run is in progress: catches a job that calls pool_run */
 };
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
@@ -142,6 +143,9 @@ void pool_run(struct pool *p, pool_job_fn run, void *job) {
         run(job);
         return;
     }
+    /* A nested pool_run would overwrite the job the workers are reading: refuse it loudly. */
+    bool nested = atomic_exchange(&p->running, true);
+    ASSERT(!nested);
     post(p, run, job);
     run(job);
     atomic_store(&p->closed, atomic_load_explicit(&p->generation, memory_order_relaxed));
@@ -149,4 +153,5 @@ void pool_run(struct pool *p, pool_job_fn run, void *job) {
         cpu_relax();
         if (spins % 4096 == 0) sched_yield(); /* a worker inside the job may be preempted */
     }
+    atomic_store(&p->running, false);
 }

@@ -282,12 +282,12 @@ static void from_float_q5_K(const float *x, void *dst, int64_t n) {
         kquant_affine(x, 31, &y[i].d, &y[i].dmin, y[i].scales, L);
         memset(y[i].qh, 0, sizeof y[i].qh);
         uint8_t m1 = 1, m2 = 2;
-        for (int n = 0; n < QK_K; n += 64, m1 <<= 2, m2 <<= 2) {
+        for (int g = 0; g < QK_K; g += 64, m1 <<= 2, m2 <<= 2) { /* groups of 64: two sub-blocks */
             for (int j = 0; j < 32; j++) {
-                int l1 = L[n + j], l2 = L[n + j + 32];
+                int l1 = L[g + j], l2 = L[g + j + 32];
                 if (l1 > 15) { l1 -= 16; y[i].qh[j] |= m1; }
                 if (l2 > 15) { l2 -= 16; y[i].qh[j] |= m2; }
-                y[i].qs[n / 2 + j] = (uint8_t)(l1 | (l2 << 4));
+                y[i].qs[g / 2 + j] = (uint8_t)(l1 | (l2 << 4));
             }
         }
     }

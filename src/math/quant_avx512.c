@@ -15,22 +15,24 @@
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
-/* [v0 x8 | v1 x8] */
-AVX512 static inline __m512 pair_ps(float v0, float v1) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(v0)), _mm256_set1_ps(v1), 1);
-}
-
-/* Signed x signed bytes, 4 products per int32 lane: |a| x (b with a's sign), as unsigned x
- * signed (vpdpbusd). */
-AVX512 static inline __m512i dot_s8_512(__m512i a, __m512i b) {
-    __m512i bs = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), bs);
-}
-
 /* Two consecutive 32-byte block payloads in one register: lanes 0-7 block 0, 8-15 block 1. */
 AVX512 static inline __m512i load_pair(const int8_t *q0, const int8_t *q1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0)),
                               _mm256_loadu_si256((const __m256i *)q1), 1);
+}
+
+/* The products d_w * d_x of four consecutive blocks (fp16 scales first in both block types),
+ * converted and multiplied as one vector, spread to two block-pair registers: lanes 0-7 and
+ * 8-15 of *d01 take blocks 0 and 1, of *d23 blocks 2 and 3. */
+AVX512 static inline void scales4(uint16_t w0, uint16_t w1, uint16_t w2, uint16_t w3, const block_q8_0 *b,
+                                  __m512 *d01, __m512 *d23) {
+    const __m512i spread01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+    const __m512i spread23 = _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(3), 1);
+    __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)w0, (short)w1, (short)w2, (short)w3, 0, 0, 0, 0));
+    __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)b[0].d, (short)b[1].d, (short)b[2].d, (short)b[3].d, 0, 0, 0, 0));
+    __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, dx));
+    *d01 = _mm512_permutexvar_ps(spread01, d);
+    *d23 = _mm512_permutexvar_ps(spread23, d);
 }
 
 /* Q8_0 . Q8_0 of one weight row with nx activation rows (x_stride bytes apart): four blocks
@@ -49,7 +51,6 @@ AVX512 static inline __attribute__((always_inline)) void dot_q8_0_n(int64_t n, c
         __m512i w0 = load_pair(a[i].qs, a[i + 1].qs), w1 = load_pair(a[i + 2].qs, a[i + 3].qs);
         __m512i u0 = _mm512_abs_epi8(w0), u1 = _mm512_abs_epi8(w1);
         __mmask64 neg0 = _mm512_movepi8_mask(w0), neg1 = _mm512_movepi8_mask(w1);
-        float dw[4] = {h2f(a[i].d), h2f(a[i + 1].d), h2f(a[i + 2].d), h2f(a[i + 3].d)};
         for (int t = 0; t < nx; t++) {
             const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + t * x_stride);
             __m512i x0 = load_pair(b[i].qs, b[i + 1].qs), x1 = load_pair(b[i + 2].qs, b[i + 3].qs);
@@ -57,8 +58,8 @@ AVX512 static inline __attribute__((always_inline)) void dot_q8_0_n(int64_t n, c
                                              _mm512_mask_sub_epi8(x0, neg0, _mm512_setzero_si512(), x0));
             __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1,
                                              _mm512_mask_sub_epi8(x1, neg1, _mm512_setzero_si512(), x1));
-            __m512 d0 = pair_ps(dw[0] * h2f(b[i].d), dw[1] * h2f(b[i + 1].d));
-            __m512 d1 = pair_ps(dw[2] * h2f(b[i + 2].d), dw[3] * h2f(b[i + 3].d));
+            __m512 d0, d1;
+            scales4(a[i].d, a[i + 1].d, a[i + 2].d, a[i + 3].d, &b[i], &d0, &d1);
             acc0[t] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0[t]);
             acc1[t] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1[t]);
         }
@@ -80,29 +81,36 @@ AVX512 static void dot4_q8_0(int64_t n, const void *w, const void *x, size_t x_s
     dot_q8_0_n(n, w, x, x_stride, QUANT_DOT_ROWS, out);
 }
 
-/* Q4_0: two blocks' nibbles as [lo0 hi0 | lo1 hi1] (element order), levels 0..15 taken unsigned
- * and the -8 applied as 8 * (sum of the activation bytes), both with vpdpbusd. */
+/* Two Q4_0 blocks' levels (0..15) as [lo0 hi0 | lo1 hi1], element order. */
+AVX512 static inline __m512i q4_0_pair(const block_q4_0 *a) {
+    __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)a[1].qs), _mm_loadu_si128((const __m128i *)a[0].qs));
+    __m512i lohi = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    /* 128-bit lanes are [lo0 lo1 hi0 hi1]: reorder to [lo0 hi0 lo1 hi1] */
+    return _mm512_and_si512(_mm512_shuffle_i64x2(lohi, lohi, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0xF));
+}
+
+/* Q4_0: levels 0..15 taken unsigned and the -8 applied as 8 * (sum of the activation bytes),
+ * both with vpdpbusd; four blocks per iteration into two accumulators. */
 AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x) {
     const block_q4_0 *a = w;
     const block_q8_0 *b = x;
     const int64_t nb = n / QK4_0;
-    const __m512i m4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
-    __m512 acc = _mm512_setzero_ps();
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)a[i + 1].qs),
-                                     _mm_loadu_si128((const __m128i *)a[i].qs));
-        __m512i lohi = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-        /* 128-bit lanes are [lo0 lo1 hi0 hi1]: reorder to [lo0 hi0 lo1 hi1] */
-        __m512i qa = _mm512_and_si512(_mm512_shuffle_i64x2(lohi, lohi, _MM_SHUFFLE(3, 1, 2, 0)), m4);
-        __m512i qb = load_pair(b[i].qs, b[i + 1].qs);
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qa, qb);
-        s = _mm512_sub_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qb));
-        __m512 d = pair_ps(h2f(a[i].d) * h2f(b[i].d), h2f(a[i + 1].d) * h2f(b[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+    for (; i + 4 <= nb; i += 4) {
+        __m512i x0 = load_pair(b[i].qs, b[i + 1].qs), x1 = load_pair(b[i + 2].qs, b[i + 3].qs);
+        __m512i s0 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q4_0_pair(&a[i]), x0),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, x0));
+        __m512i s1 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q4_0_pair(&a[i + 2]), x1),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, x1));
+        __m512 d01, d23;
+        scales4(a[i].d, a[i + 1].d, a[i + 2].d, a[i + 3].d, &b[i], &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(s0), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(s1), acc1);
     }
-    float s = _mm512_reduce_add_ps(acc);
-    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q4_0)(QK4_0, &a[i], &b[i]);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q4_0)((nb - i) * QK4_0, &a[i], &b[i]);
     return s;
 }
 

@@ -9,6 +9,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static float nrand(void) {
@@ -170,4 +173,28 @@ TEST(compute_oversubscribed_pool_gives_exact_results) {
     }
     compute_destroy(many);
     CHECK(!bad);
+}
+
+static void nested_inner(void *arg, int64_t i0, int64_t i1) { (void)arg; (void)i0; (void)i1; }
+
+static void nested_outer(void *arg, int64_t i0, int64_t i1) {
+    compute_parallel_for(arg, 100, nested_inner, NULL); /* not allowed: must abort */
+}
+
+/* A compute_parallel_for from inside a callback would corrupt the running job: it aborts. */
+TEST(compute_nested_parallel_for_aborts) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* the child's assertion message is expected: keep the test output clean */
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        struct compute *c;
+        if (compute_create(&c, 2, 1, 32) < 0) _exit(2);
+        compute_parallel_for(c, 2, nested_outer, c);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
 }
