@@ -39,9 +39,10 @@ TEST(model_load_reads_hparams_from_metadata) {
 }
 
 TEST(model_load_refuses_other_architectures_by_name) {
-    /* (mamba is supported since the mamba branch hooked into model.h: a made-up family instead) */
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/uvlm-arch-%d.gguf", (int)getpid());
+    char path[] = "/tmp/uvlm-arch-XXXXXX"; /* mamba is supported now: a file naming another one */
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
     struct gguf_writer w;
     gguf_writer_init(&w);
     gguf_writer_set_str(&w, "general.architecture", "rwkv6");
@@ -169,35 +170,6 @@ TEST(model_forward_shared_prefix_and_save_restore_give_identical_logits) {
     batch_add(&f.b, 278, NA, 2, true);
     CHECK_EQ_INT(run(&f), 0);
     CHECK(max_diff(f.fc->logits, want, V) == 0);
-    free(want);
-    teardown(&f);
-}
-
-TEST(model_forward_cells_out_of_position_order_give_the_same_logits) {
-    struct fixture f;
-    if (setup(t, &f, 2) < 0) { teardown(&f); CHECK(t->skipped); return; }
-    int32_t V = f.m->hp.n_vocab;
-    float *want = malloc(sizeof(float) * V);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < NA; i++) batch_add(&f.b, prompt_a[i], i, 0, i == NA - 1);
-    CHECK_EQ_INT(run(&f), 0);
-    memcpy(want, f.fc->logits, sizeof(float) * V);
-    memory_seq_rm(f.mem, 0, 0, -1);
-    /* Sequence 1 takes cells first; sequence 0's first half comes after them; sequence 1 leaves,
-     * so the second half of sequence 0 lands in the low cells, before its first half. */
-    struct kv_memory *kv = kv_from_memory(f.mem);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < 6; i++) batch_add(&f.b, 100 + i, i, 1, false);
-    CHECK_EQ_INT(run(&f), 0);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < 4; i++) batch_add(&f.b, prompt_a[i], i, 0, false);
-    CHECK_EQ_INT(run(&f), 0);
-    CHECK_EQ_INT(memory_seq_rm(f.mem, 1, 0, -1), 0);
-    batch_clear(&f.b);
-    for (int32_t i = 4; i < NA; i++) batch_add(&f.b, prompt_a[i], i, 0, i == NA - 1);
-    CHECK_EQ_INT(run(&f), 0);
-    CHECK(kv_batch_cell(kv, 0) < 4);  /* the low cells were reused */
-    CHECK(max_diff(f.fc->logits, want, V) < 1e-3f);
     free(want);
     teardown(&f);
 }
