@@ -8,8 +8,9 @@
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
  * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two matmuls
  * over that sequence's cells gathered to F32: scores = Q·Kᵀ, masked by the cells' positions and
- * softmaxed, then out = P·V. K and V are read back from the F16 cells (also for the batch's own
- * tokens), as the reference does.
+ * softmaxed, then out = P·V. The cells are ordered by position, so a chunk of entries (in
+ * increasing positions) only multiplies the prefix of cells its last entry sees. K and V are
+ * read back from the F16 cells (also for the batch's own tokens), as the reference does.
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -23,8 +24,6 @@
 
 /* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
-/* Largest head size the forward pass handles (checked at ctx creation; real models use <= 256). */
-enum { GATHER_MAX_HEAD_DIM = 1024 };
 
 struct forward_scratch {
     struct compute *c;
@@ -46,7 +45,9 @@ struct forward_scratch {
     int32_t *cells;     /* [n_ctx] cells of that sequence */
     int32_t *cpos;      /* [n_ctx] their positions */
     float *kf;          /* [n_head_kv][n_ctx][head_dim] its K, F32 */
-    float *vt;          /* [n_head_kv][head_dim][n_ctx] its V, F32, transposed */
+    float *vf;          /* [n_head_kv][n_ctx][head_dim] its V, F32 */
+    float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk */
+    int32_t *order;     /* [n_ctx] scratch of the position sort */
     float *qg;          /* [att_rows][head_dim] queries of one kv head's group */
     float *sc;          /* [att_rows][n_ctx] scores, then probabilities */
     uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
@@ -70,7 +71,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vt, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -85,7 +86,6 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int llama_forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     const struct model_hparams *hp = &m->hp;
     struct forward_config c = *cfg;
-    if (hp->head_dim > GATHER_MAX_HEAD_DIM) return -ERR_UNSUPPORTED;
     struct forward_ctx *fc = calloc(1, sizeof *fc);
     struct forward_scratch *s = calloc(1, sizeof *s);
     if (!fc || !s) {
@@ -116,7 +116,9 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->cells = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->cpos = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->kf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
-    s->vt = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->vf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->vt = scratch_alloc(s, ctx * hd, sizeof(float), &ok);
+    s->order = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->qg = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
     s->sc = scratch_alloc(s, (size_t)s->att_rows * ctx, sizeof(float), &ok);
     s->h16 = scratch_alloc(s, (size_t)s->att_rows * (ctx > hd ? ctx : hd), sizeof(uint16_t), &ok);
@@ -141,6 +143,14 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
 }
 
 /* ---- small row operations, parallel over rows ---- */
+
+/* fn over n rows of about `work` element operations each: on the compute threads when there is
+ * enough to share, else inline. A decode step has a few tiny row operations per layer; waking
+ * the other threads for them costs more than the work (much more on a loaded machine). */
+static void rows_for(struct compute *c, int64_t n, int64_t work, void (*fn)(void *, int64_t, int64_t), void *arg) {
+    if (n * work < 64 * 1024) fn(arg, 0, n);
+    else compute_parallel_for(c, n, fn, arg);
+}
 
 struct rows_job {
     const struct model_hparams *hp;
@@ -168,7 +178,7 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
 static void rmsnorm(struct compute *c, const struct model_hparams *hp, const float *x, float *y, const float *w,
                     int64_t n_rows) {
     struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd};
-    compute_parallel_for(c, n_rows, rmsnorm_rows, &j);
+    rows_for(c, n_rows, hp->n_embd, rmsnorm_rows, &j);
 }
 
 /* Rotate the first n_rot dims of each of n_heads heads of each row (row r at the angles of
@@ -196,7 +206,7 @@ static void rope(struct compute *c, const struct model_hparams *hp, const struct
                  int32_t n_heads, int64_t n_rows) {
     struct rows_job j = {.hp = hp, .x = x, .n = (int64_t)n_heads * hp->head_dim, .cos = s->rope_cos,
                          .sin = s->rope_sin, .n_heads = n_heads};
-    compute_parallel_for(c, n_rows, rope_rows, &j);
+    rows_for(c, n_rows, (int64_t)n_heads * hp->n_rot, rope_rows, &j);
 }
 
 /* Angles like the reference: theta_i = pos * base^(-2i/n_rot), by repeated multiplication. */
@@ -252,7 +262,7 @@ static void mm(struct forward_scratch *s, const struct model_weight *w, const fl
     enum ggml_type vt = quant_vec_dot_type(w->type);
     if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
         struct round_job j = {.vt = vt, .x = x, .y = s->xr, .q = s->xq, .n = w->n_in};
-        compute_parallel_for(s->c, n_tok, round_rows, &j);
+        rows_for(s->c, n_tok, w->n_in, round_rows, &j);
         x = s->xr;
     }
     matmul(s->c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
@@ -308,21 +318,49 @@ struct gather_job {
     int64_t n_c;
 };
 
-/* K of cells [c0, c1) to kf[h][c][d], V to vt[h][d][c], both F32. */
+/* K and V of cells [c0, c1) to kf[h][c][d] and vf[h][c][d], F32. */
 static void gather_kv(void *arg, int64_t c0, int64_t c1) {
     const struct gather_job *j = arg;
     int32_t hd = j->hp->head_dim, nh = j->hp->n_head_kv;
-    float vrow[GATHER_MAX_HEAD_DIM];
     for (int64_t c = c0; c < c1; c++) {
         int32_t cell = j->s->cells[c];
         const uint16_t *kr = kv_k_row(j->kv, j->layer, cell), *vr = kv_v_row(j->kv, j->layer, cell);
         for (int32_t h = 0; h < nh; h++) {
             quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, j->s->kf + ((int64_t)h * j->n_c + c) * hd, hd);
-            quant_to_float(GGML_TYPE_F16, vr + (int64_t)h * hd, vrow, hd);
-            float *vt = j->s->vt + (int64_t)h * hd * j->n_c + c;
-            for (int32_t d = 0; d < hd; d++) vt[(int64_t)d * j->n_c] = vrow[d];
+            quant_to_float(GGML_TYPE_F16, vr + (int64_t)h * hd, j->s->vf + ((int64_t)h * j->n_c + c) * hd, hd);
         }
     }
+}
+
+static int cmp_by_pos(const void *a, const void *b, void *arg) {
+    const int32_t *pos = arg, x = pos[*(const int32_t *)a], y = pos[*(const int32_t *)b];
+    return (x > y) - (x < y);
+}
+
+/* Order the sequence's cells by position (cells are usually taken in order, so usually they
+ * already are): then a chunk of entries sees exactly a prefix of them. */
+static void sort_cells_by_pos(struct forward_scratch *s, const struct kv_memory *kv, int64_t n_c) {
+    bool sorted = true;
+    for (int64_t c = 0; c < n_c; c++) {
+        s->cpos[c] = kv->pos[s->cells[c]];
+        if (c && s->cpos[c] < s->cpos[c - 1]) sorted = false;
+    }
+    if (sorted) return;
+    memcpy(s->order, s->cells, (size_t)n_c * sizeof *s->order);
+    qsort_r(s->order, (size_t)n_c, sizeof *s->order, cmp_by_pos, kv->pos);
+    memcpy(s->cells, s->order, (size_t)n_c * sizeof *s->cells);
+    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+}
+
+/* Cells at positions <= p: the length of the prefix of the sorted cpos. */
+static int64_t n_visible(const int32_t *cpos, int64_t n_c, int32_t p) {
+    int64_t lo = 0, hi = n_c;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (cpos[mid] <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells. */
@@ -332,9 +370,9 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
-    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+    sort_cells_by_pos(s, kv, n_c);
     struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
-    compute_parallel_for(s->c, n_c, gather_kv, &gj);
+    rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hd, gather_kv, &gj);
 
     int32_t chunk = s->att_rows / group;
     int32_t row_pos[ATT_CHUNK_ENTRIES];
@@ -348,12 +386,17 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
                 memcpy(s->qg + (int64_t)e * group * hd, s->q + i * nq + (int64_t)h * group * hd,
                        (size_t)group * hd * sizeof(float));
             }
+            /* Entries come in increasing positions: the chunk's last one sees the most cells. */
+            int64_t nv = n_visible(s->cpos, n_c, row_pos[ne - 1]);
+            const float *vf = s->vf + (int64_t)h * n_c * hd;
+            for (int64_t c = 0; c < nv; c++)
+                for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
             round_f16(s->qg, s->h16, rows * hd);
-            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, n_c, s->qg, rows, s->sc);
-            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = n_c, .cpos = s->cpos, .row_pos = row_pos,
+            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, nv, s->qg, rows, s->sc);
+            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
                                      .group = group, .scale = 1.0f / sqrtf((float)hd)};
-            compute_parallel_for(s->c, rows, softmax_rows, &sj);
-            matmul(s->c, GGML_TYPE_F32, s->vt + (int64_t)h * hd * n_c, n_c, hd, s->sc, rows, s->og);
+            rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
+            matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
                 memcpy(s->att + i * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,
@@ -435,7 +478,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         mm(s, &L->w_gate, s->xn, n, s->gate);
         mm(s, &L->w_up, s->xn, n, s->up);
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
-        compute_parallel_for(c, n, swiglu_rows, &sj);
+        rows_for(c, n, 8 * (int64_t)hp->n_ff, swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
         for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
     }
