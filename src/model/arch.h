@@ -14,8 +14,13 @@ struct arch_impl {
     size_t (*ctx_bytes)(const struct forward_ctx *fc);
     int (*forward)(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b);
     int (*memory_create)(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+    /* Families with their own tensors (mamba): hparams and weights from m->file, and their release.
+     * NULL: the transformer loader of model.c. */
+    int (*load)(struct model *m, char *why, size_t why_len);
+    void (*unload)(struct model *m);
 };
 
 extern const struct arch_impl llama_impl;
+extern const struct arch_impl mamba_impl; /* model/mamba.c */
 
 #endif

@@ -22,6 +22,7 @@ struct arch_info {
 static const struct arch_info archs[] = {
     {"llama", MODEL_ARCH_LLAMA, ROPE_NORM, false, &llama_impl},
     {"qwen2", MODEL_ARCH_QWEN2, ROPE_NEOX, true, &llama_impl},
+    {"mamba", MODEL_ARCH_MAMBA, ROPE_NORM, false, &mamba_impl},
 };
 
 static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
@@ -95,9 +96,13 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
-        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2)",
+        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
+    if (ai->impl->load) { /* the family reads its own hyperparameters */
+        *hp = (struct model_hparams){.arch = ai->arch, .arch_name = ai->name, .impl = ai->impl};
+        return 0;
+    }
     *hp = (struct model_hparams){
         .arch = ai->arch,
         .arch_name = ai->name,
@@ -185,7 +190,8 @@ int model_load(struct model **out, const char *path, const struct model_options 
         free(m);
         return rc;
     }
-    if ((rc = read_hparams(&m->file, &m->hp, why, why_len)) < 0 || (rc = load_weights(m, why, why_len)) < 0) {
+    if ((rc = read_hparams(&m->file, &m->hp, why, why_len)) < 0 ||
+        (rc = m->hp.impl->load ? m->hp.impl->load(m, why, why_len) : load_weights(m, why, why_len)) < 0) {
         model_free(m);
         return rc;
     }
@@ -195,6 +201,7 @@ int model_load(struct model **out, const char *path, const struct model_options 
 
 void model_free(struct model *m) {
     if (!m) return;
+    if (m->hp.impl && m->hp.impl->unload) m->hp.impl->unload(m);
     free(m->layers);
     gguf_close(&m->file);
     free(m);

@@ -40,7 +40,7 @@
 
 struct arch_impl;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2 };
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_MAMBA };
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
 
 struct model_hparams {
@@ -85,6 +85,7 @@ struct model {
     const float *output_norm;               /* [n_embd] */
     struct model_weight output;             /* n_vocab rows of n_embd (== token_embd when tied) */
     struct model_layer *layers;             /* [n_layer] */
+    struct mamba_model *mamba;              /* MODEL_ARCH_MAMBA: its layers (model/mamba.h), else NULL */
     size_t weight_bytes;                    /* bytes of the weights read per token */
 };
 
@@ -96,7 +97,8 @@ struct model_options {
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len);
 void model_free(struct model *m);
 
-/* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences. */
+/* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences; for a
+ * recurrent model (mamba) min(n_cells, n_seq_max) sequence states (memory/recurrent.h). */
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
 
 struct forward_config {
