@@ -67,6 +67,15 @@ struct app_counters {
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 
+/* Test-only fault injection for conn.c, zero (off) in a real server: while a counter is above
+ * zero, the next conn.c allocation (a connection, a write buffer) or uv_write fails as if out
+ * of memory / as if the socket had failed, and the counter goes down by one. Tests set it on the
+ * loop thread (in a handler, or before app_start) to reach the error paths. */
+struct app_faults {
+    int allocs;
+    int writes;
+};
+
 struct app {
     const struct config *cfg;
     struct log log;
@@ -89,6 +98,7 @@ struct app {
     bool listening, handles_open, stopping;
     int port;                /* actually bound */
     int exit_status;
+    struct app_faults faults;
 };
 
 /* cfg must outlive the app. Fills the router with nothing: the caller adds routes. */
