@@ -357,9 +357,38 @@ static void conn_process(struct conn *c) {
 
 /* --- accepting ------------------------------------------------------------------------------ */
 
+static void spare_closed_cb(uv_handle_t *h) {
+    struct app *app = h->data;
+    app->spare_busy = false;
+    if (app->accept_waiting) {
+        app->accept_waiting = false;
+        if (app->listening) conn_accept(app);
+    }
+}
+
+/* No memory for a new connection: take it from libuv anyway and close it unanswered. A
+ * connection left in libuv makes it stop watching the listener, and one moment out of memory
+ * would leave the server accepting nothing ever after. */
+static void drop_connection(struct app *app) {
+    if (app->spare_busy) { /* a second one before the spare is closed: it waits (listener paused) */
+        app->accept_waiting = true;
+        return;
+    }
+    app->counters.connections_dropped++;
+    log_warn(&app->log, "out of memory for a new connection: closed it unanswered");
+    uv_tcp_init(app->loop, &app->spare);
+    app->spare.data = app;
+    app->spare_busy = true;
+    uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&app->spare);
+    uv_close((uv_handle_t *)&app->spare, spare_closed_cb);
+}
+
 void conn_accept(struct app *app) {
     struct conn *c = conn_malloc(app, sizeof *c);
-    if (!c) return;
+    if (!c) {
+        drop_connection(app);
+        return;
+    }
     memset(c, 0, sizeof *c);
     c->app = app;
     uv_tcp_init(app->loop, &c->tcp);

@@ -57,6 +57,7 @@ typedef void (*app_stop_fn)(struct app *app, void *data);
 struct app_counters {
     uint64_t connections_total;     /* accepted (including rejected ones) */
     uint64_t connections_rejected;  /* over --max-connections: 503 */
+    uint64_t connections_dropped;   /* no memory for them: closed at once, unanswered */
     uint64_t requests_total;        /* dispatched to a handler */
     uint64_t requests_cancelled;    /* cancel callbacks called */
     uint64_t backpressure_closes;   /* streams closed because the client read too slowly */
@@ -94,6 +95,11 @@ struct app {
     uv_signal_t sigterm, sigint;
     uv_timer_t timer;        /* ready delay, then drain timeout */
     struct conn *conns;      /* every open connection (doubly linked) */
+    /* A connection with no memory for it must still be taken from libuv (which otherwise stops
+     * watching the listener): it is accepted into `spare` and closed. While the spare closes,
+     * one more such connection waits in libuv (accept_waiting) and is taken when it is free. */
+    uv_tcp_t spare;
+    bool spare_busy, accept_waiting;
     int signals;             /* signals received */
     bool listening, handles_open, stopping;
     int port;                /* actually bound */

@@ -309,3 +309,43 @@ TEST(conn_failed_sse_send_closes_and_cancel_follows) {
     CHECK(strstr(f.reply, "data: {\"first\":true}\n\n"));
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }
+
+/* --- no memory for a connection: it is taken and closed, and the listener keeps accepting --- */
+
+static void ok_route(struct http_request *req, void *data) {
+    http_respond_json(req, 200, "{\"ok\":true}");
+}
+
+/* Opens f->faults.allocs + 1 connections at once, each sending a request; the first finds no
+ * memory. How many more are dropped depends on timing (one that waits for the busy spare
+ * handle tries to allocate again), but none may be left without either an answer or a close.
+ * f->events_sent counts the ones closed unanswered, f->send_rc the ones left silent. */
+static void connect_at_once(struct fixture *f) {
+    static const char get[] = "GET /t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int s[4], n = f->faults.allocs + 1;
+    ASSERT(n <= 4);
+    for (int i = 0; i < n; i++) s[i] = client_connect(f, 0);
+    for (int i = 0; i < n; i++) send(s[i], get, sizeof get - 1, MSG_NOSIGNAL); /* may meet a close */
+    for (int i = 0; i < n; i++) {
+        f->reply_len = 0;
+        client_read_until(f, s[i], NULL);
+        if (f->reply_len == 0 && (f->read_end == 0 || f->read_end == ECONNRESET)) f->events_sent++;
+        else if (!strstr(f->reply, "\r\n\r\n{\"ok\":true}")) f->send_rc++;
+        close(s[i]);
+    }
+}
+
+TEST(conn_accept_out_of_memory_keeps_listening) {
+    static struct fixture f;
+    for (int faults = 1; faults <= 3; faults += 2) {
+        memset(&f, 0, sizeof f);
+        f.faults.allocs = faults;
+        CHECK_EQ_INT(run_server(&f, ok_route, connect_at_once, NULL, NULL), 0);
+        CHECK_EQ_INT(f.send_rc, 0); /* none left silent */
+        CHECK(f.events_sent >= 1);
+        CHECK_EQ_INT((int)f.app.counters.connections_dropped, f.events_sent);
+        CHECK_EQ_INT((int)f.app.counters.connections_total + f.events_sent, faults + 1);
+        CHECK(f.app.counters.connections_total >= 1); /* the listener still accepts */
+        if (faults == 1) CHECK(strstr(f.reply, "\r\n\r\n{\"ok\":true}")); /* the last one was served */
+    }
+}
