@@ -45,7 +45,8 @@ struct golden {
  *   Worst figures after it: 0.13 / 3.0 / 2.2 / 3.4 / 0.9 / 1.2 / 4.1% (kjv: 3 rows over 3%).
  * - also no better (each on top of the above, none kept): the attention dots summed in the
  *   reference's lane order (8 or 16 lanes, double tail, n_kv = cells or padded to 256); softmax
- *   sums per 8 lanes; ggml's vectorized expf in SiLU and softmax.
+ *   sums per 8 lanes; ggml's vectorized expf in SiLU and softmax; RoPE with fused multiply-adds
+ *   (as a C++ build contracts it). None of these moves the first diverging position at all.
  * Every prompt matches the reference to its printed precision at its first positions, and first
  * leaves it at a position with 9 or more keys (8-19; q4_k_m also 1-6 in the 512-token batches,
  * which take the sgemm path). What is left is float summation order somewhere not yet found,
