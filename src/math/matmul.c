@@ -27,9 +27,10 @@ struct compute {
     int64_t max_tokens, max_n_in;
     enum simd_level level;
 
-    void *xq;            /* quantized activations: vec_tokens rows of xq_stride bytes */
+    void *xq;            /* quantized activations: max_tokens rows of xq_stride bytes */
     size_t xq_stride;
-    int64_t vec_tokens;  /* rows xq holds: min(max_tokens, MATMUL_BLAS_MIN_TOKENS - 1) */
+    float *xr;           /* sgemm path: activations rounded through xq, max_tokens x max_n_in
+                          * (NULL if max_tokens is small) */
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     size_t tile_floats;
     size_t scratch_bytes;
@@ -49,19 +50,20 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
 
     /* The widest activation row is F16 (2 bytes per element); Q8_0/Q8_1/Q8_K take less. */
     c->xq_stride = round_up((size_t)max_n_in * 2, 64);
-    c->vec_tokens = max_tokens < MATMUL_BLAS_MIN_TOKENS - 1 ? max_tokens : MATMUL_BLAS_MIN_TOKENS - 1;
-    size_t xq_bytes = c->xq_stride * (size_t)c->vec_tokens;
+    size_t xq_bytes = c->xq_stride * (size_t)max_tokens;
     c->xq = aligned_alloc(64, xq_bytes);
-    size_t tile_bytes = 0;
+    size_t tile_bytes = 0, xr_bytes = 0;
     if (max_tokens >= MATMUL_BLAS_MIN_TOKENS) {
+        xr_bytes = round_up((size_t)max_tokens * (size_t)max_n_in * sizeof(float), 64);
+        c->xr = aligned_alloc(64, xr_bytes);
         size_t rows = TILE_BYTES / sizeof(float) / (size_t)max_n_in;
         rows = rows < TILE_MIN_ROWS ? TILE_MIN_ROWS : rows > TILE_MAX_ROWS ? TILE_MAX_ROWS : rows;
         c->tile_floats = round_up(rows * (size_t)max_n_in, 16);
         tile_bytes = (size_t)n_threads * c->tile_floats * sizeof(float);
         c->tiles = aligned_alloc(64, tile_bytes);
     }
-    c->scratch_bytes = xq_bytes + tile_bytes;
-    int rc = (!c->xq || (tile_bytes && !c->tiles)) ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes;
+    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr))) ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
         return rc;
@@ -76,6 +78,7 @@ void compute_destroy(struct compute *c) {
     if (!c) return;
     pool_destroy(c->pool);
     free(c->xq);
+    free(c->xr);
     free(c->tiles);
     free(c);
 }
@@ -136,6 +139,23 @@ static void quantize_rows(void *job) {
     struct matmul_job *j = job;
     for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
         quant_from_float(j->xtype, j->x + t * j->n_in, (uint8_t *)j->xq + t * j->xq_stride, j->n_in);
+}
+
+/* xr rows = the xq rows back in F32: the activations exactly as the vector path sees them. */
+static void round_rows(void *job) {
+    struct matmul_job *j = job;
+    quant_to_float_fn to_float = quant_get_to_float(j->c->level, j->xtype);
+    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
+        to_float(j->xq + t * j->xq_stride, j->c->xr + t * j->n_in, j->n_in);
+}
+
+/* Activations to xtype in xq (all n_tok rows), on the pool when there is enough work. */
+static void quantize_all(struct matmul_job *j) {
+    j->xq = j->c->xq;
+    j->xq_stride = j->c->xq_stride;
+    if (j->n_tok * j->n_in >= 8192) pool_run(j->c->pool, quantize_rows, j);
+    else quantize_rows(j);
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 }
 
 static void vec_rows(void *job) {
@@ -214,6 +234,14 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     }
     if (path == MATMUL_BLAS) {
         ASSERT(c->tiles);
+        if (j.xtype != GGML_TYPE_F32) {
+            /* The reference dots quantized weights with activations in xtype at every batch size:
+             * multiply the activations rounded through xtype, so both paths give its numbers. */
+            quantize_all(&j);
+            pool_run(c->pool, round_rows, &j);
+            atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+            j.x = c->xr;
+        }
         j.to_float = quant_get_to_float(c->level, wtype);
         /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
         int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
@@ -230,12 +258,7 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);
     } else {
-        ASSERT(n_tok <= c->vec_tokens);
-        j.xq = c->xq;
-        j.xq_stride = c->xq_stride;
-        if (n_tok * n_in >= 8192) pool_run(c->pool, quantize_rows, &j);
-        else quantize_rows(&j);
-        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+        quantize_all(&j);
     }
     j.chunk_rows = VEC_CHUNK_ROWS;
     j.n_chunks = div_up(n_out, j.chunk_rows);

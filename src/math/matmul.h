@@ -17,9 +17,11 @@
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
  *       decoded once per four tokens. A token's result does not depend on the batch it is in.
- *   n_tok >= MATMUL_BLAS_MIN_TOKENS: each thread dequantizes a tile of weight rows to F32 and runs
- *       a single-threaded OpenBLAS sgemm on it (OpenBLAS is set to 1 thread by compute_create, so
- *       its threads and ours never spin against each other).
+ *   n_tok >= MATMUL_BLAS_MIN_TOKENS: the activations are rounded through the same type (quantized
+ *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
+ *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
+ *       on it (OpenBLAS is set to 1 thread by compute_create, so its threads and ours never spin
+ *       against each other).
  *
  *   struct compute *c;
  *   if (compute_create(&c, 2, 512, 5632) < 0) ...;

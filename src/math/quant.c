@@ -168,9 +168,11 @@ static void from_float_q8_0(const float *x, void *dst, int64_t n) {
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         float amax;
         signed_absmax(x, QK8_0, &amax);
-        float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        /* As the reference's x86 code: levels x * (127 / amax) rounded half to even (its portable
+         * code, x * (1 / d) rounded away from zero, picks another level now and then). */
+        float d = amax / 127, id = amax ? 127.f / amax : 0.0f;
         y[i].d = F2H(d);
-        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
     }
 }
 

@@ -410,16 +410,6 @@ AVX2 static inline float absmax_32(const float *x) {
     return hmax_ps(m);
 }
 
-/* roundf (half away from zero) of 8 floats as int32: truncate, then step away from zero when
- * the dropped part is at least one half (exact: v - trunc(v) is exact in float). */
-AVX2 static inline __m256i roundf_epi32(__m256 v) {
-    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __m256 frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
-    __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
-                                _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f))));
-    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
-}
-
 /* 32 int32 (four vectors, element order) -> 32 int8 */
 AVX2 static inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
     __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
@@ -430,11 +420,12 @@ AVX2 static inline __m256i pack_32(__m256i a, __m256i b, __m256i c, __m256i d) {
 AVX2 static void from_float_q8_0(const float *x, void *dst, int64_t n) {
     block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        float d = absmax_32(x) / 127, id = d ? 1.0f / d : 0.0f;
+        float amax = absmax_32(x), d = amax / 127, id = amax ? 127.f / amax : 0.0f;
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         __m256 vid = _mm256_set1_ps(id);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) q[k] = roundf_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid));
+        __m256i q[4]; /* half to even, like the scalar version (see quant.c) */
+        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+            _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         _mm256_storeu_si256((__m256i *)y[i].qs, pack_32(q[0], q[1], q[2], q[3]));
     }
 }

@@ -53,9 +53,6 @@ struct forward_scratch {
     uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
     float *og;          /* [att_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
-    float *xr;          /* [T][max_n_in] activations rounded for the sgemm path of mm() */
-    uint8_t *xq;        /* [T][2 * max_n_in] their quantized form */
-    int64_t max_n_in;
 };
 
 static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
@@ -71,7 +68,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -124,9 +121,6 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->h16 = scratch_alloc(s, (size_t)s->att_rows * (ctx > hd ? ctx : hd), sizeof(uint16_t), &ok);
     s->og = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
-    s->max_n_in = max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq);
-    s->xr = scratch_alloc(s, T * (size_t)s->max_n_in, sizeof(float), &ok);
-    s->xq = scratch_alloc(s, T * (size_t)s->max_n_in * 2, 1, &ok);
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
     int rc = ok ? 0 : -ERR_NOMEM;
     if (rc == 0) {
@@ -237,34 +231,8 @@ static void add_bias(float *x, const float *bias, int64_t n, int64_t n_rows) {
         for (int64_t i = 0; i < n; i++) x[r * n + i] += bias[i];
 }
 
-struct round_job {
-    enum ggml_type vt;
-    const float *x;
-    float *y;
-    uint8_t *q;
-    int64_t n;
-};
-
-static void round_rows(void *arg, int64_t r0, int64_t r1) {
-    const struct round_job *j = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        uint8_t *q = j->q + r * j->n * 2;
-        quant_from_float(j->vt, j->x + r * j->n, q, j->n);
-        quant_to_float(j->vt, q, j->y + r * j->n, j->n);
-    }
-}
-
-/* y = W·x. The reference dots quantized weights with activations quantized to the weight's
- * vec_dot type at every batch size; matmul does that for small batches, while its sgemm path
- * multiplies F32 activations. Feeding that path the activations rounded through the vec_dot type
- * gives the reference's numbers there too, at the cost of one pass over x. */
+/* y = W·x; matmul computes with the activations as the reference does at every batch size. */
 static void mm(struct forward_scratch *s, const struct model_weight *w, const float *x, int64_t n_tok, float *y) {
-    enum ggml_type vt = quant_vec_dot_type(w->type);
-    if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
-        struct round_job j = {.vt = vt, .x = x, .y = s->xr, .q = s->xq, .n = w->n_in};
-        rows_for(s->c, n_tok, w->n_in, round_rows, &j);
-        x = s->xr;
-    }
     matmul(s->c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
 }
 

@@ -179,8 +179,6 @@ struct mamba_scratch {
     float *dt;    /* [max_tokens][d_inner]    ssm_dt output (bias and softplus applied in the scan) */
     float *y;     /* [max_tokens][d_inner]    scan output, gated */
     float *o;     /* [max_outputs][n_embd]    normed rows of the entries that want logits */
-    float *xr;    /* [max_tokens][max_n_in]   activations rounded through the dot type (see mm) */
-    void *xq;     /* one activation row in the dot type: max_n_in elements, <= 4 bytes each */
 };
 
 int mamba_scratch_create(struct mamba_scratch **out, const struct mamba_model *m, int32_t max_tokens, int32_t max_outputs) {
@@ -201,8 +199,6 @@ int mamba_scratch_create(struct mamba_scratch **out, const struct mamba_model *m
         {&s->dt, t * (size_t)hp->d_inner},
         {&s->y, t * (size_t)hp->d_inner},
         {&s->o, (size_t)max_outputs * (size_t)hp->n_embd},
-        {&s->xr, t * (size_t)mamba_max_n_in(m)},
-        {(float **)&s->xq, (size_t)mamba_max_n_in(m)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         *bufs[i].p = malloc(bufs[i].n * sizeof(float));
@@ -216,7 +212,7 @@ int mamba_scratch_create(struct mamba_scratch **out, const struct mamba_model *m
 void mamba_scratch_destroy(struct mamba_scratch *s) {
     if (!s) return;
     free(s->h); free(s->u); free(s->xz); free(s->x); free(s->dbc);
-    free(s->dtr); free(s->dt); free(s->y); free(s->o); free(s->xr); free(s->xq);
+    free(s->dtr); free(s->dt); free(s->y); free(s->o);
     free(s);
 }
 
@@ -300,22 +296,8 @@ static void scan_channels(void *arg, int64_t c0, int64_t c1) {
     }
 }
 
-/* y = W x for n_tok rows. The reference dots every weight type but F32 with activations converted
- * to quant_vec_dot_type (Q8_0 for Q8_0 weights, F16 for F16), at every batch size. math's matmul
- * does so below MATMUL_BLAS_MIN_TOKENS, but its sgemm path multiplies the raw F32 activations,
- * which moves this (sensitive) model's logits by up to 4.4% of their range, over the 3% bar. Until
- * that path rounds the activations itself, round them here: quantize and dequantize each row, so
- * sgemm computes dot(dequant(w), dequant(quant(x))), the reference's product. */
-static void mm(struct compute *c, struct mamba_scratch *s, const struct model_weight *w, const float *x,
-               int64_t n_tok, float *y) {
-    enum ggml_type vt = quant_vec_dot_type(w->type);
-    if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
-        for (int64_t t = 0; t < n_tok; t++) {
-            quant_from_float(vt, x + t * w->n_in, s->xq, w->n_in);
-            quant_to_float(vt, s->xq, s->xr + t * w->n_in, w->n_in);
-        }
-        x = s->xr;
-    }
+/* y = W x for n_tok rows (matmul rounds the activations as the reference does). */
+static void mm(struct compute *c, const struct model_weight *w, const float *x, int64_t n_tok, float *y) {
     matmul(c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
 }
 
@@ -326,15 +308,15 @@ static void layer_forward(const struct mamba_model *m, int32_t il, struct comput
     const int32_t T = b->n_tokens, d = hp->d_inner, n_dbc = hp->dt_rank + 2 * hp->d_state;
     for (int32_t i = 0; i < T; i++)
         rms_norm(s->h + (int64_t)i * hp->n_embd, l->norm, hp->n_embd, hp->rms_eps, s->u + (int64_t)i * hp->n_embd);
-    mm(c, s, &l->in, s->u, T, s->xz);
+    mm(c, &l->in, s->u, T, s->xz);
     struct layer_job job = {.hp = hp, .l = l, .il = il, .r = r, .b = b, .s = s};
     compute_parallel_for(c, d, conv_channels, &job);
-    mm(c, s, &l->x, s->x, T, s->dbc);
+    mm(c, &l->x, s->x, T, s->dbc);
     for (int32_t i = 0; i < T; i++)
         memcpy(s->dtr + (int64_t)i * hp->dt_rank, s->dbc + (int64_t)i * n_dbc, (size_t)hp->dt_rank * sizeof(float));
-    mm(c, s, &l->dt, s->dtr, T, s->dt);
+    mm(c, &l->dt, s->dtr, T, s->dt);
     compute_parallel_for(c, d, scan_channels, &job);
-    mm(c, s, &l->out, s->y, T, s->u);
+    mm(c, &l->out, s->y, T, s->u);
     for (int64_t k = 0; k < (int64_t)T * hp->n_embd; k++) s->h[k] += s->u[k];
 }
 
@@ -375,7 +357,7 @@ int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct c
         if (b->want_logits[i])
             rms_norm(s->h + (int64_t)i * hp->n_embd, m->output_norm, hp->n_embd, hp->rms_eps,
                      s->o + (int64_t)n_out++ * hp->n_embd);
-    if (n_out) mm(c, s, &m->output, s->o, n_out, logits);
+    if (n_out) mm(c, &m->output, s->o, n_out, logits);
     return 0;
 }
 

@@ -47,8 +47,8 @@ static int check_matmul(struct compute *c, enum ggml_type ty, int64_t n_in, int6
     enum ggml_type vt = quant_vec_dot_type(ty);
     /* Q8_1 carries d*sum(q) as fp16 (the reference's rounding): allow for it. */
     double tol = vt == GGML_TYPE_Q8_1 && n_tok < MATMUL_BLAS_MIN_TOKENS ? 1e-3 : 1e-4;
-    for (int64_t t = 0; ok && t < n_tok; t++) { /* the activations as the chosen path sees them */
-        if (n_tok >= MATMUL_BLAS_MIN_TOKENS || vt == GGML_TYPE_F32) {
+    for (int64_t t = 0; ok && t < n_tok; t++) { /* the activations as both paths see them */
+        if (vt == GGML_TYPE_F32) {
             memcpy(xr + t * n_in, x + t * n_in, sizeof(float) * (size_t)n_in);
         } else {
             quant_from_float(vt, x + t * n_in, xq, n_in);

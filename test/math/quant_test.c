@@ -108,6 +108,13 @@ TEST(quant_activation_quantization_follows_reference) {
     CHECK(fabsf(fp16_to_f32(q8[0].d) - 23.5f / 127) < 1e-4f);
     CHECK_EQ_INT(q8[0].qs[0], -41);
     CHECK_EQ_INT(q8[0].qs[31], 127);
+    /* Exact halves round to even, as the reference's x86 code quantizes (127 / amax, nearest-even);
+     * its portable code (half away from zero) would give 3 and 1. A block max of 127 makes the scale 1. */
+    float halves[32] = {127.0f, 2.5f, -3.5f, 0.5f};
+    quant_from_float(GGML_TYPE_Q8_0, halves, q8, 32);
+    CHECK_EQ_INT(q8[0].qs[1], 2);
+    CHECK_EQ_INT(q8[0].qs[2], -4);
+    CHECK_EQ_INT(q8[0].qs[3], 0);
 
     block_q8_1 q81[QK_K / 32];
     quant_from_float(GGML_TYPE_Q8_1, x, q81, QK_K);
