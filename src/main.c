@@ -24,6 +24,7 @@ static const struct subcommand subcommands[] = {
     /* one line per subcommand: {"name", cmd_name, "what it does"}, */
     {"help", cmd_help, "list the subcommands"},
     {"serve", cmd_serve, "run the HTTP server (the default; uvlm --help for its flags)"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text (--model M --text T | --file F)"},
     {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
 };
 

@@ -6,6 +6,7 @@
 
 /* one declaration per subcommand */
 int cmd_serve(int argc, char **argv); /* the HTTP server (serve.c); also what flags alone run */
+int cmd_tokenize(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
 
 #endif
