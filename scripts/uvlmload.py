@@ -87,14 +87,23 @@ async def request(host, port, method, path, body=None, headers=None, kind="", cu
                 + "\r\n").encode()
         if send_delay is None:
             writer.write(head + (data or b""))
+            await writer.drain()
+            await asyncio.wait_for(_read_response(reader, res, cut_after_events), timeout)
         else:
-            for i in range(len(head)):
-                writer.write(head[i:i + 1])
+            # read while trickling the bytes out: the server may answer (408) and close first
+            reading = asyncio.ensure_future(asyncio.wait_for(_read_response(reader, res, cut_after_events), timeout))
+            try:
+                for i in range(len(head)):
+                    if reading.done():
+                        break
+                    writer.write(head[i:i + 1])
+                    await writer.drain()
+                    await asyncio.sleep(send_delay)
+                writer.write(data or b"")
                 await writer.drain()
-                await asyncio.sleep(send_delay)
-            writer.write(data or b"")
-        await writer.drain()
-        await asyncio.wait_for(_read_response(reader, res, cut_after_events), timeout)
+            except OSError:
+                pass
+            await reading
     except asyncio.TimeoutError:
         res.error = "timeout"
     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
