@@ -24,6 +24,7 @@ LIB_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS)) $(LLHTTP_OBJS)
 TEST_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRCS))
 RUNNER    := $(BUILD)/test-runner
 $(TEST_OBJS): CFLAGS += -Itest
+BENCH_BINS := $(patsubst test/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
 .PHONY: all test unit e2e check bench fuzz clean
 all: $(BIN)
@@ -51,8 +52,13 @@ check:
 	  OPTFLAGS="-O1 -g -march=native -fno-omit-frame-pointer" \
 	  SANFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
-bench: $(BIN)
+bench: $(BIN) $(BENCH_BINS)
 	scripts/bench
+
+# Benchmark programs: test/bench/NAME.c -> build/bench/NAME, linked with the server's objects.
+$(BUILD)/bench/%: test/bench/%.c $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(DEPS_LIBS)
 
 fuzz:
 	$(MAKE) -f scripts/fuzz.mk

@@ -27,11 +27,10 @@ FUZZ_CFLAGS  := $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -std=c11 -D_GNU_SOURCE -
 FUZZ_TARGETS ?= http api gguf tokenizer
 
 # What each target links: only the layers it exercises (no libuv, no BLAS).
-COMMON_SRCS  := $(sort $(wildcard src/common/*.c))
-FUZZ_SRCS_gguf      := $(COMMON_SRCS) $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
+FUZZ_SRCS_gguf      := src/common/err.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
 FUZZ_SRCS_tokenizer := $(FUZZ_SRCS_gguf)
 FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c
-FUZZ_SRCS_api       := $(COMMON_SRCS) $(addprefix src/api/,params.c render.c chat_json.c chat_template.c \
+FUZZ_SRCS_api       := src/common/err.c $(addprefix src/api/,params.c render.c chat_json.c chat_template.c \
                        errors.c stream_text.c)
 FUZZ_LLHTTP_http    := $(FUZZ_BUILD)/llhttp/api.o $(FUZZ_BUILD)/llhttp/http.o $(FUZZ_BUILD)/llhttp/llhttp.o
 FUZZ_LIBS_api       := -ljansson

@@ -26,6 +26,9 @@ static const struct subcommand subcommands[] = {
     {"serve", cmd_serve, "run the HTTP server (the default; uvlm --help for its flags)"},
     {"tokenize", cmd_tokenize, "print the token ids of a text (--model M --text T | --file F)"},
     {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
+    {"generate", cmd_generate, "generate text from one prompt, then print tok/s (--model M --prompt P)"},
+    {"eval-logits", cmd_eval_logits, "top-K logits of prompts and greedy runs as reference JSON"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2 GGUF of any shape and weight type"},
 };
 
 static void usage(FILE *out) {
@@ -36,13 +39,22 @@ static void usage(FILE *out) {
 
 /* Debian's OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512 CPUs it does not know (Zen 4/5);
  * its SkylakeX kernels run sgemm about 1.8x faster there. The library reads OPENBLAS_CORETYPE when
- * it loads, before main(), so the only way to set it is to re-exec ourselves once. */
+ * it loads, before main(), so the only way to set it is to re-exec ourselves once. On AVX-512 CPUs
+ * we want SkylakeX even when the environment inherited another value (some images export Haswell
+ * for every program); UVLM_OPENBLAS_CORETYPE overrides the choice: a core name, or "keep" to use
+ * OPENBLAS_CORETYPE as inherited. */
 static void openblas_pick_core(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv("UVLM_NO_REEXEC")) return;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f")) return;
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: carry on with the default kernels */
+    const char *want = getenv("UVLM_OPENBLAS_CORETYPE");
+    if (!want) {
+        __builtin_cpu_init();
+        if (!__builtin_cpu_supports("avx512f")) return;
+        want = "SkylakeX";
+    }
+    if (!strcmp(want, "keep")) return;
+    const char *have = getenv("OPENBLAS_CORETYPE");
+    if (have && !strcmp(have, want)) return; /* already set: also what stops the re-exec looping */
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: carry on with the inherited kernels */
 }
 
 int main(int argc, char **argv) {

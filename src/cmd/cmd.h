@@ -9,4 +9,8 @@ int cmd_serve(int argc, char **argv); /* the HTTP server (serve.c); also what fl
 int cmd_tokenize(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
 
+int cmd_eval_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+
 #endif

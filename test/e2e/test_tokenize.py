@@ -3,6 +3,7 @@ models' prompt tokens (add_special) reproduced from full model files, and the CL
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 
 UVLM = os.environ.get("UVLM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "uvlm"))
@@ -53,11 +54,17 @@ class TokenizeModelPrompts(unittest.TestCase):
                 model = shared("models", name + ".gguf")
                 with open(shared("reference", name + ".json")) as f:
                     ref = json.load(f)
-                for case in ref["cases"]:
-                    r = tokenize("--model", model, "--add-special", "--text", case["prompt"])
-                    self.assertEqual(r.returncode, 0, r.stderr)
-                    got = [int(x) for x in r.stdout.split()]
-                    self.assertEqual(got, case["tokens"], case["prompt"][:40])
+                # All prompts in one run, in the .inp format: one output line per prompt.
+                with tempfile.NamedTemporaryFile(suffix=".inp") as inp:
+                    for case in ref["cases"]:
+                        inp.write(case["prompt"].encode() + b"\n__ggml_vocab_test__\n")
+                    inp.flush()
+                    r = tokenize("--model", model, "--add-special", "--file", inp.name)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                lines = r.stdout.decode().split("\n")
+                self.assertEqual(len(lines), len(ref["cases"]) + 1)
+                for case, line in zip(ref["cases"], lines):
+                    self.assertEqual([int(x) for x in line.split()], case["tokens"], case["prompt"][:40])
 
 
 class TokenizeErrors(unittest.TestCase):

@@ -245,3 +245,35 @@ TEST(tokenizer_encode_from_several_threads) {
         CHECK(args[i].n > 3);
     }
 }
+
+#include "tokenizer/internal.h"
+
+/* SPM merges word by word when the vocabulary allows it (spm.c): that must give exactly what one
+ * pass over the whole text gives. Compared on every .inp file's whole text, for both SPM vocabs. */
+TEST(tokenizer_spm_word_split_matches_whole_text_merge) {
+    const char *names[] = {"llama-spm", "phi-3"};
+    for (size_t v = 0; v < 2; v++) {
+        VOCAB(tok, names[v]);
+        CHECK(tok->spm_word_split);
+        for (size_t f = 0; f < N_SHARED_VOCABS; f++) {
+            char rel[128];
+            snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", shared_vocabs[f]);
+            SHARED(path, rel);
+            size_t len;
+            char *text = slurp(path, &len);
+            CHECK(text);
+            int32_t *a, *b;
+            size_t na, nb;
+            CHECK_EQ_INT(tokenizer_encode_alloc(tok, text, len, false, false, &a, &na), 0);
+            tok->spm_word_split = false; /* test-only: the one-pass path */
+            int rc = tokenizer_encode_alloc(tok, text, len, false, false, &b, &nb);
+            tok->spm_word_split = true;
+            CHECK_EQ_INT(rc, 0);
+            CHECK_EQ_INT(na, nb);
+            CHECK(!memcmp(a, b, na * sizeof *a));
+            free(a);
+            free(b);
+            free(text);
+        }
+    }
+}

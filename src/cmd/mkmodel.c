@@ -1,0 +1,230 @@
+/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2] [--n-embd N] [--n-layer N]
+ *            [--n-head N] [--n-head-kv N] [--n-ff N] [--type T] [--tied] [--ctx N] [--rope-base B]
+ *            [--seed S]
+ * Writes a GGUF model of the given shape with random weights and the tokenizer.* metadata of the
+ * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf). T is one of
+ * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (Q4_K, with Q6_K for the output
+ * and attn_v matrices). Matrices are quantized from F32 with the reference algorithms
+ * (quant_from_float). A matrix whose rows are not a multiple of the type's block falls back
+ * (K-quants need 256: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), as the reference's quantizer does.
+ *
+ * The weights are scaled so that the logits are peaky (a few units apart, like trained models)
+ * and every layer matters: uniform init with std 1/sqrt(n_in) for the matrices, and an output
+ * scale of 4 on the logits. */
+#include "cmd/cmd.h"
+#include "common/err.h"
+#include "gguf/gguf.h"
+#include "gguf/writer.h"
+#include "math/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mk {
+    const char *arch;
+    int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    float rope_base;
+    bool tied;
+    enum ggml_type type;
+    bool q4_k_m;
+    uint64_t rng;
+};
+
+static const struct { const char *name; enum ggml_type type; } type_names[] = {
+    {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
+    {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
+    {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}, {"q4_k_m", GGML_TYPE_Q4_K},
+};
+
+static void mk_usage(FILE *out) {
+    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2] [--n-embd 256] [--n-layer 4]\n"
+                 "         [--n-head 8] [--n-head-kv 4] [--n-ff 768] [--type f16] [--tied] [--ctx 4096]\n"
+                 "         [--rope-base 10000] [--seed 1]\n"
+                 "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n");
+}
+
+/* Uniform in [-1, 1) (xorshift64*). */
+static float uniform(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (float)((*s * 0x2545F4914F6CDD1Du) >> 40) * 0x1.0p-23f - 1.0f;
+}
+
+/* The type a matrix gets: the requested one, the Q4_K_M exceptions, and the block fallbacks. */
+static enum ggml_type matrix_type(const struct mk *mk, const char *name, uint64_t n_in) {
+    enum ggml_type t = mk->type;
+    if (mk->q4_k_m && (strstr(name, "attn_v") || !strcmp(name, "output.weight"))) t = GGML_TYPE_Q6_K;
+    if (ggml_row_size(t, n_in) == 0) {
+        t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 : t == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q8_0;
+        if (ggml_row_size(t, n_in) == 0) t = GGML_TYPE_F16;
+    }
+    return t;
+}
+
+struct tensor_plan {
+    char name[96];
+    uint64_t n_in, n_out;     /* n_out 1: a vector */
+    enum ggml_type type;
+    float scale;              /* values uniform in [-scale, scale); 0: all ones (norms) */
+};
+
+static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
+    int n = 0;
+    uint64_t e = (uint64_t)mk->n_embd, hd = e / (uint64_t)mk->n_head;
+    uint64_t nq = hd * (uint64_t)mk->n_head, nkv = hd * (uint64_t)mk->n_head_kv, ff = (uint64_t)mk->n_ff;
+    float s3 = sqrtf(3.0f);  /* uniform [-a, a) has std a / sqrt(3) */
+#define ADD(nm, in, out, sc) do { snprintf(p[n].name, sizeof p[n].name, "%s", nm); p[n].n_in = (in); \
+        p[n].n_out = (out); p[n].scale = (sc); \
+        p[n].type = (out) == 1 ? GGML_TYPE_F32 : matrix_type(mk, p[n].name, (in)); n++; } while (0)
+    ADD("token_embd.weight", e, (uint64_t)n_vocab, s3);
+    ADD("output_norm.weight", e, 1, 0);
+    if (!mk->tied) ADD("output.weight", e, (uint64_t)n_vocab, 4 * s3 / sqrtf((float)e));
+    for (int32_t l = 0; l < mk->n_layer; l++) {
+        char nm[96];
+#define LAYER(suffix, in, out, sc) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); ADD(nm, in, out, sc); } while (0)
+        LAYER("attn_norm.weight", e, 1, 0);
+        LAYER("attn_q.weight", e, nq, s3 / sqrtf((float)e));
+        LAYER("attn_k.weight", e, nkv, s3 / sqrtf((float)e));
+        LAYER("attn_v.weight", e, nkv, s3 / sqrtf((float)e));
+        if (!strcmp(mk->arch, "qwen2")) {
+            LAYER("attn_q.bias", nq, 1, 0.1f);
+            LAYER("attn_k.bias", nkv, 1, 0.1f);
+            LAYER("attn_v.bias", nkv, 1, 0.1f);
+        }
+        LAYER("attn_output.weight", nq, e, s3 / sqrtf((float)nq));
+        LAYER("ffn_norm.weight", e, 1, 0);
+        LAYER("ffn_gate.weight", e, ff, s3 / sqrtf((float)e));
+        LAYER("ffn_up.weight", e, ff, s3 / sqrtf((float)e));
+        LAYER("ffn_down.weight", ff, e, s3 / sqrtf((float)ff));
+#undef LAYER
+    }
+#undef ADD
+    return n;
+}
+
+/* Biases are vectors with a nonzero scale; norms are all ones. */
+static int write_tensor(struct gguf_writer *w, struct mk *mk, const struct tensor_plan *t, float *row, void *q) {
+    uint64_t n_rows = t->n_out, n_in = t->n_in;
+    if (n_rows == 1) {
+        for (uint64_t i = 0; i < n_in; i++) row[i] = t->scale == 0 ? 1.0f : t->scale * uniform(&mk->rng);
+        gguf_writer_write(w, row, n_in * sizeof(float));
+        return w->err;
+    }
+    size_t rs = ggml_row_size(t->type, n_in);
+    for (uint64_t r = 0; r < n_rows && !w->err; r++) {
+        for (uint64_t i = 0; i < n_in; i++) row[i] = t->scale * uniform(&mk->rng);
+        quant_from_float(t->type, row, q, (int64_t)n_in);
+        gguf_writer_write(w, q, rs);
+    }
+    return w->err;
+}
+
+static int parse(struct mk *mk, const char **out, const char **vocab, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--tied")) {
+            mk->tied = true;
+            continue;
+        }
+        if (!v) return -1;
+        i++;
+        if (!strcmp(a, "--out")) *out = v;
+        else if (!strcmp(a, "--vocab")) *vocab = v;
+        else if (!strcmp(a, "--arch")) mk->arch = v;
+        else if (!strcmp(a, "--n-embd")) mk->n_embd = atoi(v);
+        else if (!strcmp(a, "--n-layer")) mk->n_layer = atoi(v);
+        else if (!strcmp(a, "--n-head")) mk->n_head = atoi(v);
+        else if (!strcmp(a, "--n-head-kv")) mk->n_head_kv = atoi(v);
+        else if (!strcmp(a, "--n-ff")) mk->n_ff = atoi(v);
+        else if (!strcmp(a, "--ctx")) mk->n_ctx = atoi(v);
+        else if (!strcmp(a, "--rope-base")) mk->rope_base = strtof(v, NULL);
+        else if (!strcmp(a, "--seed")) mk->rng = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--type")) {
+            size_t k = 0;
+            while (k < sizeof type_names / sizeof *type_names && strcmp(type_names[k].name, v)) k++;
+            if (k == sizeof type_names / sizeof *type_names) return -1;
+            mk->type = type_names[k].type;
+            mk->q4_k_m = !strcmp(v, "q4_k_m");
+        } else return -1;
+    }
+    bool ok = *out && *vocab && (!strcmp(mk->arch, "llama") || !strcmp(mk->arch, "qwen2")) && mk->n_embd > 0 &&
+              mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 && mk->n_head % mk->n_head_kv == 0 &&
+              mk->n_embd % mk->n_head == 0 && mk->n_ff > 0 && mk->n_ctx > 0 && mk->rope_base > 0;
+    return ok ? 0 : -1;
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    struct mk mk = {.arch = "llama", .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4, .n_ff = 768,
+                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1};
+    const char *out = NULL, *vocab_path = NULL;
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        mk_usage(stdout);
+        return 0;
+    }
+    if (parse(&mk, &out, &vocab_path, argc, argv) < 0) {
+        mk_usage(stderr);
+        return 2;
+    }
+    if (mk.rng == 0) mk.rng = 1;  /* xorshift needs a nonzero state */
+    char why[256];
+    struct gguf_file vocab;
+    if (gguf_open(&vocab, vocab_path, why, sizeof why) < 0) {
+        fprintf(stderr, "mkmodel: %s: %s\n", vocab_path, why);
+        return 1;
+    }
+    const struct gguf_array *toks = gguf_get_arr(&vocab, "tokenizer.ggml.tokens");
+    if (!toks || toks->n == 0 || toks->n > INT32_MAX) {
+        fprintf(stderr, "mkmodel: %s has no tokenizer.ggml.tokens\n", vocab_path);
+        gguf_close(&vocab);
+        return 1;
+    }
+    int32_t n_vocab = (int32_t)toks->n;
+    struct gguf_writer w;
+    gguf_writer_init(&w);
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", mk.arch, suffix), key)
+    gguf_writer_set_str(&w, "general.architecture", mk.arch);
+    gguf_writer_set_str(&w, "general.name", "uvlm mkmodel random weights");
+    gguf_writer_set_u32(&w, KEY("context_length"), (uint32_t)mk.n_ctx);
+    gguf_writer_set_u32(&w, KEY("embedding_length"), (uint32_t)mk.n_embd);
+    gguf_writer_set_u32(&w, KEY("block_count"), (uint32_t)mk.n_layer);
+    gguf_writer_set_u32(&w, KEY("feed_forward_length"), (uint32_t)mk.n_ff);
+    gguf_writer_set_u32(&w, KEY("attention.head_count"), (uint32_t)mk.n_head);
+    gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
+    gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
+    gguf_writer_set_f32(&w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+#undef KEY
+    for (uint64_t i = 0; i < vocab.n_kv; i++) {
+        struct gguf_str k = vocab.kv[i].key;
+        if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(&w, &vocab.kv[i]);
+    }
+    int n_plan = 4 + 12 * mk.n_layer;
+    struct tensor_plan *p = calloc((size_t)n_plan, sizeof *p);
+    uint64_t max_in = (uint64_t)(mk.n_ff > mk.n_embd ? mk.n_ff : mk.n_embd);
+    float *row = malloc(max_in * sizeof *row);
+    void *q = malloc(max_in * sizeof(float));
+    int rc = -ERR_NOMEM;
+    if (p && row && q) {
+        n_plan = plan(&mk, n_vocab, p);
+        for (int i = 0; i < n_plan; i++) gguf_writer_add_tensor(&w, p[i].name, p[i].type, p[i].n_in, p[i].n_out);
+        rc = gguf_writer_begin(&w, out);
+        for (int i = 0; i < n_plan && rc == 0; i++) rc = write_tensor(&w, &mk, &p[i], row, q);
+    }
+    int frc = gguf_writer_finish(&w);
+    if (rc == 0) rc = frc;
+    free(p);
+    free(row);
+    free(q);
+    gguf_close(&vocab);
+    if (rc < 0) {
+        fprintf(stderr, "mkmodel: writing %s: %s\n", out, err_str(rc));
+        return 1;
+    }
+    fprintf(stderr, "mkmodel: wrote %s (%s, n_embd %d, %d layers, %d/%d heads, n_ff %d, vocab %d, %s%s)\n", out,
+            mk.arch, mk.n_embd, mk.n_layer, mk.n_head, mk.n_head_kv, mk.n_ff, n_vocab,
+            ggml_type_info(mk.type)->name, mk.q4_k_m ? " (q4_k_m mix)" : "");
+    return 0;
+}

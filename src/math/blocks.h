@@ -1,0 +1,116 @@
+/* blocks.h: the in-memory layout of one block of each quantized GGUF type (private to src/math).
+ *
+ * Layouts are exactly the GGUF ones (little-endian, fp16 scales stored as raw uint16). A value is
+ * reconstructed as follows (q: the stored small integer of one element):
+ *   Q4_0  x = d * (q - 8)                q: 4 bits                       32 per block
+ *   Q4_1  x = d * q + m                  q: 4 bits                       32 per block
+ *   Q5_0  x = d * (q - 16)               q: 4 low bits in qs, bit 4 in qh
+ *   Q5_1  x = d * q + m                  q: as Q5_0
+ *   Q8_0  x = d * q                      q: int8
+ *   Q8_1  x = d * q, s = d * sum(q)      (activation type for the _1 weights)
+ *   Q4_K  256 per super-block, 8 sub-blocks of 32: x = d*sc[j]*q - dmin*m[j], sc/m 6-bit packed
+ *   Q5_K  as Q4_K with a fifth bit per element in qh
+ *   Q6_K  16 sub-blocks of 16: x = d * scales[j] * (q - 32), q: 4 low bits in ql, 2 high in qh
+ *   Q8_K  x = d * q (float d), bsums[j] = sum of q over the j-th 16 elements (activation type)
+ */
+#ifndef UVLM_MATH_BLOCKS_H
+#define UVLM_MATH_BLOCKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[QK8_1]; } block_q8_1;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+} block_q6_K;
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block: sub-blocks 0-3 keep
+ * theirs in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 keep their low 4
+ * bits in the nibbles of bytes 8-11 and their top 2 bits in the top bits of bytes 0-7. */
+static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* All eight scales (bytes of *sc) and mins (bytes of *mn) of a Q4_K/Q5_K super-block at once,
+ * for the SIMD kernels; kept in registers (a byte array read back as one vector would cost a
+ * store-forwarding stall). */
+static inline void k4_scales_mins(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0 = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    uint32_t u1 = (uint32_t)q[4] | (uint32_t)q[5] << 8 | (uint32_t)q[6] << 16 | (uint32_t)q[7] << 24;
+    uint32_t u2 = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 | (uint32_t)q[11] << 24;
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0xc0c0c0c0;
+    *sc = (u0 & low6) | (uint64_t)((u2 & low4) | ((u0 & top2) >> 2)) << 32;
+    *mn = (u1 & low6) | (uint64_t)(((u2 >> 4) & low4) | ((u1 & top2) >> 2)) << 32;
+}
+
+/* Super-block i of a Q4_K (q5 = 0) or Q5_K row, as the SIMD kernels read it: both layouts start
+ * with d, dmin and the 12 scale bytes; qh is NULL for Q4_K. */
+struct k45_view {
+    uint16_t d, dmin;
+    uint64_t sc, mn; /* the 8 scales and 8 mins as bytes (k4_scales_mins) */
+    const uint8_t *qs, *qh;
+};
+
+static inline struct k45_view k45_view(const void *row, int64_t i, int q5) {
+    struct k45_view v;
+    const uint8_t *blk = (const uint8_t *)row + (size_t)i * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    const block_q4_K *b4 = (const block_q4_K *)blk;
+    v.d = b4->d;
+    v.dmin = b4->dmin;
+    k4_scales_mins(b4->scales, &v.sc, &v.mn);
+    v.qs = q5 ? ((const block_q5_K *)blk)->qs : b4->qs;
+    v.qh = q5 ? ((const block_q5_K *)blk)->qh : NULL;
+    return v;
+}
+
+#endif

@@ -1,0 +1,56 @@
+/* kernels.h: the per-instruction-set kernel tables behind quant.h (private to src/math and its
+ * tests). Each table holds, per weight type, the row dot product and the row dequantizer; a wider
+ * instruction set falls back to the scalar kernel where it has none of its own.
+ * The scalar table is the reference every SIMD table is tested against.
+ *
+ *   quant_vec_dot_fn dot = quant_get_vec_dot(simd_level_best(), GGML_TYPE_Q4_K);
+ *   float y = dot(n, w_row, xq_row);
+ */
+#ifndef UVLM_MATH_KERNELS_H
+#define UVLM_MATH_KERNELS_H
+
+#include "math/quant.h"
+
+typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *x);
+typedef void (*quant_to_float_fn)(const void *src, float *y, int64_t n);
+typedef void (*quant_from_float_fn)(const float *x, void *dst, int64_t n);
+/* One weight row against QUANT_DOT_ROWS activation rows x_stride bytes apart, the weights decoded
+ * once: out[t] = the vec_dot of row t, bit for bit (the batched decode of several sequences). */
+#define QUANT_DOT_ROWS 4
+typedef void (*quant_vec_dot4_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float *out);
+
+/* A table of kernels for one instruction set; a NULL entry means "use the next narrower
+ * level's" (down to the scalar table, which is complete). */
+struct quant_kernels {
+    quant_vec_dot_fn vec_dot[GGML_TYPE_COUNT];
+    quant_to_float_fn to_float[GGML_TYPE_COUNT];
+    /* SIMD levels only accelerate the activation types, bit for bit the scalar result. */
+    quant_from_float_fn from_float[GGML_TYPE_COUNT];
+    /* Only where decoding the weights is a large share of the work; no scalar fallback (NULL:
+     * call vec_dot per activation row). Never inherited from a narrower level. */
+    quant_vec_dot4_fn vec_dot4[GGML_TYPE_COUNT];
+};
+
+enum simd_level { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_LEVEL_COUNT };
+
+/* "scalar", "avx2", "avx512". */
+const char *simd_level_name(enum simd_level level);
+/* Whether this CPU runs the level's kernels. */
+bool simd_level_supported(enum simd_level level);
+/* The widest level this CPU runs. */
+enum simd_level simd_level_best(void);
+
+/* The kernel of a level for weight type t (the scalar one where the level has none of its
+ * own); NULL when t has no such kernel. The level must be supported. */
+quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t);
+quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t);
+quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t);
+/* The level's own 4-row kernel for t, or NULL. */
+quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t);
+
+/* The tables (quant.c, quant_avx2.c, quant_avx512.c). */
+extern const struct quant_kernels quant_kernels_scalar;
+extern const struct quant_kernels quant_kernels_avx2;
+extern const struct quant_kernels quant_kernels_avx512;
+
+#endif

@@ -1,0 +1,243 @@
+/* matmul.c: struct compute (a pool plus scratch) and the two matmul paths of matmul.h. */
+#include "math/matmul.h"
+#include "math/kernels.h"
+#include "math/pool.h"
+#include "math/quant.h"
+#include "common/err.h"
+
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* sgemm tiles: each thread dequantizes a tile of weight rows to F32 and multiplies it. Every
+ * sgemm call repacks all the activations (512 x 2048 floats = 4 MB), so a tile should hold many
+ * rows: measured on 2048 -> 5632 at 512 tokens, 128-row tiles ran at half the speed of 512-row
+ * ones. The tile buffer of a thread is TILE_BYTES (fewer rows for long rows), its rows at most
+ * TILE_MAX_ROWS and at least TILE_MIN_ROWS. */
+#define TILE_BYTES ((size_t)8 << 20)
+#define TILE_MAX_ROWS 512
+#define TILE_MIN_ROWS 64
+/* Rows per work item on the quantized (matvec) path: a few hundred KB of weights, small enough
+ * that the threads finish together, large enough that claiming one is free. */
+#define VEC_CHUNK_ROWS 32
+
+struct compute {
+    struct pool *pool;
+    int n_threads;
+    int64_t max_tokens, max_n_in;
+    enum simd_level level;
+
+    void *xq;            /* quantized activations: vec_tokens rows of xq_stride bytes */
+    size_t xq_stride;
+    int64_t vec_tokens;  /* rows xq holds: min(max_tokens, MATMUL_BLAS_MIN_TOKENS - 1) */
+    float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
+    size_t tile_floats;
+    size_t scratch_bytes;
+};
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in) {
+    *out = NULL;
+    if (n_threads < 1 || max_tokens < 1 || max_n_in < 1) return -ERR_INVAL;
+    struct compute *c = calloc(1, sizeof *c);
+    if (!c) return -ERR_NOMEM;
+    c->n_threads = n_threads;
+    c->max_tokens = max_tokens;
+    c->max_n_in = max_n_in;
+    c->level = simd_level_best();
+
+    /* The widest activation row is F16 (2 bytes per element); Q8_0/Q8_1/Q8_K take less. */
+    c->xq_stride = round_up((size_t)max_n_in * 2, 64);
+    c->vec_tokens = max_tokens < MATMUL_BLAS_MIN_TOKENS - 1 ? max_tokens : MATMUL_BLAS_MIN_TOKENS - 1;
+    size_t xq_bytes = c->xq_stride * (size_t)c->vec_tokens;
+    c->xq = aligned_alloc(64, xq_bytes);
+    size_t tile_bytes = 0;
+    if (max_tokens >= MATMUL_BLAS_MIN_TOKENS) {
+        size_t rows = TILE_BYTES / sizeof(float) / (size_t)max_n_in;
+        rows = rows < TILE_MIN_ROWS ? TILE_MIN_ROWS : rows > TILE_MAX_ROWS ? TILE_MAX_ROWS : rows;
+        c->tile_floats = round_up(rows * (size_t)max_n_in, 16);
+        tile_bytes = (size_t)n_threads * c->tile_floats * sizeof(float);
+        c->tiles = aligned_alloc(64, tile_bytes);
+    }
+    c->scratch_bytes = xq_bytes + tile_bytes;
+    int rc = (!c->xq || (tile_bytes && !c->tiles)) ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
+    if (rc < 0) {
+        compute_destroy(c);
+        return rc;
+    }
+    /* Our threads split the work; each sgemm call runs on the thread that makes it. */
+    openblas_set_num_threads(1);
+    *out = c;
+    return 0;
+}
+
+void compute_destroy(struct compute *c) {
+    if (!c) return;
+    pool_destroy(c->pool);
+    free(c->xq);
+    free(c->tiles);
+    free(c);
+}
+
+int compute_n_threads(const struct compute *c) { return c->n_threads; }
+size_t compute_scratch_bytes(const struct compute *c) { return c->scratch_bytes; }
+
+/* ---- compute_parallel_for --------------------------------------------------------------- */
+
+struct range_job {
+    int64_t n;
+    int n_ranges;
+    _Atomic int next; /* the next range to hand out */
+    void (*fn)(void *arg, int64_t i0, int64_t i1);
+    void *arg;
+};
+
+static void range_run(void *job) {
+    struct range_job *j = job;
+    for (int r; (r = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_ranges;) {
+        int64_t i0 = j->n * r / j->n_ranges, i1 = j->n * (r + 1) / j->n_ranges;
+        if (i0 < i1) j->fn(j->arg, i0, i1);
+    }
+}
+
+void compute_parallel_for(struct compute *c, int64_t n,
+                          void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
+    if (n <= 0) return;
+    if (n == 1 || c->n_threads == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    struct range_job job = {.n = n, .n_ranges = n < c->n_threads ? (int)n : c->n_threads, .fn = fn, .arg = arg};
+    pool_run(c->pool, range_run, &job);
+}
+
+/* ---- matmul ----------------------------------------------------------------------------- */
+
+struct matmul_job {
+    struct compute *c;
+    enum ggml_type wtype, xtype;
+    const uint8_t *w;
+    size_t w_stride;
+    int64_t n_in, n_out, n_tok;
+    const float *x;
+    float *y;
+    const uint8_t *xq; /* activations in xtype (x itself for F32 weights) */
+    size_t xq_stride;
+    int64_t chunk_rows, n_chunks;
+    _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
+    _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
+    quant_vec_dot_fn dot;
+    quant_vec_dot4_fn dot4; /* NULL when the type has no 4-row kernel */
+    quant_to_float_fn to_float;
+};
+
+static void quantize_rows(void *job) {
+    struct matmul_job *j = job;
+    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
+        quant_from_float(j->xtype, j->x + t * j->n_in, (uint8_t *)j->xq + t * j->xq_stride, j->n_in);
+}
+
+static void vec_rows(void *job) {
+    struct matmul_job *j = job;
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (chunk >= j->n_chunks) break;
+        int64_t r0 = chunk * j->chunk_rows;
+        int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = j->w + (size_t)r * j->w_stride;
+            int64_t t = 0;
+            if (j->dot4) /* decode the weight row once for four tokens */
+                for (; t + QUANT_DOT_ROWS <= j->n_tok; t += QUANT_DOT_ROWS) {
+                    float out[QUANT_DOT_ROWS];
+                    j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
+                    for (int k = 0; k < QUANT_DOT_ROWS; k++) j->y[(t + k) * j->n_out + r] = out[k];
+                }
+            for (; t < j->n_tok; t++)
+                j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+        }
+    }
+}
+
+static void sgemm_tiles(void *job) {
+    struct matmul_job *j = job;
+    /* Each thread that joins takes a tile buffer of its own. */
+    int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
+    ASSERT(slot < j->c->n_threads);
+    float *tile = j->c->tiles + (size_t)slot * j->c->tile_floats;
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (chunk >= j->n_chunks) break;
+        int64_t r0 = chunk * j->chunk_rows;
+        int64_t rows = r0 + j->chunk_rows < j->n_out ? j->chunk_rows : j->n_out - r0;
+        const float *b;
+        if (j->wtype == GGML_TYPE_F32) {
+            b = (const float *)(j->w + (size_t)r0 * j->w_stride);
+        } else {
+            for (int64_t r = 0; r < rows; r++)
+                j->to_float(j->w + (size_t)(r0 + r) * j->w_stride, tile + r * j->n_in, j->n_in);
+            b = tile;
+        }
+        /* Y[:, r0:r0+rows] = X (n_tok x n_in) . B^T (B: rows x n_in) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->n_tok, (blasint)rows,
+                    (blasint)j->n_in, 1.0f, j->x, (blasint)j->n_in, b, (blasint)j->n_in, 0.0f,
+                    j->y + r0, (blasint)j->n_out);
+    }
+}
+
+static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
+            const float *x, int64_t n_tok, float *y) {
+    matmul_path(c, MATMUL_AUTO, wtype, w, n_in, n_out, x, n_tok, y);
+}
+
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
+    ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);
+    size_t w_stride = ggml_row_size(wtype, (uint64_t)n_in);
+    ASSERT(w_stride > 0);
+    if (n_tok <= 0 || n_out <= 0) return;
+    struct matmul_job j = {
+        .c = c, .wtype = wtype, .xtype = quant_vec_dot_type(wtype), .w = w, .w_stride = w_stride,
+        .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
+    };
+    if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    if (path == MATMUL_BLAS_THREADED) {
+        ASSERT(wtype == GGML_TYPE_F32);
+        openblas_set_num_threads(c->n_threads);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_tok, (blasint)n_out,
+                    (blasint)n_in, 1.0f, x, (blasint)n_in, w, (blasint)n_in, 0.0f, y, (blasint)n_out);
+        openblas_set_num_threads(1);
+        return;
+    }
+    if (path == MATMUL_BLAS) {
+        ASSERT(c->tiles);
+        j.to_float = quant_get_to_float(c->level, wtype);
+        /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
+        int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
+        int64_t fit = (int64_t)c->tile_floats / n_in;
+        if (fit > TILE_MAX_ROWS) fit = TILE_MAX_ROWS;
+        j.chunk_rows = per < fit ? per : fit;
+        j.n_chunks = div_up(n_out, j.chunk_rows);
+        pool_run(c->pool, sgemm_tiles, &j);
+        return;
+    }
+    j.dot = quant_get_vec_dot(c->level, wtype);
+    j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    if (j.xtype == GGML_TYPE_F32) {
+        j.xq = (const uint8_t *)x;
+        j.xq_stride = (size_t)n_in * sizeof(float);
+    } else {
+        ASSERT(n_tok <= c->vec_tokens);
+        j.xq = c->xq;
+        j.xq_stride = c->xq_stride;
+        if (n_tok * n_in >= 8192) pool_run(c->pool, quantize_rows, &j);
+        else quantize_rows(&j);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+    }
+    j.chunk_rows = VEC_CHUNK_ROWS;
+    j.n_chunks = div_up(n_out, j.chunk_rows);
+    pool_run(c->pool, vec_rows, &j);
+}

@@ -1,0 +1,75 @@
+/* matmul.h: the compute context (a pool of threads plus scratch memory) and the matrix product
+ * of a weight matrix of any supported type with a batch of F32 activations.
+ *
+ * One `struct compute` per forward context, created once at startup: it starts n_threads - 1
+ * worker threads (the calling thread is the n-th) and allocates all the scratch matmul needs for
+ * up to max_tokens activation rows of up to max_n_in elements; after that nothing allocates.
+ * A compute is used by one thread at a time (the one running the forward pass); its calls are
+ * not reentrant: matmul or compute_parallel_for from inside a compute_parallel_for callback
+ * aborts (an assertion) instead of corrupting the running job.
+ *
+ * Between calls the workers spin briefly (so the many matmuls of one decode step dispatch in
+ * well under a microsecond) and then sleep on a futex; an idle compute costs nothing. Work is
+ * handed out in small items, so a worker the OS has preempted does not hold up the others.
+ *
+ * How matmul computes (the numbers match the reference's):
+ *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
+ *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
+ *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
+ *       decoded once per four tokens. A token's result does not depend on the batch it is in.
+ *   n_tok >= MATMUL_BLAS_MIN_TOKENS: each thread dequantizes a tile of weight rows to F32 and runs
+ *       a single-threaded OpenBLAS sgemm on it (OpenBLAS is set to 1 thread by compute_create, so
+ *       its threads and ours never spin against each other).
+ *
+ *   struct compute *c;
+ *   if (compute_create(&c, 2, 512, 5632) < 0) ...;
+ *   matmul(c, w->type, w->data, 2048, 5632, x, n_tok, y);    // y: n_tok x 5632
+ *   compute_parallel_for(c, n_heads, attend_heads, &ctx);     // attend_heads(&ctx, h0, h1)
+ *   compute_destroy(c);
+ */
+#ifndef UVLM_MATH_MATMUL_H
+#define UVLM_MATH_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/types.h"
+
+/* Batches of at least this many tokens go through sgemm. Measured (30-kernels, "crossover"):
+ * below ~24 tokens the vector kernels win, because dequantizing and repacking a weight tile
+ * costs as much as reading the weights several times. */
+#define MATMUL_BLAS_MIN_TOKENS 32
+
+struct compute;
+
+/* 0 or -ERR_INVAL (n_threads < 1, max_tokens < 1, max_n_in < 1), -ERR_NOMEM. Sets OpenBLAS
+ * to one thread for the whole process (every sgemm call runs on the thread that makes it). */
+int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in);
+void compute_destroy(struct compute *c);
+int compute_n_threads(const struct compute *c);
+/* Bytes of scratch memory the compute allocated (for the startup log). */
+size_t compute_scratch_bytes(const struct compute *c);
+
+/* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tok, o < n_out.
+ * W: n_out rows of n_in elements of type wtype, rows ggml_row_size(wtype, n_in) bytes apart.
+ * x: n_tok x n_in F32 (row-major), y: n_tok x n_out F32 (must not overlap x).
+ * n_tok <= max_tokens, n_in <= max_n_in, n_in a multiple of the type's block size. */
+void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
+            const float *x, int64_t n_tok, float *y);
+
+/* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
+ * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
+ * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
+ * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED };
+void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
+                 int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
+
+/* Run fn(arg, i0, i1) over [0, n) split into at most n_threads contiguous non-empty ranges,
+ * each run by whichever compute thread claims it first (the caller's thread takes part; a busy
+ * machine may leave it doing all of them); returns when all are done. fn must not assume which
+ * thread runs it or that the ranges run in parallel. */
+void compute_parallel_for(struct compute *c, int64_t n,
+                          void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
+
+#endif

@@ -1,0 +1,285 @@
+/* quant_avx512.c: AVX-512 (F, BW, VL, DQ, VNNI) dot products for the types a decode step spends
+ * its time in. They process 64 weights per instruction where the AVX2 ones process 32, and fold
+ * the int16 -> int32 widening and the accumulation into one VNNI instruction (vpdpwssd). Types
+ * without an entry here use the AVX2 kernels. Selected at run time (simd_level_supported).
+ *
+ * Integer inner sums are the scalar kernels' exactly. One reordering: Q6_K's "-32" offset is
+ * applied once per super-block as 32 * sum_j scale_j * bsums_j (the activation's 16-element sums)
+ * instead of per element; the integer result is the same.
+ */
+#include "math/kernels.h"
+#include "math/blocks.h"
+#include "math/simd_avx2.h"
+
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+/* Two consecutive 32-byte block payloads in one register: lanes 0-7 block 0, 8-15 block 1. */
+AVX512 static inline __m512i load_pair(const int8_t *q0, const int8_t *q1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q0)),
+                              _mm256_loadu_si256((const __m256i *)q1), 1);
+}
+
+/* The products d_w * d_x of four consecutive blocks (fp16 scales first in both block types),
+ * converted and multiplied as one vector, spread to two block-pair registers: lanes 0-7 and
+ * 8-15 of *d01 take blocks 0 and 1, of *d23 blocks 2 and 3. */
+AVX512 static inline void scales4(uint16_t w0, uint16_t w1, uint16_t w2, uint16_t w3, const block_q8_0 *b,
+                                  __m512 *d01, __m512 *d23) {
+    const __m512i spread01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+    const __m512i spread23 = _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(3), 1);
+    __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)w0, (short)w1, (short)w2, (short)w3, 0, 0, 0, 0));
+    __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)b[0].d, (short)b[1].d, (short)b[2].d, (short)b[3].d, 0, 0, 0, 0));
+    __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, dx));
+    *d01 = _mm512_permutexvar_ps(spread01, d);
+    *d23 = _mm512_permutexvar_ps(spread23, d);
+}
+
+/* Q8_0 . Q8_0 of one weight row with nx activation rows (x_stride bytes apart): four blocks
+ * per iteration into two accumulators per activation row (the fmadd chain is the limit
+ * otherwise), the weight bytes' magnitudes and signs taken once for all rows. nx is a constant
+ * in every caller; the nx = 1 instance is the plain dot product, so a row's result does not
+ * depend on how many rows were computed with it. */
+AVX512 static inline __attribute__((always_inline)) void dot_q8_0_n(int64_t n, const void *w, const void *x, size_t x_stride, const int nx,
+                                    float *out) {
+    const block_q8_0 *a = w;
+    const int64_t nb = n / QK8_0;
+    __m512 acc0[QUANT_DOT_ROWS], acc1[QUANT_DOT_ROWS];
+    for (int t = 0; t < nx; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        __m512i w0 = load_pair(a[i].qs, a[i + 1].qs), w1 = load_pair(a[i + 2].qs, a[i + 3].qs);
+        __m512i u0 = _mm512_abs_epi8(w0), u1 = _mm512_abs_epi8(w1);
+        __mmask64 neg0 = _mm512_movepi8_mask(w0), neg1 = _mm512_movepi8_mask(w1);
+        for (int t = 0; t < nx; t++) {
+            const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + t * x_stride);
+            __m512i x0 = load_pair(b[i].qs, b[i + 1].qs), x1 = load_pair(b[i + 2].qs, b[i + 3].qs);
+            __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0,
+                                             _mm512_mask_sub_epi8(x0, neg0, _mm512_setzero_si512(), x0));
+            __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1,
+                                             _mm512_mask_sub_epi8(x1, neg1, _mm512_setzero_si512(), x1));
+            __m512 d0, d1;
+            scales4(a[i].d, a[i + 1].d, a[i + 2].d, a[i + 3].d, &b[i], &d0, &d1);
+            acc0[t] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0[t]);
+            acc1[t] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++) {
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)x + t * x_stride);
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+        if (i < nb) out[t] += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0)((nb - i) * QK8_0, &a[i], &b[i]);
+    }
+}
+
+AVX512 static float dot_q8_0(int64_t n, const void *w, const void *x) {
+    float out;
+    dot_q8_0_n(n, w, x, 0, 1, &out);
+    return out;
+}
+
+AVX512 static void dot4_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_q8_0_n(n, w, x, x_stride, QUANT_DOT_ROWS, out);
+}
+
+/* Two Q4_0 blocks' levels (0..15) as [lo0 hi0 | lo1 hi1], element order. */
+AVX512 static inline __m512i q4_0_pair(const block_q4_0 *a) {
+    __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)a[1].qs), _mm_loadu_si128((const __m128i *)a[0].qs));
+    __m512i lohi = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    /* 128-bit lanes are [lo0 lo1 hi0 hi1]: reorder to [lo0 hi0 lo1 hi1] */
+    return _mm512_and_si512(_mm512_shuffle_i64x2(lohi, lohi, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0xF));
+}
+
+/* Q4_0: levels 0..15 taken unsigned and the -8 applied as 8 * (sum of the activation bytes),
+ * both with vpdpbusd; four blocks per iteration into two accumulators. */
+AVX512 static float dot_q4_0(int64_t n, const void *w, const void *x) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
+    const int64_t nb = n / QK4_0;
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        __m512i x0 = load_pair(b[i].qs, b[i + 1].qs), x1 = load_pair(b[i + 2].qs, b[i + 3].qs);
+        __m512i s0 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q4_0_pair(&a[i]), x0),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, x0));
+        __m512i s1 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q4_0_pair(&a[i + 2]), x1),
+                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, x1));
+        __m512 d01, d23;
+        scales4(a[i].d, a[i + 1].d, a[i + 2].d, a[i + 3].d, &b[i], &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(s0), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(s1), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q4_0)((nb - i) * QK4_0, &a[i], &b[i]);
+    return s;
+}
+
+AVX512 static float dot_f16(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i + 16))),
+                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i + 16))), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; i < n; i++) s += h2f(a[i]) * h2f(b[i]);
+    return s;
+}
+
+/* int16 lane selectors: chunk k of 64 elements as 32 int16 pair-sums, lanes 0-15 take
+ * scale 2k and lanes 16-31 scale 2k+1 (Q4_K/Q5_K: 32 elements per scale). */
+AVX512 static inline __m512i k4_scale_index(int k) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))),
+                              _mm256_set1_epi16((short)(2 * k + 1)), 1);
+}
+
+/* Q4_K and Q5_K . Q8_K of one weight row with nx activation rows (x_stride bytes apart): 64
+ * elements per step, [32 low nibbles | 32 high nibbles] of 32 bytes, which is element order; qh
+ * (Q5_K) adds bit 2k (low half) and 2k+1 (high half) of each qh byte. The weight levels and
+ * scales are decoded once for all activation rows; per row the chunks go to two accumulators so
+ * consecutive vpdpwssd do not wait on each other. The nx = 1 instance is the plain dot product. */
+AVX512 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, const void *w, const void *x, size_t x_stride, const int nx,
+                                   const int with_qh, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    __m512 acc[QUANT_DOT_ROWS];
+    __m256 acc_m[QUANT_DOT_ROWS];
+    for (int t = 0; t < nx; t++) {
+        acc[t] = _mm512_setzero_ps();
+        acc_m[t] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct k45_view v = k45_view(w, i, with_qh);
+        const uint8_t *qs = v.qs;
+        const uint64_t sc = v.sc, mn = v.mn;
+        __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m512i qh = _mm512_setzero_si512();
+        if (with_qh) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)v.qh);
+            qh = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 1), 1);
+        }
+        __m512i q[4], scale[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+            q[k] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q4), _mm256_srli_epi16(q4, 4), 1), m4);
+            if (with_qh)
+                q[k] = _mm512_or_si512(q[k], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2 * k), one), 4));
+            scale[k] = _mm512_permutexvar_epi16(k4_scale_index(k), sc16);
+        }
+        const float d = h2f(v.d), dmin = h2f(v.dmin);
+        for (int t = 0; t < nx; t++) {
+            const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + t * x_stride) + i;
+            acc_m[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * b->d), _mm256_cvtepi32_ps(k4_mins_dot(mn, b->bsums)),
+                                       acc_m[t]);
+            __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i p16 = _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(b->qs + 64 * k));
+                sumi[k & 1] = _mm512_dpwssd_epi32(sumi[k & 1], p16, scale[k]);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * b->d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])),
+                                     acc[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum_ps(acc_m[t]);
+}
+
+AVX512 static float dot_q4_K(int64_t n, const void *w, const void *x) {
+    float out;
+    dot_k45_n(n, w, x, 0, 1, 0, &out);
+    return out;
+}
+
+AVX512 static float dot_q5_K(int64_t n, const void *w, const void *x) {
+    float out;
+    dot_k45_n(n, w, x, 0, 1, 1, &out);
+    return out;
+}
+
+AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_k45_n(n, w, x, x_stride, QUANT_DOT_ROWS, 0, out);
+}
+
+AVX512 static void dot4_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_k45_n(n, w, x, x_stride, QUANT_DOT_ROWS, 1, out);
+}
+
+/* int16 lane selectors for Q6_K: 64 elements as 32 pair-sums, 8 lanes (16 elements) per scale,
+ * scales 4m..4m+3. */
+AVX512 static inline __m512i q6_scale_index(int m) {
+    return _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
+                            4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2,
+                            4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1,
+                            4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
+}
+
+/* Q6_K . Q8_K of one weight row with nx activation rows (see dot_k45_n): the levels (0..63,
+ * i.e. level + 32) and the scale vectors are decoded once; the -32 is applied per row through
+ * the activation's bsums. */
+AVX512 static inline __attribute__((always_inline)) void dot_q6_K_n(int64_t n, const void *w, const void *x,
+                                                                    size_t x_stride, const int nx, float *out) {
+    const block_q6_K *a = w;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    __m512 acc[QUANT_DOT_ROWS];
+    __m256 acc_off[QUANT_DOT_ROWS];
+    for (int t = 0; t < nx; t++) {
+        acc[t] = _mm512_setzero_ps();
+        acc_off[t] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
+        __m512i sc16 = _mm512_castsi256_si512(sc);
+        __m512i q[4], scale[4]; /* elements 64m .. 64m+63 */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+            /* elements 0-63 of the half: low nibbles of ql + qh bits 0-1 | 2-3;
+             * elements 64-127: high nibbles + qh bits 4-5 | 6-7 */
+            __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
+            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
+            scale[2 * h] = _mm512_permutexvar_epi16(q6_scale_index(2 * h), sc16);
+            scale[2 * h + 1] = _mm512_permutexvar_epi16(q6_scale_index(2 * h + 1), sc16);
+        }
+        const float dw = h2f(a[i].d);
+        for (int t = 0; t < nx; t++) {
+            const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + t * x_stride) + i;
+            __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)b->bsums));
+            float d = dw * b->d;
+            acc_off[t] = _mm256_fmadd_ps(_mm256_set1_ps(32 * d), _mm256_cvtepi32_ps(off), acc_off[t]);
+            __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++)
+                sumi[m & 1] = _mm512_dpwssd_epi32(sumi[m & 1], _mm512_maddubs_epi16(q[m], _mm512_loadu_si512(b->qs + 64 * m)),
+                                                  scale[m]);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])), acc[t]);
+        }
+    }
+    for (int t = 0; t < nx; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum_ps(acc_off[t]);
+}
+
+AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
+    float out;
+    dot_q6_K_n(n, w, x, 0, 1, &out);
+    return out;
+}
+
+AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    dot_q6_K_n(n, w, x, x_stride, QUANT_DOT_ROWS, out);
+}
+
+const struct quant_kernels quant_kernels_avx512 = {
+    .vec_dot = {
+        [GGML_TYPE_Q8_0] = dot_q8_0, [GGML_TYPE_Q4_0] = dot_q4_0, [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q4_K] = dot_q4_K,
+        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+    },
+    .vec_dot4 = {
+        [GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K, [GGML_TYPE_Q5_K] = dot4_q5_K,
+        [GGML_TYPE_Q6_K] = dot4_q6_K,
+    },
+};

@@ -1,0 +1,287 @@
+/* kv.c: the unified KV cell pool (see kv.h). Every operation is a linear scan of the cells:
+ * the pool is a few thousand cells and these run once per batch, next to a forward pass that
+ * reads every cell anyway. */
+#include "memory/kv.h"
+#include "common/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct memory_snapshot {
+    int64_t n;          /* cells saved */
+    int32_t *pos;       /* [n] */
+    uint16_t *k;        /* [n_layer][n][n_embd_k] */
+    uint16_t *v;        /* [n_layer][n][n_embd_v] */
+};
+
+static const struct memory_ops kv_ops;
+
+static struct kv_memory *kv_of(struct memory *m) { return (struct kv_memory *)m; }
+static const struct kv_memory *kv_of_c(const struct memory *m) { return (const struct kv_memory *)m; }
+
+static bool seq_ok(const struct kv_memory *kv, int32_t seq) { return seq >= 0 && seq < kv->base.n_seq_max; }
+
+static void cell_add_seq(struct kv_memory *kv, int64_t c, int32_t seq, int32_t pos) {
+    if (kv->pos[c] < 0) {
+        kv->pos[c] = pos;
+        kv->n_used++;
+    }
+    kv->seqs[c * kv->n_words + seq / 64] |= UINT64_C(1) << (seq % 64);
+    kv->seq_n_cells[seq]++;
+    if (pos > kv->seq_pos_max[seq]) kv->seq_pos_max[seq] = pos;
+}
+
+static bool cell_empty(const struct kv_memory *kv, int64_t c) {
+    for (int32_t w = 0; w < kv->n_words; w++)
+        if (kv->seqs[c * kv->n_words + w]) return false;
+    return true;
+}
+
+/* seq leaves cell c (which holds it); the cell is freed when nobody holds it any more.
+ * seq_pos_max is left to the caller to recompute (it changes only for removals at the end). */
+static void cell_drop_seq(struct kv_memory *kv, int64_t c, int32_t seq) {
+    kv->seqs[c * kv->n_words + seq / 64] &= ~(UINT64_C(1) << (seq % 64));
+    kv->seq_n_cells[seq]--;
+    if (cell_empty(kv, c)) {
+        kv->pos[c] = -1;
+        kv->n_used--;
+        if (c < kv->head) kv->head = c;
+    }
+}
+
+static void recompute_pos_max(struct kv_memory *kv, int32_t seq) {
+    int32_t mx = -1;
+    for (int64_t c = 0; c < kv->n_cells; c++)
+        if (kv->pos[c] > mx && kv_cell_has_seq(kv, c, seq)) mx = kv->pos[c];
+    kv->seq_pos_max[seq] = mx;
+}
+
+/* Next free cell at or after the head (wrapping); the caller knows one exists. */
+static int64_t take_free_cell(struct kv_memory *kv) {
+    for (int64_t i = 0; i < kv->n_cells; i++) {
+        int64_t c = (kv->head + i) % kv->n_cells;
+        if (kv->pos[c] < 0) {
+            kv->head = (c + 1) % kv->n_cells;
+            return c;
+        }
+    }
+    ASSERT(!"no free cell although n_used < n_cells");
+    return -1;
+}
+
+static int kv_reserve(struct memory *m, const struct batch *b) {
+    struct kv_memory *kv = kv_of(m);
+    if (b->n_tokens > kv->n_cells - kv->n_used) return -ERR_NOMEM;
+    /* Validate everything before touching anything: all-or-nothing. Entries of one sequence
+     * come in increasing position order (batch.h), so each must exceed the previous one of its
+     * sequence, the first one the sequence's largest held position. */
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t s = b->seq[i];
+        if (!seq_ok(kv, s) || b->pos[i] < 0) return -ERR_INVAL;
+        int32_t prev = kv->seq_pos_max[s];
+        for (int32_t j = i - 1; j >= 0; j--)
+            if (b->seq[j] == s) {
+                prev = b->pos[j];
+                break;
+            }
+        if (b->pos[i] <= prev) return -ERR_INVAL;
+    }
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int64_t c = take_free_cell(kv);
+        cell_add_seq(kv, c, b->seq[i], b->pos[i]);
+        kv->placed[i] = (int32_t)c;
+    }
+    kv->n_placed = b->n_tokens;
+    return 0;
+}
+
+static int64_t kv_cells_needed(const struct memory *m, int32_t seq, int32_t n_new) {
+    return n_new > 0 ? n_new : 0;  /* one cell per new token, whatever the sequence holds */
+}
+
+static int kv_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32_t p1) {
+    struct kv_memory *kv = kv_of(m);
+    if (!seq_ok(kv, seq)) return -ERR_INVAL;
+    if (p0 < 0) p0 = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        int32_t p = kv->pos[c];
+        if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, seq)) cell_drop_seq(kv, c, seq);
+    }
+    recompute_pos_max(kv, seq);
+    return 0;
+}
+
+static int kv_seq_cp(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    struct kv_memory *kv = kv_of(m);
+    if (!seq_ok(kv, src) || !seq_ok(kv, dst)) return -ERR_INVAL;
+    if (src == dst) return 0;
+    if (p0 < 0) p0 = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        int32_t p = kv->pos[c];
+        if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, dst)) return -ERR_INVAL;
+    }
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        int32_t p = kv->pos[c];
+        if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, src)) cell_add_seq(kv, c, dst, p);
+    }
+    return 0;
+}
+
+static int32_t kv_seq_pos_max(const struct memory *m, int32_t seq) {
+    const struct kv_memory *kv = kv_of_c(m);
+    return seq_ok(kv, seq) ? kv->seq_pos_max[seq] : -1;
+}
+
+static int64_t kv_seq_cells(const struct memory *m, int32_t seq) {
+    const struct kv_memory *kv = kv_of_c(m);
+    return seq_ok(kv, seq) ? kv->seq_n_cells[seq] : 0;
+}
+
+static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
+    size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
+    return kvb + (size_t)n_cells * (2 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
+           (size_t)n_seq_max * (sizeof(int32_t) + sizeof(int64_t));
+}
+
+static void kv_usage(const struct memory *m, struct memory_usage *u) {
+    const struct kv_memory *kv = kv_of_c(m);
+    u->cells_total = kv->n_cells;
+    u->cells_used = kv->n_used;
+    u->bytes = kv_bytes(&kv->shape, kv->n_cells, kv->n_words, kv->base.n_seq_max);
+}
+
+int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out) {
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++)
+        if (kv->pos[c] >= 0 && kv_cell_has_seq(kv, c, seq)) out[n++] = (int32_t)c;
+    return n;
+}
+
+void kv_seq_keep(struct kv_memory *kv, int32_t seq) {
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++)
+        if (s != seq && kv->seq_n_cells[s] > 0) kv_seq_rm(&kv->base, s, 0, -1);
+}
+
+static void snapshot_free(struct memory_snapshot *s) {
+    if (!s) return;
+    free(s->pos);
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **out) {
+    struct kv_memory *kv = kv_of(m);
+    if (!seq_ok(kv, seq)) return -ERR_INVAL;
+    const struct kv_shape *sh = &kv->shape;
+    int64_t n = kv->seq_n_cells[seq];
+    struct memory_snapshot *s = calloc(1, sizeof *s);
+    if (!s) return -ERR_NOMEM;
+    s->n = n;
+    s->pos = malloc((size_t)(n ? n : 1) * sizeof *s->pos);
+    size_t nk = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_k;
+    size_t nv = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_v;
+    s->k = malloc((nk ? nk : 1) * sizeof *s->k);
+    s->v = malloc((nv ? nv : 1) * sizeof *s->v);
+    if (!s->pos || !s->k || !s->v) {
+        snapshot_free(s);
+        return -ERR_NOMEM;
+    }
+    int64_t i = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (kv->pos[c] < 0 || !kv_cell_has_seq(kv, c, seq)) continue;
+        s->pos[i] = kv->pos[c];
+        for (int32_t l = 0; l < sh->n_layer; l++) {
+            memcpy(s->k + ((size_t)l * n + i) * sh->n_embd_k, kv_k_row(kv, l, c), sh->n_embd_k * sizeof(uint16_t));
+            memcpy(s->v + ((size_t)l * n + i) * sh->n_embd_v, kv_v_row(kv, l, c), sh->n_embd_v * sizeof(uint16_t));
+        }
+        i++;
+    }
+    ASSERT(i == n);
+    *out = s;
+    return 0;
+}
+
+static int kv_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    struct kv_memory *kv = kv_of(m);
+    if (!seq_ok(kv, seq)) return -ERR_INVAL;
+    if (kv->seq_n_cells[seq] > 0) return -ERR_STATE;  /* restore into an empty sequence only */
+    if (s->n > kv->n_cells - kv->n_used) return -ERR_NOMEM;
+    const struct kv_shape *sh = &kv->shape;
+    for (int64_t i = 0; i < s->n; i++) {
+        int64_t c = take_free_cell(kv);
+        cell_add_seq(kv, c, seq, s->pos[i]);
+        for (int32_t l = 0; l < sh->n_layer; l++) {
+            memcpy(kv_k_row(kv, l, c), s->k + ((size_t)l * s->n + i) * sh->n_embd_k, sh->n_embd_k * sizeof(uint16_t));
+            memcpy(kv_v_row(kv, l, c), s->v + ((size_t)l * s->n + i) * sh->n_embd_v, sh->n_embd_v * sizeof(uint16_t));
+        }
+    }
+    return 0;
+}
+
+static void kv_destroy(struct memory *m) {
+    struct kv_memory *kv = kv_of(m);
+    free(kv->pos);
+    free(kv->seqs);
+    free(kv->seq_pos_max);
+    free(kv->seq_n_cells);
+    free(kv->placed);
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static const struct memory_ops kv_ops = {
+    .kind = "kv",
+    .partial_removal = true,
+    .reserve = kv_reserve,
+    .cells_needed = kv_cells_needed,
+    .seq_rm = kv_seq_rm,
+    .seq_cp = kv_seq_cp,
+    .seq_pos_max = kv_seq_pos_max,
+    .seq_cells = kv_seq_cells,
+    .usage = kv_usage,
+    .seq_save = kv_seq_save,
+    .seq_restore = kv_seq_restore,
+    .snapshot_free = snapshot_free,
+    .destroy = kv_destroy,
+};
+
+struct kv_memory *kv_from_memory(struct memory *m) {
+    return m && m->ops == &kv_ops ? (struct kv_memory *)m : NULL;
+}
+
+int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t n_cells, int32_t n_seq_max) {
+    struct kv_shape sh = shape ? *shape : (struct kv_shape){0};
+    if (n_cells <= 0 || n_cells > INT32_MAX || n_seq_max <= 0 || sh.n_layer < 0 || sh.n_embd_k < 0 ||
+        sh.n_embd_v < 0)
+        return -ERR_INVAL;
+    if (sh.n_layer == 0) sh.n_embd_k = sh.n_embd_v = 0;
+    struct kv_memory *kv = calloc(1, sizeof *kv);
+    if (!kv) return -ERR_NOMEM;
+    kv->base = (struct memory){.ops = &kv_ops, .n_seq_max = n_seq_max};
+    kv->shape = sh;
+    kv->n_cells = n_cells;
+    kv->n_words = (n_seq_max + 63) / 64;
+    kv->pos = malloc((size_t)n_cells * sizeof *kv->pos);
+    kv->seqs = calloc((size_t)n_cells * (size_t)kv->n_words, sizeof *kv->seqs);
+    kv->seq_pos_max = malloc((size_t)n_seq_max * sizeof *kv->seq_pos_max);
+    kv->seq_n_cells = calloc((size_t)n_seq_max, sizeof *kv->seq_n_cells);
+    kv->placed = calloc((size_t)n_cells, sizeof *kv->placed);
+    bool ok = kv->pos && kv->seqs && kv->seq_pos_max && kv->seq_n_cells && kv->placed;
+    if (ok && sh.n_layer > 0) {
+        /* calloc: a cell's K/V is written before it is ever visible, but zeros keep save/restore
+         * of a never-forwarded (bookkeeping-style) cell deterministic. */
+        kv->k = calloc((size_t)sh.n_layer * (size_t)n_cells * (size_t)sh.n_embd_k, sizeof *kv->k);
+        kv->v = calloc((size_t)sh.n_layer * (size_t)n_cells * (size_t)sh.n_embd_v, sizeof *kv->v);
+        ok = kv->k && kv->v;
+    }
+    if (!ok) {
+        kv_destroy(&kv->base);
+        return -ERR_NOMEM;
+    }
+    for (int64_t c = 0; c < n_cells; c++) kv->pos[c] = -1;
+    for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = -1;
+    *out = &kv->base;
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* kv.h: the attention implementation of memory.h — a unified pool of KV cells.
+ *
+ * The pool holds n_cells token cells shared by every sequence (the --kv-tokens budget). A cell
+ * is either free or holds one position and a *set* of sequence ids (a bitset of n_seq_max bits):
+ * sequences that share a prompt prefix share its cells (memory_seq_cp adds a sequence id to the
+ * cells, it copies no K/V). Per layer, each cell stores K and V of its token as F16 rows of
+ * n_embd_k and n_embd_v elements (n_head_kv * head_dim). A cell is freed when its last sequence
+ * leaves it.
+ *
+ * Attention mask, by construction: a batch entry of sequence s at position p attends to every
+ * cell that holds s at a position <= p (causal within a sequence, nothing across sequences).
+ * kv_cell_visible() is that rule; the forward pass uses nothing else.
+ *
+ * Bookkeeping-only configuration: with shape == NULL (or shape->n_layer == 0) no K/V is stored;
+ * every operation works on cells, positions and sequence sets alone. The scheduler's unit tests
+ * use this without any model.
+ *
+ * Reserve and forward: memory_reserve(mem, b) places every entry of b in a free cell (all or
+ * nothing), marks the cell with the entry's position and sequence, and remembers the placement
+ * (kv_batch_cell) for the model_forward() of that same batch, which writes K/V into those cells.
+ * Rules checked by reserve (-ERR_INVAL, nothing changed): sequence ids in [0, n_seq_max), and each
+ * entry's position greater than every position its sequence already holds (remove with seq_rm
+ * before re-evaluating positions). Full pool: -ERR_NOMEM, nothing changed.
+ *
+ * Ownership: everything is allocated once by kv_memory_create (sized from the shape, see
+ * memory_usage().bytes to log it) and freed by memory_destroy. Nothing allocates afterwards
+ * except memory_seq_save (the snapshot, owned by the caller until memory_snapshot_free).
+ * Not thread-safe: one owner calls the operations; the forward pass runs between them.
+ *
+ *   struct kv_shape shape = {.n_layer = 22, .n_embd_k = 256, .n_embd_v = 256};
+ *   struct memory *mem;
+ *   if (kv_memory_create(&mem, &shape, 4096, 8) < 0) ...;
+ *   memory_reserve(mem, &batch);          // then model_forward(...) for that batch
+ *   memory_seq_cp(mem, 0, 1, 0, -1);      // sequence 1 shares sequence 0's prefix
+ *   memory_seq_rm(mem, 0, 0, -1);         // sequence 1 still sees the cells
+ *   memory_destroy(mem);
+ */
+#ifndef UVLM_MEMORY_KV_H
+#define UVLM_MEMORY_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "memory/memory.h"
+
+struct kv_shape {
+    int32_t n_layer;   /* 0: bookkeeping only, no K/V stored */
+    int32_t n_embd_k;  /* F16 elements of K per token per layer (n_head_kv * head_dim_k) */
+    int32_t n_embd_v;  /* F16 elements of V per token per layer */
+};
+
+/* Read-only for everyone but kv.c; exposed so the forward pass can use the inline accessors. */
+struct kv_memory {
+    struct memory base;         /* base.ops->kind == "kv" */
+    struct kv_shape shape;
+    int64_t n_cells;
+    int32_t n_words;            /* uint64_t words of one cell's sequence set */
+    int32_t *pos;               /* [n_cells] position, -1 when free */
+    uint64_t *seqs;             /* [n_cells * n_words] sequence set of each cell */
+    int64_t n_used;             /* cells holding at least one sequence */
+    int64_t head;               /* where the next free-cell search starts */
+    int32_t *seq_pos_max;       /* [n_seq_max] largest position held, -1 when none */
+    int64_t *seq_n_cells;       /* [n_seq_max] cells held */
+    int32_t *placed;            /* [n_cells] cell of each entry of the last reserved batch */
+    int32_t n_placed;           /* entries of the last reserved batch */
+    uint16_t *k;                /* [n_layer][n_cells][n_embd_k] F16, NULL when bookkeeping only */
+    uint16_t *v;                /* [n_layer][n_cells][n_embd_v] F16 */
+};
+
+/* 0 or -ERR_INVAL (bad sizes) / -ERR_NOMEM. shape may be NULL (bookkeeping only). */
+int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t n_cells, int32_t n_seq_max);
+
+/* The kv memory behind m, or NULL when m is another kind. */
+struct kv_memory *kv_from_memory(struct memory *m);
+
+/* Cell assigned to entry i of the batch last passed to memory_reserve. */
+static inline int32_t kv_batch_cell(const struct kv_memory *kv, int32_t i) { return kv->placed[i]; }
+
+static inline bool kv_cell_has_seq(const struct kv_memory *kv, int64_t cell, int32_t seq) {
+    return (kv->seqs[cell * kv->n_words + seq / 64] >> (seq % 64)) & 1;
+}
+
+/* The attention mask: may an entry of seq at position pos attend to cell? */
+static inline bool kv_cell_visible(const struct kv_memory *kv, int64_t cell, int32_t seq, int32_t pos) {
+    return kv->pos[cell] >= 0 && kv->pos[cell] <= pos && kv_cell_has_seq(kv, cell, seq);
+}
+
+/* K / V row of a cell in a layer: n_embd_k / n_embd_v F16 values. */
+static inline uint16_t *kv_k_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
+    return kv->k + ((int64_t)layer * kv->n_cells + cell) * kv->shape.n_embd_k;
+}
+static inline uint16_t *kv_v_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
+    return kv->v + ((int64_t)layer * kv->n_cells + cell) * kv->shape.n_embd_v;
+}
+
+/* Write to out[] the cells holding seq (ascending cell order); returns their count
+ * (<= n_cells). The forward pass gathers each batch sequence's cells once with this. */
+int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out);
+
+/* Keep only seq: every other sequence leaves every cell (like llama.cpp's seq_keep). */
+void kv_seq_keep(struct kv_memory *kv, int32_t seq);
+
+#endif

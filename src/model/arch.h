@@ -1,0 +1,26 @@
+/* arch.h (private to src/model): the per-architecture implementations behind model.h. Each
+ * architecture family lives in its own file (llama.c: llama and qwen2) and is reached through
+ * a struct arch_impl chosen at load time from general.architecture. A new family (e.g. mamba
+ * over recurrent memory) adds a file and a table entry in model.c. */
+#ifndef UVLM_MODEL_ARCH_H
+#define UVLM_MODEL_ARCH_H
+
+#include "model/model.h"
+
+struct arch_impl {
+    /* cfg arrives normalized: max_outputs in [1, max_tokens], n_ctx > 0, n_threads > 0. */
+    int (*ctx_create)(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg);
+    void (*ctx_destroy)(struct forward_ctx *fc);
+    size_t (*ctx_bytes)(const struct forward_ctx *fc);
+    int (*forward)(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b);
+    int (*memory_create)(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+    /* Families with their own tensors (mamba): hparams and weights from m->file, and their release.
+     * NULL: the transformer loader of model.c. */
+    int (*load)(struct model *m, char *why, size_t why_len);
+    void (*unload)(struct model *m);
+};
+
+extern const struct arch_impl llama_impl;
+extern const struct arch_impl mamba_impl; /* model/mamba.c */
+
+#endif

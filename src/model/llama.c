@@ -1,0 +1,461 @@
+/* llama.c: the forward pass of the llama family (llama, and qwen2 = llama + q/k/v biases + NEOX
+ * rope) over the unified KV memory.
+ *
+ * Per layer:  x += Wo · attn(rope(Wq·norm(x) + bq), rope(Wk·norm(x) + bk), Wv·norm(x) + bv)
+ *             x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
+ * then logits = Wout · norm(x) for the entries that want them.
+ *
+ * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
+ * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two matmuls
+ * over that sequence's cells gathered to F32: scores = Q·Kᵀ, masked by the cells' positions and
+ * softmaxed, then out = P·V. K and V are read back from the F16 cells (also for the batch's own
+ * tokens), as the reference does.
+ */
+#include "model/arch.h"
+#include "common/err.h"
+#include "math/matmul.h"
+#include "math/quant.h"
+#include "memory/kv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
+enum { ATT_CHUNK_ENTRIES = 64 };
+
+struct forward_scratch {
+    struct compute *c;
+    int32_t att_rows;   /* rows of one attention chunk: group * min(max_tokens, ATT_CHUNK_ENTRIES) */
+    size_t bytes;
+    float *x;           /* [T][n_embd] residual stream */
+    float *xn;          /* [T][n_embd] normalized input of a block */
+    float *q;           /* [T][n_head * head_dim] */
+    float *k;           /* [T][n_head_kv * head_dim] */
+    float *v;           /* [T][n_head_kv * head_dim] */
+    float *att;         /* [T][n_head * head_dim] attention output, heads side by side */
+    float *tmp;         /* [T][n_embd] output of a block before the residual add */
+    float *gate;        /* [T][n_ff] */
+    float *up;          /* [T][n_ff] */
+    float *rope_cos;    /* [T][n_rot / 2] */
+    float *rope_sin;    /* [T][n_rot / 2] */
+    int32_t *ent;       /* [T] entries of the sequence being attended */
+    uint8_t *done;      /* [T] entry already attended */
+    int32_t *cells;     /* [n_ctx] cells of that sequence */
+    int32_t *cpos;      /* [n_ctx] their positions */
+    float *kf;          /* [n_head_kv][n_ctx][head_dim] its K, F32 */
+    float *vt;          /* [n_head_kv][head_dim][n_ctx] its V, F32, transposed */
+    float *qg;          /* [att_rows][head_dim] queries of one kv head's group */
+    float *sc;          /* [att_rows][n_ctx] scores, then probabilities */
+    uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
+    float *og;          /* [att_rows][head_dim] attention output of the chunk */
+    float *xo;          /* [max_outputs][n_embd] rows that want logits */
+    float *xr;          /* [T][max_n_in] activations rounded for the sgemm path of mm() */
+    uint8_t *xq;        /* [T][2 * max_n_in] their quantized form */
+    int64_t max_n_in;
+};
+
+static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
+    void *p = calloc(n ? n : 1, elt);
+    if (!p) *ok = false;
+    s->bytes += n * elt;
+    return p;
+}
+
+static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
+    if (!fc) return;
+    struct forward_scratch *s = fc->s;
+    if (s) {
+        if (s->c) compute_destroy(s->c);
+        void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vt, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+        free(s);
+    }
+    free(fc->logits);
+    free(fc);
+}
+
+static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) { return fc->s->bytes; }
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int llama_forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
+    const struct model_hparams *hp = &m->hp;
+    struct forward_config c = *cfg;
+    struct forward_ctx *fc = calloc(1, sizeof *fc);
+    struct forward_scratch *s = calloc(1, sizeof *s);
+    if (!fc || !s) {
+        free(fc);
+        free(s);
+        return -ERR_NOMEM;
+    }
+    fc->cfg = c;
+    fc->s = s;
+    size_t T = (size_t)c.max_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+    size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd, ctx = (size_t)c.n_ctx;
+    size_t group = (size_t)(hp->n_head / hp->n_head_kv);
+    s->att_rows = (int32_t)(group * (T < ATT_CHUNK_ENTRIES ? T : ATT_CHUNK_ENTRIES));
+    bool ok = true;
+    s->x = scratch_alloc(s, T * E, sizeof(float), &ok);
+    s->xn = scratch_alloc(s, T * E, sizeof(float), &ok);
+    s->q = scratch_alloc(s, T * nq, sizeof(float), &ok);
+    s->k = scratch_alloc(s, T * nkv, sizeof(float), &ok);
+    s->v = scratch_alloc(s, T * nkv, sizeof(float), &ok);
+    s->att = scratch_alloc(s, T * nq, sizeof(float), &ok);
+    s->tmp = scratch_alloc(s, T * E, sizeof(float), &ok);
+    s->gate = scratch_alloc(s, T * (size_t)hp->n_ff, sizeof(float), &ok);
+    s->up = scratch_alloc(s, T * (size_t)hp->n_ff, sizeof(float), &ok);
+    s->rope_cos = scratch_alloc(s, T * (size_t)(hp->n_rot / 2), sizeof(float), &ok);
+    s->rope_sin = scratch_alloc(s, T * (size_t)(hp->n_rot / 2), sizeof(float), &ok);
+    s->ent = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->done = scratch_alloc(s, T, sizeof(uint8_t), &ok);
+    s->cells = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
+    s->cpos = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
+    s->kf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->vt = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->qg = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
+    s->sc = scratch_alloc(s, (size_t)s->att_rows * ctx, sizeof(float), &ok);
+    s->h16 = scratch_alloc(s, (size_t)s->att_rows * (ctx > hd ? ctx : hd), sizeof(uint16_t), &ok);
+    s->og = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
+    s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
+    s->max_n_in = max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq);
+    s->xr = scratch_alloc(s, T * (size_t)s->max_n_in, sizeof(float), &ok);
+    s->xq = scratch_alloc(s, T * (size_t)s->max_n_in * 2, 1, &ok);
+    fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
+    int rc = ok ? 0 : -ERR_NOMEM;
+    if (rc == 0) {
+        int64_t max_rows = max64(max64(c.max_tokens, s->att_rows), c.max_outputs);
+        int64_t max_in = max64(max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq), c.n_ctx);
+        rc = compute_create(&s->c, c.n_threads, max_rows, max_in);
+    }
+    if (rc < 0) {
+        llama_forward_ctx_destroy(fc);
+        return rc;
+    }
+    *out = fc;
+    return 0;
+}
+
+/* ---- small row operations, parallel over rows ---- */
+
+struct rows_job {
+    const struct model_hparams *hp;
+    float *x;           /* rows of n floats */
+    float *y;
+    const float *w;
+    int64_t n;
+    const float *cos, *sin;
+    int32_t n_heads;
+};
+
+static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->n;
+        float *y = j->y + r * j->n;
+        double sum = 0;
+        for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
+        float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
+        for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
+    }
+}
+
+/* y = rmsnorm(x) * w over n_rows rows of n_embd. */
+static void rmsnorm(struct compute *c, const struct model_hparams *hp, const float *x, float *y, const float *w,
+                    int64_t n_rows) {
+    struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd};
+    compute_parallel_for(c, n_rows, rmsnorm_rows, &j);
+}
+
+/* Rotate the first n_rot dims of each of n_heads heads of each row (row r at the angles of
+ * rope_cos/sin row r). NORM pairs (2i, 2i+1); NEOX pairs (i, i + n_rot/2). */
+static void rope_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    const struct model_hparams *hp = j->hp;
+    int32_t half = hp->n_rot / 2;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *cs = j->cos + r * half, *sn = j->sin + r * half;
+        for (int32_t h = 0; h < j->n_heads; h++) {
+            float *v = j->x + r * j->n + (int64_t)h * hp->head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                int32_t a = hp->rope_type == ROPE_NORM ? 2 * i : i;
+                int32_t b = hp->rope_type == ROPE_NORM ? 2 * i + 1 : i + half;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+static void rope(struct compute *c, const struct model_hparams *hp, const struct forward_scratch *s, float *x,
+                 int32_t n_heads, int64_t n_rows) {
+    struct rows_job j = {.hp = hp, .x = x, .n = (int64_t)n_heads * hp->head_dim, .cos = s->rope_cos,
+                         .sin = s->rope_sin, .n_heads = n_heads};
+    compute_parallel_for(c, n_rows, rope_rows, &j);
+}
+
+/* Angles like the reference: theta_i = pos * base^(-2i/n_rot), by repeated multiplication. */
+static void rope_tables(const struct model_hparams *hp, struct forward_scratch *s, const struct batch *b) {
+    int32_t half = hp->n_rot / 2;
+    float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    for (int32_t r = 0; r < b->n_tokens; r++) {
+        float theta = (float)b->pos[r];
+        for (int32_t i = 0; i < half; i++) {
+            s->rope_cos[r * half + i] = cosf(theta);
+            s->rope_sin[r * half + i] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+}
+
+static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    for (int64_t i = r0 * j->n; i < r1 * j->n; i++) {
+        float g = j->x[i];
+        j->x[i] = g / (1.0f + expf(-g)) * j->y[i];
+    }
+}
+
+static void add_bias(float *x, const float *bias, int64_t n, int64_t n_rows) {
+    if (!bias) return;
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t i = 0; i < n; i++) x[r * n + i] += bias[i];
+}
+
+struct round_job {
+    enum ggml_type vt;
+    const float *x;
+    float *y;
+    uint8_t *q;
+    int64_t n;
+};
+
+static void round_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct round_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        uint8_t *q = j->q + r * j->n * 2;
+        quant_from_float(j->vt, j->x + r * j->n, q, j->n);
+        quant_to_float(j->vt, q, j->y + r * j->n, j->n);
+    }
+}
+
+/* y = W·x. The reference dots quantized weights with activations quantized to the weight's
+ * vec_dot type at every batch size; matmul does that for small batches, while its sgemm path
+ * multiplies F32 activations. Feeding that path the activations rounded through the vec_dot type
+ * gives the reference's numbers there too, at the cost of one pass over x. */
+static void mm(struct forward_scratch *s, const struct model_weight *w, const float *x, int64_t n_tok, float *y) {
+    enum ggml_type vt = quant_vec_dot_type(w->type);
+    if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
+        struct round_job j = {.vt = vt, .x = x, .y = s->xr, .q = s->xq, .n = w->n_in};
+        compute_parallel_for(s->c, n_tok, round_rows, &j);
+        x = s->xr;
+    }
+    matmul(s->c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
+}
+
+/* ---- attention ---- */
+
+/* x = (float)(f16)x through tmp: the reference multiplies Q by the F16 K cells, and the
+ * probabilities by the F16 V cells, in F16 (its matmul converts the F32 side to the F16 side's
+ * type); rounding here keeps us on the same numbers. */
+static void round_f16(float *x, uint16_t *tmp, int64_t n) {
+    quant_from_float(GGML_TYPE_F16, x, tmp, n);
+    quant_to_float(GGML_TYPE_F16, tmp, x, n);
+}
+
+struct softmax_job {
+    float *sc;           /* rows of n_c scores */
+    uint16_t *h16;       /* rows of n_c F16 staging */
+    int64_t n_c;
+    const int32_t *cpos; /* [n_c] */
+    const int32_t *row_pos; /* position of each row's entry: row r -> row_pos[r / group] */
+    int32_t group;
+    float scale;
+};
+
+static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct softmax_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = j->sc + r * j->n_c;
+        int32_t p = j->row_pos[r / j->group];
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < j->n_c; c++) {
+            row[c] = j->cpos[c] <= p ? row[c] * j->scale : -INFINITY;
+            if (row[c] > mx) mx = row[c];
+        }
+        double sum = 0;
+        for (int64_t c = 0; c < j->n_c; c++) {
+            float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
+            row[c] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < j->n_c; c++) row[c] *= inv;
+        round_f16(row, j->h16 + r * j->n_c, j->n_c);
+    }
+}
+
+struct gather_job {
+    const struct kv_memory *kv;
+    const struct model_hparams *hp;
+    struct forward_scratch *s;
+    int32_t layer;
+    int64_t n_c;
+};
+
+/* K of cells [c0, c1) to kf[h][c][d], V to vt[h][d][c], both F32. */
+static void gather_kv(void *arg, int64_t c0, int64_t c1) {
+    const struct gather_job *j = arg;
+    int32_t hd = j->hp->head_dim, nh = j->hp->n_head_kv;
+    for (int64_t c = c0; c < c1; c++) {
+        int32_t cell = j->s->cells[c];
+        const uint16_t *kr = kv_k_row(j->kv, j->layer, cell), *vr = kv_v_row(j->kv, j->layer, cell);
+        for (int32_t h = 0; h < nh; h++) {
+            quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, j->s->kf + ((int64_t)h * j->n_c + c) * hd, hd);
+            float *vt = j->s->vt + (int64_t)h * hd * j->n_c + c;
+            for (int32_t d = 0; d < hd; d++) vt[(int64_t)d * j->n_c] = fp16_to_f32(vr[(int64_t)h * hd + d]);
+        }
+    }
+}
+
+/* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells. */
+static void attend_seq(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
+                       const struct batch *b, int32_t layer, int32_t seq, int32_t n_ent) {
+    const struct model_hparams *hp = &m->hp;
+    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t nq = (int64_t)hp->n_head * hd;
+    int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
+    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+    struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
+    compute_parallel_for(s->c, n_c, gather_kv, &gj);
+
+    int32_t chunk = s->att_rows / group;
+    int32_t row_pos[ATT_CHUNK_ENTRIES];
+    for (int32_t h = 0; h < hp->n_head_kv; h++) {
+        for (int32_t e0 = 0; e0 < n_ent; e0 += chunk) {
+            int32_t ne = n_ent - e0 < chunk ? n_ent - e0 : chunk;
+            int64_t rows = (int64_t)ne * group;
+            for (int32_t e = 0; e < ne; e++) {
+                int32_t i = s->ent[e0 + e];
+                row_pos[e] = b->pos[i];
+                memcpy(s->qg + (int64_t)e * group * hd, s->q + i * nq + (int64_t)h * group * hd,
+                       (size_t)group * hd * sizeof(float));
+            }
+            round_f16(s->qg, s->h16, rows * hd);
+            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, n_c, s->qg, rows, s->sc);
+            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = n_c, .cpos = s->cpos, .row_pos = row_pos,
+                                     .group = group, .scale = 1.0f / sqrtf((float)hd)};
+            compute_parallel_for(s->c, rows, softmax_rows, &sj);
+            matmul(s->c, GGML_TYPE_F32, s->vt + (int64_t)h * hd * n_c, n_c, hd, s->sc, rows, s->og);
+            for (int32_t e = 0; e < ne; e++) {
+                int32_t i = s->ent[e0 + e];
+                memcpy(s->att + i * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,
+                       (size_t)group * hd * sizeof(float));
+            }
+        }
+    }
+}
+
+/* Every entry's attention, one sequence at a time (entries keep their batch order). */
+static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
+                      const struct batch *b, int32_t layer) {
+    memset(s->done, 0, (size_t)b->n_tokens);
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        if (s->done[i]) continue;
+        int32_t n_ent = 0;
+        for (int32_t j = i; j < b->n_tokens; j++)
+            if (b->seq[j] == b->seq[i]) {
+                s->ent[n_ent++] = j;
+                s->done[j] = 1;
+            }
+        attend_seq(m, s, kv, b, layer, b->seq[i], n_ent);
+    }
+}
+
+/* ---- the pass ---- */
+
+static int check_batch(const struct model *m, const struct forward_ctx *fc, const struct kv_memory *kv,
+                       const struct batch *b) {
+    if (b->n_tokens <= 0) return -ERR_INVAL;
+    if (b->n_tokens > fc->cfg.max_tokens || b->n_outputs > fc->cfg.max_outputs) return -ERR_TOOBIG;
+    if (kv->n_placed != b->n_tokens || kv->shape.n_layer != m->hp.n_layer) return -ERR_STATE;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t cell = kv_batch_cell(kv, i);
+        if (kv->pos[cell] != b->pos[i] || !kv_cell_has_seq(kv, cell, b->seq[i])) return -ERR_STATE;
+        if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) return -ERR_INVAL;
+        if (kv->seq_n_cells[b->seq[i]] > fc->cfg.n_ctx) return -ERR_TOOBIG;
+    }
+    return 0;
+}
+
+static int llama_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
+    const struct model_hparams *hp = &m->hp;
+    struct forward_scratch *s = fc->s;
+    struct compute *c = s->c;
+    struct kv_memory *kv = kv_from_memory(mem);
+    if (!kv) return -ERR_INVAL;
+    int rc = check_batch(m, fc, kv, b);
+    if (rc < 0) return rc;
+    int64_t n = b->n_tokens, E = hp->n_embd;
+    int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    size_t embd_row = ggml_row_size(m->token_embd.type, (uint64_t)E);
+    for (int64_t i = 0; i < n; i++)
+        quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
+                       s->x + i * E, E);
+    rope_tables(hp, s, b);
+
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        rmsnorm(c, hp, s->x, s->xn, L->attn_norm, n);
+        mm(s, &L->wq, s->xn, n, s->q);
+        mm(s, &L->wk, s->xn, n, s->k);
+        mm(s, &L->wv, s->xn, n, s->v);
+        add_bias(s->q, L->bq, L->wq.n_out, n);
+        add_bias(s->k, L->bk, nkv, n);
+        add_bias(s->v, L->bv, nkv, n);
+        rope(c, hp, s, s->q, hp->n_head, n);
+        rope(c, hp, s, s->k, hp->n_head_kv, n);
+        for (int64_t i = 0; i < n; i++) {
+            int32_t cell = kv_batch_cell(kv, (int32_t)i);
+            quant_from_float(GGML_TYPE_F16, s->k + i * nkv, kv_k_row(kv, l, cell), nkv);
+            quant_from_float(GGML_TYPE_F16, s->v + i * nkv, kv_v_row(kv, l, cell), nkv);
+        }
+        attention(m, s, kv, b, l);
+        mm(s, &L->wo, s->att, n, s->tmp);
+        for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
+
+        rmsnorm(c, hp, s->x, s->xn, L->ffn_norm, n);
+        mm(s, &L->w_gate, s->xn, n, s->gate);
+        mm(s, &L->w_up, s->xn, n, s->up);
+        struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
+        compute_parallel_for(c, n, swiglu_rows, &sj);
+        mm(s, &L->w_down, s->gate, n, s->tmp);
+        for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
+    }
+
+    int32_t n_out = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (b->want_logits[i]) memcpy(s->xo + (int64_t)n_out++ * E, s->x + i * E, (size_t)E * sizeof(float));
+    fc->n_outputs = n_out;
+    if (n_out > 0) {
+        rmsnorm(c, hp, s->xo, s->xo, m->output_norm, n_out);
+        mm(s, &m->output, s->xo, n_out, fc->logits);
+    }
+    return 0;
+}
+
+static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
+    int32_t n_embd_kv = m->hp.n_head_kv * m->hp.head_dim;
+    struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv};
+    return kv_memory_create(out, &shape, n_cells, n_seq_max);
+}
+
+const struct arch_impl llama_impl = {
+    .ctx_create = llama_forward_ctx_create,
+    .ctx_destroy = llama_forward_ctx_destroy,
+    .ctx_bytes = llama_forward_ctx_bytes,
+    .forward = llama_forward,
+    .memory_create = llama_memory_create,
+};

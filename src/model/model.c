@@ -1,0 +1,234 @@
+/* model.c: loading a llama/qwen2 GGUF: hyperparameters from metadata, weights checked against
+ * the shapes they imply, and the memory kind the architecture needs. */
+#include "model/arch.h"
+#include "common/err.h"
+#include "math/quant.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct arch_info {
+    const char *name;
+    enum model_arch arch;
+    enum rope_type rope;
+    bool qkv_bias;
+    const struct arch_impl *impl;
+};
+
+/* The architectures this engine runs, as named by general.architecture. */
+static const struct arch_info archs[] = {
+    {"llama", MODEL_ARCH_LLAMA, ROPE_NORM, false, &llama_impl},
+    {"qwen2", MODEL_ARCH_QWEN2, ROPE_NEOX, true, &llama_impl},
+    {"mamba", MODEL_ARCH_MAMBA, ROPE_NORM, false, &mamba_impl},
+};
+
+static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
+    if (why && why_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* "<arch>.<suffix>" as an integer, or dflt. */
+static int64_t arch_int(const struct gguf_file *f, const char *arch, const char *suffix, int64_t dflt) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_int(f, key, dflt);
+}
+
+static double arch_float(const struct gguf_file *f, const char *arch, const char *suffix, double dflt) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_float(f, key, dflt);
+}
+
+struct loader {
+    const struct gguf_file *f;
+    char *why;
+    size_t why_len;
+    size_t bytes;
+};
+
+/* A matrix of n_out rows of n_in elements; optional ones may be absent (w->data stays NULL). */
+static int get_matrix(struct loader *ld, struct model_weight *w, const char *name, int64_t n_in, int64_t n_out,
+                      bool optional) {
+    const struct gguf_tensor *t = gguf_find_tensor(ld->f, name);
+    *w = (struct model_weight){0};
+    if (!t) return optional ? 0 : fail(ld->why, ld->why_len, -ERR_FORMAT, "tensor '%s' is missing", name);
+    if (t->n_dims != 2 || (int64_t)t->ne[0] != n_in || (int64_t)t->ne[1] != n_out)
+        return fail(ld->why, ld->why_len, -ERR_FORMAT, "tensor '%s' is %llux%llu, expected %lldx%lld", name,
+                    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n_in, (long long)n_out);
+    if (!quant_supported(t->type) || ggml_row_size(t->type, (uint64_t)n_in) == 0) {
+        const char *tn = ggml_type_info(t->type)->name;
+        return fail(ld->why, ld->why_len, -ERR_UNSUPPORTED, "tensor '%s' has unsupported type %s", name,
+                    tn ? tn : "?");
+    }
+    *w = (struct model_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
+    ld->bytes += t->size;
+    return 0;
+}
+
+/* A vector of n F32 values (norm weights, biases). */
+static int get_vector(struct loader *ld, const float **v, const char *name, int64_t n, bool optional) {
+    const struct gguf_tensor *t = gguf_find_tensor(ld->f, name);
+    *v = NULL;
+    if (!t) return optional ? 0 : fail(ld->why, ld->why_len, -ERR_FORMAT, "tensor '%s' is missing", name);
+    if ((int64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]) != n)
+        return fail(ld->why, ld->why_len, -ERR_FORMAT, "tensor '%s' has %llu elements, expected %lld", name,
+                    (unsigned long long)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]), (long long)n);
+    if (t->type != GGML_TYPE_F32)
+        return fail(ld->why, ld->why_len, -ERR_UNSUPPORTED, "tensor '%s' must be f32", name);
+    *v = t->data;
+    ld->bytes += t->size;
+    return 0;
+}
+
+static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
+    struct gguf_str a = gguf_get_str(f, "general.architecture");
+    if (!a.ptr) return fail(why, why_len, -ERR_FORMAT, "general.architecture is missing");
+    const struct arch_info *ai = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
+    if (!ai)
+        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, mamba)",
+                    (int)(a.len > 64 ? 64 : a.len), a.ptr);
+    const char *n = ai->name;
+    if (ai->impl->load) { /* the family reads its own hyperparameters */
+        *hp = (struct model_hparams){.arch = ai->arch, .arch_name = ai->name, .impl = ai->impl};
+        return 0;
+    }
+    *hp = (struct model_hparams){
+        .arch = ai->arch,
+        .arch_name = ai->name,
+        .n_embd = (int32_t)arch_int(f, n, "embedding_length", -1),
+        .n_layer = (int32_t)arch_int(f, n, "block_count", -1),
+        .n_head = (int32_t)arch_int(f, n, "attention.head_count", -1),
+        .n_ff = (int32_t)arch_int(f, n, "feed_forward_length", -1),
+        .n_ctx_train = (int32_t)arch_int(f, n, "context_length", 2048),
+        .rope_type = ai->rope,
+        .rope_base = (float)arch_float(f, n, "rope.freq_base", 10000.0),
+        .rms_eps = (float)arch_float(f, n, "attention.layer_norm_rms_epsilon", 1e-5),
+        .qkv_bias = ai->qkv_bias,
+        .impl = ai->impl,
+    };
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_ff <= 0 || hp->n_ctx_train <= 0)
+        return fail(why, why_len, -ERR_FORMAT, "%s: embedding_length, block_count, attention.head_count, "
+                    "feed_forward_length and context_length must be present and positive", n);
+    hp->n_head_kv = (int32_t)arch_int(f, n, "attention.head_count_kv", hp->n_head);
+    hp->head_dim = (int32_t)arch_int(f, n, "attention.key_length", hp->n_embd / hp->n_head);
+    int64_t vlen = arch_int(f, n, "attention.value_length", hp->head_dim);
+    hp->n_rot = (int32_t)arch_int(f, n, "rope.dimension_count", hp->head_dim);
+    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
+        return fail(why, why_len, -ERR_FORMAT, "%s: %d heads is not a multiple of %d kv heads", n, hp->n_head,
+                    hp->n_head_kv);
+    if (hp->head_dim <= 0 || vlen != hp->head_dim)
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: key length %d and value length %lld must be equal", n,
+                    hp->head_dim, (long long)vlen);
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return fail(why, why_len, -ERR_FORMAT, "%s: rope.dimension_count %d does not fit head size %d", n, hp->n_rot,
+                    hp->head_dim);
+    if (!(hp->rms_eps > 0) || !(hp->rope_base > 0))
+        return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
+    return 0;
+}
+
+static int load_weights(struct model *m, char *why, size_t why_len) {
+    struct model_hparams *hp = &m->hp;
+    struct loader ld = {.f = &m->file, .why = why, .why_len = why_len};
+    const struct gguf_tensor *te = gguf_find_tensor(&m->file, "token_embd.weight");
+    if (!te) return fail(why, why_len, -ERR_FORMAT, "tensor 'token_embd.weight' is missing");
+    hp->n_vocab = (int32_t)te->ne[1];
+    if (hp->n_vocab <= 0 || te->ne[1] > INT32_MAX) return fail(why, why_len, -ERR_FORMAT, "bad vocabulary size");
+    int rc;
+    int64_t e = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim, nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    if ((rc = get_matrix(&ld, &m->token_embd, "token_embd.weight", e, hp->n_vocab, false)) < 0) return rc;
+    size_t embd_bytes = ld.bytes;
+    ld.bytes = 0; /* the embedding is read one row per token, not whole */
+    if ((rc = get_vector(&ld, &m->output_norm, "output_norm.weight", e, false)) < 0) return rc;
+    if ((rc = get_matrix(&ld, &m->output, "output.weight", e, hp->n_vocab, true)) < 0) return rc;
+    hp->tied_output = m->output.data == NULL;
+    if (hp->tied_output) {
+        m->output = m->token_embd;
+        ld.bytes += embd_bytes;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return fail(why, why_len, -ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i < hp->n_layer; i++) {
+        struct model_layer *L = &m->layers[i];
+        char name[96];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
+        if ((rc = get_vector(&ld, &L->attn_norm, NAME("attn_norm.weight"), e, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->wq, NAME("attn_q.weight"), e, nq, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->wk, NAME("attn_k.weight"), e, nkv, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->wv, NAME("attn_v.weight"), e, nkv, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->wo, NAME("attn_output.weight"), nq, e, false)) < 0 ||
+            (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !hp->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !hp->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !hp->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->ffn_norm, NAME("ffn_norm.weight"), e, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->w_up, NAME("ffn_up.weight"), e, hp->n_ff, false)) < 0 ||
+            (rc = get_matrix(&ld, &L->w_down, NAME("ffn_down.weight"), hp->n_ff, e, false)) < 0)
+            return rc;
+#undef NAME
+    }
+    m->weight_bytes = ld.bytes;
+    return 0;
+}
+
+int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len) {
+    struct model *m = calloc(1, sizeof *m);
+    if (!m) return fail(why, why_len, -ERR_NOMEM, "out of memory");
+    int rc = gguf_open(&m->file, path, why, why_len);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
+    if ((rc = read_hparams(&m->file, &m->hp, why, why_len)) < 0 ||
+        (rc = m->hp.impl->load ? m->hp.impl->load(m, why, why_len) : load_weights(m, why, why_len)) < 0) {
+        model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void model_free(struct model *m) {
+    if (!m) return;
+    if (m->hp.impl && m->hp.impl->unload) m->hp.impl->unload(m);
+    free(m->layers);
+    gguf_close(&m->file);
+    free(m);
+}
+
+int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
+    return m->hp.impl->memory_create(m, n_cells, n_seq_max, out);
+}
+
+int forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
+    struct forward_config c = *cfg;
+    if (c.max_tokens <= 0) return -ERR_INVAL;
+    if (c.max_outputs <= 0 || c.max_outputs > c.max_tokens) c.max_outputs = c.max_tokens;
+    if (c.n_ctx <= 0) c.n_ctx = m->hp.n_ctx_train;
+    if (c.n_threads <= 0) c.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c.n_threads <= 0) c.n_threads = 1;
+    int rc = m->hp.impl->ctx_create(out, m, &c);
+    if (rc == 0) (*out)->impl = m->hp.impl;
+    return rc;
+}
+
+void forward_ctx_destroy(struct forward_ctx *fc) {
+    if (fc) fc->impl->ctx_destroy(fc);
+}
+
+size_t forward_ctx_bytes(const struct forward_ctx *fc) { return fc->impl->ctx_bytes(fc); }
+
+int model_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
+    return m->hp.impl->forward(m, fc, mem, b);
+}

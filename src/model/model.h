@@ -1,0 +1,130 @@
+/* model.h: a GGUF transformer model (llama, qwen2) and its forward pass.
+ *
+ * model_load maps the file and reads every hyperparameter from its metadata (nothing is guessed
+ * from the file name): widths, layers, heads and kv heads (GQA/MQA), rope type and base, RMSNorm
+ * epsilon, tied or separate output matrix. A model of another architecture is refused with
+ * -ERR_UNSUPPORTED and its name in `why`. Weights are not copied: each struct model_weight points
+ * into the mapping, which lives until model_free.
+ *
+ * The forward pass turns a batch (common/batch.h) into logits. Everything it needs is sized once
+ * in a struct forward_ctx (one per engine, created for a maximum batch and context), so
+ * model_forward never allocates. The memory (KV cells for these architectures) comes from
+ * model_memory_create, so the caller never picks the memory kind itself.
+ *
+ * Per call, the caller first places the batch in memory, then runs the forward pass:
+ *
+ *   struct model *m;  char why[256];
+ *   if (model_load(&m, "model.gguf", NULL, why, sizeof why) < 0) ... print why ...;
+ *   struct memory *mem;          model_memory_create(m, 4096, 4, &mem);       // cells, sequences
+ *   struct forward_ctx *fc;      forward_ctx_create(&fc, m, &(struct forward_config){
+ *                                    .max_tokens = 512, .n_ctx = 4096, .n_threads = 2});
+ *   batch_add(&b, tok, pos, seq, true);  ...
+ *   if (memory_reserve(mem, &b) == 0 && model_forward(m, fc, mem, &b) == 0)
+ *       ... fc->logits + row * m->hp.n_vocab, one row per want_logits entry, in entry order ...
+ *   forward_ctx_destroy(fc); memory_destroy(mem); model_free(m);
+ *
+ * Threads: model_forward runs on the calling thread and fans out to the ctx's compute threads
+ * (math/matmul.h); it may run on any thread (e.g. a uv threadpool worker) as long as one ctx and
+ * one memory are used by one forward at a time.
+ */
+#ifndef UVLM_MODEL_H
+#define UVLM_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/batch.h"
+#include "gguf/gguf.h"
+#include "memory/memory.h"
+
+struct arch_impl;
+
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_MAMBA };
+enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
+
+struct model_hparams {
+    enum model_arch arch;
+    const char *arch_name;    /* "llama", "qwen2" */
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;         /* n_embd / n_head unless attention.key_length says otherwise */
+    int32_t n_rot;            /* rotated dimensions of each head (rope.dimension_count) */
+    int32_t n_ff;
+    int32_t n_ctx_train;      /* context_length from the metadata */
+    enum rope_type rope_type;
+    float rope_base;
+    float rms_eps;
+    bool tied_output;         /* output matrix is token_embd */
+    bool qkv_bias;
+    const struct arch_impl *impl; /* the architecture's forward pass (model/arch.h) */
+};
+
+/* A tensor inside the mapping. For a matrix: n_out rows of n_in elements of `type`. */
+struct model_weight {
+    enum ggml_type type;
+    const void *data;
+    int64_t n_in, n_out;
+};
+
+struct model_layer {
+    const float *attn_norm;                 /* [n_embd] */
+    struct model_weight wq, wk, wv, wo;     /* n_embd -> n_head*head_dim, -> n_head_kv*head_dim (x2), back */
+    const float *bq, *bk, *bv;              /* biases (qwen2), NULL otherwise */
+    const float *ffn_norm;                  /* [n_embd] */
+    struct model_weight w_gate, w_up, w_down;
+};
+
+struct model {
+    struct gguf_file file;    /* the mapping: tokenizer_load reads its metadata from here */
+    struct model_hparams hp;
+    struct model_weight token_embd;         /* n_vocab rows of n_embd */
+    const float *output_norm;               /* [n_embd] */
+    struct model_weight output;             /* n_vocab rows of n_embd (== token_embd when tied) */
+    struct model_layer *layers;             /* [n_layer] */
+    struct mamba_model *mamba;              /* MODEL_ARCH_MAMBA: its layers (model/mamba.h), else NULL */
+    size_t weight_bytes;                    /* bytes of the weights read per token */
+};
+
+struct model_options {
+    int reserved_; /* none yet: pass NULL */
+};
+
+/* 0, or -ERR_IO / -ERR_FORMAT / -ERR_UNSUPPORTED (+ message in why). */
+int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len);
+void model_free(struct model *m);
+
+/* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences; for a
+ * recurrent model (mamba) min(n_cells, n_seq_max) sequence states (memory/recurrent.h). */
+int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+
+struct forward_config {
+    int32_t max_tokens;   /* largest batch (entries) */
+    int32_t max_outputs;  /* most want_logits entries per batch; 0: max_tokens */
+    int64_t n_ctx;        /* most cells one sequence may hold (the memory's n_cells is always enough) */
+    int n_threads;        /* compute threads; <= 0: all cores */
+};
+
+struct forward_ctx {
+    struct forward_config cfg;
+    float *logits;        /* [max_outputs][n_vocab]: rows of the last batch's want_logits entries */
+    int32_t n_outputs;    /* rows written by the last model_forward */
+    struct forward_scratch *s; /* private buffers of the architecture */
+    const struct arch_impl *impl;
+};
+
+/* Sizes every buffer of the forward pass once (logged by the caller via forward_ctx_bytes). */
+int forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg);
+void forward_ctx_destroy(struct forward_ctx *fc);
+size_t forward_ctx_bytes(const struct forward_ctx *fc);
+
+/* Compute batch b, whose entries memory_reserve(mem, b) has just placed. Returns 0;
+ * -ERR_STATE when b was not the batch last reserved in mem, -ERR_TOOBIG when it exceeds the ctx
+ * (max_tokens, max_outputs, or a sequence holding more than n_ctx cells), -ERR_INVAL for a token
+ * id outside the vocabulary. On error the memory cells of b hold no valid K/V: seq_rm them. */
+int model_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b);
+
+#endif

@@ -1,0 +1,233 @@
+/* sampler.c: see sampler.h for the chain. Candidates are (id, logit) pairs in one buffer of
+ * n_vocab; truncations shrink its length. */
+#include "sampler/sampler.h"
+#include "common/err.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cand {
+    int32_t id;
+    float logit;
+};
+
+struct sampler {
+    int32_t n_vocab;
+    int32_t max_window;
+    struct sampler_params p;
+    struct sampler_bias bias[SAMPLER_MAX_BIAS];
+    uint64_t rng[4];          /* xoshiro256** state */
+    int32_t *window;          /* [max_window] ring of the last tokens */
+    int32_t n_window, window_head;
+    int32_t *counts;          /* [n_vocab] occurrences in the window (zero between calls) */
+    float *work;              /* [n_vocab] logits after bias and penalties */
+    struct cand *cand;        /* [n_vocab] */
+};
+
+int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window) {
+    if (n_vocab <= 0 || max_window < 0) return -ERR_INVAL;
+    struct sampler *s = calloc(1, sizeof *s);
+    if (!s) return -ERR_NOMEM;
+    s->n_vocab = n_vocab;
+    s->max_window = max_window;
+    s->window = calloc((size_t)max_window + 1, sizeof *s->window);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    s->work = calloc((size_t)n_vocab, sizeof *s->work);
+    s->cand = calloc((size_t)n_vocab, sizeof *s->cand);
+    if (!s->window || !s->counts || !s->work || !s->cand) {
+        sampler_destroy(s);
+        return -ERR_NOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void sampler_destroy(struct sampler *s) {
+    if (!s) return;
+    free(s->window);
+    free(s->counts);
+    free(s->work);
+    free(s->cand);
+    free(s);
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+int sampler_reset(struct sampler *s, const struct sampler_params *p) {
+    if (p->n_logit_bias < 0 || p->n_logit_bias > SAMPLER_MAX_BIAS || p->n_probs < 0 ||
+        p->n_probs > SAMPLER_MAX_PROBS)
+        return -ERR_INVAL;
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= s->n_vocab) return -ERR_INVAL;
+    s->p = *p;
+    if (p->n_logit_bias) memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    s->p.logit_bias = s->bias;
+    if (s->p.repeat_last_n < 0 || s->p.repeat_last_n > s->max_window) s->p.repeat_last_n = s->max_window;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->n_window = s->window_head = 0;
+    return 0;
+}
+
+void sampler_accept(struct sampler *s, int32_t token) {
+    if (s->max_window == 0) return;
+    s->window[s->window_head] = token;
+    s->window_head = (s->window_head + 1) % s->max_window;
+    if (s->n_window < s->max_window) s->n_window++;
+}
+
+/* Steps 1 and 2 into s->work. */
+static void bias_and_penalties(struct sampler *s, const float *logits) {
+    const struct sampler_params *p = &s->p;
+    memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) s->work[p->logit_bias[i].token] += p->logit_bias[i].bias;
+    bool rep = p->repeat_penalty > 0 && p->repeat_penalty != 1.0f;
+    if (!rep && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    int32_t n = p->repeat_last_n < s->n_window ? p->repeat_last_n : s->n_window;
+    for (int32_t i = 0; i < n; i++) {  /* the newest n tokens */
+        int32_t t = s->window[(s->window_head - 1 - i + s->max_window) % s->max_window];
+        if (t >= 0 && t < s->n_vocab) s->counts[t]++;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = s->window[(s->window_head - 1 - i + s->max_window) % s->max_window];
+        if (t < 0 || t >= s->n_vocab || s->counts[t] == 0) continue;
+        float *l = &s->work[t];
+        if (rep) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
+        s->counts[t] = 0;  /* each distinct token once; leaves counts zeroed */
+    }
+}
+
+static int cand_cmp(const void *a, const void *b) {
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Move the k best candidates to the front, sorted. Quickselect then sort k. */
+static void top_k_sorted(struct cand *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        struct cand pivot = c[(lo + hi) / 2];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (cand_cmp(&c[i], &pivot) < 0) i++;
+            while (cand_cmp(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+}
+
+static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob *probs, int32_t *n_out) {
+    int32_t n = s->p.n_probs, nv = s->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < nv; i++)
+        if (s->work[i] > mx) mx = s->work[i];
+    if (mx == -INFINITY) mx = 0;
+    double sum = 0;
+    for (int32_t i = 0; i < nv; i++) sum += exp((double)s->work[i] - mx);
+    double lse = mx + log(sum);
+    for (int32_t i = 0; i < nv; i++) s->cand[i] = (struct cand){i, s->work[i]};
+    int32_t k = n < nv ? n : nv;
+    if (k > 0) top_k_sorted(s->cand, nv, k);
+    bool have_chosen = false;
+    for (int32_t i = 0; i < k; i++) {
+        probs[i] = (struct sampler_prob){s->cand[i].id, (float)(s->cand[i].logit - lse)};
+        have_chosen |= s->cand[i].id == chosen;
+    }
+    if (!have_chosen) probs[k++] = (struct sampler_prob){chosen, (float)(s->work[chosen] - lse)};
+    *n_out = k;
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out) {
+    const struct sampler_params *p = &s->p;
+    int32_t nv = s->n_vocab, chosen = 0;
+    bias_and_penalties(s, logits);
+    if (p->temperature <= 0) {
+        for (int32_t i = 1; i < nv; i++)
+            if (s->work[i] > s->work[chosen]) chosen = i;
+    } else {
+        int32_t n = nv;
+        for (int32_t i = 0; i < nv; i++) s->cand[i] = (struct cand){i, s->work[i]};
+        bool sorted = false;
+        if (p->top_k > 0 && p->top_k < n) {
+            top_k_sorted(s->cand, n, p->top_k);
+            n = p->top_k;
+            sorted = true;
+        }
+        if (p->top_p > 0 && p->top_p < 1) {
+            if (!sorted) qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+            sorted = true;
+            double sum = 0, acc = 0;
+            for (int32_t i = 0; i < n; i++) sum += exp((double)s->cand[i].logit - s->cand[0].logit);
+            for (int32_t i = 0; i < n; i++) {
+                acc += exp((double)s->cand[i].logit - s->cand[0].logit) / sum;
+                if (acc >= p->top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+        if (p->min_p > 0) {
+            float mx = -INFINITY;
+            for (int32_t i = 0; i < n; i++)
+                if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+            float cut = mx + logf(p->min_p);  /* p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p) */
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (s->cand[i].logit >= cut) s->cand[m++] = s->cand[i];
+            n = m;
+        }
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < n; i++)
+            if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+        if (mx == -INFINITY) mx = 0;  /* everything banned: exp gives 0 for all, the last one wins */
+        double sum = 0;
+        for (int32_t i = 0; i < n; i++) sum += exp(((double)s->cand[i].logit - mx) / p->temperature);
+        double r = rng_uniform(s->rng) * sum, acc = 0;
+        chosen = s->cand[n - 1].id;
+        for (int32_t i = 0; i < n; i++) {
+            acc += exp(((double)s->cand[i].logit - mx) / p->temperature);
+            if (r < acc) {
+                chosen = s->cand[i].id;
+                break;
+            }
+        }
+    }
+    if (probs && n_out) {
+        if (p->n_probs > 0) report_probs(s, chosen, probs, n_out);
+        else *n_out = 0;
+    }
+    return chosen;
+}

@@ -1,0 +1,76 @@
+/* sampler.h: picking the next token from a row of logits, per sequence.
+ *
+ * A struct sampler belongs to one sequence (one request): it holds the request's parameters, its
+ * RNG (seeded from params.seed: the same seed and the same logits give the same tokens) and the
+ * window of the last repeat_last_n tokens for the penalties. All scratch (n_vocab candidates,
+ * token counts, the window) is allocated once by sampler_create; sampler_reset,
+ * sampler_accept and sampler_sample never allocate.
+ *
+ * The chain, in order (as llama.cpp's default):
+ *   1. logit_bias: logit[token] += bias (-INFINITY bans the token)
+ *   2. penalties over the window: repeat (logit > 0 ? /= : *= repeat_penalty), then
+ *      presence (- presence_penalty once) and frequency (- frequency_penalty * count)
+ *   3. temperature <= 0: greedy, the largest logit (smallest id on a tie); stop here
+ *   4. top_k (k <= 0: off), top_p (>= 1: off), min_p (<= 0: off: keep p >= min_p * p_max)
+ *   5. temperature, softmax over what is left, draw with the RNG
+ * Reported log-probs (n_probs > 0): the n_probs most likely tokens of the distribution after
+ * step 2 at temperature 1 over the whole vocabulary (what the model says, with the request's
+ * bias and penalties; independent of truncation and temperature), plus the chosen token's.
+ *
+ *   struct sampler *s;
+ *   sampler_create(&s, n_vocab, 256);
+ *   sampler_reset(s, &(struct sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f,
+ *                      .min_p = 0.05f, .repeat_penalty = 1.1f, .repeat_last_n = 64, .seed = 42});
+ *   for (each prompt token) sampler_accept(s, tok);
+ *   int32_t tok = sampler_sample(s, logits, probs, &n);   // then sampler_accept(s, tok)
+ *   sampler_destroy(s);
+ */
+#ifndef UVLM_SAMPLER_H
+#define UVLM_SAMPLER_H
+
+#include <stdint.h>
+
+struct sampler_bias {
+    int32_t token;
+    float bias;           /* added to the logit; -INFINITY bans */
+};
+
+struct sampler_params {
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* >= 1 or <= 0: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1 or <= 0: off */
+    int32_t repeat_last_n;   /* window of the penalties; <0: the sampler's whole window */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    const struct sampler_bias *logit_bias; /* copied by sampler_reset (at most SAMPLER_MAX_BIAS) */
+    int32_t n_logit_bias;
+    int32_t n_probs;         /* log-probs to report, <= SAMPLER_MAX_PROBS */
+    uint64_t seed;
+};
+
+#define SAMPLER_MAX_BIAS 1024
+#define SAMPLER_MAX_PROBS 20
+
+struct sampler_prob {
+    int32_t token;
+    float logprob;
+};
+
+struct sampler;
+
+/* max_window: the longest repeat_last_n this sampler serves. 0, -ERR_INVAL or -ERR_NOMEM. */
+int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window);
+void sampler_destroy(struct sampler *s);
+/* Start a request: copy the parameters (bias list included), seed the RNG, empty the window.
+ * -ERR_INVAL for a bias token outside the vocabulary, too many biases or n_probs. */
+int sampler_reset(struct sampler *s, const struct sampler_params *p);
+/* Add a token (prompt or generated) to the penalty window. */
+void sampler_accept(struct sampler *s, int32_t token);
+/* Choose a token from logits[n_vocab] (not modified). probs (may be NULL): room for
+ * n_probs + 1 entries: the top n_probs, then, if not among them, the chosen token; *n_out their
+ * count. */
+int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out);
+
+#endif

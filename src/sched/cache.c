@@ -1,0 +1,132 @@
+/* cache.c: what each memory sequence id holds (see sched_internal.h): making room for new work,
+ * sharing prompt prefixes between live and cached sequences, and keeping finished sequences as
+ * prompt cache, evicted least recently used. */
+#include "sched/sched_internal.h"
+
+#include "common/err.h"
+
+static int64_t free_cells(const struct sched *s) {
+    struct memory_usage u;
+    memory_usage(s->mem, &u);
+    return u.cells_total - u.cells_used;
+}
+
+/* Cells the admitted sequences still need to finish their prompts and take one more step:
+ * admission and resumption leave this much free so they do not immediately force preemption. */
+int64_t sched_cache_pending_need(const struct sched *s) {
+    int64_t need = 0;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind != SEQ_LIVE) continue;
+        if (q->in_memory) need += memory_cells_needed(s->mem, i, q->n_tokens - q->n_past);
+        else if (q->forking) need += 1;
+    }
+    return need;
+}
+
+void sched_cache_seq_reset(struct seq *q) {
+    int32_t *tokens = q->tokens;
+    *q = (struct seq){.kind = SEQ_FREE, .tokens = tokens, .last_served = -1};
+}
+
+/* Drop whatever the sequence holds in memory and on the host, and free its id. */
+void sched_cache_seq_release(struct sched *s, int32_t id) {
+    struct seq *q = &s->seqs[id];
+    if (q->kind == SEQ_CACHE || (q->kind == SEQ_LIVE && q->in_memory)) {
+        int rc = memory_seq_rm(s->mem, id, 0, -1);
+        ASSERT(rc == 0); /* removing a whole sequence always works */
+    }
+    if (q->snap) memory_snapshot_free(s->mem, q->snap);
+    sched_cache_seq_reset(q);
+}
+
+/* Evict the least recently used cache entry other than `keep`; false when there is none. */
+bool sched_cache_evict_lru(struct sched *s, int32_t keep) {
+    int32_t victim = -1;
+    for (int32_t i = 0; i < s->n_seq; i++)
+        if (i != keep && s->seqs[i].kind == SEQ_CACHE &&
+            (victim < 0 || s->seqs[i].lru < s->seqs[victim].lru))
+            victim = i;
+    if (victim < 0) return false;
+    sched_cache_seq_release(s, victim);
+    s->totals.cache_evictions++;
+    return true;
+}
+
+/* Evict cache until `need` cells are free on top of what admitted work still needs. */
+bool sched_cache_make_room(struct sched *s, int64_t need) {
+    while (free_cells(s) < need + sched_cache_pending_need(s))
+        if (!sched_cache_evict_lru(s, -1)) return false;
+    return true;
+}
+
+static int32_t common_prefix(const int32_t *a, const int32_t *b, int32_t n) {
+    int32_t i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The longest prefix of tokens[0..n) that some live or cached sequence holds and that can be
+ * shared: at most n-1 tokens (the last prompt token must run to give logits), and with a memory
+ * without partial removal only a source's whole content. Returns its length, *src its id. */
+int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, int32_t n, int32_t *src) {
+    int32_t best = 0;
+    *src = -1;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        bool held = q->kind == SEQ_CACHE || (q->kind == SEQ_LIVE && q->in_memory && !q->req->cancelled);
+        if (!held || q->n_past == 0) continue;
+        int32_t limit = q->n_past < n ? q->n_past : n;
+        int32_t common = common_prefix(tokens, q->tokens, limit);
+        int32_t usable;
+        if (s->mem->ops->partial_removal) usable = common < n - 1 ? common : n - 1;
+        else usable = common == q->n_past && q->n_past < n ? q->n_past : 0;
+        if (usable > best) {
+            best = usable;
+            *src = i;
+        }
+    }
+    return best;
+}
+
+/* Share the longest available prefix into the empty sequence id: returns tokens shared. */
+int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *tokens, int32_t n) {
+    int32_t src;
+    int32_t len = sched_cache_best_prefix(s, tokens, n, &src);
+    if (len == 0) return 0;
+    if (memory_seq_cp(s->mem, src, id, 0, len) != 0) return 0;
+    if (s->seqs[src].kind == SEQ_CACHE) s->seqs[src].lru = ++s->lru_clock;
+    return len;
+}
+
+/* A finished choice's cells become prompt cache. Entries that only repeat a prefix of another
+ * are dropped (with partial removal the longer one serves every prompt the shorter one would). */
+void sched_cache_keep(struct sched *s, int32_t id) {
+    struct seq *q = &s->seqs[id];
+    if (q->snap) memory_snapshot_free(s->mem, q->snap);
+    *q = (struct seq){.kind = SEQ_CACHE, .tokens = q->tokens, .n_tokens = q->n_past,
+                      .n_past = q->n_past, .last_served = -1, .lru = ++s->lru_clock,
+                      .cells = q->cells};
+    bool partial = s->mem->ops->partial_removal;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        struct seq *o = &s->seqs[i];
+        if (i == id || o->kind != SEQ_CACHE) continue;
+        int32_t shorter = o->n_past < q->n_past ? o->n_past : q->n_past;
+        if (common_prefix(o->tokens, q->tokens, shorter) != shorter) continue;
+        if (o->n_past == q->n_past || (partial && o->n_past < q->n_past)) {
+            sched_cache_seq_release(s, i);
+        } else if (partial) { /* q is a prefix of o */
+            o->lru = q->lru;
+            sched_cache_seq_release(s, id);
+            return;
+        }
+    }
+}
+
+void sched_cache_refresh_usage(struct sched *s) {
+    memory_usage(s->mem, &s->usage);
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        struct seq *q = &s->seqs[i];
+        q->cells = q->kind == SEQ_FREE ? 0 : memory_seq_cells(s->mem, i);
+    }
+}

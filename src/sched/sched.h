@@ -1,0 +1,276 @@
+/* sched.h: the serving engine's scheduler core. Pure C: no libuv, no HTTP, no clock of its own.
+ *
+ * Many requests generate at once over one model and one memory. The scheduler decides, step by
+ * step, which tokens go into the next forward pass:
+ *   - every generating sequence gets one decode token per step;
+ *   - sequences still reading their prompt get chunks (at most config.chunk_tokens each while
+ *     others wait), round-robin, up to the step's token budget (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
+ *     arrives while a long prompt is being read gets its prompt into the very next step; a sequence
+ *     that waited `starve_steps` steps goes before new ones, so nothing starves; every choice
+ *     is a pure function of the arrival order and the step times reported to
+ *     sched_step_complete (no clock, no randomness, ties broken by admission order);
+ *   - while other sequences wait, the prompt budget shrinks so a step stays under
+ *     config.max_step_ms, from a cost line learned from measured step times (step_cost.h);
+ *     a prompt alone gets the whole budget;
+ *   - admission is by memory, not slots: a request is admitted (queue order) when its prompt fits
+ *     in the free cells after reusing the longest shared prefix (live sequences or prompt cache),
+ *     on top of what admitted sequences still need for their own prompts;
+ *   - when a step finds no room (sequences grew), least-recently-used prompt cache goes first,
+ *     then prompt chunks shrink, then the sequence holding the most cells is preempted: its memory
+ *     is saved to host (memory_seq_save, in a save-only step on the worker: copying megabytes to
+ *     fresh pages must not block the loop) and freed, and it resumes later, before new requests,
+ *     with its memory restored, so its output is exactly the uninterrupted one. When the memory
+ *     cannot save, or config.preempt_recompute is set, its cells are dropped and its tokens
+ *     recomputed as a prompt on resume (identical output up to the model's batch-shape rounding).
+ *     Saving is the default: scripts/bench.d/40-sched measures a 1000-token SmolLM2-135M
+ *     sequence (23 MB of K/V) at 60-250 ms to save (page faults on the fresh snapshot, on a busy
+ *     VM) and ~2 ms to restore, where recomputing it is a forward pass over 1000 tokens
+ *     (~270 GFLOP: seconds on 2 cores, and it would delay every other sequence's steps);
+ *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
+ *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
+ *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
+ *     least recently used when cells or sequence ids are needed. A memory without partial removal
+ *     (recurrent state) is only reused when a cached sequence is a whole prefix of the new prompt:
+ *     that is decided through memory->ops->partial_removal, not by memory kind.
+ *
+ * Threading contract (exactly one step in flight at a time):
+ *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,
+ *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
+ *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
+ *   sched_step_compute touches only the step, the memory (the engine's forward, or
+ *   memory_seq_save in a save-only step) and the samplers of the sequences in the step; the loop
+ *   thread does not touch the memory or those
+ *   samplers while a step is in flight (sched_cancel defers its freeing to sched_step_complete),
+ *   so submit, cancel and stats may run concurrently with compute without locks.
+ *
+ * Callbacks: sink callbacks run on the loop thread, only inside sched_build_step (a request that
+ * can no longer fit ends there) and sched_step_complete; never inside submit, cancel or compute.
+ * A request ends with exactly one on_done per choice, or with one on_error (after which no more
+ * callbacks); after that, or after sched_cancel, its handle is invalid and no callback mentions
+ * its owner again. engine_ops are called from sched_submit (sampler_create), sched_step_compute
+ * (forward, sample) and the loop thread (is_eog, sampler_free).
+ *
+ * Memory: every table (sequences, requests, step buffers, token histories of n_ctx each) is sized
+ * at sched_create; building and completing steps does not allocate, except host snapshots of
+ * preempted sequences. sched_submit copies the prompt.
+ *
+ * Usage (the libuv driver does the same with a uv_timer and uv_queue_work):
+ *
+ *   struct sched *s;
+ *   sched_config_default(&cfg); cfg.n_ctx = 4096;
+ *   sched_create(&s, &cfg, memory, &my_engine_ops, engine);
+ *   sched_submit(s, &req, &my_sink, client, now_ms(), &handle); // -ERR_BUSY: queue full, -ERR_TOOBIG
+ *   struct sched_step *step;
+ *   while (sched_build_step(s, now_ms(), &step) > 0) {
+ *       sched_step_compute(s, step);                     // on a worker thread
+ *       sched_step_complete(s, step, now_ms());          // sink callbacks happen here
+ *   }
+ *   sched_destroy(s);
+ *
+ * The libuv driver (net side): one uv_work_t, a `running` flag. kick(): if not running and
+ * sched_build_step(s, uv_now(loop), &step) > 0, set running and uv_queue_work(work_cb: compute,
+ * after_work_cb: sched_step_complete(s, step, uv_now(loop)), clear running, kick()). Call kick()
+ * after every sched_submit and sched_cancel; a uv_timer tick calling kick() is only a safety net
+ * (memory is only freed by a completion or a cancel, both of which kick). With
+ * uv_queue_work's status UV_ECANCELED (shutdown: compute never ran), still call
+ * sched_step_complete: the step's requests end with on_error(-ERR_CANCELLED).
+ *
+ * Errors for the API layer: sched_submit's -ERR_INVAL -> 400 naming the field; -ERR_TOOBIG ->
+ * 400 exceed_context_size_error with n_prompt and sched_max_prompt_tokens() (or too many
+ * choices for the memory's sequence ids); -ERR_BUSY -> 503 with Retry-After. on_error codes are
+ * the engine's forward or the memory's errors (-> 500).
+ */
+#ifndef UVLM_SCHED_H
+#define UVLM_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/batch.h"
+#include "memory/memory.h"
+
+#define SCHED_MAX_PROBS 20 /* most top alternatives per token (OpenAI's top_logprobs limit) */
+
+struct sched;
+struct sched_req;  /* a request handle: valid from sched_submit until it ends or is cancelled */
+struct sched_step; /* the one step buffer, owned by the scheduler */
+
+struct sched_config {
+    int32_t n_ctx;            /* the model's context: most tokens (prompt + generated) per sequence */
+    int32_t max_seq_tokens;   /* a lower per-sequence limit than n_ctx (0: n_ctx) */
+    int32_t batch_tokens;     /* token budget per step (--batch-tokens, 512) */
+    int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait (128) */
+    double max_step_ms;       /* step time target while others wait (--max-step-ms, 100) */
+    int32_t max_queue;        /* requests waiting for admission, beyond: -ERR_BUSY (--max-queue, 64) */
+    int32_t max_n;            /* most choices per request (--max-n, 16) */
+    int32_t starve_steps;     /* a sequence not served for this many steps goes first (8) */
+    double stall_timeout_ms;  /* no progress for this long while work waits: stalled (30000) */
+    double stall_factor;      /* a step past factor x its expected time (+ stall_grace_ms): stalled (10) */
+    double stall_grace_ms;    /* (1000) */
+    bool preempt_recompute;   /* drop and recompute preempted sequences instead of saving (false) */
+};
+
+/* Fill defaults; n_ctx must still be set. */
+void sched_config_default(struct sched_config *c);
+
+/* One sampled token, with its log-probability and the top alternatives when asked. */
+struct sched_token_probs {
+    int32_t token;
+    float logprob;
+    int32_t n_top; /* entries in top_* (<= the request's n_probs) */
+    int32_t top_token[SCHED_MAX_PROBS];
+    float top_logprob[SCHED_MAX_PROBS];
+};
+
+/* The seam to the model and sampler (the integrating engineer implements it with model_forward
+ * and src/sampler). `engine` is passed back unchanged. */
+struct sched_engine_ops {
+    /* Run the batch (memory_reserve'd by the scheduler) and point *logits at n_outputs rows of
+     * n_vocab floats, in entry order; they stay valid until the next forward. Worker thread. */
+    int (*forward)(void *engine, struct memory *mem, const struct batch *b, const float **logits);
+    int32_t (*n_vocab)(void *engine);
+    bool (*is_eog)(void *engine, int32_t token);
+    /* A sampler for one choice: `params` is the caller's sampling parameters (opaque here, only
+     * read during this call), `prompt` the tokens it may use for repetition penalties. NULL on
+     * failure (sched_submit then returns -ERR_NOMEM). Loop thread. */
+    void *(*sampler_create)(void *engine, const void *params, uint64_t seed,
+                            const int32_t *prompt, int32_t n_prompt);
+    /* Pick the next token from one row of logits and remember it as generated; fill probs->
+     * logprob and, when n_probs > 0, up to n_probs alternatives. Worker thread. */
+    int32_t (*sample)(void *engine, void *sampler, const float *logits, int32_t n_probs,
+                      struct sched_token_probs *probs);
+    void (*sampler_free)(void *engine, void *sampler);
+};
+
+enum sched_stop {
+    SCHED_STOP_EOS,     /* the model produced an end-of-generation token (not passed to on_token) */
+    SCHED_STOP_LIMIT,   /* n_predict tokens generated */
+    SCHED_STOP_WORD,    /* the sink's on_token returned false (a stop string matched) */
+    SCHED_STOP_CONTEXT, /* the sequence reached its context limit or the whole memory */
+};
+const char *sched_stop_str(enum sched_stop r); /* "eos", "limit", "word", "context" */
+
+struct sched_counts {
+    int32_t n_prompt;       /* prompt tokens (tokens_evaluated) */
+    int32_t n_cached;       /* of which reused from shared or cached cells (tokens_cached) */
+    int32_t n_generated;    /* tokens generated for this choice (tokens_predicted), EOS excluded */
+    double prompt_ms;       /* admission to first token */
+    double predicted_ms;    /* first token to the end */
+};
+
+/* The seam to the API layer: how results reach the request's owner. */
+struct sched_sink {
+    /* A new token of one choice; return false to stop that choice (reason SCHED_STOP_WORD).
+     * probs is NULL unless the request asked for n_probs > 0. */
+    bool (*on_token)(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *probs);
+    /* One choice ended; counts is valid during the call. */
+    void (*on_done)(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *counts);
+    /* The whole request failed (-ERR_x): no more callbacks for it. */
+    void (*on_error)(void *owner, int err);
+};
+
+struct sched_request {
+    const int32_t *prompt;   /* token ids, copied by sched_submit */
+    int32_t n_prompt;        /* >= 1 */
+    int32_t n_predict;       /* most tokens to generate per choice; < 0: until EOS or context */
+    int32_t n_choices;       /* 1..max_n (0 counts as 1) */
+    uint64_t seed;           /* choice i samples with seed + i */
+    int32_t n_probs;         /* 0..SCHED_MAX_PROBS alternatives per token */
+    bool cache_prompt;       /* reuse cached prefixes and leave the cells as cache at the end */
+    bool ignore_eos;         /* keep generating through end-of-generation tokens */
+    const void *sampler_params; /* passed to engine_ops.sampler_create during sched_submit */
+};
+
+/* 0, or -ERR_INVAL (bad config), -ERR_NOMEM. The scheduler uses sequence ids
+ * [0, memory->n_seq_max) of `memory`, which it does not own and which must outlive it. */
+int sched_create(struct sched **out, const struct sched_config *config, struct memory *memory,
+                 const struct sched_engine_ops *ops, void *engine);
+/* Ends nothing gracefully: live requests get no callbacks. Only with no step in flight. */
+void sched_destroy(struct sched *s);
+
+/* Queue a request (now_ms: for stall detection, work that just arrived is not stalled).
+ * 0 and *handle, or: -ERR_INVAL (empty prompt, token id out of vocabulary,
+ * n_choices or n_probs out of range), -ERR_TOOBIG (prompt longer than sched_max_prompt_tokens,
+ * or more choices than sequence ids), -ERR_BUSY (config.max_queue requests already wait),
+ * -ERR_NOMEM. No callback is made for a failed submit. */
+int sched_submit(struct sched *s, const struct sched_request *req, const struct sched_sink *sink,
+                 void *owner, double now_ms, struct sched_req **handle);
+/* The owner went away: no more callbacks; its sequences stop and their cells are freed now, or at
+ * the end of the step in flight (within one step). The handle is invalid afterwards. */
+void sched_cancel(struct sched *s, struct sched_req *handle);
+
+/* The longest prompt sched_submit accepts (for the 400 message: prompt n vs this). */
+int32_t sched_max_prompt_tokens(const struct sched *s);
+
+/* Admit, evict, preempt and fill the next step. Returns > 0 with *step set when a step must run
+ * (its batch's token count, or 1 for a save-only step with an empty batch), or 0 when there is
+ * nothing to do (*step NULL). Asserts no step is in flight. The driver runs every step the same
+ * way: compute on a worker, then complete on the loop. */
+int sched_build_step(struct sched *s, double now_ms, struct sched_step **step);
+/* Forward + sampling for a built step (worker thread). Errors are kept in the step; a step
+ * completed without having been computed fails its requests with -ERR_CANCELLED. */
+void sched_step_compute(struct sched *s, struct sched_step *step);
+/* Take the step's results: append tokens, stop choices, call sinks, keep or free cells, learn the
+ * step's cost from now_ms - the build's now_ms. After it a new step may be built. */
+void sched_step_complete(struct sched *s, struct sched_step *step, double now_ms);
+
+/* The step's batch (for tests and logs). */
+const struct batch *sched_step_batch(const struct sched_step *step);
+/* Memory sequence id of a request's choice, -1 when it has none now (queued, preempted-waiting,
+ * or a choice that has not forked yet). For tests and /slots. */
+int32_t sched_req_seq(const struct sched_req *handle, int32_t choice);
+
+#define SCHED_STEP_HIST_BUCKETS 10
+extern const double sched_step_hist_bounds_ms[SCHED_STEP_HIST_BUCKETS]; /* last is +inf */
+
+/* Counters and state for /health, /metrics and routing. No prompt or output text. */
+struct sched_stats {
+    /* now */
+    int32_t queued;           /* requests waiting for admission */
+    int32_t preempted;        /* sequences waiting to resume */
+    int32_t active_requests;
+    int32_t active_seqs;      /* sequences holding or about to hold cells (choices) */
+    int32_t cached_seqs;      /* prompt-cache entries */
+    int64_t cells_total, cells_used;
+    double tokens_per_s;      /* generated tokens per second over the last 5 s */
+    bool step_in_flight;
+    double step_started_ms;   /* when the step in flight was built */
+    double step_expected_ms;  /* its predicted duration */
+    double last_progress_ms;  /* last completed step or admission */
+    bool stalled;             /* see sched_stats: point 8 of the issue */
+    /* totals since creation */
+    int64_t requests_submitted, requests_rejected, requests_cancelled, requests_failed;
+    int64_t choices_done[SCHED_STOP_CONTEXT + 1]; /* by stop reason */
+    int64_t prompt_tokens;    /* prompt tokens run through the model (cached ones excluded) */
+    int64_t cached_tokens;    /* prompt tokens reused from shared cells */
+    int64_t generated_tokens;
+    double prompt_ms, decode_ms; /* step time split by the step's prompt/decode token share */
+    int64_t steps, preemptions, cache_evictions;
+    /* step durations per bucket (not cumulative): step_hist[i] counts steps that took
+     * (bounds[i-1], bounds[i]] ms; the last bucket is above the last finite bound. With
+     * step_ms_sum this is what api/metrics_text.h's histogram takes (n_bounds = BUCKETS - 1). */
+    uint64_t step_hist[SCHED_STEP_HIST_BUCKETS];
+    double step_ms_sum;
+};
+/* stalled: a step has run longer than stall_factor x expected + stall_grace_ms (stall_timeout_ms
+ * before any step was measured), or no step is in flight while there is work (queued, preempted
+ * or active) and nothing progressed for stall_timeout_ms. Safe while a step is in flight (reads nothing the worker
+ * writes). */
+void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out);
+
+enum sched_seq_state { SCHED_QUEUED, SCHED_PREFILL, SCHED_GENERATE, SCHED_PREEMPTED, SCHED_FORKING };
+const char *sched_seq_state_str(enum sched_seq_state st); /* "queued", "prefill", ... */
+
+/* One live sequence (or queued request) for /slots. */
+struct sched_slot {
+    int64_t request_id;   /* submission serial, from 1 */
+    int32_t choice;
+    int32_t seq;          /* memory sequence id, -1 when none */
+    enum sched_seq_state state;
+    int32_t n_prompt, n_generated;
+    int64_t cells;        /* cells held after the last step */
+};
+/* Fill up to max slots (queued requests first, then sequences by id); returns how many exist. */
+int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max);
+
+#endif

@@ -1,0 +1,174 @@
+/* sched_internal.h: the scheduler's state, shared by its three parts and nobody else.
+ *   sched.c  requests: submit, cancel, their end; stats, slots; create and destroy
+ *   cache.c  what each memory sequence id holds: room for new work, prefix sharing, prompt cache
+ *   step.c   admission, then building, computing and completing steps
+ *
+ * State lives in two fixed tables:
+ *   seqs[memory id]: FREE, LIVE (a request's choice: in memory, preempted, or waiting for its
+ *     prompt's fork) or CACHE (a finished sequence whose cells serve later prompts). Each entry
+ *     has a token history (prompt then generated) and n_past, the tokens the memory holds
+ *     (positions [0, n_past)). A sequence's next step feeds tokens[n_past..n_tokens): more than
+ *     one token is prompt (or recompute after preemption), exactly one is a decode.
+ *   reqs[]: requests, FREE, QUEUED (FIFO) or ACTIVE (its choices own sequences).
+ * The one step buffer records, per sequence in the batch, how many tokens it got and which
+ * samplers read its logits row.
+ */
+#ifndef UVLM_SCHED_INTERNAL_H
+#define UVLM_SCHED_INTERNAL_H
+
+#include "sched/sched.h"
+#include "sched/step_cost.h"
+
+#define RATE_WINDOW_S 5
+
+enum seq_kind { SEQ_FREE, SEQ_LIVE, SEQ_CACHE };
+
+struct seq {
+    enum seq_kind kind;
+    struct sched_req *req;  /* LIVE */
+    int32_t choice;         /* LIVE */
+    int32_t *tokens;        /* [token_cap]: prompt, then generated */
+    int32_t n_tokens;
+    int32_t n_past;         /* tokens held in memory: positions [0, n_past) */
+    bool in_memory;         /* LIVE: false while preempted or waiting for the fork */
+    bool forking;           /* LIVE: a choice > 0 waiting for its prompt's first logits */
+    struct memory_snapshot *snap; /* preempted with a host copy */
+    int64_t snap_cells;
+    int64_t last_served;    /* step number; -1 never */
+    int64_t serial;         /* admission order: ties are broken by it (determinism) */
+    uint64_t lru;           /* CACHE: last use */
+    int64_t cells;          /* cells held, refreshed after each step */
+};
+
+enum req_state { REQ_FREE, REQ_QUEUED, REQ_ACTIVE };
+
+struct sched_req {
+    struct sched *sched;
+    enum req_state state;
+    int64_t id;
+    void *owner;
+    struct sched_sink sink;
+    int32_t *prompt;
+    int32_t n_prompt, n_predict, n_choices, n_probs;
+    bool cache_prompt, ignore_eos;
+    void **samplers;        /* [n_choices] */
+    int32_t *seqs;          /* [n_choices] memory ids while ACTIVE, -1 once ended */
+    int32_t n_live;         /* choices not ended */
+    bool forked;            /* the prompt's logits were shared out to every choice */
+    bool has_first;         /* t_first is set */
+    bool cancelled;         /* release at the next sweep, no callbacks */
+    int32_t n_cached;
+    double t_admit, t_first;
+    struct sched_req *next; /* queue / free list */
+};
+
+struct step_entry {
+    int32_t seq;
+    int32_t n_new;          /* tokens of this sequence in the batch */
+    int32_t first_sample, n_samples;
+};
+
+struct step_sample {
+    int32_t row;            /* logits row */
+    int32_t seq;            /* the entry's sequence */
+    int32_t choice;
+    void *sampler;
+    int32_t n_probs;
+    struct sched_token_probs out;
+};
+
+/* A preemption by saving: the copy to host runs on the worker (it can take milliseconds: page
+ * faults on a fresh snapshot), the loop thread only frees the cells afterwards. */
+struct step_save {
+    int32_t seq;
+    int64_t cells;
+    struct memory_snapshot *snap;
+    int err;
+};
+
+struct sched_step {
+    struct batch batch;
+    bool has_save;          /* a save-only step: empty batch */
+    struct step_save save;
+    struct step_entry *entries;
+    int32_t n_entries;
+    struct step_sample *samples;
+    int32_t n_samples;
+    int32_t n_prompt_tokens, n_decode_tokens;
+    int64_t number;
+    double started_ms, expected_ms;
+    int err;
+};
+
+struct rate_window {
+    int64_t sec[RATE_WINDOW_S + 1];
+    int64_t count[RATE_WINDOW_S + 1];
+};
+
+struct sched {
+    struct sched_config cfg;
+    int32_t token_cap;      /* most tokens per sequence: min(n_ctx, max_seq_tokens) */
+    struct memory *mem;
+    const struct sched_engine_ops *ops;
+    void *engine;
+    int32_t n_vocab;
+    int32_t n_seq;          /* memory->n_seq_max */
+
+    struct seq *seqs;
+    int32_t *tokens_pool;
+    struct sched_req *reqs;
+    int32_t n_reqs;
+    struct sched_req *free_reqs;
+    struct sched_req *queue_head, *queue_tail;
+
+    /* step building scratch: sequence ids in service order */
+    int32_t *decode_order, *prompt_order;
+    int32_t n_decode, n_prompt;
+
+    struct sched_step step;
+    bool in_flight;
+    int in_callbacks;       /* > 0: sched_cancel defers, like during a step */
+    int32_t n_cancel_pending;
+
+    struct step_cost cost;
+    int64_t next_req_id, next_serial;
+    uint64_t lru_clock;
+    struct rate_window rate;
+    struct memory_usage usage;
+    struct sched_stats totals; /* the "totals since creation" part of the stats */
+    double last_progress_ms;
+};
+
+/* cache.c */
+/* Cells admitted sequences still need for their prompts and one more step. */
+int64_t sched_cache_pending_need(const struct sched *s);
+/* Mark an entry FREE (keeps its token buffer). */
+void sched_cache_seq_reset(struct seq *q);
+/* Drop what the id holds in memory and on the host, and free it. */
+void sched_cache_seq_release(struct sched *s, int32_t id);
+/* Evict the least recently used cache entry other than keep; false when there is none. */
+bool sched_cache_evict_lru(struct sched *s, int32_t keep);
+/* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
+bool sched_cache_make_room(struct sched *s, int64_t need);
+/* Longest shareable prefix of tokens[0..n) held by a live or cached id (*src). */
+int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, int32_t n, int32_t *src);
+/* Share that prefix into the empty id; returns the tokens shared. */
+int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *tokens, int32_t n);
+/* A finished choice's cells become prompt cache (redundant entries dropped). */
+void sched_cache_keep(struct sched *s, int32_t id);
+/* Refresh the usage and per-id cell counts that stats read while a step computes. */
+void sched_cache_refresh_usage(struct sched *s);
+
+/* sched.c */
+/* Return a request to the pool, freeing its samplers and its allocation. */
+void sched_req_free(struct sched *s, struct sched_req *r);
+/* End a request without callbacks: dequeue it or free every sequence it owns. */
+void sched_req_release(struct sched *s, struct sched_req *r);
+/* Release the requests cancelled while they could not be (step in flight, callbacks). */
+void sched_sweep_cancelled(struct sched *s);
+/* on_error(err) and end the request (with in_callbacks raised by the caller). */
+void sched_req_fail(struct sched *s, struct sched_req *r, int err);
+/* Count n generated tokens at now_ms for tokens/s. */
+void sched_rate_add(struct rate_window *w, double now_ms, int64_t n);
+
+#endif

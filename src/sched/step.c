@@ -1,0 +1,479 @@
+/* step.c: admission, then building, computing and completing steps (see sched.h for the
+ * policy and sched_internal.h for the state). */
+#include "sched/sched_internal.h"
+
+#include "common/err.h"
+
+#include <string.h>
+
+/* Prompts always get at least this many tokens per step, even when decodes alone fill the time
+ * target: otherwise a crowd of generating sequences would starve every new prompt. */
+#define SCHED_MIN_PROMPT_TOKENS 16
+
+/* ---------------------------------------------------------------- admission */
+
+static int32_t take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep) {
+    int32_t got = 0;
+    for (;;) {
+        got = 0;
+        for (int32_t i = 0; i < s->n_seq && got < n; i++)
+            if (s->seqs[i].kind == SEQ_FREE) ids[got++] = i;
+        if (got == n || !sched_cache_evict_lru(s, keep)) return got;
+    }
+}
+
+/* Admit the queue's head if its prompt fits; false when it has to wait. */
+static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
+    int32_t src = -1;
+    if (r->cache_prompt) sched_cache_best_prefix(s, r->prompt, r->n_prompt, &src);
+    if (take_free_ids(s, r->seqs, r->n_choices, src) < r->n_choices) {
+        for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
+        return false;
+    }
+    int32_t parent = r->seqs[0];
+    int32_t shared = r->cache_prompt ? sched_cache_attach_prefix(s, parent, r->prompt, r->n_prompt) : 0;
+    if (!sched_cache_make_room(s, memory_cells_needed(s->mem, parent, r->n_prompt - shared))) {
+        if (shared) memory_seq_rm(s->mem, parent, 0, -1);
+        for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
+        return false;
+    }
+    for (int32_t c = 0; c < r->n_choices; c++) {
+        struct seq *q = &s->seqs[r->seqs[c]];
+        *q = (struct seq){.kind = SEQ_LIVE, .req = r, .choice = c, .tokens = q->tokens,
+                          .last_served = -1, .serial = ++s->next_serial};
+        if (c == 0) {
+            memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+            q->n_tokens = r->n_prompt;
+            q->n_past = shared;
+            q->in_memory = true;
+        } else {
+            q->forking = true;
+        }
+    }
+    r->forked = r->n_choices == 1;
+    r->n_cached = shared;
+    r->t_admit = now_ms;
+    r->state = REQ_ACTIVE;
+    s->totals.cached_tokens += shared;
+    s->last_progress_ms = now_ms;
+    return true;
+}
+
+/* Bring one preempted sequence back; false when it has to wait. */
+static bool resume_one(struct sched *s, int32_t id) {
+    struct seq *q = &s->seqs[id];
+    if (q->snap) {
+        if (!sched_cache_make_room(s, q->snap_cells + memory_cells_needed(s->mem, id, q->n_tokens - q->n_past)))
+            return false;
+        if (memory_seq_restore(s->mem, id, q->snap) != 0) return false;
+        memory_snapshot_free(s->mem, q->snap);
+        q->snap = NULL;
+        q->in_memory = true;
+        return true;
+    }
+    q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
+    int32_t shared = sched_cache_attach_prefix(s, id, q->tokens, q->n_tokens);
+    q->n_past = shared;
+    if (sched_cache_make_room(s, 0)) return true;
+    if (shared) memory_seq_rm(s->mem, id, 0, -1);
+    q->n_past = 0;
+    q->in_memory = false;
+    return false;
+}
+
+static int32_t oldest_preempted(const struct sched *s) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind == SEQ_LIVE && !q->in_memory && !q->forking && !q->req->cancelled &&
+            (best < 0 || q->serial < s->seqs[best].serial))
+            best = i;
+    }
+    return best;
+}
+
+/* Preempted sequences first (they are older), then the queue, in order; stop at the first that
+ * does not fit so that a big request is not overtaken forever by small ones. */
+static void admit(struct sched *s, double now_ms) {
+    for (int32_t id; (id = oldest_preempted(s)) >= 0;)
+        if (!resume_one(s, id)) return;
+    while (s->queue_head) {
+        struct sched_req *r = s->queue_head;
+        if (!admit_one(s, r, now_ms)) return;
+        s->queue_head = r->next;
+        if (!s->queue_head) s->queue_tail = NULL;
+        r->next = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------- step building */
+
+/* Service order: least recently served first; a never-served sequence counts as served
+ * starve_steps ago, so it goes before sequences served recently but not before one that has
+ * waited longer than that. Ties: admission order. */
+static int64_t service_key(const struct sched *s, const struct seq *q) {
+    return q->last_served >= 0 ? q->last_served : s->step.number - s->cfg.starve_steps;
+}
+
+static void insert_ordered(const struct sched *s, int32_t *order, int32_t n, int32_t id) {
+    const struct seq *q = &s->seqs[id];
+    int64_t key = service_key(s, q);
+    int32_t j = n;
+    while (j > 0) {
+        const struct seq *p = &s->seqs[order[j - 1]];
+        int64_t pk = service_key(s, p);
+        if (pk < key || (pk == key && p->serial < q->serial)) break;
+        order[j] = order[j - 1];
+        j--;
+    }
+    order[j] = id;
+}
+
+static void collect(struct sched *s) {
+    s->n_decode = s->n_prompt = 0;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled) continue;
+        int32_t remaining = q->n_tokens - q->n_past;
+        ASSERT(remaining >= 1);
+        if (remaining == 1) insert_ordered(s, s->decode_order, s->n_decode++, i);
+        else insert_ordered(s, s->prompt_order, s->n_prompt++, i);
+    }
+}
+
+static void add_samples(struct sched *s, struct step_entry *e, int32_t row) {
+    struct sched_step *st = &s->step;
+    const struct seq *q = &s->seqs[e->seq];
+    struct sched_req *r = q->req;
+    e->first_sample = st->n_samples;
+    /* before the fork, the prompt's logits feed every choice's sampler */
+    int32_t first = r->forked ? q->choice : 0, last = r->forked ? q->choice : r->n_choices - 1;
+    for (int32_t c = first; c <= last; c++)
+        st->samples[st->n_samples++] = (struct step_sample){
+            .row = row, .seq = e->seq, .choice = c, .sampler = r->samplers[c], .n_probs = r->n_probs};
+    e->n_samples = st->n_samples - e->first_sample;
+}
+
+static void add_tokens(struct sched *s, int32_t id, int32_t n) {
+    struct sched_step *st = &s->step;
+    struct seq *q = &s->seqs[id];
+    struct step_entry *e = &st->entries[st->n_entries++];
+    *e = (struct step_entry){.seq = id, .n_new = n};
+    for (int32_t k = 0; k < n; k++) {
+        int32_t pos = q->n_past + k;
+        bool last = pos == q->n_tokens - 1;
+        batch_add(&st->batch, q->tokens[pos], pos, id, last);
+        if (last) add_samples(s, e, st->batch.n_outputs - 1);
+    }
+}
+
+/* Fill the batch: every decode (round-robin when they exceed the batch), then prompt chunks. */
+static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
+    struct sched_step *st = &s->step;
+    batch_clear(&st->batch);
+    st->n_entries = st->n_samples = 0;
+    /* with more decodes than the batch holds, prompts still get a few tokens: they rotate too */
+    int32_t decode_cap = st->batch.capacity;
+    if (s->n_prompt > 0 && prompt_cap > 0) {
+        int32_t keep = SCHED_MIN_PROMPT_TOKENS < decode_cap / 2 ? SCHED_MIN_PROMPT_TOKENS : decode_cap / 2;
+        decode_cap -= keep;
+    }
+    for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < decode_cap; i++)
+        add_tokens(s, s->decode_order[i], 1);
+    st->n_decode_tokens = st->batch.n_tokens;
+    int32_t left = st->batch.capacity - st->batch.n_tokens;
+    if (prompt_cap < left) left = prompt_cap;
+    for (int32_t i = 0; i < s->n_prompt && left > 0; i++) {
+        const struct seq *q = &s->seqs[s->prompt_order[i]];
+        int32_t n = q->n_tokens - q->n_past;
+        if (n > chunk_cap) n = chunk_cap;
+        if (n > left) n = left;
+        add_tokens(s, s->prompt_order[i], n);
+        left -= n;
+    }
+    st->n_prompt_tokens = st->batch.n_tokens - st->n_decode_tokens;
+}
+
+/* The live sequence holding the most cells (ties: the latest admitted); -1 when fewer than two
+ * live sequences hold memory (preempting the only one is useless). */
+static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
+    int32_t victim = -1, holders = 0;
+    int64_t most = -1;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled) continue;
+        holders++;
+        int64_t cells = memory_seq_cells(s->mem, i);
+        if (cells > most || (cells == most && q->serial > s->seqs[victim].serial)) {
+            most = cells;
+            victim = i;
+        }
+    }
+    *cells_out = most;
+    return holders < 2 ? -1 : victim;
+}
+
+/* Take a live sequence out of memory until it can resume: with its host snapshot, or (snap NULL)
+ * to recompute everything on resume, sharing what it can then. */
+static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, int64_t cells) {
+    struct seq *q = &s->seqs[id];
+    q->snap = snap;
+    q->snap_cells = cells;
+    if (!snap) q->n_past = 0;
+    int rc = memory_seq_rm(s->mem, id, 0, -1);
+    ASSERT(rc == 0);
+    q->in_memory = false;
+    s->totals.preemptions++;
+}
+
+static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, double now_ms);
+
+/* Every request with a sequence in the step's batch gets on_error(err) and ends. */
+static void fail_batch(struct sched *s, int err) {
+    struct sched_step *st = &s->step;
+    s->in_callbacks++;
+    for (int32_t i = 0; i < st->n_entries; i++) {
+        struct seq *q = &s->seqs[st->entries[i].seq];
+        if (q->kind == SEQ_LIVE) sched_req_fail(s, q->req, err);
+    }
+    s->in_callbacks--;
+}
+
+/* The prompt budget of this step: everything when one sequence runs alone; while others wait,
+ * what the learned step cost says fits in max_step_ms after the decodes. */
+static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
+    bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
+    *prompt_cap = s->cfg.batch_tokens;
+    *chunk_cap = s->cfg.batch_tokens;
+    if (!others) return;
+    *chunk_cap = s->cfg.chunk_tokens;
+    int32_t within = step_cost_tokens_within(&s->cost, s->cfg.max_step_ms);
+    if (within < 0) return;
+    int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
+    int32_t cap = within - decodes;
+    *prompt_cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
+}
+
+/* Sequences ended while building: their memory may let waiting ones in. */
+static void readmit(struct sched *s, double now_ms) {
+    sched_sweep_cancelled(s);
+    admit(s, now_ms);
+    collect(s);
+}
+
+int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
+    ASSERT(!s->in_flight);
+    *out = NULL;
+    sched_sweep_cancelled(s);
+    admit(s, now_ms);
+    struct sched_step *st = &s->step;
+    st->has_save = false;
+    st->number++;
+    collect(s);
+    int32_t prompt_cap, chunk_cap;
+    budget(s, &prompt_cap, &chunk_cap);
+    int32_t full_prompt_cap = prompt_cap;
+    for (;;) {
+        fill(s, prompt_cap, chunk_cap);
+        if (st->batch.n_tokens == 0) break;
+        int rc = memory_reserve(s->mem, &st->batch);
+        if (rc == 0) break;
+        if (rc != -ERR_NOMEM) { /* the memory refuses the batch itself: its requests fail */
+            fail_batch(s, rc);
+            readmit(s, now_ms);
+            continue;
+        }
+        /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
+        if (sched_cache_evict_lru(s, -1)) continue;
+        if (st->n_prompt_tokens > 1) {
+            prompt_cap = st->n_prompt_tokens / 2;
+            continue;
+        }
+        if (st->n_prompt_tokens == 1 && st->n_decode_tokens > 0) {
+            prompt_cap = 0;
+            continue;
+        }
+        int64_t cells;
+        int32_t victim = preempt_victim(s, &cells);
+        if (victim >= 0 && s->cfg.preempt_recompute) {
+            preempt(s, victim, NULL, 0);
+            prompt_cap = full_prompt_cap;
+            collect(s);
+            continue;
+        }
+        if (victim >= 0) { /* this step only saves the victim; the next one runs the batch */
+            batch_clear(&st->batch);
+            st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
+            st->has_save = true;
+            st->save = (struct step_save){.seq = victim, .cells = cells, .err = -ERR_CANCELLED};
+            break;
+        }
+        /* One sequence holds the whole memory and needs more: it has reached its limit. */
+        int32_t id = st->entries[0].seq;
+        s->in_callbacks++;
+        finish_choice(s, id, SCHED_STOP_CONTEXT, now_ms);
+        s->in_callbacks--;
+        readmit(s, now_ms);
+    }
+    sched_cache_refresh_usage(s);
+    if (st->batch.n_tokens == 0 && !st->has_save) {
+        st->number--;
+        return 0;
+    }
+    st->err = -ERR_CANCELLED; /* until sched_step_compute runs: a step that never ran fails */
+    st->started_ms = now_ms;
+    st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
+    s->in_flight = true;
+    *out = st;
+    return st->has_save ? 1 : st->batch.n_tokens;
+}
+
+/* ---------------------------------------------------------------- compute (worker thread) */
+
+void sched_step_compute(struct sched *s, struct sched_step *st) {
+    if (st->has_save) {
+        st->save.snap = NULL;
+        st->save.err = memory_seq_save(s->mem, st->save.seq, &st->save.snap);
+        return;
+    }
+    const float *logits = NULL;
+    st->err = s->ops->forward(s->engine, s->mem, &st->batch, &logits);
+    if (st->err) return;
+    for (int32_t i = 0; i < st->n_samples; i++) {
+        struct step_sample *sm = &st->samples[i];
+        const float *row = logits + (size_t)sm->row * (size_t)s->n_vocab;
+        sm->out.n_top = 0;
+        sm->out.token = s->ops->sample(s->engine, sm->sampler, row, sm->n_probs, &sm->out);
+    }
+}
+
+/* ---------------------------------------------------------------- completion */
+
+static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, double now_ms) {
+    struct seq *q = &s->seqs[id];
+    struct sched_req *r = q->req;
+    int32_t choice = q->choice;
+    struct sched_counts counts = {
+        .n_prompt = r->n_prompt,
+        .n_cached = r->n_cached,
+        .n_generated = q->forking ? 0 : q->n_tokens - r->n_prompt,
+        .prompt_ms = (r->has_first ? r->t_first : now_ms) - r->t_admit,
+        .predicted_ms = r->has_first ? now_ms - r->t_first : 0,
+    };
+    if (counts.n_generated < 0) counts.n_generated = 0; /* ended before its prompt finished */
+    if (r->cache_prompt && q->in_memory && q->n_past > 0) sched_cache_keep(s, id);
+    else sched_cache_seq_release(s, id);
+    r->seqs[choice] = -1;
+    s->ops->sampler_free(s->engine, r->samplers[choice]);
+    r->samplers[choice] = NULL;
+    r->n_live--;
+    s->totals.choices_done[reason]++;
+    if (!r->cancelled) r->sink.on_done(r->owner, choice, reason, &counts);
+    /* a prompt that ends before its fork ends its waiting siblings too */
+    if (choice == 0 && !r->forked)
+        for (int32_t c = 1; c < r->n_choices; c++)
+            if (r->seqs[c] >= 0) finish_choice(s, r->seqs[c], reason, now_ms);
+    if (r->n_live == 0) {
+        if (r->cancelled) { /* cancelled from inside on_done: nothing left to release */
+            r->cancelled = false;
+            s->n_cancel_pending--;
+        }
+        sched_req_free(s, r);
+    }
+}
+
+/* Give the prompt's first logits to every choice: siblings share the parent's cells. */
+static void fork_choices(struct sched *s, struct sched_req *r) {
+    const struct seq *parent = &s->seqs[r->seqs[0]];
+    for (int32_t c = 1; c < r->n_choices; c++) {
+        struct seq *q = &s->seqs[r->seqs[c]];
+        memcpy(q->tokens, parent->tokens, (size_t)parent->n_tokens * sizeof *q->tokens);
+        q->n_tokens = parent->n_tokens;
+        q->forking = false;
+        q->in_memory = true;
+        /* when the memory cannot share (no room for a state copy), the child recomputes */
+        q->n_past = memory_seq_cp(s->mem, r->seqs[0], r->seqs[c], 0, parent->n_past) == 0
+                        ? parent->n_past : 0;
+    }
+    r->forked = true;
+}
+
+/* Append a sampled token to a choice and check its stop conditions. */
+static void take_token(struct sched *s, int32_t id, const struct sched_token_probs *p, double now_ms) {
+    struct seq *q = &s->seqs[id];
+    struct sched_req *r = q->req;
+    if (!r->has_first) {
+        r->has_first = true;
+        r->t_first = now_ms;
+    }
+    if (r->n_predict == 0) {
+        finish_choice(s, id, SCHED_STOP_LIMIT, now_ms);
+        return;
+    }
+    if (!r->ignore_eos && s->ops->is_eog(s->engine, p->token)) {
+        finish_choice(s, id, SCHED_STOP_EOS, now_ms);
+        return;
+    }
+    ASSERT(q->n_tokens < s->token_cap);
+    q->tokens[q->n_tokens++] = p->token;
+    s->totals.generated_tokens++;
+    sched_rate_add(&s->rate, now_ms, 1);
+    bool go_on = r->sink.on_token(r->owner, q->choice, p->token, r->n_probs > 0 ? p : NULL);
+    if (r->cancelled) return; /* the owner cancelled from the callback: the sweep frees it */
+    int32_t generated = q->n_tokens - r->n_prompt;
+    if (!go_on) finish_choice(s, id, SCHED_STOP_WORD, now_ms);
+    else if (r->n_predict > 0 && generated >= r->n_predict) finish_choice(s, id, SCHED_STOP_LIMIT, now_ms);
+    else if (q->n_tokens >= s->token_cap) finish_choice(s, id, SCHED_STOP_CONTEXT, now_ms);
+}
+
+static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
+    s->last_progress_ms = now_ms;
+    if (st->batch.n_tokens == 0) return; /* a save-only step says nothing about forward speed */
+    double ms = now_ms - st->started_ms;
+    if (ms < 0) ms = 0;
+    step_cost_observe(&s->cost, st->batch.n_tokens, ms);
+    int b = 0;
+    while (ms > sched_step_hist_bounds_ms[b]) b++;
+    s->totals.step_hist[b]++;
+    s->totals.step_ms_sum += ms;
+    s->totals.steps++;
+    s->totals.prompt_ms += ms * st->n_prompt_tokens / st->batch.n_tokens;
+    s->totals.decode_ms += ms * st->n_decode_tokens / st->batch.n_tokens;
+    s->totals.prompt_tokens += st->n_prompt_tokens;
+}
+
+void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) {
+    ASSERT(s->in_flight && st == &s->step);
+    learn(s, st, now_ms);
+    if (st->has_save) /* a failed save falls back to recomputing */
+        preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells);
+    s->in_callbacks++;
+    if (st->err) {
+        fail_batch(s, st->err);
+    } else {
+        /* first what the memory now holds, then the tokens (a finishing choice caches n_past) */
+        for (int32_t i = 0; i < st->n_entries; i++) {
+            struct seq *q = &s->seqs[st->entries[i].seq];
+            q->n_past += st->entries[i].n_new;
+            q->last_served = st->number;
+        }
+        for (int32_t i = 0; i < st->n_entries; i++) {
+            const struct step_entry *e = &st->entries[i];
+            struct seq *q = &s->seqs[e->seq];
+            if (e->n_samples == 0 || q->kind != SEQ_LIVE || q->req->cancelled) continue;
+            struct sched_req *r = q->req;
+            if (!r->forked && r->n_predict != 0) fork_choices(s, r);
+            for (int32_t k = 0; k < e->n_samples; k++) {
+                const struct step_sample *sm = &st->samples[e->first_sample + k];
+                int32_t id = r->seqs[sm->choice];
+                if (id < 0 || r->cancelled) continue;
+                take_token(s, id, &sm->out, now_ms);
+                if (r->state == REQ_FREE) break; /* its last choice ended */
+            }
+        }
+    }
+    s->in_callbacks--;
+    s->in_flight = false;
+    sched_sweep_cancelled(s);
+    sched_cache_refresh_usage(s);
+}

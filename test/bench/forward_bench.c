@@ -1,0 +1,135 @@
+/* forward_bench.c: forward-pass speed of one model: pp512 (one batch of 512 prompt tokens) and
+ * tg64 (64 tokens generated one at a time after it), in tokens/s, best of `reps` runs after a
+ * warm-up; or, with --bandwidth, this machine's memory read bandwidth (all threads reading a 1 GiB
+ * buffer), which bounds tg: every generated token reads every weight once.
+ *
+ *   build/bench/forward_bench MODEL [--threads N] [--reps R]
+ *   build/bench/forward_bench --bandwidth [--threads N]
+ * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T weights_mb M" or "bandwidth G".
+ */
+#include "common/err.h"
+#include "math/matmul.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BW_BYTES ((size_t)1 << 30)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct bw { const uint64_t *buf; uint64_t sink[64]; };
+
+static void bw_read(void *arg, int64_t i0, int64_t i1) {
+    struct bw *b = arg;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t i = i0 * 4; i < i1 * 4; i += 4) {
+        a0 += b->buf[i];
+        a1 += b->buf[i + 1];
+        a2 += b->buf[i + 2];
+        a3 += b->buf[i + 3];
+    }
+    b->sink[(i0 >> 10) % 64] += a0 ^ a1 ^ a2 ^ a3;
+}
+
+static double bandwidth(int n_threads) {
+    struct compute *c;
+    uint64_t *buf = malloc(BW_BYTES);
+    if (!buf || compute_create(&c, n_threads, 1, 1) < 0) return 0;
+    memset(buf, 1, BW_BYTES);
+    struct bw b = {.buf = buf};
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        compute_parallel_for(c, (int64_t)(BW_BYTES / 32), bw_read, &b);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    compute_destroy(c);
+    free(buf);
+    return (double)BW_BYTES / best / 1e9;
+}
+
+static int run(const struct model *m, struct forward_ctx *fc, struct memory *mem, struct batch *b, double *pp,
+               double *tg) {
+    uint64_t x = 12345;
+    batch_clear(b);
+    for (int32_t i = 0; i < 512; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        batch_add(b, (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab), i, 0, i == 511);
+    }
+    double t0 = now();
+    int rc = memory_reserve(mem, b);
+    if (rc == 0) rc = model_forward(m, fc, mem, b);
+    double t1 = now();
+    for (int32_t i = 0; i < 64 && rc == 0; i++) {
+        batch_clear(b);
+        batch_add(b, (int32_t)(i * 97 % m->hp.n_vocab), 512 + i, 0, true);
+        rc = memory_reserve(mem, b);
+        if (rc == 0) rc = model_forward(m, fc, mem, b);
+    }
+    double t2 = now();
+    memory_seq_rm(mem, 0, 0, -1);
+    *pp = 512 / (t1 - t0);
+    *tg = 64 / (t2 - t1);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL;
+    int n_threads = 2, reps = 2;
+    bool bw_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bandwidth")) bw_only = true;
+        else path = argv[i];
+    }
+    if (bw_only) {
+        printf("bandwidth %.1f\n", bandwidth(n_threads));
+        return 0;
+    }
+    if (!path) {
+        fprintf(stderr, "usage: forward_bench MODEL [--threads N] [--reps R] | --bandwidth\n");
+        return 2;
+    }
+    char why[256];
+    struct model *m;
+    struct memory *mem;
+    struct forward_ctx *fc;
+    struct batch b;
+    if (model_load(&m, path, NULL, why, sizeof why) < 0) {
+        fprintf(stderr, "%s: %s\n", path, why);
+        return 1;
+    }
+    if (model_memory_create(m, 1024, 1, &mem) < 0 ||
+        forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .max_outputs = 1, .n_ctx = 1024,
+                                                             .n_threads = n_threads}) < 0 ||
+        batch_init(&b, 512) < 0) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    double pp_best = 0, tg_best = 0, pp, tg;
+    int rc = run(m, fc, mem, &b, &pp, &tg);  /* warm-up: pages of the mapping, caches */
+    for (int r = 0; r < reps && rc == 0; r++) {
+        rc = run(m, fc, mem, &b, &pp, &tg);
+        if (pp > pp_best) pp_best = pp;
+        if (tg > tg_best) tg_best = tg;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "forward failed: %s\n", err_str(rc));
+        return 1;
+    }
+    printf("pp512 %.1f tg64 %.2f weights_mb %.1f\n", pp_best, tg_best, m->weight_bytes / 1e6);
+    batch_free(&b);
+    forward_ctx_destroy(fc);
+    memory_destroy(mem);
+    model_free(m);
+    return 0;
+}

@@ -1,0 +1,189 @@
+/* kernels: the math layer's benchmark (scripts/bench.d/30-kernels). Prints this machine's memory
+ * read bandwidth and, for a 2048 -> 5632 weight matrix of each type, the matvec throughput in GB/s
+ * of weights read (1 token; enough copies of the matrix to defeat the caches, as a model's layers
+ * do) and the batched throughput in GFLOPS (512 tokens through dequantize + sgemm), then the
+ * batch size where sgemm overtakes the vector kernels.
+ *
+ *   build/bench/kernels [--threads N] [--quick]
+ */
+#include "math/matmul.h"
+#include "math/quant.h"
+#include "math/kernels.h"
+
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_IN 2048
+#define N_OUT 5632
+#define STREAM_BYTES ((size_t)1 << 30) /* far beyond any L3 */
+#define MATVEC_BYTES ((size_t)384 << 20)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct stream { const uint8_t *buf; size_t bytes; double sink[64]; };
+
+__attribute__((target("avx2"))) static void stream_read(void *arg, int64_t i0, int64_t i1) {
+    struct stream *s = arg;
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t i = i0; i < i1; i++) {
+        const __m256i *p = (const __m256i *)(s->buf + (size_t)i * 128);
+        acc0 = _mm256_xor_si256(acc0, _mm256_load_si256(p));
+        acc1 = _mm256_xor_si256(acc1, _mm256_load_si256(p + 1));
+        acc2 = _mm256_xor_si256(acc2, _mm256_load_si256(p + 2));
+        acc3 = _mm256_xor_si256(acc3, _mm256_load_si256(p + 3));
+    }
+    __m256i acc = _mm256_xor_si256(_mm256_xor_si256(acc0, acc1), _mm256_xor_si256(acc2, acc3));
+    s->sink[(i0 / 1024) % 64] += (double)_mm256_extract_epi64(acc, 0);
+}
+
+/* Best of several full passes over a 1 GiB buffer, all compute threads reading their share. */
+static double read_bandwidth(struct compute *c) {
+    struct stream s = {.bytes = STREAM_BYTES};
+    uint8_t *buf = aligned_alloc(64, STREAM_BYTES);
+    if (!buf) return 0;
+    memset(buf, 1, STREAM_BYTES);
+    s.buf = buf;
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        compute_parallel_for(c, (int64_t)(STREAM_BYTES / 128), stream_read, &s);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    free(buf);
+    return STREAM_BYTES / best / 1e9;
+}
+
+static void nop_range(void *arg, int64_t i0, int64_t i1) { (void)arg; (void)i0; (void)i1; }
+
+static float *random_floats(int64_t n, unsigned seed) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    srand(seed);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX * 2 - 1;
+    return x;
+}
+
+int main(int argc, char **argv) {
+    int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+    }
+    const char *core = getenv("OPENBLAS_CORETYPE");
+    double load = -1;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf", &load) != 1) load = -1;
+        fclose(la);
+    }
+    printf("kernels: %d threads, SIMD %s, OpenBLAS core %s, load average %.1f on %ld cores%s\n",
+           n_threads, simd_level_name(simd_level_best()), core ? core : "(default)", load,
+           sysconf(_SC_NPROCESSORS_ONLN), quick ? " (quick: fewer repetitions)" : "");
+    struct compute *c;
+    if (compute_create(&c, n_threads, 512, N_IN) < 0) return 1;
+    double bw = read_bandwidth(c);
+    printf("memory read bandwidth: %.1f GB/s (1 GiB streamed, best of 5)\n\n", bw);
+
+    static const enum ggml_type types[] = {
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0,
+        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32,
+    };
+    float *wf = random_floats((int64_t)N_IN * N_OUT, 1);
+    float *x = random_floats((int64_t)512 * N_IN, 2);
+    float *y = malloc(sizeof(float) * 512 * N_OUT);
+    printf("%-6s %10s %12s %9s %12s\n", "type", "MB/matrix", "matvec GB/s", "% of bw", "pp512 GFLOPS");
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        enum ggml_type ty = types[k];
+        size_t bytes = ggml_row_size(ty, N_IN) * N_OUT;
+        int copies = (int)((MATVEC_BYTES + bytes - 1) / bytes);
+        uint8_t *w = malloc(bytes * (size_t)copies);
+        if (!w) return 1;
+        quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+        for (int i = 1; i < copies; i++) memcpy(w + bytes * i, w, bytes);
+
+        /* matvec: cycle through the copies so every read comes from memory */
+        int passes = quick ? 2 : 6;
+        double t0 = now();
+        for (int p = 0; p < passes; p++)
+            for (int i = 0; i < copies; i++) matmul(c, ty, w + bytes * i, N_IN, N_OUT, x, 1, y);
+        double gbs = (double)bytes * copies * passes / (now() - t0) / 1e9;
+
+        int reps = quick ? 1 : 3;
+        matmul(c, ty, w, N_IN, N_OUT, x, 512, y); /* warm up */
+        t0 = now();
+        for (int r = 0; r < reps; r++) matmul(c, ty, w + bytes * (r % copies), N_IN, N_OUT, x, 512, y);
+        double gflops = 2.0 * 512 * N_IN * N_OUT * reps / (now() - t0) / 1e9;
+        printf("%-6s %10.1f %12.1f %8.0f%% %12.0f\n", ggml_type_info(ty)->name, bytes / 1e6, gbs,
+               100 * gbs / bw, gflops);
+        fflush(stdout);
+        free(w);
+    }
+
+    /* The alternative to our tiles: one sgemm on OpenBLAS's own threads (F32, no dequantization). */
+    {
+        size_t bytes = sizeof(float) * N_IN * N_OUT;
+        float *w = malloc(bytes);
+        memcpy(w, wf, bytes);
+        double best[2] = {1e9, 1e9};
+        for (int r = 0; r < (quick ? 2 : 4); r++)
+            for (int k = 0; k < 2; k++) {
+                double t0 = now();
+                matmul_path(c, k ? MATMUL_BLAS_THREADED : MATMUL_BLAS, GGML_TYPE_F32, w, N_IN, N_OUT, x, 512, y);
+                double dt = now() - t0;
+                if (dt < best[k]) best[k] = dt;
+            }
+        double flop = 2.0 * 512 * N_IN * N_OUT;
+        printf("\nf32 512x%dx%d sgemm: our row tiles (1 OpenBLAS thread each) %.0f GFLOPS, "
+               "one call on %d OpenBLAS threads %.0f GFLOPS\n", N_OUT, N_IN, flop / best[0] / 1e9,
+               n_threads, flop / best[1] / 1e9);
+        free(w);
+    }
+
+    /* Where sgemm overtakes the vector kernels (Q8_0 and Q4_K; one matrix, cache-warm). */
+    printf("\nbatch size crossover (ms per 2048x5632 matmul, vector kernels / dequant+sgemm):\n");
+    for (size_t k = 0; k < 2; k++) {
+        enum ggml_type ty = types[k];
+        size_t bytes = ggml_row_size(ty, N_IN) * N_OUT;
+        uint8_t *w = malloc(bytes);
+        quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+        printf("  %-5s", ggml_type_info(ty)->name);
+        for (int n_tok = 4; n_tok < MATMUL_BLAS_MIN_TOKENS * 2; n_tok *= 2) {
+            double tv = -1, tb;
+            int reps = quick ? 2 : 5;
+            if (n_tok < MATMUL_BLAS_MIN_TOKENS) {
+                double t0 = now();
+                for (int r = 0; r < reps; r++) matmul_path(c, MATMUL_VEC, ty, w, N_IN, N_OUT, x, n_tok, y);
+                tv = (now() - t0) / reps * 1e3;
+            }
+            double t0 = now();
+            for (int r = 0; r < reps; r++) matmul_path(c, MATMUL_BLAS, ty, w, N_IN, N_OUT, x, n_tok, y);
+            tb = (now() - t0) / reps * 1e3;
+            if (tv >= 0) printf("  %d: %.2f/%.2f", n_tok, tv, tb);
+            else printf("  %d: -/%.2f", n_tok, tb);
+        }
+        printf("\n");
+        free(w);
+    }
+    /* Dispatch cost: an empty compute_parallel_for, back to back (workers spinning). */
+    {
+        int reps = quick ? 20000 : 200000;
+        double t0 = now();
+        for (int r = 0; r < reps; r++) compute_parallel_for(c, n_threads, nop_range, NULL);
+        printf("\ndispatch: %.2f us per empty compute_parallel_for on %d threads\n",
+               (now() - t0) / reps * 1e6, n_threads);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    compute_destroy(c);
+    return 0;
+}

@@ -1,0 +1,200 @@
+/* Tests of math/matmul.h: both matmul paths against a plain double-precision product, for every
+ * weight type and several thread counts, and compute_parallel_for's ranges. */
+#include "test.h"
+#include "math/matmul.h"
+#include "math/quant.h"
+#include "common/err.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float nrand(void) {
+    float s = 0;
+    for (int k = 0; k < 4; k++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        s += (float)(rng_state >> 40) / (float)(1 << 24);
+    }
+    return (s - 2.0f) * 1.7320508f;
+}
+
+/* matmul of a random W (type ty) with n_tok random rows vs the double product of dequantized W
+ * with the activations as matmul sees them (quantized on the vector path, F32 on the sgemm one).
+ * Returns 1 when they agree to float rounding. */
+static int check_matmul(struct compute *c, enum ggml_type ty, int64_t n_in, int64_t n_out,
+                        int64_t n_tok) {
+    size_t row = ggml_row_size(ty, (uint64_t)n_in);
+    uint8_t *w = malloc(row * (size_t)n_out);
+    float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
+    float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+    float *xr = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+    float *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+    uint8_t *xq = malloc((size_t)n_in * 4);
+    int ok = w && wf && x && xr && y && xq;
+    for (int64_t i = 0; ok && i < n_in * n_out; i++) wf[i] = nrand();
+    for (int64_t i = 0; ok && i < n_in * n_tok; i++) x[i] = nrand();
+    for (int64_t o = 0; ok && o < n_out; o++) {
+        quant_from_float(ty, wf + o * n_in, w + (size_t)o * row, n_in);
+        quant_to_float(ty, w + (size_t)o * row, wf + o * n_in, n_in);
+    }
+    enum ggml_type vt = quant_vec_dot_type(ty);
+    /* Q8_1 carries d*sum(q) as fp16 (the reference's rounding): allow for it. */
+    double tol = vt == GGML_TYPE_Q8_1 && n_tok < MATMUL_BLAS_MIN_TOKENS ? 1e-3 : 1e-4;
+    for (int64_t t = 0; ok && t < n_tok; t++) { /* the activations as the chosen path sees them */
+        if (n_tok >= MATMUL_BLAS_MIN_TOKENS || vt == GGML_TYPE_F32) {
+            memcpy(xr + t * n_in, x + t * n_in, sizeof(float) * (size_t)n_in);
+        } else {
+            quant_from_float(vt, x + t * n_in, xq, n_in);
+            quant_to_float(vt, xq, xr + t * n_in, n_in);
+        }
+    }
+    if (ok) matmul(c, ty, w, n_in, n_out, x, n_tok, y);
+    for (int64_t t = 0; ok && t < n_tok; t++) {
+        for (int64_t o = 0; ok && o < n_out; o++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                double p = (double)wf[o * n_in + i] * xr[t * n_in + i];
+                ref += p;
+                mag += fabs(p);
+            }
+            if (fabs(y[t * n_out + o] - ref) > tol * mag) {
+                fprintf(stderr, "  %s n_tok=%lld y[%lld][%lld] = %g, expected %g\n",
+                        ggml_type_info(ty)->name, (long long)n_tok, (long long)t, (long long)o,
+                        y[t * n_out + o], ref);
+                ok = 0;
+            }
+        }
+    }
+    free(w); free(wf); free(x); free(xr); free(y); free(xq);
+    return ok;
+}
+
+TEST(matmul_matches_reference_for_every_type_and_path) {
+    static const enum ggml_type types[] = {
+        GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+        GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+        GGML_TYPE_Q6_K,
+    };
+    const int64_t toks[] = {1, 3, 6, MATMUL_BLAS_MIN_TOKENS + 5}; /* 6: 4-token kernels + 2 */
+    for (int nt = 1; nt <= 3; nt += 2) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, 64, 512), 0);
+        CHECK_EQ_INT(compute_n_threads(c), nt);
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+            for (size_t i = 0; i < sizeof toks / sizeof *toks; i++)
+                if (!check_matmul(c, types[k], 512, 75, toks[i])) {
+                    compute_destroy(c);
+                    CHECK(!"matmul differs from the reference product");
+                }
+        compute_destroy(c);
+    }
+}
+
+TEST(matmul_rejects_bad_create_arguments) {
+    struct compute *c = (struct compute *)1;
+    CHECK_EQ_INT(compute_create(&c, 0, 16, 256), -ERR_INVAL);
+    CHECK(c == NULL);
+    CHECK(compute_create(&c, 2, 0, 256) < 0);
+    CHECK(compute_create(&c, 2, 16, 0) < 0);
+}
+
+struct cover { _Atomic int hits[1000]; _Atomic int calls; };
+
+static void mark(void *arg, int64_t i0, int64_t i1) {
+    struct cover *cv = arg;
+    atomic_fetch_add(&cv->calls, 1);
+    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&cv->hits[i], 1);
+}
+
+TEST(compute_parallel_for_covers_each_index_once) {
+    struct compute *c;
+    CHECK_EQ_INT(compute_create(&c, 3, 1, 32), 0);
+    static struct cover cv;
+    const int64_t ns[] = {0, 1, 2, 7, 1000};
+    for (int rep = 0; rep < 200; rep++) { /* many back-to-back jobs: the dispatch fast path */
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            memset(&cv, 0, sizeof cv);
+            compute_parallel_for(c, ns[k], mark, &cv);
+            for (int64_t i = 0; i < 1000; i++)
+                if (cv.hits[i] != (i < ns[k])) {
+                    compute_destroy(c);
+                    CHECK(!"an index was visited other than once");
+                }
+            if (cv.calls > 3) {
+                compute_destroy(c);
+                CHECK(!"more calls than threads");
+            }
+        }
+    }
+    compute_destroy(c);
+}
+
+/* The benchmark's comparison path (one threaded OpenBLAS call) computes the same product as our
+ * row tiles. */
+TEST(matmul_blas_paths_agree) {
+    enum { N_IN = 96, N_OUT = 70, N_TOK = 40 };
+    static float w[N_IN * N_OUT], x[N_IN * N_TOK], y1[N_OUT * N_TOK], y2[N_OUT * N_TOK];
+    for (int i = 0; i < N_IN * N_OUT; i++) w[i] = nrand();
+    for (int i = 0; i < N_IN * N_TOK; i++) x[i] = nrand();
+    struct compute *c;
+    CHECK_EQ_INT(compute_create(&c, 2, N_TOK, N_IN), 0);
+    matmul_path(c, MATMUL_BLAS, GGML_TYPE_F32, w, N_IN, N_OUT, x, N_TOK, y1);
+    matmul_path(c, MATMUL_BLAS_THREADED, GGML_TYPE_F32, w, N_IN, N_OUT, x, N_TOK, y2);
+    compute_destroy(c);
+    for (int i = 0; i < N_OUT * N_TOK; i++) CHECK(fabsf(y1[i] - y2[i]) <= 1e-4f * (1 + fabsf(y1[i])));
+}
+
+/* More threads than cores, hundreds of back-to-back jobs: workers are preempted mid-job or miss
+ * jobs entirely, and every result must still be the one a single thread computes. */
+TEST(compute_oversubscribed_pool_gives_exact_results) {
+    enum { N_IN = 256, N_OUT = 96, N_TOK = 3 };
+    static float wf[N_IN * N_OUT], x[N_IN * N_TOK], y1[N_OUT * N_TOK], y[N_OUT * N_TOK];
+    static uint8_t w[N_OUT * 34 * (N_IN / 32)];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = nrand();
+    for (int i = 0; i < N_IN * N_TOK; i++) x[i] = nrand();
+    quant_from_float(GGML_TYPE_Q8_0, wf, w, N_IN * N_OUT);
+    struct compute *one, *many;
+    CHECK_EQ_INT(compute_create(&one, 1, N_TOK, N_IN), 0);
+    matmul(one, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, N_TOK, y1);
+    compute_destroy(one);
+    CHECK_EQ_INT(compute_create(&many, 8, N_TOK, N_IN), 0);
+    int bad = 0;
+    for (int rep = 0; rep < 300 && !bad; rep++) {
+        memset(y, 0, sizeof y);
+        matmul(many, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, N_TOK, y);
+        bad = memcmp(y, y1, sizeof y) != 0; /* each row is computed whole by one thread */
+    }
+    compute_destroy(many);
+    CHECK(!bad);
+}
+
+static void nested_inner(void *arg, int64_t i0, int64_t i1) { (void)arg; (void)i0; (void)i1; }
+
+static void nested_outer(void *arg, int64_t i0, int64_t i1) {
+    compute_parallel_for(arg, 100, nested_inner, NULL); /* not allowed: must abort */
+}
+
+/* A compute_parallel_for from inside a callback would corrupt the running job: it aborts. */
+TEST(compute_nested_parallel_for_aborts) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* the child's assertion message is expected: keep the test output clean */
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        struct compute *c;
+        if (compute_create(&c, 2, 1, 32) < 0) _exit(2);
+        compute_parallel_for(c, 2, nested_outer, c);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}

@@ -1,0 +1,254 @@
+#include "test.h"
+#include "common/err.h"
+#include "memory/kv.h"
+
+#include <stdlib.h>
+
+/* Fill b with n entries of seq starting at position p0. */
+static void add_run(struct batch *b, int32_t seq, int32_t p0, int32_t n) {
+    for (int32_t i = 0; i < n; i++) batch_add(b, 100 + i, p0 + i, seq, i == n - 1);
+}
+
+/* Cells a query of seq at pos may attend to. */
+static int64_t n_visible(struct kv_memory *kv, int32_t seq, int32_t pos) {
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) n += kv_cell_visible(kv, c, seq, pos);
+    return n;
+}
+
+TEST(kv_reserve_places_every_entry_in_a_distinct_cell) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 16, 4), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    CHECK(kv != NULL);
+    CHECK_EQ_STR(m->ops->kind, "kv");
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    add_run(&b, 0, 0, 5);
+    add_run(&b, 2, 0, 3);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(kv->n_placed, 8);
+    for (int i = 0; i < 8; i++) {
+        int32_t c = kv_batch_cell(kv, i);
+        CHECK(c >= 0 && c < 16);
+        CHECK_EQ_INT(kv->pos[c], b.pos[i]);
+        CHECK(kv_cell_has_seq(kv, c, b.seq[i]));
+        for (int j = 0; j < i; j++) CHECK(kv_batch_cell(kv, j) != c);
+    }
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 4);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 2), 2);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 1), -1);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+    CHECK_EQ_INT(memory_seq_cells(m, 2), 3);
+    CHECK_EQ_INT(memory_cells_needed(m, 0, 7), 7);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_total, 16);
+    CHECK_EQ_INT(u.cells_used, 8);
+    /* The mask: causal within a sequence, nothing across sequences. */
+    CHECK_EQ_INT(n_visible(kv, 0, 0), 1);
+    CHECK_EQ_INT(n_visible(kv, 0, 3), 4);
+    CHECK_EQ_INT(n_visible(kv, 0, 100), 5);
+    CHECK_EQ_INT(n_visible(kv, 2, 100), 3);
+    CHECK_EQ_INT(n_visible(kv, 1, 100), 0);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+TEST(kv_reserve_fails_cleanly_when_full_or_invalid) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 8, 2), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    add_run(&b, 0, 0, 6);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    batch_clear(&b);
+    add_run(&b, 1, 0, 3);  /* 3 > 2 free cells */
+    CHECK_EQ_INT(memory_reserve(m, &b), -ERR_NOMEM);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 6);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 0);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 1), -1);
+    CHECK_EQ_INT(kv->n_placed, 6);  /* the failed call left the last placement alone */
+    /* Bad sequence id, and a position the sequence already holds: refused, nothing changed. */
+    batch_clear(&b);
+    add_run(&b, 2, 0, 1);
+    CHECK_EQ_INT(memory_reserve(m, &b), -ERR_INVAL);
+    batch_clear(&b);
+    add_run(&b, 1, 0, 1);
+    add_run(&b, 0, 5, 1);
+    CHECK_EQ_INT(memory_reserve(m, &b), -ERR_INVAL);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 6);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 0);
+    /* Exactly filling the pool works. */
+    batch_clear(&b);
+    add_run(&b, 1, 0, 2);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 8);
+    /* After removals the freed cells are found again. */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    batch_clear(&b);
+    add_run(&b, 0, 0, 6);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    batch_free(&b);
+    memory_destroy(m);
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 0, 2), -ERR_INVAL);
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 8, 0), -ERR_INVAL);
+}
+
+TEST(kv_seq_rm_ranges) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 32, 2), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 32), 0);
+    add_run(&b, 0, 0, 10);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 7, -1), 0);  /* drop the tail */
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 6);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 7);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 2, 4), 0);   /* a hole in the middle */
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 6);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+    CHECK_EQ_INT(n_visible(kv, 0, 3), 2);
+    /* Continue after the tail removal: positions above the largest held are accepted. */
+    batch_clear(&b);
+    add_run(&b, 0, 7, 3);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 9);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 0);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), -1);
+    CHECK_EQ_INT(memory_seq_rm(m, 5, 0, -1), -ERR_INVAL);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 32, 3), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 32), 0);
+    add_run(&b, 0, 0, 8);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    /* Sequence 1 shares the first 5 positions: no new cells. */
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, 5), 0);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 8);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 5);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 1), 4);
+    CHECK_EQ_INT(n_visible(kv, 1, 100), 5);
+    /* Copying onto cells dst already holds is refused. */
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, -1), -ERR_INVAL);
+    /* Sequence 1 continues on its own. */
+    batch_clear(&b);
+    add_run(&b, 1, 5, 2);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(n_visible(kv, 1, 100), 7);
+    CHECK_EQ_INT(n_visible(kv, 0, 100), 8);
+    /* Sequence 0 goes: its private cells are freed, the shared ones stay for 1. */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 7);
+    CHECK_EQ_INT(n_visible(kv, 0, 100), 0);
+    CHECK_EQ_INT(n_visible(kv, 1, 100), 7);
+    CHECK_EQ_INT(n_visible(kv, 1, 4), 5);
+    /* seq_keep: 2 shares 1's cells, keep 2 only. */
+    CHECK_EQ_INT(memory_seq_cp(m, 1, 2, 0, -1), 0);
+    kv_seq_keep(kv, 2);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 2), 7);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 7);
+    int32_t list[32];
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list), 7);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+TEST(kv_many_sequences_use_several_bitset_words) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, NULL, 8, 130), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    CHECK_EQ_INT(kv->n_words, 3);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 8), 0);
+    add_run(&b, 129, 0, 2);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_cp(m, 129, 64, 0, -1), 0);
+    CHECK_EQ_INT(n_visible(kv, 64, 9), 2);
+    CHECK_EQ_INT(n_visible(kv, 0, 9), 0);
+    CHECK_EQ_INT(n_visible(kv, 1, 9), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 129, 0, -1), 0);
+    CHECK_EQ_INT(n_visible(kv, 64, 9), 2);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+TEST(kv_save_restore_round_trip_keeps_positions_and_rows) {
+    struct kv_shape sh = {.n_layer = 2, .n_embd_k = 4, .n_embd_v = 6};
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, &sh, 12, 2), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK(u.bytes >= 2 * 12 * (4 + 6) * sizeof(uint16_t));
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 12), 0);
+    add_run(&b, 0, 0, 5);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    /* Stand in for the forward pass: K/V rows derived from (layer, position). */
+    for (int i = 0; i < 5; i++)
+        for (int l = 0; l < 2; l++) {
+            int32_t c = kv_batch_cell(kv, i);
+            for (int e = 0; e < 4; e++) kv_k_row(kv, l, c)[e] = (uint16_t)(1000 * l + 10 * b.pos[i] + e);
+            for (int e = 0; e < 6; e++) kv_v_row(kv, l, c)[e] = (uint16_t)(5000 + 1000 * l + 10 * b.pos[i] + e);
+        }
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(m, 0, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    /* Another sequence takes some cells meanwhile, so the restore lands elsewhere. */
+    batch_clear(&b);
+    add_run(&b, 1, 0, 4);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_restore(m, 1, snap), -ERR_STATE);  /* 1 is not empty */
+    CHECK_EQ_INT(memory_seq_restore(m, 0, snap), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 4);
+    int found = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (!kv_cell_visible(kv, c, 0, 100)) continue;
+        found++;
+        int32_t p = kv->pos[c];
+        for (int l = 0; l < 2; l++) {
+            for (int e = 0; e < 4; e++) CHECK_EQ_INT(kv_k_row(kv, l, c)[e], 1000 * l + 10 * p + e);
+            for (int e = 0; e < 6; e++) CHECK_EQ_INT(kv_v_row(kv, l, c)[e], 5000 + 1000 * l + 10 * p + e);
+        }
+    }
+    CHECK_EQ_INT(found, 5);
+    /* Restoring needs as many free cells as saved: 12 - 9 used = 3 < 5. */
+    memory_snapshot_free(m, snap);
+    struct memory_snapshot *snap0;
+    CHECK_EQ_INT(memory_seq_save(m, 0, &snap0), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    batch_clear(&b);
+    add_run(&b, 1, 4, 4);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    memory_usage(m, &u);
+    int64_t used = u.cells_used;
+    CHECK_EQ_INT(memory_seq_restore(m, 0, snap0), -ERR_NOMEM);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, used);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 0);
+    memory_snapshot_free(m, snap0);
+    batch_free(&b);
+    memory_destroy(m);
+}

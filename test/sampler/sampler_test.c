@@ -1,0 +1,188 @@
+#include "test.h"
+#include "common/err.h"
+#include "sampler/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static struct sampler *make(struct test_case *t, int32_t n_vocab, const struct sampler_params *p) {
+    struct sampler *s = NULL;
+    if (sampler_create(&s, n_vocab, 64) != 0) return NULL;
+    if (sampler_reset(s, p) != 0) {
+        sampler_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+TEST(sampler_greedy_takes_the_largest_logit_smallest_id_on_ties) {
+    float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
+    struct sampler *s = make(t, 6, &(struct sampler_params){.temperature = 0});
+    CHECK(s);
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 1);
+    sampler_destroy(s);
+}
+
+TEST(sampler_logit_bias_bans_and_boosts) {
+    float l[4] = {3, 2, 1, 0};
+    struct sampler_bias ban[] = {{0, -INFINITY}};
+    struct sampler *s = make(t, 4, &(struct sampler_params){.logit_bias = ban, .n_logit_bias = 1});
+    CHECK(s);
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 1);
+    struct sampler_bias boost[] = {{3, 10}};
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.logit_bias = boost, .n_logit_bias = 1}), 0);
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 3);
+    struct sampler_bias bad[] = {{4, 1}};
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.logit_bias = bad, .n_logit_bias = 1}), -ERR_INVAL);
+    sampler_destroy(s);
+}
+
+TEST(sampler_repeat_penalty_covers_only_the_window) {
+    float l[4] = {2.0f, 1.9f, -1.0f, 0.0f};
+    struct sampler_params p = {.repeat_penalty = 2.0f, .repeat_last_n = 2, .n_probs = 4};
+    struct sampler *s = make(t, 4, &p);
+    CHECK(s);
+    sampler_accept(s, 0);
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 1);  /* 2.0 / 2 = 1.0 < 1.9 */
+    sampler_accept(s, 3);
+    sampler_accept(s, 3);                                 /* 0 has left the window of 2 */
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 0);
+    /* Negative logits are multiplied: token 2 in the window goes from -1 to -2. */
+    sampler_accept(s, 2);
+    struct sampler_prob pr[SAMPLER_MAX_PROBS + 1];
+    int32_t n = 0;
+    CHECK_EQ_INT(sampler_sample(s, l, pr, &n), 0);
+    CHECK_EQ_INT(n, 4);
+    CHECK_EQ_INT(pr[3].token, 2);
+    CHECK(fabsf((pr[0].logprob - pr[3].logprob) - 4.0f) < 1e-4f); /* 2 - (-2) */
+    sampler_destroy(s);
+}
+
+TEST(sampler_presence_and_frequency_penalties_count_occurrences) {
+    float l[3] = {1.0f, 0.0f, 0.0f};
+    struct sampler_params p = {.presence_penalty = 0.5f, .frequency_penalty = 0.25f, .repeat_last_n = -1,
+                               .n_probs = 3};
+    struct sampler *s = make(t, 3, &p);
+    CHECK(s);
+    sampler_accept(s, 0);
+    sampler_accept(s, 0);
+    sampler_accept(s, 1);
+    struct sampler_prob pr[4];
+    int32_t n;
+    /* token 0: 1 - 0.5 - 2*0.25 = 0; token 1: 0 - 0.5 - 0.25 = -0.75; token 2: 0 */
+    CHECK_EQ_INT(sampler_sample(s, l, pr, &n), 0);
+    CHECK_EQ_INT(pr[0].token, 0);
+    CHECK_EQ_INT(pr[1].token, 2);
+    CHECK(fabsf(pr[0].logprob - pr[1].logprob) < 1e-6f);
+    CHECK(fabsf((pr[1].logprob - pr[2].logprob) - 0.75f) < 1e-5f);
+    /* The counts are cleared: the same call again gives the same answer. */
+    int32_t n2;
+    struct sampler_prob pr2[4];
+    sampler_sample(s, l, pr2, &n2);
+    CHECK(pr2[2].logprob == pr[2].logprob);
+    sampler_destroy(s);
+}
+
+/* Tokens drawn in many samples, as a bitmask. */
+static unsigned drawn(struct sampler *s, const float *l, int n) {
+    unsigned seen = 0;
+    for (int i = 0; i < n; i++) seen |= 1u << sampler_sample(s, l, NULL, NULL);
+    return seen;
+}
+
+TEST(sampler_top_k_top_p_min_p_truncate) {
+    float l[5] = {3.0f, 2.5f, 2.0f, 1.0f, 0.0f};
+    struct sampler *s = make(t, 5, &(struct sampler_params){.temperature = 1, .top_k = 2, .seed = 1});
+    CHECK(s);
+    CHECK_EQ_INT(drawn(s, l, 2000), 0x3);
+    /* p ~ .463 .281 .170 .062 .023: top_p 0.7 keeps the first two (0.744 >= 0.7). */
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 1, .top_p = 0.7f, .seed = 2}), 0);
+    CHECK_EQ_INT(drawn(s, l, 2000), 0x3);
+    /* min_p 0.3: keep p >= 0.3 p_max, i.e. logit >= 3 + ln 0.3 = 1.80: tokens 0, 1, 2. */
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 1, .min_p = 0.3f, .seed = 3}), 0);
+    CHECK_EQ_INT(drawn(s, l, 4000), 0x7);
+    /* No truncation: every token shows up. */
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 1, .seed = 4}), 0);
+    CHECK_EQ_INT(drawn(s, l, 20000), 0x1f);
+    sampler_destroy(s);
+}
+
+TEST(sampler_temperature_draws_follow_the_softmax) {
+    float l[3] = {1.0f, 0.0f, -1.0f};
+    struct sampler *s = make(t, 3, &(struct sampler_params){.temperature = 2.0f, .seed = 7});
+    CHECK(s);
+    int cnt[3] = {0};
+    int n = 30000;
+    for (int i = 0; i < n; i++) cnt[sampler_sample(s, l, NULL, NULL)]++;
+    double z = exp(0.5) + 1 + exp(-0.5);
+    double want[3] = {exp(0.5) / z, 1 / z, exp(-0.5) / z};
+    for (int i = 0; i < 3; i++) CHECK(fabs(cnt[i] / (double)n - want[i]) < 0.015);
+    sampler_destroy(s);
+}
+
+TEST(sampler_same_seed_same_tokens) {
+    enum { V = 50 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = sinf((float)i);
+    struct sampler_params p = {.temperature = 1.5f, .top_k = 30, .top_p = 0.98f, .seed = 1234};
+    struct sampler *a = make(t, V, &p), *b = make(t, V, &p);
+    CHECK(a && b);
+    int differ = 0;
+    for (int i = 0; i < 200; i++) CHECK_EQ_INT(sampler_sample(a, l, NULL, NULL), sampler_sample(b, l, NULL, NULL));
+    p.seed = 1235;
+    CHECK_EQ_INT(sampler_reset(b, &p), 0);
+    for (int i = 0; i < 200; i++) differ += sampler_sample(a, l, NULL, NULL) != sampler_sample(b, l, NULL, NULL);
+    CHECK(differ > 0);
+    sampler_destroy(a);
+    sampler_destroy(b);
+}
+
+TEST(sampler_reports_sorted_log_probs_and_the_chosen_token) {
+    enum { V = 300 };
+    float l[V];
+    srand(5);
+    for (int i = 0; i < V; i++) l[i] = (float)(rand() % 1000) / 100.0f;
+    struct sampler_bias bias[] = {{17, -100}};
+    struct sampler *s = make(t, V, &(struct sampler_params){.temperature = 0, .n_probs = 5, .logit_bias = bias,
+                                                              .n_logit_bias = 1});
+    CHECK(s);
+    struct sampler_prob pr[6];
+    int32_t n;
+    int32_t tok = sampler_sample(s, l, pr, &n);
+    CHECK_EQ_INT(n, 5);
+    CHECK_EQ_INT(pr[0].token, tok);
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(l[i] - (i == 17 ? 100 : 0));
+    for (int i = 0; i < n; i++) {
+        CHECK(fabs(pr[i].logprob - (l[pr[i].token] - log(z))) < 1e-4);
+        if (i) CHECK(pr[i].logprob <= pr[i - 1].logprob);
+        for (int j = 0; j < V; j++)  /* nothing outside the list beats its last entry */
+            if (j != pr[0].token && j != pr[1].token && j != pr[2].token && j != pr[3].token && j != pr[4].token)
+                CHECK(l[j] - (j == 17 ? 100 : 0) <= l[pr[4].token]);
+    }
+    /* A sampled token outside the top list is appended. */
+    float flat[V];
+    for (int i = 0; i < V; i++) flat[i] = 0;
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 1, .n_probs = 1, .seed = 9}), 0);
+    int appended = 0;
+    for (int i = 0; i < 20; i++) {
+        tok = sampler_sample(s, flat, pr, &n);
+        if (tok != 0) {
+            CHECK_EQ_INT(n, 2);
+            CHECK_EQ_INT(pr[1].token, tok);
+            appended++;
+        }
+    }
+    CHECK(appended > 0);
+    sampler_destroy(s);
+}
+
+TEST(sampler_everything_banned_still_returns_a_token) {
+    float l[3] = {1, 2, 3};
+    struct sampler_bias ban[] = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY}};
+    struct sampler *s = make(t, 3, &(struct sampler_params){.temperature = 1, .logit_bias = ban, .n_logit_bias = 3});
+    CHECK(s);
+    int32_t tok = sampler_sample(s, l, NULL, NULL);
+    CHECK(tok >= 0 && tok < 3);
+    sampler_destroy(s);
+}

@@ -1,0 +1,1054 @@
+/* The scheduler core driven without sockets: a fake engine whose next token depends on what the
+ * memory holds (fake.h), a recorder sink, and a fake clock. */
+#include "sched/sched.h"
+
+#include "common/err.h"
+#include "sched/fake.h"
+#include "sched/step_cost.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VOCAB 64
+
+struct fx {
+    struct memory *mem;
+    struct fake_engine eng;
+    struct sched *s;
+    double now;
+    int clock;
+};
+
+static struct sched_config base_config(void) {
+    struct sched_config c;
+    sched_config_default(&c);
+    c.n_ctx = 256;
+    c.batch_tokens = 64;
+    c.chunk_tokens = 16;
+    return c;
+}
+
+/* Which memory a test runs on: the real KV pool (memory/kv.c) unless it needs the fakes. */
+enum mem_kind {
+    MEM_WHOLE_ONLY = 0, /* fake memory without partial removal (how a recurrent state behaves) */
+    MEM_KV = 1,         /* the real KV memory, token ids as its K/V (fake.h) */
+    MEM_FAKE_KV = 2,    /* fake memory with partial removal */
+    MEM_RECURRENT = 3,  /* fake recurrent state: `cells` is the number of states */
+};
+
+/* c NULL: base_config() */
+static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const struct sched_config *c) {
+    struct sched_config base = base_config();
+    if (!c) c = &base;
+    memset(f, 0, sizeof *f);
+    f->mem = kind == MEM_KV          ? fake_kv_create(cells, n_seq)
+             : kind == MEM_RECURRENT ? fake_recurrent_create((int32_t)cells, n_seq)
+                                     : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
+    fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
+    f->now = 1000;
+    return sched_create(&f->s, c, f->mem, &fake_engine_ops, &f->eng);
+}
+
+/* Also checks what every test must leave behind: no hole in a history, no sampler leaked. */
+static int fx_free(struct fx *f) {
+    sched_destroy(f->s);
+    int bad = f->eng.holes != 0 || f->eng.samplers_live != 0;
+    if (bad)
+        fprintf(stderr, "  holes %lld, samplers live %lld\n", (long long)f->eng.holes,
+                (long long)f->eng.samplers_live);
+    fake_engine_free(&f->eng);
+    memory_destroy(f->mem);
+    return bad;
+}
+
+static struct sched_request request(const int32_t *prompt, int32_t n, int32_t n_predict) {
+    return (struct sched_request){.prompt = prompt, .n_prompt = n, .n_predict = n_predict,
+                                  .n_choices = 1, .cache_prompt = true, .ignore_eos = true};
+}
+
+/* A request for a fresh prompt of n tokens derived from seed, written to buf. */
+static struct sched_request prompt_request(int32_t *buf, int32_t n, uint32_t seed, int32_t n_predict) {
+    fake_prompt(buf, n, seed, VOCAB);
+    return request(buf, n, n_predict);
+}
+
+static int submit(struct fx *f, struct recorder *r, const struct sched_request *req, struct sched_req **h) {
+    memset(r, 0, sizeof *r);
+    r->clock = &f->clock;
+    struct sched_req *dummy;
+    return sched_submit(f->s, req, &recorder_sink, r, f->now, h ? h : &dummy);
+}
+
+static int32_t tokens_of_seq(const struct batch *b, int32_t seq) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) n += b->seq[i] == seq;
+    return n;
+}
+
+static bool same_output(const struct recorder *a, const struct recorder *b, int choice) {
+    return a->n_tokens[choice] == b->n_tokens[choice] && a->done[choice] == b->done[choice] &&
+           !memcmp(a->tokens[choice], b->tokens[choice], (size_t)a->n_tokens[choice] * sizeof(int32_t));
+}
+
+/* Run one request alone on a roomy scheduler: the reference output. */
+static int run_alone(const struct sched_request *req, struct recorder *out) {
+    struct fx f;
+    struct sched_config c = base_config();
+    if (fx_init(&f, 1024, 8, MEM_KV, &c) != 0) return -1;
+    if (submit(&f, out, req, NULL) != 0) return -1;
+    fake_run(f.s, &f.now, 1, 1000);
+    return fx_free(&f) ? -1 : 0;
+}
+
+TEST(sched_generates_until_n_predict_and_caches_the_prompt) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t prompt[10];
+    struct recorder r;
+    struct sched_request req = prompt_request(prompt, 10, 1, 5);
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), 0);
+    CHECK_EQ_INT(fake_run(f.s, &f.now, 10, 100), 5); /* prompt + first token, then 4 decodes */
+    CHECK_EQ_INT(r.n_tokens[0], 5);
+    CHECK_EQ_INT(r.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(r.counts[0].n_prompt, 10);
+    CHECK_EQ_INT(r.counts[0].n_generated, 5);
+    CHECK_EQ_INT(r.counts[0].n_cached, 0);
+    CHECK(r.counts[0].prompt_ms > 0 && r.counts[0].predicted_ms > 0);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cells_used, 14); /* prompt + the 4 generated tokens fed back, kept as cache */
+    CHECK_EQ_INT(st.cached_seqs, 1);
+    CHECK_EQ_INT(st.generated_tokens, 5);
+    CHECK_EQ_INT(st.prompt_tokens, 10);
+    CHECK_EQ_INT(st.choices_done[SCHED_STOP_LIMIT], 1);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(f.eng.tokens_forwarded, 14);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_rejects_bad_requests) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.n_ctx = 64;
+    c.max_n = 4;
+    c.max_queue = 2;
+    CHECK_EQ_INT(fx_init(&f, 48, 4, MEM_KV, &c), 0);
+    int32_t prompt[80];
+    fake_prompt(prompt, 80, 2, VOCAB);
+    struct recorder r;
+    struct sched_request req = request(prompt, 0, 5);
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), -ERR_INVAL);                 /* empty */
+    req = request(prompt, 64, 5);
+    CHECK_EQ_INT(sched_max_prompt_tokens(f.s), 63);
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), -ERR_TOOBIG);                /* context */
+    req = request(prompt, 49, 5);
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), -ERR_TOOBIG);                /* whole memory */
+    req = request(prompt, 10, 5);
+    req.n_choices = 5;
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), -ERR_INVAL);                 /* max_n */
+    req.n_choices = 1;
+    req.n_probs = SCHED_MAX_PROBS + 1;
+    CHECK_EQ_INT(submit(&f, &r, &req, NULL), -ERR_INVAL);
+    req.n_probs = 0;
+    int32_t bad[2] = {3, VOCAB};
+    struct sched_request badreq = request(bad, 2, 5);
+    CHECK_EQ_INT(submit(&f, &r, &badreq, NULL), -ERR_INVAL);              /* unknown token */
+    struct recorder a, b, x;
+    CHECK_EQ_INT(submit(&f, &a, &req, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &req, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &x, &req, NULL), -ERR_BUSY);                  /* queue bound */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.queued, 2);
+    CHECK_EQ_INT(st.requests_rejected, 1);
+    CHECK_EQ_INT(f.eng.samplers_live, 2); /* a refused request leaves nothing behind */
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(a.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(x.n_tokens[0] + x.done[0], 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_long_prompt_is_chunked_and_a_short_one_goes_first) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 24; /* tight: who goes first matters */
+    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, &c), 0);
+    int32_t longp[200], shortp[10];
+    fake_prompt(longp, 200, 3, VOCAB);
+    fake_prompt(shortp, 10, 4, VOCAB);
+    struct recorder rl, rs;
+    struct sched_req *hl, *hs;
+    struct sched_request ql = request(longp, 200, 4), qs = request(shortp, 10, 4);
+    CHECK_EQ_INT(submit(&f, &rl, &ql, &hl), 0);
+    struct sched_step *step;
+    /* alone, the long prompt gets the whole step budget */
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 24);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    CHECK_EQ_INT(submit(&f, &rs, &qs, &hs), 0);
+    /* the very next step carries the short prompt whole, and the rest of the budget goes to the
+     * long one */
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 24);
+    const struct batch *b = sched_step_batch(step);
+    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hs, 0)), 10);
+    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hl, 0)), 14);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    CHECK_EQ_INT(rs.n_tokens[0], 1); /* its first token, while the long prompt is still reading */
+    CHECK_EQ_INT(rl.n_tokens[0], 0);
+    int steps = fake_run(f.s, &f.now, 5, 1000);
+    CHECK(steps >= 200 / 24);
+    CHECK(rs.first_token_order < rl.first_token_order);
+    CHECK(rs.done_order[0] < rl.done_order[0]);
+    CHECK_EQ_INT(rl.n_tokens[0], 4);
+    struct recorder alone;
+    CHECK_EQ_INT(run_alone(&ql, &alone), 0);
+    CHECK(same_output(&alone, &rl, 0)); /* chunking changes nothing in the output */
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* Requests arriving at given steps; returns a hash of every step's batch and fills outputs. */
+#define MIX_N 6
+static uint64_t run_mix(int64_t cells, int kind, bool recompute, struct recorder *out, int64_t *preemptions) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.preempt_recompute = recompute;
+    if (fx_init(&f, cells, 8, kind, &c) != 0) return 0;
+    static int32_t prompts[MIX_N][40];
+    static const int lens[MIX_N] = {40, 12, 25, 7, 33, 18};
+    static const int arrive[MIX_N] = {0, 0, 1, 3, 3, 6};
+    uint64_t h = 1469598103934665603ull;
+    int next = 0;
+    for (int step_no = 0; step_no < 400; step_no++) {
+        while (next < MIX_N && arrive[next] <= step_no) {
+            fake_prompt(prompts[next], lens[next], 100 + (uint32_t)next, VOCAB);
+            struct sched_request q = request(prompts[next], lens[next], 20 + next);
+            if (submit(&f, &out[next], &q, NULL) != 0) return 0;
+            next++;
+        }
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) {
+            if (next == MIX_N) break;
+            continue;
+        }
+        const struct batch *b = sched_step_batch(step);
+        for (int32_t i = 0; i < b->n_tokens; i++)
+            h = (h ^ (uint64_t)(b->token[i] * 31 + b->pos[i] * 7 + b->seq[i])) * 1099511628211ull;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 3);
+    }
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    if (preemptions) *preemptions = st.preemptions;
+    if (st.active_requests || st.queued) return 0;
+    return fx_free(&f) ? 0 : h;
+}
+
+TEST(sched_is_deterministic_and_concurrency_does_not_change_outputs) {
+    static struct recorder a[MIX_N], b[MIX_N], alone;
+    uint64_t ha = run_mix(1024, MEM_KV, false, a, NULL), hb = run_mix(1024, MEM_KV, false, b, NULL);
+    CHECK(ha != 0);
+    CHECK(ha == hb); /* same arrival order: same steps, token for token */
+    for (int i = 0; i < MIX_N; i++) {
+        CHECK(same_output(&a[i], &b[i], 0));
+        CHECK_EQ_INT(a[i].n_tokens[0], 20 + i);
+        int32_t prompt[40];
+        static const int lens[MIX_N] = {40, 12, 25, 7, 33, 18};
+        fake_prompt(prompt, lens[i], 100 + (uint32_t)i, VOCAB);
+        struct sched_request q = request(prompt, lens[i], 20 + i);
+        CHECK_EQ_INT(run_alone(&q, &alone), 0);
+        CHECK(same_output(&alone, &a[i], 0)); /* concurrent = one by one */
+    }
+}
+
+TEST(sched_preemption_keeps_outputs_identical) {
+    static struct recorder ref[MIX_N], got[MIX_N];
+    int64_t pre = 0;
+    CHECK(run_mix(1024, MEM_KV, false, ref, &pre) != 0);
+    CHECK_EQ_INT(pre, 0);
+    /* 96 cells for six sequences that grow to 47..65 tokens: they must take turns */
+    struct { int kind; bool recompute; } modes[] = {
+        {MEM_KV, false}, {MEM_KV, true}, {MEM_FAKE_KV, false}, {MEM_WHOLE_ONLY, false}, {MEM_WHOLE_ONLY, true}};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        memset(got, 0, sizeof got);
+        CHECK(run_mix(96, modes[m].kind, modes[m].recompute, got, &pre) != 0);
+        CHECK(pre > 0);
+        for (int i = 0; i < MIX_N; i++) {
+            if (!same_output(&ref[i], &got[i], 0)) {
+                fprintf(stderr, "  mode %zu request %d differs\n", m, i);
+                CHECK(0);
+            }
+        }
+    }
+    /* a recurrent memory with 3 states for 6 sequences: admission waits for states */
+    memset(got, 0, sizeof got);
+    CHECK(run_mix(3, MEM_RECURRENT, false, got, &pre) != 0);
+    for (int i = 0; i < MIX_N; i++) CHECK(same_output(&ref[i], &got[i], 0));
+}
+
+TEST(sched_admission_waits_for_memory) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 64, 4, MEM_KV, NULL), 0);
+    int32_t p1[40], p2[40];
+    fake_prompt(p1, 40, 5, VOCAB);
+    fake_prompt(p2, 40, 6, VOCAB);
+    struct recorder a, b;
+    struct sched_req *ha, *hb;
+    struct sched_request qa = request(p1, 40, 4), qb = request(p2, 40, 4);
+    CHECK_EQ_INT(submit(&f, &a, &qa, &ha), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, &hb), 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    struct sched_slot slots[4];
+    CHECK_EQ_INT(sched_slots(f.s, slots, 4), 2);
+    CHECK_EQ_INT(slots[0].state, SCHED_QUEUED); /* b: 40 more cells do not fit beside a's 40 */
+    CHECK_EQ_INT(slots[1].state, SCHED_PREFILL);
+    CHECK_EQ_INT(sched_req_seq(hb, 0), -1);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 1);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(a.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK(a.done_order[0] < b.first_token_order);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cache_evictions, 1); /* a's prompt cache made room for b */
+    CHECK_EQ_INT(st.preemptions, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_shares_prefixes_with_the_prompt_cache) {
+    int32_t pa[40], pb[40];
+    fake_prompt(pa, 40, 7, VOCAB);
+    memcpy(pb, pa, 30 * sizeof *pa);
+    fake_prompt(pb + 30, 10, 8, VOCAB);
+    static const int kinds[] = {MEM_KV, MEM_WHOLE_ONLY, MEM_RECURRENT};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        bool partial = kinds[k] == MEM_KV;
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, kinds[k] == MEM_RECURRENT ? 4 : 256, 4, kinds[k], NULL), 0);
+        struct recorder a, b, cc;
+        struct sched_request qa = request(pa, 40, 3), qb = request(pb, 40, 3);
+        CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        int64_t before = f.eng.tokens_forwarded;
+        CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        /* with partial removal 30 tokens are shared; a whole-only memory cannot cut a's 42 */
+        CHECK_EQ_INT(b.counts[0].n_cached, partial ? 30 : 0);
+        CHECK_EQ_INT(f.eng.tokens_forwarded - before, (partial ? 10 : 40) + 2);
+        struct recorder alone;
+        CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+        CHECK(same_output(&alone, &b, 0));
+        /* a conversation's next turn: a's whole history (prompt + 2 fed tokens) plus more */
+        int32_t pc[50];
+        memcpy(pc, pa, 40 * sizeof *pa);
+        memcpy(pc + 40, a.tokens[0], 2 * sizeof *pc);
+        fake_prompt(pc + 42, 8, 9, VOCAB);
+        struct sched_request qc = request(pc, 50, 3);
+        CHECK_EQ_INT(submit(&f, &cc, &qc, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(cc.counts[0].n_cached, 42);
+        CHECK_EQ_INT(run_alone(&qc, &alone), 0);
+        CHECK(same_output(&alone, &cc, 0));
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        CHECK_EQ_INT(st.cached_tokens, (partial ? 30 : 0) + 42);
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+}
+
+TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t p[20];
+    struct recorder a, b;
+    struct sched_request q = prompt_request(p, 20, 10, 3);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    q.cache_prompt = false;
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(b.counts[0].n_cached, 0);
+    CHECK(same_output(&a, &b, 0));
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cached_seqs, 1); /* a's entry only */
+    CHECK_EQ_INT(st.cells_used, 22);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_n_choices_evaluate_the_prompt_once) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, NULL), 0);
+    int32_t p[50];
+    fake_prompt(p, 50, 11, VOCAB);
+    struct fake_sampling random = {.random = true};
+    struct recorder r;
+    struct sched_request q = request(p, 50, 6);
+    q.n_choices = 4;
+    q.seed = 42;
+    q.sampler_params = &random;
+    CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.prompt_tokens, 50);                  /* once, not 4 times */
+    CHECK_EQ_INT(f.eng.tokens_forwarded, 50 + 4 * 5);
+    bool differ = false;
+    for (int ch = 0; ch < 4; ch++) {
+        CHECK_EQ_INT(r.n_tokens[ch], 6);
+        CHECK_EQ_INT(r.done[ch], 1 + SCHED_STOP_LIMIT);
+        differ |= memcmp(r.tokens[ch], r.tokens[0], 6 * sizeof(int32_t)) != 0;
+        /* choice ch is what a single request with seed 42 + ch gives */
+        struct recorder alone;
+        struct sched_request q1 = q;
+        q1.n_choices = 1;
+        q1.seed = 42 + (uint64_t)ch;
+        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
+        CHECK_EQ_INT(alone.n_tokens[0], 6);
+        CHECK(!memcmp(alone.tokens[0], r.tokens[ch], 6 * sizeof(int32_t)));
+    }
+    CHECK(differ); /* independent seeds: not four copies */
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_cancel_frees_cells_within_one_step) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t pa[20], pb[20], pq[5];
+    fake_prompt(pa, 20, 12, VOCAB);
+    fake_prompt(pb, 20, 13, VOCAB);
+    fake_prompt(pq, 5, 14, VOCAB);
+    struct recorder a, b, qd;
+    struct sched_req *ha, *hb, *hq;
+    struct sched_request qa = request(pa, 20, 50), qb = request(pb, 20, 5);
+    CHECK_EQ_INT(submit(&f, &a, &qa, &ha), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, &hb), 0);
+    fake_run(f.s, &f.now, 1, 3);
+    CHECK(a.n_tokens[0] > 0);
+    int32_t seq_a = sched_req_seq(ha, 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    /* while the step is in flight: a queued request goes at once, a running one at completion */
+    struct sched_request qq = request(pq, 5, 5);
+    CHECK_EQ_INT(submit(&f, &qd, &qq, &hq), 0);
+    sched_cancel(f.s, hq);
+    sched_cancel(f.s, ha);
+    int32_t a_tokens = a.n_tokens[0];
+    CHECK(memory_seq_cells(f.mem, seq_a) > 0);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 1);
+    CHECK_EQ_INT(memory_seq_cells(f.mem, seq_a), 0); /* not even kept as cache */
+    CHECK_EQ_INT(a.n_tokens[0], a_tokens);            /* no callback after the cancel */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.requests_cancelled, 2);
+    CHECK_EQ_INT(st.active_requests, 1);
+    CHECK_EQ_INT(st.queued, 0);
+    CHECK_EQ_INT(st.cells_used, memory_seq_cells(f.mem, sched_req_seq(hb, 0)));
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(a.done[0] + qd.done[0] + qd.n_tokens[0], 0);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    /* with no step in flight a cancel frees at once */
+    CHECK_EQ_INT(submit(&f, &a, &qa, &ha), 0);
+    fake_run(f.s, &f.now, 1, 2);
+    seq_a = sched_req_seq(ha, 0);
+    CHECK(memory_seq_cells(f.mem, seq_a) > 0);
+    sched_cancel(f.s, ha);
+    CHECK_EQ_INT(memory_seq_cells(f.mem, seq_a), 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* A sink that cancels its own request from on_token: the handle stays usable until the call
+ * returns, and nothing is called afterwards. */
+static struct sched *cancel_sched;
+static struct sched_req *cancel_handle;
+static int cancel_tokens;
+static bool cancel_on_token(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *p) {
+    if (++cancel_tokens == 3) sched_cancel(cancel_sched, cancel_handle);
+    return true;
+}
+static void cancel_on_done(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *c) {
+    cancel_tokens += 1000;
+}
+static void cancel_on_error(void *owner, int err) { cancel_tokens += 1000; }
+
+TEST(sched_cancel_from_inside_a_callback) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, NULL), 0);
+    int32_t p[8];
+    fake_prompt(p, 8, 15, VOCAB);
+    struct sched_sink sink = {cancel_on_token, cancel_on_done, cancel_on_error};
+    struct sched_request q = request(p, 8, 10);
+    q.n_choices = 2;
+    cancel_sched = f.s;
+    cancel_tokens = 0;
+    CHECK_EQ_INT(sched_submit(f.s, &q, &sink, NULL, f.now, &cancel_handle), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(cancel_tokens, 3); /* both choices' first tokens, then one more, then silence */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cells_used, 0);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_stop_word_eos_and_ignore_eos) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 1024, 8, MEM_KV, NULL), 0);
+    f.eng.eos_every = 4; /* EOS after about four tokens on average */
+    int32_t p[8];
+    struct recorder w, e, i;
+    struct sched_request q = prompt_request(p, 8, 16, 60);
+    CHECK_EQ_INT(submit(&f, &w, &q, NULL), 0);
+    w.stop_after = 1;
+    q.ignore_eos = false;
+    CHECK_EQ_INT(submit(&f, &e, &q, NULL), 0);
+    q.ignore_eos = true;
+    CHECK_EQ_INT(submit(&f, &i, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(w.done[0], 1 + SCHED_STOP_WORD);
+    CHECK_EQ_INT(w.n_tokens[0], 1);
+    CHECK_EQ_INT(e.done[0], 1 + SCHED_STOP_EOS);
+    CHECK(e.n_tokens[0] < 60);
+    CHECK_EQ_INT(i.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(i.n_tokens[0], 60);
+    bool saw_eos = false; /* ignore_eos passes the EOS tokens through */
+    for (int k = 0; k < 60; k++) saw_eos |= i.tokens[0][k] == FAKE_EOS;
+    CHECK(saw_eos);
+    CHECK_EQ_INT(e.counts[0].n_generated, e.n_tokens[0]);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_stops_at_the_context_limit) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.max_seq_tokens = 20;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    int32_t p[15];
+    struct recorder r;
+    struct sched_request q = prompt_request(p, 15, 17, -1);
+    CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(r.done[0], 1 + SCHED_STOP_CONTEXT);
+    CHECK_EQ_INT(r.n_tokens[0], 5);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_forward_failure_fails_the_step_requests) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t p[8];
+    struct recorder a, b;
+    struct sched_request q = prompt_request(p, 8, 18, 5);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    f.eng.fail_forwards = 1;
+    fake_run(f.s, &f.now, 1, 1);
+    CHECK_EQ_INT(a.error, -ERR_IO);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cells_used, 0);
+    CHECK_EQ_INT(st.requests_failed, 1);
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0); /* the scheduler goes on */
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(a.calls_after_end, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_prompt_budget_follows_the_learned_step_time) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 512;
+    c.chunk_tokens = 512;
+    c.max_step_ms = 100;
+    CHECK_EQ_INT(fx_init(&f, 4096, 4, MEM_KV, &c), 0);
+    static int32_t longp[250], other[4];
+    fake_prompt(longp, 250, 19, VOCAB);
+    fake_prompt(other, 4, 20, VOCAB);
+    struct recorder a, b;
+    struct sched_request qa = request(longp, 250, 2), qb = request(other, 4, 200);
+    /* a generating sequence first, measured at 5 ms + 2 ms per token */
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    struct sched_step *step;
+    for (int i = 0; i < 3; i++) {
+        int n = sched_build_step(f.s, f.now, &step);
+        CHECK(n > 0);
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 5 + 2.0 * n);
+    }
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    int max_n = 0, steps = 0;
+    while (a.n_tokens[0] == 0) {
+        int n = sched_build_step(f.s, f.now, &step);
+        CHECK(n > 0);
+        if (n > max_n) max_n = n;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 5 + 2.0 * n);
+        steps++;
+    }
+    /* once learned, (100 - 5) / 2 = 47 tokens per step, one of them the decode */
+    CHECK(max_n <= 64);      /* the first, unlearned step may be bigger, but not 250 */
+    CHECK(steps >= 250 / 47);
+    struct sched_step *last;
+    int n = sched_build_step(f.s, f.now, &last);
+    CHECK_EQ_INT(n, 2); /* two decodes */
+    sched_step_compute(f.s, last);
+    sched_step_complete(f.s, last, f.now += 9);
+    fake_run(f.s, &f.now, 1, 400);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_step_cost_fits_a_line) {
+    double fixed, per;
+    struct step_cost k;
+    step_cost_init(&k);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), -1);
+    for (int i = 0; i < 30; i++) step_cost_observe(&k, 10 + (i % 5) * 20, 5 + 2.0 * (10 + (i % 5) * 20));
+    step_cost_line(&k, &fixed, &per);
+    CHECK(fixed > 4.9 && fixed < 5.1);
+    CHECK(per > 1.99 && per < 2.01);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), 47);
+    CHECK(step_cost_predict_ms(&k, 100) > 204.9 && step_cost_predict_ms(&k, 100) < 205.1);
+    /* the machine gets twice as slow: the line follows within a few dozen steps */
+    for (int i = 0; i < 60; i++) step_cost_observe(&k, 10 + (i % 5) * 20, 10 + 4.0 * (10 + (i % 5) * 20));
+    step_cost_line(&k, &fixed, &per);
+    CHECK(per > 3.9 && per < 4.1);
+    /* one size only: cost per token */
+    step_cost_init(&k);
+    step_cost_observe(&k, 1, 20);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), 5);
+}
+
+TEST(sched_stall_detection) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.stall_timeout_ms = 5000;
+    c.stall_factor = 10;
+    c.stall_grace_ms = 1000;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    struct sched_stats st;
+    f.now = 100000;
+    sched_stats(f.s, f.now, &st);
+    CHECK(!st.stalled); /* idle is not stalled, however long */
+    int32_t p[8];
+    struct recorder r;
+    struct sched_request q = prompt_request(p, 8, 21, 50);
+    CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_stats(f.s, f.now + 4000, &st); /* a first, cold step: no expectation to be late for */
+    CHECK(!st.stalled);
+    CHECK(st.step_in_flight);
+    sched_stats(f.s, f.now + 6000, &st);
+    CHECK(st.stalled);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 10);
+    struct recorder r2;
+    CHECK_EQ_INT(submit(&f, &r2, &q, NULL), 0);
+    sched_stats(f.s, f.now + 4000, &st);
+    CHECK(!st.stalled);
+    sched_stats(f.s, f.now + 6000, &st); /* queued work, no progress */
+    CHECK(st.stalled);
+    f.now += 6000;
+    fake_run(f.s, &f.now, 10, 5); /* steps of 10 ms: progress again */
+    sched_stats(f.s, f.now, &st);
+    CHECK(!st.stalled);
+    CHECK(st.tokens_per_s > 0);
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_stats(f.s, f.now + 500, &st);
+    CHECK(st.step_in_flight);
+    CHECK(st.step_expected_ms > 9 && st.step_expected_ms < 11);
+    CHECK(!st.stalled);
+    sched_stats(f.s, f.now + 1200, &st); /* > 10 x 10 ms + 1000 ms: hung */
+    CHECK(st.stalled);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 1200);
+    sched_stats(f.s, f.now, &st);
+    CHECK(!st.stalled);
+    CHECK_EQ_INT(st.step_hist[SCHED_STEP_HIST_BUCKETS - 2], 1); /* the 1200 ms step: (1000, 2500] */
+    uint64_t steps = 0;
+    for (int i = 0; i < SCHED_STEP_HIST_BUCKETS; i++) steps += st.step_hist[i];
+    CHECK_EQ_INT(steps, st.steps);
+    CHECK(st.step_ms_sum >= 1200 + 10 * 5 && st.step_ms_sum < 1200 + 10 * 8);
+    fake_run(f.s, &f.now, 10, 100);
+    CHECK_EQ_INT(fx_free(&f), 0);
+
+    /* steps known to take 100 ms, a stall timeout of 50 ms: a step running for 150 ms is
+     * progress, not a stall (only its own expected time judges it) */
+    c.stall_timeout_ms = 50;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
+    struct recorder r3;
+    CHECK_EQ_INT(submit(&f, &r3, &q, NULL), 0);
+    fake_run(f.s, &f.now, 100, 3);
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_stats(f.s, f.now + 150, &st);
+    CHECK(!st.stalled);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 150);
+    fake_run(f.s, &f.now, 100, 100);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_slots_describe_every_sequence) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, NULL), 0);
+    int32_t p[30];
+    struct recorder a, b;
+    struct sched_request q = prompt_request(p, 30, 22, 5);
+    q.n_choices = 2;
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    q.n_choices = 1;
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    struct sched_slot s[8];
+    CHECK_EQ_INT(sched_slots(f.s, s, 8), 2);
+    CHECK_EQ_INT(s[0].state, SCHED_QUEUED);
+    fake_run(f.s, &f.now, 1, 1);
+    CHECK_EQ_INT(sched_slots(f.s, s, 8), 3);
+    CHECK_EQ_INT(s[0].state, SCHED_PREFILL);
+    CHECK_EQ_INT(s[0].cells, 16);
+    CHECK_EQ_INT(s[1].state, SCHED_FORKING);
+    CHECK_EQ_INT(s[1].seq, -1);
+    fake_run(f.s, &f.now, 1, 3);
+    CHECK_EQ_INT(sched_slots(f.s, s, 8), 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(s[i].state, SCHED_GENERATE);
+        CHECK(s[i].n_generated >= 1);
+        CHECK_EQ_INT(s[i].n_prompt, 30);
+    }
+    CHECK_EQ_INT(sched_slots(f.s, s, 1), 3); /* counts all, fills what fits */
+    CHECK_EQ_STR(sched_seq_state_str(SCHED_PREEMPTED), "preempted");
+    CHECK_EQ_STR(sched_stop_str(SCHED_STOP_WORD), "word");
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_nothing_starves_under_a_stream_of_new_prompts) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 16;
+    c.chunk_tokens = 16;
+    c.starve_steps = 4;
+    CHECK_EQ_INT(fx_init(&f, 4096, 16, MEM_KV, &c), 0);
+    static int32_t longp[120], shorts[40][16];
+    fake_prompt(longp, 120, 23, VOCAB);
+    struct recorder rl;
+    static struct recorder rs[40];
+    struct sched_request ql = request(longp, 120, 1);
+    CHECK_EQ_INT(submit(&f, &rl, &ql, NULL), 0);
+    /* every step a new 16-token prompt arrives, enough to fill each step by itself */
+    int served_gap = 0, worst_gap = 0;
+    for (int i = 0; i < 40 && !rl.done[0]; i++) {
+        fake_prompt(shorts[i], 16, 200 + (uint32_t)i, VOCAB);
+        struct sched_request q = request(shorts[i], 16, 1);
+        CHECK_EQ_INT(submit(&f, &rs[i], &q, NULL), 0);
+        struct sched_step *step;
+        CHECK(sched_build_step(f.s, f.now, &step) > 0);
+        bool served = tokens_of_seq(sched_step_batch(step), 0) > 0;
+        served_gap = served ? 0 : served_gap + 1;
+        if (served_gap > worst_gap) worst_gap = served_gap;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+    }
+    CHECK(worst_gap <= 4);
+    fake_run(f.s, &f.now, 1, 1000);
+    CHECK_EQ_INT(rl.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_memory_refusing_a_batch_fails_its_requests) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_FAKE_KV, NULL), 0);
+    int32_t p[8];
+    struct recorder a, b;
+    struct sched_request q = prompt_request(p, 8, 24, 4);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    fake_memory_fail_reserves(f.mem, 1, -ERR_INVAL);
+    CHECK_EQ_INT(fake_run(f.s, &f.now, 1, 10), 0); /* nothing left to run */
+    CHECK_EQ_INT(a.error, -ERR_INVAL);
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 10);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(a.calls_after_end, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_decodes_rotate_when_they_exceed_the_batch) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 4;
+    c.chunk_tokens = 4;
+    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, &c), 0);
+    static int32_t p[7][6];
+    static struct recorder r[7];
+    for (int i = 0; i < 6; i++) {
+        fake_prompt(p[i], 3, 300 + (uint32_t)i, VOCAB);
+        struct sched_request q = request(p[i], 3, 30);
+        CHECK_EQ_INT(submit(&f, &r[i], &q, NULL), 0);
+    }
+    fake_run(f.s, &f.now, 1, 8); /* all six prompts read: six decodes for a batch of four */
+    for (int i = 0; i < 6; i++) CHECK(r[i].n_tokens[0] >= 1);
+    fake_prompt(p[6], 6, 306, VOCAB);
+    struct sched_request q = request(p[6], 6, 2);
+    CHECK_EQ_INT(submit(&f, &r[6], &q, NULL), 0);
+    int before[6];
+    for (int i = 0; i < 6; i++) before[i] = r[i].n_tokens[0];
+    fake_run(f.s, &f.now, 1, 3);
+    for (int i = 0; i < 6; i++) CHECK(r[i].n_tokens[0] > before[i]); /* nobody waits > 2 steps */
+    CHECK_EQ_INT(r[6].n_tokens[0], 1); /* the prompt got its 2 tokens a step: read in 3 */
+    fake_run(f.s, &f.now, 1, 1000);
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(r[i].n_tokens[0], 30);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* The threading contract: compute runs on another thread while the loop thread submits,
+ * cancels and reads stats and slots. (Run under ThreadSanitizer to check for races.) */
+struct compute_job {
+    struct sched *s;
+    struct sched_step *step;
+};
+static void *compute_thread(void *arg) {
+    struct compute_job *job = arg;
+    sched_step_compute(job->s, job->step);
+    return NULL;
+}
+
+TEST(sched_compute_runs_on_a_worker_while_the_loop_serves) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 1024, 16, MEM_KV, NULL), 0);
+    static int32_t p[12][20];
+    static struct recorder r[12];
+    struct sched_req *h[12];
+    int submitted = 0;
+    for (int round = 0; round < 40; round++) {
+        struct sched_step *step;
+        int n = sched_build_step(f.s, f.now, &step);
+        if (n == 0 && submitted == 12) break;
+        pthread_t th;
+        struct compute_job job = {f.s, step};
+        if (n > 0) CHECK_EQ_INT(pthread_create(&th, NULL, compute_thread, &job), 0);
+        if (submitted < 12) { /* the loop thread keeps serving while the step computes */
+            fake_prompt(p[submitted], 20, 400 + (uint32_t)submitted, VOCAB);
+            struct sched_request q = request(p[submitted], 20, 8);
+            CHECK_EQ_INT(submit(&f, &r[submitted], &q, &h[submitted]), 0);
+            if (submitted % 4 == 3) sched_cancel(f.s, h[submitted]); /* still queued */
+            if (submitted == 5) sched_cancel(f.s, h[1]);             /* running: deferred */
+            submitted++;
+        }
+        struct sched_stats st;
+        struct sched_slot slots[16];
+        sched_stats(f.s, f.now, &st);
+        sched_slots(f.s, slots, 16);
+        if (n > 0) {
+            CHECK_EQ_INT(pthread_join(th, NULL), 0);
+            sched_step_complete(f.s, step, f.now += 1);
+        }
+    }
+    fake_run(f.s, &f.now, 1, 1000);
+    for (int i = 0; i < 12; i++) {
+        bool cancelled = i % 4 == 3 || i == 1;
+        CHECK_EQ_INT(r[i].done[0], cancelled ? 0 : 1 + SCHED_STOP_LIMIT);
+        if (!cancelled) CHECK_EQ_INT(r[i].n_tokens[0], 8);
+    }
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_a_sequence_alone_stops_when_it_fills_the_memory) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 24, 4, MEM_KV, NULL), 0);
+    int32_t p[15];
+    struct recorder a, b;
+    struct sched_request q = prompt_request(p, 15, 25, -1);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    /* b waits (15 + 15 > 24), a fills all 24 cells: 9 generated tokens fed back + 1 pending */
+    CHECK_EQ_INT(a.done[0], 1 + SCHED_STOP_CONTEXT);
+    CHECK_EQ_INT(a.n_tokens[0], 10);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_CONTEXT);
+    CHECK_EQ_INT(b.counts[0].n_cached, 14); /* a's cache served b's prompt */
+    CHECK(same_output(&a, &b, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* Random arrivals, shared prefixes, n choices, cancellations and a memory far too small, on
+ * every memory kind and preemption mode: every request that was not cancelled ends with exactly
+ * the output it has alone, and the scheduler never goes idle with work left. */
+static uint32_t rnd(uint32_t *st) {
+    *st ^= *st << 13;
+    *st ^= *st >> 17;
+    *st ^= *st << 5;
+    return *st;
+}
+
+#define RND_REQS 16
+TEST(sched_random_workloads_match_solo_runs) {
+    static int32_t prompts[RND_REQS][32];
+    static struct recorder rec[RND_REQS], alone;
+    static struct sched_request reqs[RND_REQS];
+    static const struct fake_sampling random = {.random = true};
+    struct { int kind; bool recompute; int64_t cells; } modes[] = {
+        {MEM_KV, false, 96}, {MEM_KV, true, 96}, {MEM_WHOLE_ONLY, false, 96},
+        {MEM_RECURRENT, false, 3}, {MEM_RECURRENT, true, 4}};
+    for (uint32_t seed = 1; seed <= 6; seed++) {
+        for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+            uint32_t st = seed * 2654435761u;
+            struct fx f;
+            struct sched_config c = base_config();
+            c.batch_tokens = 8 + (int32_t)(rnd(&st) % 40);
+            c.chunk_tokens = 4 + (int32_t)(rnd(&st) % 12);
+            c.preempt_recompute = modes[m].recompute;
+            CHECK_EQ_INT(fx_init(&f, modes[m].cells, 12, modes[m].kind, &c), 0);
+            struct sched_req *h[RND_REQS];
+            bool cancelled[RND_REQS] = {0};
+            int next = 0;
+            for (int step_no = 0; step_no < 3000; step_no++) {
+                if (next < RND_REQS && rnd(&st) % 3 == 0) {
+                    int n = 2 + (int)(rnd(&st) % 29);
+                    /* half of the prompts start like an earlier one */
+                    int base = next > 0 && rnd(&st) % 2 ? (int)(rnd(&st) % (uint32_t)next) : -1;
+                    fake_prompt(prompts[next], n, seed * 1000 + (uint32_t)next, VOCAB);
+                    if (base >= 0) {
+                        int k = (int)(rnd(&st) % (uint32_t)n);
+                        if (k > reqs[base].n_prompt) k = reqs[base].n_prompt;
+                        memcpy(prompts[next], prompts[base], (size_t)k * sizeof(int32_t));
+                    }
+                    reqs[next] = request(prompts[next], n, 1 + (int)(rnd(&st) % 30));
+                    reqs[next].n_choices = 1 + (int)(rnd(&st) % 2);
+                    reqs[next].seed = rnd(&st);
+                    reqs[next].sampler_params = rnd(&st) % 2 ? &random : NULL;
+                    reqs[next].cache_prompt = rnd(&st) % 4 != 0;
+                    CHECK_EQ_INT(submit(&f, &rec[next], &reqs[next], &h[next]), 0);
+                    next++;
+                }
+                if (next > 0 && rnd(&st) % 40 == 0) { /* the owner of a running request goes away */
+                    int i = (int)(rnd(&st) % (uint32_t)next);
+                    bool ended = true;
+                    for (int ch = 0; ch < reqs[i].n_choices; ch++) ended &= rec[i].done[ch] != 0;
+                    if (!ended && !cancelled[i]) {
+                        sched_cancel(f.s, h[i]);
+                        cancelled[i] = true;
+                    }
+                }
+                struct sched_step *step;
+                if (sched_build_step(f.s, f.now, &step) == 0) {
+                    struct sched_stats ss;
+                    sched_stats(f.s, f.now, &ss);
+                    CHECK_EQ_INT(ss.queued + ss.active_requests, 0); /* idle only when done */
+                    if (next == RND_REQS) break;
+                    continue;
+                }
+                sched_step_compute(f.s, step);
+                sched_step_complete(f.s, step, f.now += 1);
+            }
+            CHECK_EQ_INT(next, RND_REQS);
+            struct sched_stats ss;
+            sched_stats(f.s, f.now, &ss);
+            if (modes[m].kind != MEM_RECURRENT) CHECK(ss.preemptions > 0); /* states never grow */
+            CHECK_EQ_INT(fx_free(&f), 0);
+            for (int i = 0; i < RND_REQS; i++) {
+                CHECK_EQ_INT(rec[i].error + rec[i].calls_after_end, 0);
+                if (cancelled[i]) continue;
+                CHECK_EQ_INT(run_alone(&reqs[i], &alone), 0);
+                for (int ch = 0; ch < reqs[i].n_choices; ch++) {
+                    if (!same_output(&alone, &rec[i], ch))
+                        fprintf(stderr, "  seed %u mode %zu request %d choice %d differs\n", seed, m, i, ch);
+                    CHECK(same_output(&alone, &rec[i], ch));
+                    CHECK_EQ_INT(rec[i].done[ch], 1 + SCHED_STOP_LIMIT);
+                }
+            }
+        }
+    }
+}
+
+TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 40, 4, MEM_KV, NULL), 0);
+    int32_t pa[10], pb[12];
+    fake_prompt(pa, 10, 26, VOCAB);
+    fake_prompt(pb, 12, 27, VOCAB);
+    struct recorder a, b;
+    struct sched_request qa = request(pa, 10, 20), qb = request(pb, 12, 20);
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    int save_steps = 0;
+    for (int i = 0; i < 200; i++) {
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        struct sched_stats before, after;
+        sched_stats(f.s, f.now, &before);
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        sched_stats(f.s, f.now, &after);
+        if (sched_step_batch(step)->n_tokens == 0) {
+            save_steps++;
+            /* the loop thread freed the victim's cells only after the worker copied them */
+            CHECK_EQ_INT(after.preemptions, before.preemptions + 1);
+            CHECK(after.cells_used < before.cells_used);
+            CHECK_EQ_INT(after.preempted, 1);
+        }
+    }
+    CHECK(save_steps > 0);
+    struct recorder alone;
+    CHECK_EQ_INT(run_alone(&qa, &alone), 0);
+    CHECK(same_output(&alone, &a, 0));
+    CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+    CHECK(same_output(&alone, &b, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_a_step_completed_without_compute_fails_its_requests) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t p[8];
+    struct recorder a;
+    struct sched_request q = prompt_request(p, 8, 28, 5);
+    CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_step_complete(f.s, step, f.now += 1); /* the worker never ran it (shutdown) */
+    CHECK_EQ_INT(a.error, -ERR_CANCELLED);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cells_used, 0);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_n_choices_on_a_recurrent_memory_short_of_states) {
+    /* 2 states for 3 choices: the fork cannot copy the state for every sibling, so the rest
+     * recompute their prompt when a state frees; every choice still matches its solo run */
+    static const int states[] = {8, 2};
+    for (int k = 0; k < 2; k++) {
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, states[k], 8, MEM_RECURRENT, NULL), 0);
+        int32_t p[20];
+        struct fake_sampling random = {.random = true};
+        struct recorder r;
+        struct sched_request q = prompt_request(p, 20, 29, 6);
+        q.n_choices = 3;
+        q.seed = 7;
+        q.sampler_params = &random;
+        CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 200);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        if (k == 0) CHECK_EQ_INT(st.prompt_tokens, 20); /* enough states: evaluated once */
+        else CHECK(st.prompt_tokens > 20);
+        for (int ch = 0; ch < 3; ch++) {
+            struct recorder alone;
+            struct sched_request q1 = q;
+            q1.n_choices = 1;
+            q1.seed = 7 + (uint64_t)ch;
+            CHECK_EQ_INT(run_alone(&q1, &alone), 0);
+            CHECK_EQ_INT(alone.n_tokens[0], 6);
+            CHECK_EQ_INT(r.n_tokens[ch], 6);
+            CHECK(!memcmp(alone.tokens[0], r.tokens[ch], 6 * sizeof(int32_t)));
+        }
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+}
