@@ -40,7 +40,14 @@ def test_connections_over_the_limit_get_503_retry_after_then_recover():
 
 
 @needs_model
-def test_missing_or_corrupt_model_exits_2_naming_the_file():
+def test_missing_or_corrupt_model_fails_at_start_naming_the_file():
+    run("bad-model", bad_model_exit=None)
+
+
+@needs_model
+@pytest.mark.xfail(reason="the issue asks exit 2 for a missing/corrupt model; src/net/server.c exits 1 "
+                          "on a failed load (its owner's call, reported to the lead)")
+def test_missing_or_corrupt_model_exits_2():
     run("bad-model")
 
 

@@ -193,7 +193,7 @@ def test_multi_turn_chat_with_session_id_hits_one_replicas_prompt_cache(cluster)
 @needs_model
 def test_replica_prefilling_long_prompts_is_never_marked_down(cluster):
     c = cluster("--kv-tokens", "8192", "--threads", "1")
-    long_prompt = " ".join(["And the LORD spake unto Moses, saying, Speak unto the children of Israel"] * 60)
+    long_prompt = " ".join(["And the LORD spake unto Moses, saying, Speak unto the children of Israel"] * 50)  # ~950 tokens of 1023
 
     async def prefill_load():
         kinds = [uvlmload.Kind("long_prefill", 1, "POST", "/completion",
