@@ -16,7 +16,7 @@
 #include "api/stream_text.h"
 #include "common/err.h"
 #include "sched/model_engine.h"
-#include "sched/sampling.h"
+#include "sampler/sampler.h"
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,8 +42,8 @@ struct gen_job {
     struct http_request *req;
     struct sched_req *handle;       /* NULL once the scheduler request ended */
     struct completion_params p;
-    struct sampling_params sp;
-    struct sampling_bias *bias;
+    struct sampler_params sp;
+    struct sampler_bias *bias;
     int32_t *prompt;
     size_t n_prompt;
     struct gen_choice *ch;
@@ -351,9 +351,9 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
     return 0;
 }
 
-static void job_sampling(struct gen_job *job) {
+static void job_sampling(struct gen_job *job, int32_t n_probs) {
     const struct completion_params *p = &job->p;
-    job->sp = (struct sampling_params){
+    job->sp = (struct sampler_params){
         .temperature = p->temperature,
         .top_k = p->top_k,
         .top_p = p->top_p,
@@ -362,12 +362,13 @@ static void job_sampling(struct gen_job *job) {
         .repeat_last_n = p->repeat_last_n,
         .presence_penalty = p->presence_penalty,
         .frequency_penalty = p->frequency_penalty,
-        .bias = job->bias,
-        .n_bias = job->bias ? (int32_t)p->n_logit_bias : 0,
+        .logit_bias = job->bias,
+        .n_logit_bias = job->bias ? (int32_t)p->n_logit_bias : 0,
+        .n_probs = n_probs,
     };
     if (job->bias)
         for (size_t i = 0; i < p->n_logit_bias; i++)
-            job->bias[i] = (struct sampling_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
+            job->bias[i] = (struct sampler_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
 }
 
 static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep) {
@@ -382,6 +383,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
     lim.max_n = (int32_t)srv->cfg->max_n;
+    lim.max_logit_bias = SAMPLER_MAX_BIAS;
     int rc = completion_params_parse(&job->p, ep, req->body, req->body_len, &lim, &err);
     if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &err);
     if (rc < 0) {
@@ -414,7 +416,9 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         detok_init(&job->ch[i].detok, srv->engine->tok, false, false);
         stream_text_init(&job->ch[i].st, p->stop, p->n_stop);
     }
-    job_sampling(job);
+    /* logprobs without alternatives still need the chosen token's: ask the sampler for one */
+    int32_t n_probs = p->want_logprobs || p->n_probs > 0 ? (p->n_probs > 0 ? p->n_probs : 1) : 0;
+    job_sampling(job, n_probs);
 
     uint64_t serial = ++srv->next_id;
     snprintf(job->id, sizeof job->id, "%s-%llu", ep == API_OAI_CHAT ? "chatcmpl" : "cmpl",
@@ -424,7 +428,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         .created = (int64_t)time(NULL),
         .model = p->model ? p->model : srv->model_name,
         .n_choices = p->n,
-        .logprobs = p->want_logprobs || p->n_probs > 0,
+        .logprobs = n_probs > 0,
         .include_usage = p->include_usage,
     };
     struct sched_request sr = {
@@ -433,7 +437,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         .n_predict = p->n_predict,
         .n_choices = p->n,
         .seed = p->seed_random ? next_seed(srv) : p->seed,
-        .n_probs = job->meta.logprobs ? (p->n_probs > 0 ? p->n_probs : 1) : 0,
+        .n_probs = n_probs,
         .cache_prompt = p->cache_prompt,
         .ignore_eos = p->ignore_eos,
         .sampler_params = &job->sp,

@@ -9,6 +9,7 @@
 #include "api/render.h"
 #include "api/serving.h"
 #include "common/err.h"
+#include "model/model.h"
 #include "sched/model_engine.h"
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
@@ -62,15 +63,15 @@ void serving_health_handle(struct http_request *req, void *data) {
 void serving_models_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
-    const struct model_engine *e = srv->engine;
+    const struct model *m = srv->engine->model;
     struct model_info mi = {
         .id = srv->model_name,
         .created = srv->created,
-        .n_vocab = e->n_vocab,
-        .n_ctx_train = e->n_ctx_train,
-        .n_embd = e->n_embd,
+        .n_vocab = m->hp.n_vocab,
+        .n_ctx_train = m->hp.n_ctx_train,
+        .n_embd = m->hp.n_embd,
         .n_params = 0,
-        .size = (int64_t)e->weight_bytes,
+        .size = (int64_t)m->weight_bytes,
     };
     char *json = render_models(&mi);
     serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");

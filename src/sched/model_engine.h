@@ -1,6 +1,6 @@
 /* model_engine.h: one loaded model behind the scheduler's engine_ops seam (sched.h): the weights
- * (model.h for transformers, mamba.h for Mamba, picked by general.architecture), its tokenizer, the memory every sequence shares (--kv-tokens cells), the forward
- * context sized for the biggest step (--batch-tokens), and samplers (sampling.h).
+ * (model.h: the architecture comes from general.architecture), its tokenizer, the memory every sequence shares (--kv-tokens cells), the forward
+ * context sized for the biggest step (--batch-tokens), and samplers (sampler/sampler.h).
  *
  * Loading reads and maps the whole file, so it runs on a worker thread at startup (the libuv
  * driver does it in uv_queue_work); everything is sized here, once, and logged by the caller
@@ -16,7 +16,8 @@
  *   sched_destroy(s); model_engine_free(e);
  *
  * The sampler parameters a request hands to sched_submit (sched_request.sampler_params) are a
- * const struct sampling_params * (sampling.h).
+ * const struct sampler_params * (sampler/sampler.h) with n_probs = the request's n_probs; the
+ * scheduler's seed for each choice replaces its seed.
  */
 #ifndef UVLM_SCHED_MODEL_ENGINE_H
 #define UVLM_SCHED_MODEL_ENGINE_H
@@ -29,15 +30,11 @@
 struct model;
 struct tokenizer;
 struct forward_ctx;
-struct mamba_model;
-struct mamba_scratch;
-struct compute;
-struct gguf_file;
 
 struct model_engine_config {
     const char *path;       /* GGUF file */
-    int64_t kv_tokens;      /* cells shared by all sequences (transformers; Mamba keeps one
-                             * state per sequence id instead) */
+    int64_t kv_tokens;      /* cells shared by all sequences (a recurrent model keeps one state
+                             * per sequence id instead; it caps the sequence length all the same) */
     int32_t batch_tokens;   /* most tokens per step */
     int32_t n_seq_max;      /* sequence ids (live choices + prompt cache entries) */
     int32_t max_seq_tokens; /* per-sequence limit below the model's context (0: none) */
@@ -45,21 +42,11 @@ struct model_engine_config {
 };
 
 struct model_engine {
-    /* the forward pass: a transformer (model.h) or a Mamba model (mamba.h) */
-    struct model *model;           /* transformer, or NULL */
+    struct model *model;    /* any architecture model.h runs (llama, qwen2, mamba) */
     struct forward_ctx *fc;
-    struct mamba_model *mamba;     /* Mamba, or NULL */
-    struct gguf_file *mamba_file;  /* the mapping mamba's weights point into */
-    struct mamba_scratch *mamba_scratch;
-    struct compute *mamba_compute;
-    float *mamba_logits;           /* [max_outputs][n_vocab] */
-    /* common */
-    const struct gguf_file *file;  /* the model's metadata */
     struct tokenizer *tok;
-    struct memory *mem;            /* KV cells, or one recurrent state per sequence */
-    const char *arch_name;         /* "llama", "qwen2", "mamba" */
-    int32_t n_vocab, n_embd, n_layer, n_ctx_train;
-    size_t weight_bytes;
+    struct memory *mem;     /* KV cells, or one recurrent state per sequence (model's choice) */
+    int32_t n_vocab;
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
     int64_t kv_tokens;
     int32_t n_seq_max;

@@ -3,8 +3,9 @@
 #include "test.h"
 
 #include "common/err.h"
+#include "model/model.h"
 #include "sched/model_engine.h"
-#include "sched/sampling.h"
+#include "sampler/sampler.h"
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,8 +60,7 @@ TEST(model_engine_greedy_reference_text_and_shared_prompt) {
     int32_t prompt[16];
     size_t n_prompt;
     CHECK_EQ_INT(tokenizer_encode(e->tok, "And God said", 12, true, false, prompt, 16, &n_prompt), 0);
-    struct sampling_params sp = SAMPLING_PARAMS_DEFAULT;
-    sp.temperature = 0;
+    struct sampler_params sp = {.temperature = 0, .repeat_penalty = 1.0f};
     struct sched_request req = {.prompt = prompt, .n_prompt = (int32_t)n_prompt, .n_predict = 8,
                                 .n_choices = 2, .seed = 1, .cache_prompt = false, .sampler_params = &sp};
     struct collect c = {0};
@@ -100,7 +100,7 @@ TEST(model_engine_serves_mamba_with_recurrent_memory) {
     char why[256];
     CHECK_EQ_INT(model_engine_load(&e, &ec, why, sizeof why), 0);
     CHECK_EQ_STR(e->mem->ops->kind, "recurrent");
-    CHECK_EQ_STR(e->arch_name, "mamba");
+    CHECK_EQ_STR(e->model->hp.arch_name, "mamba");
     CHECK_EQ_INT(e->n_ctx, 128); /* capped like a transformer's, not the trained 1 Mi */
     struct sched_config cfg;
     sched_config_default(&cfg);
@@ -109,8 +109,7 @@ TEST(model_engine_serves_mamba_with_recurrent_memory) {
     struct sched *s;
     CHECK_EQ_INT(sched_create(&s, &cfg, e->mem, &model_engine_ops, e), 0);
     int32_t prompt[] = {1, 15043, 3186};
-    struct sampling_params sp = SAMPLING_PARAMS_DEFAULT;
-    sp.temperature = 0;
+    struct sampler_params sp = {.temperature = 0, .repeat_penalty = 1.0f};
     struct sched_request req = {.prompt = prompt, .n_prompt = 3, .n_predict = 6, .n_choices = 2, .seed = 1,
                                 .sampler_params = &sp};
     struct collect c = {0};
