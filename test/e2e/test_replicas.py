@@ -208,3 +208,29 @@ def test_replica_prefilling_long_prompts_is_never_marked_down(cluster):
     for name, row in c.stats().items():
         assert row["status"] == "UP" and row["chkfail"] in ("", "0") and row["chkdown"] in ("", "0"), row
     assert "is DOWN" not in c.haproxy_log()
+
+
+def test_systemd_unit_verifies_and_its_command_line_serves(tmp_path, start_server):
+    """conf/uvlm.service: systemd accepts it, and its ExecStart (with this checkout's binary,
+    config and model in place of the installed paths) starts a server that answers /health."""
+    unit = open(os.path.join(ROOT, "conf", "uvlm.service")).read()
+    subst = {"/usr/local/bin/uvlm": BIN, "/etc/uvlm/uvlm.conf": os.path.join(ROOT, "conf", "uvlm.conf"),
+             "/var/lib/uvlm/model.gguf": os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")}
+    for k, v in subst.items():
+        unit = unit.replace(k, v)
+    exec_start = [l.split("=", 1)[1].split() for l in unit.splitlines() if l.startswith("ExecStart=")]
+    assert len(exec_start) == 1 and exec_start[0][0] == BIN, exec_start
+    if shutil.which("systemd-analyze"):
+        path = tmp_path / "uvlm.service"
+        path.write_text(unit)
+        p = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
+        assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+        p = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=30", str(path)],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr  # exposure 3.0 or better
+    if not os.path.exists(subst["/var/lib/uvlm/model.gguf"]):
+        pytest.skip("no shipped model to start the unit's command line with")
+    assert exec_start[0][1] == "serve", exec_start
+    # the same flags after start_server's --host/--port (flags alone run serve); SIGTERM -> exit 0
+    srv = start_server(*exec_start[0][2:])
+    assert srv.json("GET", "/health")[0] == 200

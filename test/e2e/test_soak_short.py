@@ -38,3 +38,10 @@ def test_soak_model_short(tmp_path):
     s = soak(tmp_path, "--duration", "20", "--connections", "64", "--max-tokens", "8")
     assert s["disconnected"] > 0
     assert all(c["pass"] for c in s["checks"])
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
+                    reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
+def test_sigterm_during_model_load_drops_no_request(tmp_path):
+    s = soak(tmp_path, "--duration", "8", "--connections", "48", "--max-tokens", "24", "--sigterm-at", "5")
+    assert s["refused_while_draining"] > 0  # the load went on into the drain
