@@ -358,16 +358,15 @@ async def run_mix(host, port, kinds, connections, duration, disconnect_rate=0.0,
 
 # --- /health latency, measured from a process of its own ------------------------------------------
 
-def probe(host, port, interval, duration):
-    """GET /health every `interval` seconds for `duration` on a keep-alive connection (a new one
+def probe(host, port, interval, until):
+    """GET /health every `interval` seconds until the wall-clock time `until` on a keep-alive connection (a new one
     when the server closes it); returns (latencies in seconds of 200 answers, non-200 count,
     errors). Run it in its own process (probe_process) so the load generator's own event loop
     does not add its delays to the figures."""
     import http.client
     lat, bad, errors = [], 0, 0
-    end = time.monotonic() + duration
     conn = None
-    while time.monotonic() < end:
+    while time.time() < until:
         t0 = time.monotonic()
         try:
             if conn is None:
@@ -397,12 +396,13 @@ def probe(host, port, interval, duration):
 
 
 def probe_process(host, port, interval, duration):
-    """Starts probe() in a child Python process; .result() waits and returns its figures."""
+    """Starts probe() in a child Python process for `duration` seconds from now; .result() waits
+    and returns its figures."""
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     code = ("import json,sys; sys.path.insert(0, %r); import uvlmload; "
-            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f)))" % (here, host, port, interval, duration))
+            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f)))" % (here, host, port, interval, time.time() + duration))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
 
     class Handle:
