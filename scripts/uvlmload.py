@@ -19,6 +19,9 @@ import json
 import os
 import random
 import re
+import signal
+import subprocess
+import tempfile
 import time
 
 
@@ -156,6 +159,65 @@ async def _read_response(reader, res, cut_after_events):
             if not take(data):
                 break
     res.body = b"".join(chunks)
+
+
+# --- a server to test ------------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOST = "127.0.0.1"
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+class Server:
+    """uvlm on a free loopback port; stop() drains it and returns (exit status, log)."""
+
+    def __init__(self, bin_path, args, ready_timeout=120):
+        self.log_path = tempfile.NamedTemporaryFile(prefix="uvlm-", suffix=".log", delete=False).name
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        self.proc = subprocess.Popen([bin_path, "--host", HOST, "--port", "0"] + list(args), cwd=ROOT,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log_path, "w"), env=env)
+        deadline = time.monotonic() + ready_timeout
+        self.port = None
+        while self.port is None:
+            m = re.search(r"listening on \S*:(\d+)", self.log())
+            if m:
+                self.port = int(m.group(1))
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("uvlm did not start:\n" + self.log()[-3000:])
+            else:
+                time.sleep(0.02)
+        while asyncio.run(self.request("GET", "/health")).status != 200:  # loading the model
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("uvlm did not become ready:\n" + self.log()[-3000:])
+            time.sleep(0.05)
+
+    def log(self):
+        return open(self.log_path, errors="replace").read()
+
+    def request(self, method, path, body=None, headers=None, **kw):
+        return request(HOST, self.port, method, path, body, headers, **kw)
+
+    def rss_kib(self):
+        return rss_kib(self.proc.pid)
+
+    def stop(self, signal_it=True, keep_log=False):
+        """SIGTERM (unless signal_it is False: it was sent already) and wait; (exit status, log).
+        The log file is removed unless keep_log."""
+        if self.proc.poll() is None and signal_it:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        log = self.log()
+        if not keep_log:
+            os.unlink(self.log_path)
+        return rc, log
 
 
 # --- what a mix is made of ------------------------------------------------------------------------
