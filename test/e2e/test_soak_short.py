@@ -35,7 +35,7 @@ def test_soak_http_layer_with_drain_under_load(tmp_path):
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
                     reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
 def test_soak_model_short(tmp_path):
-    s = soak(tmp_path, "--duration", "20", "--connections", "64", "--max-tokens", "8")
+    s = soak(tmp_path, "--duration", "14", "--connections", "64", "--max-tokens", "8")
     assert s["disconnected"] > 0
     assert all(c["pass"] for c in s["checks"])
 
