@@ -1,6 +1,6 @@
-/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2] [--n-embd N] [--n-layer N]
+/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|mamba] [--n-embd N] [--n-layer N]
  *            [--n-head N] [--n-head-kv N] [--n-ff N] [--type T] [--tied] [--ctx N] [--rope-base B]
- *            [--seed S]
+ *            [--seed S] [--d-inner N] [--d-state N] [--d-conv N] [--dt-rank N]   (the last four: mamba)
  * Writes a GGUF model of the given shape with random weights and the tokenizer.* metadata of the
  * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf). T is one of
  * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (Q4_K, with Q6_K for the output
@@ -10,7 +10,10 @@
  *
  * The weights are scaled so that the logits are peaky (a few units apart, like trained models)
  * and every layer matters: uniform init with std 1/sqrt(n_in) for the matrices, and an output
- * scale of 4 on the logits. */
+ * scale of 4 on the logits. Mamba (model/mamba.h) keeps conv, A, D, norms and biases in F32 as the
+ * reference's converter does; A = -exp(A_log) is drawn negative, the dt bias so that softplus(dt)
+ * is small (slowly decaying state), and ssm_out 8x larger so each layer moves the residual stream
+ * as much as the embedding does (the gated scan's outputs are small). */
 #include "cmd/cmd.h"
 #include "common/err.h"
 #include "gguf/gguf.h"
@@ -25,6 +28,7 @@
 struct mk {
     const char *arch;
     int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    int32_t d_inner, d_state, d_conv, dt_rank; /* mamba */
     float rope_base;
     bool tied;
     enum ggml_type type;
@@ -39,9 +43,10 @@ static const struct { const char *name; enum ggml_type type; } type_names[] = {
 };
 
 static void mk_usage(FILE *out) {
-    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2] [--n-embd 256] [--n-layer 4]\n"
+    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|mamba] [--n-embd 256] [--n-layer 4]\n"
                  "         [--n-head 8] [--n-head-kv 4] [--n-ff 768] [--type f16] [--tied] [--ctx 4096]\n"
                  "         [--rope-base 10000] [--seed 1]\n"
+                 "         mamba: [--d-inner 2*n_embd] [--d-state 16] [--d-conv 4] [--dt-rank n_embd/16]\n"
                  "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n");
 }
 
@@ -69,6 +74,7 @@ struct tensor_plan {
     uint64_t n_in, n_out;     /* n_out 1: a vector */
     enum ggml_type type;
     float scale;              /* values uniform in [-scale, scale); 0: all ones (norms) */
+    float offset;             /* added to those values */
 };
 
 static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
@@ -82,7 +88,26 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
     ADD("token_embd.weight", e, (uint64_t)n_vocab, s3);
     ADD("output_norm.weight", e, 1, 0);
     if (!mk->tied) ADD("output.weight", e, (uint64_t)n_vocab, 4 * s3 / sqrtf((float)e));
-    for (int32_t l = 0; l < mk->n_layer; l++) {
+    bool mamba = !strcmp(mk->arch, "mamba");
+    uint64_t di = (uint64_t)mk->d_inner, ds = (uint64_t)mk->d_state, dc = (uint64_t)mk->d_conv;
+    uint64_t dr = (uint64_t)mk->dt_rank;
+    for (int32_t l = 0; l < mk->n_layer && mamba; l++) {
+        char nm[96];
+#define SSM(suffix, in, out, sc, f32, off) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); \
+        ADD(nm, in, out, sc); if (f32) p[n - 1].type = GGML_TYPE_F32; p[n - 1].offset = (off); } while (0)
+        SSM("attn_norm.weight", e, 1, 0, true, 0);
+        SSM("ssm_in.weight", e, 2 * di, s3 / sqrtf((float)e), false, 0);
+        SSM("ssm_conv1d.weight", dc, di, s3 / sqrtf((float)dc), true, 0);
+        SSM("ssm_conv1d.bias", di, 1, 0.1f, true, 0);
+        SSM("ssm_x.weight", di, dr + 2 * ds, s3 / sqrtf((float)di), false, 0);
+        SSM("ssm_dt.weight", dr, di, s3 / sqrtf((float)dr), false, 0);
+        SSM("ssm_dt.bias", di, 1, 1.0f, true, -4.0f);
+        SSM("ssm_a", ds, di, 0.75f, true, -1.25f);
+        SSM("ssm_d", di, 1, 0, true, 0);
+        SSM("ssm_out.weight", di, e, 8 * s3 / sqrtf((float)di), false, 0);
+#undef SSM
+    }
+    for (int32_t l = 0; l < mk->n_layer && !mamba; l++) {
         char nm[96];
 #define LAYER(suffix, in, out, sc) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); ADD(nm, in, out, sc); } while (0)
         LAYER("attn_norm.weight", e, 1, 0);
@@ -109,13 +134,13 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
 static int write_tensor(struct gguf_writer *w, struct mk *mk, const struct tensor_plan *t, float *row, void *q) {
     uint64_t n_rows = t->n_out, n_in = t->n_in;
     if (n_rows == 1) {
-        for (uint64_t i = 0; i < n_in; i++) row[i] = t->scale == 0 ? 1.0f : t->scale * uniform(&mk->rng);
+        for (uint64_t i = 0; i < n_in; i++) row[i] = t->scale == 0 ? 1.0f : t->offset + t->scale * uniform(&mk->rng);
         gguf_writer_write(w, row, n_in * sizeof(float));
         return w->err;
     }
     size_t rs = ggml_row_size(t->type, n_in);
     for (uint64_t r = 0; r < n_rows && !w->err; r++) {
-        for (uint64_t i = 0; i < n_in; i++) row[i] = t->scale * uniform(&mk->rng);
+        for (uint64_t i = 0; i < n_in; i++) row[i] = t->offset + t->scale * uniform(&mk->rng);
         quant_from_float(t->type, row, q, (int64_t)n_in);
         gguf_writer_write(w, q, rs);
     }
@@ -142,6 +167,10 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         else if (!strcmp(a, "--ctx")) mk->n_ctx = atoi(v);
         else if (!strcmp(a, "--rope-base")) mk->rope_base = strtof(v, NULL);
         else if (!strcmp(a, "--seed")) mk->rng = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--d-inner")) mk->d_inner = atoi(v);
+        else if (!strcmp(a, "--d-state")) mk->d_state = atoi(v);
+        else if (!strcmp(a, "--d-conv")) mk->d_conv = atoi(v);
+        else if (!strcmp(a, "--dt-rank")) mk->dt_rank = atoi(v);
         else if (!strcmp(a, "--type")) {
             size_t k = 0;
             while (k < sizeof type_names / sizeof *type_names && strcmp(type_names[k].name, v)) k++;
@@ -149,6 +178,12 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
             mk->type = type_names[k].type;
             mk->q4_k_m = !strcmp(v, "q4_k_m");
         } else return -1;
+    }
+    if (!strcmp(mk->arch, "mamba")) { /* defaults of the Mamba papers' shapes */
+        if (mk->d_inner == 0) mk->d_inner = 2 * mk->n_embd;
+        if (mk->dt_rank == 0) mk->dt_rank = (mk->n_embd + 15) / 16;
+        return *out && *vocab && mk->n_embd > 0 && mk->n_layer > 0 && mk->d_inner > 0 && mk->d_state > 0 &&
+               mk->d_conv > 0 && mk->dt_rank > 0 && mk->n_ctx > 0 ? 0 : -1;
     }
     bool ok = *out && *vocab && (!strcmp(mk->arch, "llama") || !strcmp(mk->arch, "qwen2")) && mk->n_embd > 0 &&
               mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 && mk->n_head % mk->n_head_kv == 0 &&
@@ -158,7 +193,7 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
 
 int cmd_mkmodel(int argc, char **argv) {
     struct mk mk = {.arch = "llama", .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4, .n_ff = 768,
-                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1};
+                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1, .d_state = 16, .d_conv = 4};
     const char *out = NULL, *vocab_path = NULL;
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         mk_usage(stdout);
@@ -191,10 +226,17 @@ int cmd_mkmodel(int argc, char **argv) {
     gguf_writer_set_u32(&w, KEY("context_length"), (uint32_t)mk.n_ctx);
     gguf_writer_set_u32(&w, KEY("embedding_length"), (uint32_t)mk.n_embd);
     gguf_writer_set_u32(&w, KEY("block_count"), (uint32_t)mk.n_layer);
-    gguf_writer_set_u32(&w, KEY("feed_forward_length"), (uint32_t)mk.n_ff);
-    gguf_writer_set_u32(&w, KEY("attention.head_count"), (uint32_t)mk.n_head);
-    gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
-    gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
+    if (!strcmp(mk.arch, "mamba")) {
+        gguf_writer_set_u32(&w, KEY("ssm.conv_kernel"), (uint32_t)mk.d_conv);
+        gguf_writer_set_u32(&w, KEY("ssm.inner_size"), (uint32_t)mk.d_inner);
+        gguf_writer_set_u32(&w, KEY("ssm.state_size"), (uint32_t)mk.d_state);
+        gguf_writer_set_u32(&w, KEY("ssm.time_step_rank"), (uint32_t)mk.dt_rank);
+    } else {
+        gguf_writer_set_u32(&w, KEY("feed_forward_length"), (uint32_t)mk.n_ff);
+        gguf_writer_set_u32(&w, KEY("attention.head_count"), (uint32_t)mk.n_head);
+        gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
+        gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
+    }
     gguf_writer_set_f32(&w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
 #undef KEY
     for (uint64_t i = 0; i < vocab.n_kv; i++) {
@@ -204,6 +246,7 @@ int cmd_mkmodel(int argc, char **argv) {
     int n_plan = 4 + 12 * mk.n_layer;
     struct tensor_plan *p = calloc((size_t)n_plan, sizeof *p);
     uint64_t max_in = (uint64_t)(mk.n_ff > mk.n_embd ? mk.n_ff : mk.n_embd);
+    if ((uint64_t)mk.d_inner > max_in) max_in = (uint64_t)mk.d_inner;
     float *row = malloc(max_in * sizeof *row);
     void *q = malloc(max_in * sizeof(float));
     int rc = -ERR_NOMEM;

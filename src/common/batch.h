@@ -2,7 +2,8 @@
  *
  * A batch is n_tokens entries from any number of sequences at any positions. Entry i says: feed
  * token[i] at position pos[i] of sequence seq[i], and if want_logits[i] keep the logits of that
- * position (row out_row[i] of the model's output, assigned by the model, in entry order).
+ * position (the model's output has n_outputs rows, in entry order: the k-th entry with
+ * want_logits gets row k).
  * Entries of one sequence appear in increasing position order. The arrays are owned by whoever
  * called batch_init and sized once (capacity); filling a batch never allocates.
  *

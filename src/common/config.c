@@ -105,7 +105,7 @@ static int parse_scaled(const char *v, enum config_type type, long long *out) {
     errno = 0;
     char *end;
     double x = strtod(v, &end);
-    if (end == v || errno || x < 0) return -ERR_INVAL;
+    if (end == v || errno || !(x >= 0 && x <= 9e18)) return -ERR_INVAL; /* also nan and inf */
     double scale = 1;
     if (type == CONFIG_SIZE) {
         if (!*end) scale = 1;

@@ -399,6 +399,10 @@ double gguf_arr_float(const struct gguf_array *a, uint64_t i) {
 int64_t gguf_arr_int(const struct gguf_array *a, uint64_t i) {
     struct gguf_kv v;
     array_elem(a, i, &v);
-    if (a->type == GGUF_FLOAT32 || a->type == GGUF_FLOAT64) return (int64_t)v.v.f64;
+    if (a->type == GGUF_FLOAT32 || a->type == GGUF_FLOAT64) {
+        /* Saturate: converting an out-of-range (or NaN) double to an integer is undefined. */
+        if (!(v.v.f64 > -9.2e18)) return v.v.f64 != v.v.f64 ? 0 : INT64_MIN;
+        return v.v.f64 < 9.2e18 ? (int64_t)v.v.f64 : INT64_MAX;
+    }
     return is_signed(a->type) ? v.v.i64 : (int64_t)v.v.u64;
 }

@@ -8,8 +8,9 @@
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
  * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two matmuls
  * over that sequence's cells gathered to F32: scores = Q·Kᵀ, masked by the cells' positions and
- * softmaxed, then out = P·V. K and V are read back from the F16 cells (also for the batch's own
- * tokens), as the reference does.
+ * softmaxed, then out = P·V. The cells are ordered by position, so a chunk of entries (in
+ * increasing positions) only multiplies the prefix of cells its last entry sees. K and V are
+ * read back from the F16 cells (also for the batch's own tokens), as the reference does.
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -44,7 +45,9 @@ struct forward_scratch {
     int32_t *cells;     /* [n_ctx] cells of that sequence */
     int32_t *cpos;      /* [n_ctx] their positions */
     float *kf;          /* [n_head_kv][n_ctx][head_dim] its K, F32 */
-    float *vt;          /* [n_head_kv][head_dim][n_ctx] its V, F32, transposed */
+    float *vf;          /* [n_head_kv][n_ctx][head_dim] its V, F32 */
+    float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk */
+    int32_t *order;     /* [n_ctx] scratch of the position sort */
     float *qg;          /* [att_rows][head_dim] queries of one kv head's group */
     float *sc;          /* [att_rows][n_ctx] scores, then probabilities */
     uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
@@ -68,7 +71,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vt, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo, s->xr, s->xq};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -113,7 +116,9 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->cells = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->cpos = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->kf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
-    s->vt = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->vf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
+    s->vt = scratch_alloc(s, ctx * hd, sizeof(float), &ok);
+    s->order = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->qg = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
     s->sc = scratch_alloc(s, (size_t)s->att_rows * ctx, sizeof(float), &ok);
     s->h16 = scratch_alloc(s, (size_t)s->att_rows * (ctx > hd ? ctx : hd), sizeof(uint16_t), &ok);
@@ -305,7 +310,7 @@ struct gather_job {
     int64_t n_c;
 };
 
-/* K of cells [c0, c1) to kf[h][c][d], V to vt[h][d][c], both F32. */
+/* K and V of cells [c0, c1) to kf[h][c][d] and vf[h][c][d], F32. */
 static void gather_kv(void *arg, int64_t c0, int64_t c1) {
     const struct gather_job *j = arg;
     int32_t hd = j->hp->head_dim, nh = j->hp->n_head_kv;
@@ -314,10 +319,40 @@ static void gather_kv(void *arg, int64_t c0, int64_t c1) {
         const uint16_t *kr = kv_k_row(j->kv, j->layer, cell), *vr = kv_v_row(j->kv, j->layer, cell);
         for (int32_t h = 0; h < nh; h++) {
             quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, j->s->kf + ((int64_t)h * j->n_c + c) * hd, hd);
-            float *vt = j->s->vt + (int64_t)h * hd * j->n_c + c;
-            for (int32_t d = 0; d < hd; d++) vt[(int64_t)d * j->n_c] = fp16_to_f32(vr[(int64_t)h * hd + d]);
+            quant_to_float(GGML_TYPE_F16, vr + (int64_t)h * hd, j->s->vf + ((int64_t)h * j->n_c + c) * hd, hd);
         }
     }
+}
+
+static int cmp_by_pos(const void *a, const void *b, void *arg) {
+    const int32_t *pos = arg, x = pos[*(const int32_t *)a], y = pos[*(const int32_t *)b];
+    return (x > y) - (x < y);
+}
+
+/* Order the sequence's cells by position (cells are usually taken in order, so usually they
+ * already are): then a chunk of entries sees exactly a prefix of them. */
+static void sort_cells_by_pos(struct forward_scratch *s, const struct kv_memory *kv, int64_t n_c) {
+    bool sorted = true;
+    for (int64_t c = 0; c < n_c; c++) {
+        s->cpos[c] = kv->pos[s->cells[c]];
+        if (c && s->cpos[c] < s->cpos[c - 1]) sorted = false;
+    }
+    if (sorted) return;
+    memcpy(s->order, s->cells, (size_t)n_c * sizeof *s->order);
+    qsort_r(s->order, (size_t)n_c, sizeof *s->order, cmp_by_pos, kv->pos);
+    memcpy(s->cells, s->order, (size_t)n_c * sizeof *s->cells);
+    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+}
+
+/* Cells at positions <= p: the length of the prefix of the sorted cpos. */
+static int64_t n_visible(const int32_t *cpos, int64_t n_c, int32_t p) {
+    int64_t lo = 0, hi = n_c;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (cpos[mid] <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells. */
@@ -327,7 +362,7 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
-    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+    sort_cells_by_pos(s, kv, n_c);
     struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
     compute_parallel_for(s->c, n_c, gather_kv, &gj);
 
@@ -343,12 +378,17 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
                 memcpy(s->qg + (int64_t)e * group * hd, s->q + i * nq + (int64_t)h * group * hd,
                        (size_t)group * hd * sizeof(float));
             }
+            /* Entries come in increasing positions: the chunk's last one sees the most cells. */
+            int64_t nv = n_visible(s->cpos, n_c, row_pos[ne - 1]);
+            const float *vf = s->vf + (int64_t)h * n_c * hd;
+            for (int64_t c = 0; c < nv; c++)
+                for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
             round_f16(s->qg, s->h16, rows * hd);
-            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, n_c, s->qg, rows, s->sc);
-            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = n_c, .cpos = s->cpos, .row_pos = row_pos,
+            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, nv, s->qg, rows, s->sc);
+            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
                                      .group = group, .scale = 1.0f / sqrtf((float)hd)};
             compute_parallel_for(s->c, rows, softmax_rows, &sj);
-            matmul(s->c, GGML_TYPE_F32, s->vt + (int64_t)h * hd * n_c, n_c, hd, s->sc, rows, s->og);
+            matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
                 memcpy(s->att + i * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,

@@ -4,8 +4,9 @@
  *
  * States:  IDLE ──first byte──> READING ──complete──> HANDLING ──respond──> IDLE (keep-alive)
  *                                                      └─sse_start─> STREAMING ──sse_end──> IDLE
- *          any ──error / Connection: close──> LINGER (response flushed, write side shut,
- *          input drained for a moment so the client sees the response, not a reset) ──> CLOSED
+ *          any ──error / Connection: close──> LINGER (response flushed within --idle-timeout,
+ *          write side shut, input drained for a moment so the client sees the response, not a
+ *          reset) ──> CLOSED
  * While a request is HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
@@ -35,6 +36,9 @@ struct conn {
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+    bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
+    bool eof;               /* the client finished sending (it may still read) */
+    bool shut_down;         /* our write side is shut: everything queued was written */
 
     struct http_parse parse; /* parse.req is the struct http_request handlers see */
     char in[CONN_IN_BYTES];  /* received, not yet parsed */
@@ -96,6 +100,7 @@ static void on_handle_closed(uv_handle_t *h) {
     else app->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (!c->rejected) app->counters.connections_open--;
+    if (c->refused) app->counters.rejects_open--;
     free(c);
     app_conn_closed(app);
 }
@@ -123,16 +128,22 @@ static void shutdown_cb(uv_shutdown_t *req, int status) {
         conn_close(c, "client gone");
         return;
     }
-    uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
+    c->shut_down = true;
+    if (c->eof) conn_close(c, NULL); /* both sides done */
+    else uv_timer_start(&c->timer, linger_timeout_cb, LINGER_MS, 0);
 }
 
 /* Close after what is queued has been written (uv_shutdown waits for pending writes). */
 static void conn_linger(struct conn *c) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
     c->state = C_LINGER;
-    uv_timer_stop(&c->timer);
-    if (!c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb); /* to see the EOF */
-    c->reading = true;
+    /* The shutdown waits for the queued response; a client that never reads it would hold the
+     * connection (and a --max-connections place) forever: it gets --idle-timeout to take it. */
+    uv_timer_start(&c->timer, linger_timeout_cb, (uint64_t)c->app->cfg->idle_timeout_ms, 0);
+    if (!c->reading && !c->eof) { /* to see the EOF */
+        uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+        c->reading = true;
+    }
     c->shutdown.data = c;
     if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, shutdown_cb)) conn_close(c, "client gone");
 }
@@ -175,7 +186,9 @@ static int conn_write(struct conn *c, ...) {
     return 0;
 }
 
-/* Status line and headers; content_length < 0: an event stream (chunked, or until close). */
+/* Status line and headers; content_length < 0: an event stream (chunked, or until close).
+ * Fits in CONN_EXTRA_BYTES + 512 bytes: the extra headers are bounded by their buffer and the
+ * content type (a handler's constant) is cut at 200 bytes, so no snprintf below starts past cap. */
 static size_t format_head(struct conn *c, char *out, size_t cap, int status, const char *content_type,
                           long long content_length) {
     char date[40];
@@ -186,10 +199,10 @@ static size_t format_head(struct conn *c, char *out, size_t cap, int status, con
                      date);
     if (content_length >= 0) {
         if (status != 204)
-            n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %lld\r\n", content_type,
+            n += snprintf(out + n, cap - (size_t)n, "Content-Type: %.200s\r\nContent-Length: %lld\r\n", content_type,
                           content_length);
     } else {
-        n += snprintf(out + n, cap - (size_t)n, "Content-Type: %s\r\nCache-Control: no-cache\r\n%s", content_type,
+        n += snprintf(out + n, cap - (size_t)n, "Content-Type: %.200s\r\nCache-Control: no-cache\r\n%s", content_type,
                       c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
     }
     n += snprintf(out + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n", c->keep_alive ? "keep-alive" : "close",
@@ -271,6 +284,15 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     struct conn *c = s->data;
+    if (nread == UV_EOF && (c->state == C_IDLE || c->state == C_LINGER) && !c->shut_down) {
+        /* No request open: the client is done sending (a half-close) but may still be reading
+         * what is queued for it. Flush, then close (shutdown_cb), instead of dropping it. */
+        c->eof = true;
+        uv_read_stop(s);
+        c->reading = false;
+        conn_linger(c);
+        return;
+    }
     if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
         if (nread != UV_EOF && c->state != C_LINGER)
             log_debug(&c->app->log, "%s: read: %s", c->remote, uv_strerror((int)nread));
@@ -331,8 +353,9 @@ void conn_accept(struct app *app) {
     if (app->conns) app->conns->prev = c;
     app->conns = c;
     app->counters.connections_total++;
+    bool over = app->counters.connections_open >= app->cfg->max_connections; /* no parser needed */
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
-        http_parse_init(&c->parse, &app->limits)) {
+        (!over && http_parse_init(&c->parse, &app->limits))) {
         c->rejected = true;
         conn_close(c, NULL);
         return;
@@ -352,9 +375,18 @@ void conn_accept(struct app *app) {
     }
     snprintf(c->remote, sizeof c->remote, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (app->counters.connections_open >= app->cfg->max_connections) {
+    if (over) {
         c->rejected = true;
         app->counters.connections_rejected++;
+        /* A 503 holds its connection until the client has read it; under a flood of
+         * connections that would hold unbounded memory: beyond as many as are served, close
+         * at once, unanswered. */
+        if (app->counters.rejects_open >= app->cfg->max_connections) {
+            conn_close(c, NULL);
+            return;
+        }
+        c->refused = true;
+        app->counters.rejects_open++;
         log_warn(&app->log, "%s: over --max-connections %lld: 503", c->remote, app->cfg->max_connections);
         c->state = C_READING;
         conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
@@ -370,10 +402,10 @@ size_t conn_memory_bytes(const struct app *app) {
     return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
 }
 
-void conn_close_all(struct app *app, bool idle_only) {
+void conn_close_all(struct app *app) {
     for (struct conn *c = app->conns, *next; c; c = next) {
         next = c->next;
-        if (!idle_only || c->state == C_IDLE) conn_close(c, "server stopping");
+        conn_close(c, "server stopping");
     }
 }
 

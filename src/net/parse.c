@@ -95,6 +95,10 @@ static int body_reserve(struct http_parse *p, size_t need) {
 static int on_headers_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
     p->headers_done = true;
+    /* uvlm switches to no other protocol: an Upgrade header is an offer it declines (RFC 9110
+     * 7.8), so the connection goes on as HTTP/1.1 (llhttp would stop parsing after it). Only
+     * CONNECT is followed by a tunnel's bytes: it is answered, then the connection closes. */
+    if (parser->method != HTTP_CONNECT) parser->upgrade = 0;
     const char *expect = find_header(p, "Expect");
     if (expect) {
         if (strcasecmp(expect, "100-continue")) return fail(p, 417, "unsupported Expect header");
@@ -118,7 +122,7 @@ static int on_body(llhttp_t *parser, const char *at, size_t n) {
 
 static int on_message_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
-    p->keep_alive = llhttp_should_keep_alive(parser);
+    p->keep_alive = llhttp_should_keep_alive(parser) && !parser->upgrade;
     if (p->body) p->body[p->body_len] = '\0';
     const char *target = p->hdr, *path = p->hdr + p->url_len + 1;
     const char *q = strchr(target, '?');

@@ -8,6 +8,8 @@
  * over max_body -> 413 (known from Content-Length before any body byte arrives), malformed
  * -> 400 with llhttp's reason. `Expect: 100-continue` is reported in `expect_continue` once
  * the headers are complete, so the caller can send "100 Continue" before the body comes.
+ * An `Upgrade` offer is declined (the connection stays HTTP/1.1); a CONNECT request parses
+ * with keep_alive false, since the bytes after it would be a tunnel's.
  *
  *   struct http_parse p;
  *   http_parse_init(&p, &limits);
@@ -73,7 +75,7 @@ int http_parse_feed(struct http_parse *p, const char *data, size_t len, size_t *
 /* After a DONE request has been answered: forget it and get ready for the next one. */
 void http_parse_next(struct http_parse *p);
 
-/* Bytes of the request line and headers so far (for limits and the access log). */
+/* True between requests: no byte of the next request has arrived yet. */
 static inline bool http_parse_idle(const struct http_parse *p) { return !p->started; }
 
 #endif

@@ -25,7 +25,6 @@ static void close_handle(uv_handle_t *h) {
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
-/* Everything is finished (or abandoned): close our handles so that uv_run returns. */
 int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
     if (app->n_stop_hooks == APP_MAX_STOP_HOOKS) return -ERR_NOMEM;
     app->stop_hooks[app->n_stop_hooks].fn = fn;
@@ -33,10 +32,11 @@ int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
     return 0;
 }
 
+/* Everything is finished (or abandoned): close our handles so that uv_run returns. */
 static void app_stop(struct app *app) {
     if (app->stopping) return;
     app->stopping = true;
-    conn_close_all(app, false);
+    conn_close_all(app);
     for (int i = 0; i < app->n_stop_hooks; i++) app->stop_hooks[i].fn(app, app->stop_hooks[i].data);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);
     app->listening = false;

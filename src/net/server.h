@@ -63,6 +63,7 @@ struct app_counters {
     uint64_t timeouts;              /* 408s */
     uint64_t bad_requests;          /* 400/413/417/431 from the parser */
     int connections_open;           /* counted against --max-connections */
+    int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 
@@ -117,7 +118,7 @@ void app_request_finished(struct app *app);
 void conn_accept(struct app *app);
 /* Memory of one connection, bodies and queued writes aside (for the startup log). */
 size_t conn_memory_bytes(const struct app *app);
-/* Close every connection; with `idle_only`, only those with no request in progress. */
-void conn_close_all(struct app *app, bool idle_only);
+/* Close every connection (open requests get their cancel callbacks). */
+void conn_close_all(struct app *app);
 
 #endif

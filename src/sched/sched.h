@@ -237,7 +237,7 @@ struct sched_stats {
     double step_started_ms;   /* when the step in flight was built */
     double step_expected_ms;  /* its predicted duration */
     double last_progress_ms;  /* last completed step or admission */
-    bool stalled;             /* see sched_stats: point 8 of the issue */
+    bool stalled;             /* see sched_stats below */
     /* totals since creation */
     int64_t requests_submitted, requests_rejected, requests_cancelled, requests_failed;
     int64_t choices_done[SCHED_STOP_CONTEXT + 1]; /* by stop reason */

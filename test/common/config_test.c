@@ -126,3 +126,18 @@ TEST(config_usage_lists_every_setting) {
     CHECK(strstr(buf, "UVLM_MAX_BODY"));
     free(buf);
 }
+
+/* strtod takes "nan" and "inf": neither is a size or a duration (nan would reach a cast to
+ * long long, which is undefined). */
+TEST(config_nan_and_inf_are_bad_values) {
+    const char *bad[][2] = {{"--max-body", "nan"}, {"--idle-timeout", "NaN"}, {"--max-body", "inf"},
+                            {"--drain-timeout", "-nan"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct config cfg;
+        char msg[256];
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, bad[i][0], bad[i][1]), -ERR_INVAL);
+        if (!strstr(msg, "bad value")) fprintf(stderr, "  %s %s: %s\n", bad[i][0], bad[i][1], msg);
+        CHECK(strstr(msg, "bad value"));
+        config_free(&cfg);
+    }
+}

@@ -34,13 +34,20 @@ def row_bar(row, tol):
 
 
 class EvalLogitsMatchesReference(unittest.TestCase):
-    """kjv-tiny-q8_0 (the trained model); the C golden test covers the other six without the
-    tokenizer. Same policy as test/model/golden_test.c: every listed logit within 1.5x the bar,
-    at most 0.5% of rows over the bar, top-1 and greedy rules exact."""
+    """kjv-tiny-q8_0 (the trained model) and mamba-spm-q8_0 (the recurrent architecture); the C
+    golden tests cover the others without the tokenizer. Same policy as test/model/golden_test.c:
+    every listed logit within 1.5x the bar, at most 0.5% of rows over the bar, top-1 and greedy
+    rules exact."""
 
     def test_kjv_tiny_all_prompts(self):
-        model = shared("models", "kjv-tiny-q8_0.gguf")
-        ref = json.load(open(shared("reference", "kjv-tiny-q8_0.json")))
+        self.check_all_prompts("kjv-tiny-q8_0")
+
+    def test_mamba_all_prompts(self):
+        self.check_all_prompts("mamba-spm-q8_0")
+
+    def check_all_prompts(self, name):
+        model = shared("models", name + ".gguf")
+        ref = json.load(open(shared("reference", name + ".json")))
         out = json.loads(uvlm("eval-logits", "--model", model, "--prompts",
                               shared("reference", "prompts.txt"), "--topk", "20", "--n-gen", "32"))
         self.assertEqual(out["model"], ref["model"])
@@ -118,16 +125,15 @@ class MkmodelTypes(unittest.TestCase):
 
 class CliErrors(unittest.TestCase):
     def test_unknown_architecture_is_refused_by_name(self):
-        # (mamba is supported since the mamba branch hooked into model.h: a made-up family instead)
         with tempfile.TemporaryDirectory() as d:
-            model = os.path.join(d, "rwkv6.gguf")
-            key, value = b"general.architecture", b"rwkv6"
-            with open(model, "wb") as f:  # GGUF v3: no tensors, one string key/value
-                f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key +
-                        struct.pack("<IQ", 8, len(value)) + value)
             prompts = os.path.join(d, "p.txt")
             with open(prompts, "w") as f:
                 f.write("hi")
+            model = os.path.join(d, "rwkv6.gguf")  # GGUF v3, no tensors, one key: the architecture
+            with open(model, "wb") as f:
+                key, val = b"general.architecture", b"rwkv6"
+                f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key +
+                        struct.pack("<IQ", 8, len(val)) + val)
             r = subprocess.run([UVLM, "eval-logits", "--model", model, "--prompts", prompts],
                                capture_output=True, timeout=60)
             self.assertEqual(r.returncode, 1)

@@ -147,6 +147,35 @@ def test_connections_over_limit_get_503(start_server):
     assert srv.json("GET", "/health") == (200, {"status": "ok"})
 
 
+def test_connections_over_limit_hold_bounded_memory(start_server):
+    # Each refused connection waits for its 503 to be read: at most --max-connections of them
+    # at once; beyond, a flood is closed at once without an answer, and holds nothing.
+    srv = start_server("--max-connections", "1", "--debug-endpoints")
+    time.sleep(0.2)  # until the server has seen wait_health's connection close
+    held = srv.socket()
+
+    def stats():
+        held.sendall(b"GET /debug/stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"}" not in data:
+            data += held.recv(4096)
+        return json.loads(data.partition(b"\r\n\r\n")[2])
+
+    refused = srv.socket()  # answered 503, lingers until we close it
+    deadline = time.monotonic() + 5
+    while stats()["rejects_open"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stats()["rejects_open"] == 1
+    dropped = srv.socket()
+    assert read_until_close(dropped) == b""  # closed at once: no 503, no linger
+    dropped.close()
+    s = stats()
+    assert s["connections_rejected"] == 2 and s["rejects_open"] == 1 and s["connections_open"] == 1
+    assert b" 503 " in refused.recv(4096)
+    refused.close()
+    held.close()
+
+
 def test_idle_keep_alive_connection_is_closed(start_server):
     srv = start_server("--idle-timeout", "200ms")
     s = srv.socket()
@@ -158,6 +187,38 @@ def test_idle_keep_alive_connection_is_closed(start_server):
     assert read_until_close(s) == b""  # closed without another response
     assert time.monotonic() - t0 < 2.0
     s.close()
+
+
+def test_client_that_never_reads_a_closing_response_is_dropped(start_server):
+    # Connection: close with a response far bigger than the socket buffers, never read: the
+    # server cannot flush it, and must not hold the connection (and its place) forever.
+    srv = start_server("--idle-timeout", "1s", "--debug-endpoints")  # not less: a loaded machine
+    s = srv.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    body = b"x" * (8 << 20)
+    s.sendall(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    srv.wait_log(r"POST /debug/echo\" 200")
+    # only the stats request's own connection is left once --idle-timeout has passed
+    assert srv.wait_stat("connections_open", 1, timeout=6)["connections_open"] == 1, srv.log()
+    s.close()
+
+
+def test_client_that_half_closes_after_its_request_gets_the_whole_response(uvlm):
+    # Sending FIN after the request (shutdown(SHUT_WR), `nc -N`) is not leaving: the response,
+    # bigger than the socket buffers, must still arrive whole, keep-alive or not.
+    body = b"x" * (8 << 20)
+    for connection in (b"close", b"keep-alive"):
+        s = uvlm.socket(timeout=10)
+        s.sendall(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nConnection: %s\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (connection, len(body)) + body)
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)  # the server sees the EOF while most of the response is still queued
+        data = read_until_close(s)
+        s.close()
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n"), connection
+        got = len(data.partition(b"\r\n\r\n")[2])
+        assert got == len(body), connection
 
 
 def test_slow_request_gets_408_then_close(start_server):

@@ -156,3 +156,12 @@ TEST(gguf_open_reports_missing_file) {
     CHECK_EQ_INT(gguf_open(&f, "/nonexistent/x.gguf", why, sizeof why), -ERR_NOTFOUND);
     CHECK(strstr(why, "/nonexistent/x.gguf"));
 }
+
+TEST(gguf_arr_int_saturates_float_elements) {
+    float v[4] = {3.9f, -2.5f, 1e30f, -1e30f};
+    struct gguf_array a = {.type = GGUF_FLOAT32, .n = 4, .data = v};
+    CHECK_EQ_INT(gguf_arr_int(&a, 0), 3);
+    CHECK_EQ_INT(gguf_arr_int(&a, 1), -2);
+    CHECK(gguf_arr_int(&a, 2) == INT64_MAX);
+    CHECK(gguf_arr_int(&a, 3) == INT64_MIN);
+}

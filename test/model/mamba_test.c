@@ -694,13 +694,13 @@ TEST(mamba_serving_six_users_n_choices_and_cancel) {
     CHECK_EQ_INT(serve_open(&r, path, 8), 0);
     struct outcome alone[N_REQ], together[N_REQ];
     struct sched_req *h;
-    for (int k = 0; k < N_REQ; k++) { /* request k: prompt[k .. 2k+1] */
-        CHECK_EQ_INT(submit(&r, prompt + k, k + 2, 1, false, &alone[k], &h), 0);
+    for (int k = 0; k < N_REQ; k++) { /* request k: k + 2 tokens of prompt from k % 4 */
+        CHECK_EQ_INT(submit(&r, prompt + k % 4, k + 2, 1, false, &alone[k], &h), 0);
         serve_run(&r, 100);
         CHECK_EQ_INT(alone[k].done, 1);
         CHECK_EQ_INT(alone[k].n[0], 8);
     }
-    for (int k = 0; k < N_REQ; k++) CHECK_EQ_INT(submit(&r, prompt + k, k + 2, 1, false, &together[k], &h), 0);
+    for (int k = 0; k < N_REQ; k++) CHECK_EQ_INT(submit(&r, prompt + k % 4, k + 2, 1, false, &together[k], &h), 0);
     serve_run(&r, 100);
     for (int k = 0; k < N_REQ; k++) {
         CHECK_EQ_INT(together[k].done, 1);

@@ -209,3 +209,29 @@ TEST(conn_late_answer_is_delivered) {
     CHECK(strstr(f.reply, "Connection: close\r\n"));
     CHECK(strstr(f.reply, "\r\n\r\n{\"late\":true}"));
 }
+
+/* --- the response head stays in its buffer whatever a handler adds ------------------------ */
+
+static void big_head_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    char value[200], content_type[1024];
+    memset(value, 'v', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    int added = 0;
+    while (http_add_header(req, "X-Fill", value) == 0) added++; /* the extra headers are full */
+    memset(content_type, 't', sizeof content_type - 1);
+    content_type[sizeof content_type - 1] = '\0';
+    f->events_sent = added;
+    f->end_rc = http_respond(req, 200, content_type, "{}", 2);
+}
+
+TEST(conn_response_head_is_bounded) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, big_head_route, read_whole_response, NULL, NULL), 0);
+    CHECK_EQ_INT(f.end_rc, 0);
+    CHECK(f.events_sent >= 9); /* about 2 KiB of extra headers */
+    CHECK(strstr(f.reply, "HTTP/1.1 200 OK\r\n") == f.reply);
+    CHECK(strstr(f.reply, "\r\nX-Fill: vvv"));
+    CHECK(strstr(f.reply, "\r\n\r\n{}"));
+}

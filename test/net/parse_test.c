@@ -153,3 +153,39 @@ TEST(parse_http10_is_not_keep_alive) {
     CHECK(!p.keep_alive);
     http_parse_free(&p);
 }
+
+/* Feed a request and the pipelined GET /next after it: 1 when both parse, 0 when the second is
+ * refused; *keep_alive is the first request's. */
+static int parses_then_next(const char *first, bool *keep_alive) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%sGET /next HTTP/1.1\r\n\r\n", first);
+    size_t len = strlen(buf), used, used2;
+    struct http_parse p;
+    if (http_parse_init(&p, &limits)) return -1;
+    int ok = http_parse_feed(&p, buf, len, &used) == HTTP_PARSE_DONE && used == strlen(first);
+    *keep_alive = p.keep_alive;
+    http_parse_next(&p);
+    ok = ok && http_parse_feed(&p, buf + used, len - used, &used2) == HTTP_PARSE_DONE &&
+         !strcmp(p.req.path, "/next");
+    http_parse_free(&p);
+    return ok;
+}
+
+/* An Upgrade offer (h2c from curl --http2, a websocket probe) is declined: the connection stays
+ * HTTP/1.1 and carries the next request. CONNECT's following bytes would be a tunnel: close. */
+TEST(parse_upgrade_offer_is_declined_and_connect_closes) {
+    bool keep;
+    CHECK_EQ_INT(parses_then_next("GET /u HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", &keep), 1);
+    CHECK(keep);
+    CHECK_EQ_INT(parses_then_next("POST /u HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                                  "Content-Length: 3\r\n\r\nabc", &keep), 1);
+    CHECK(keep);
+    struct http_parse p;
+    size_t used;
+    const char *connect = "CONNECT host:443 HTTP/1.1\r\nHost: host:443\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, connect, strlen(connect), &used), HTTP_PARSE_DONE);
+    CHECK_EQ_STR(p.req.method, "CONNECT");
+    CHECK(!p.keep_alive);
+    http_parse_free(&p);
+}

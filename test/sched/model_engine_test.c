@@ -43,19 +43,27 @@ static void run(struct sched *s) {
     }
 }
 
+/* The engine of ec and a scheduler over it, as the driver sets them up; 0 or an error. */
+static int open_engine(const struct model_engine_config *ec, struct model_engine **e, struct sched **s) {
+    char why[256];
+    int rc = model_engine_load(e, ec, why, sizeof why);
+    if (rc < 0) return rc;
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.n_ctx = (*e)->n_ctx;
+    cfg.batch_tokens = ec->batch_tokens;
+    rc = sched_create(s, &cfg, (*e)->mem, &model_engine_ops, *e);
+    if (rc < 0) model_engine_free(*e);
+    return rc;
+}
+
 TEST(model_engine_greedy_reference_text_and_shared_prompt) {
     SHARED(path, "models/kjv-tiny-q8_0.gguf");
     struct model_engine_config ec = {.path = path, .kv_tokens = 256, .batch_tokens = 64, .n_seq_max = 8, .n_threads = 1};
     struct model_engine *e;
-    char why[256];
-    CHECK_EQ_INT(model_engine_load(&e, &ec, why, sizeof why), 0);
-    CHECK_EQ_INT(e->n_ctx, 256);
-    struct sched_config cfg;
-    sched_config_default(&cfg);
-    cfg.n_ctx = e->n_ctx;
-    cfg.batch_tokens = 64;
     struct sched *s;
-    CHECK_EQ_INT(sched_create(&s, &cfg, e->mem, &model_engine_ops, e), 0);
+    CHECK_EQ_INT(open_engine(&ec, &e, &s), 0);
+    CHECK_EQ_INT(e->n_ctx, 256);
 
     int32_t prompt[16];
     size_t n_prompt;
@@ -97,17 +105,11 @@ TEST(model_engine_serves_mamba_with_recurrent_memory) {
     SHARED(path, "models/mamba-spm-q8_0.gguf");
     struct model_engine_config ec = {.path = path, .kv_tokens = 128, .batch_tokens = 16, .n_seq_max = 4, .n_threads = 1};
     struct model_engine *e;
-    char why[256];
-    CHECK_EQ_INT(model_engine_load(&e, &ec, why, sizeof why), 0);
+    struct sched *s;
+    CHECK_EQ_INT(open_engine(&ec, &e, &s), 0);
     CHECK_EQ_STR(e->mem->ops->kind, "recurrent");
     CHECK_EQ_STR(e->model->hp.arch_name, "mamba");
     CHECK_EQ_INT(e->n_ctx, 128); /* capped like a transformer's, not the trained 1 Mi */
-    struct sched_config cfg;
-    sched_config_default(&cfg);
-    cfg.n_ctx = e->n_ctx;
-    cfg.batch_tokens = 16;
-    struct sched *s;
-    CHECK_EQ_INT(sched_create(&s, &cfg, e->mem, &model_engine_ops, e), 0);
     int32_t prompt[] = {1, 15043, 3186};
     struct sampler_params sp = {.temperature = 0, .repeat_penalty = 1.0f};
     struct sched_request req = {.prompt = prompt, .n_prompt = 3, .n_predict = 6, .n_choices = 2, .seed = 1,
