@@ -266,8 +266,13 @@ int cmd_mkmodel(int argc, char **argv) {
         fprintf(stderr, "mkmodel: writing %s: %s\n", out, err_str(rc));
         return 1;
     }
-    fprintf(stderr, "mkmodel: wrote %s (%s, n_embd %d, %d layers, %d/%d heads, n_ff %d, vocab %d, %s%s)\n", out,
-            mk.arch, mk.n_embd, mk.n_layer, mk.n_head, mk.n_head_kv, mk.n_ff, n_vocab,
-            ggml_type_info(mk.type)->name, mk.q4_k_m ? " (q4_k_m mix)" : "");
+    if (!strcmp(mk.arch, "mamba"))
+        fprintf(stderr, "mkmodel: wrote %s (mamba, n_embd %d, %d layers, d_inner %d, d_state %d, d_conv %d, "
+                "dt_rank %d, vocab %d, %s)\n", out, mk.n_embd, mk.n_layer, mk.d_inner, mk.d_state, mk.d_conv,
+                mk.dt_rank, n_vocab, ggml_type_info(mk.type)->name);
+    else
+        fprintf(stderr, "mkmodel: wrote %s (%s, n_embd %d, %d layers, %d/%d heads, n_ff %d, vocab %d, %s%s)\n",
+                out, mk.arch, mk.n_embd, mk.n_layer, mk.n_head, mk.n_head_kv, mk.n_ff, n_vocab,
+                ggml_type_info(mk.type)->name, mk.q4_k_m ? " (q4_k_m mix)" : "");
     return 0;
 }

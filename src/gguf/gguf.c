@@ -166,6 +166,29 @@ static bool str_eq(struct gguf_str a, struct gguf_str b) {
     return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
+static int cmp_str(const void *a, const void *b) {
+    const struct gguf_str *x = a, *y = b;
+    int c = memcmp(x->ptr, y->ptr, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Refuse a name that occurs twice among n names found `stride` bytes apart from `first`.
+ * Sorting a copy keeps this O(n log n): a crafted file may hold a million entries. */
+static int check_unique(struct cursor *c, const char *what, const struct gguf_str *first, size_t stride, uint64_t n) {
+    if (n < 2) return 0;
+    struct gguf_str *names = malloc(n * sizeof *names); /* n is bounded by the file size */
+    if (!names) return -ERR_NOMEM;
+    for (uint64_t i = 0; i < n; i++)
+        names[i] = *(const struct gguf_str *)((const char *)first + i * stride);
+    qsort(names, n, sizeof *names, cmp_str);
+    int rc = 0;
+    for (uint64_t i = 1; i < n && rc == 0; i++)
+        if (str_eq(names[i - 1], names[i]))
+            rc = fail(c, ERR_FORMAT, "duplicate %s '%.*s'", what, (int)names[i].len, names[i].ptr);
+    free(names);
+    return rc;
+}
+
 static int read_tensor(struct cursor *c, struct gguf_tensor *t) {
     int rc;
     uint32_t type;
@@ -234,12 +257,8 @@ int gguf_parse(struct gguf_file *f, const void *buf, size_t size, char *why, siz
 
     for (uint64_t i = 0; i < f->n_kv; i++) {
         if ((rc = read_kv(&c, &f->kv[i], &n_strings)) < 0) goto err;
-        for (uint64_t j = 0; j < i; j++)
-            if (str_eq(f->kv[j].key, f->kv[i].key)) {
-                rc = fail(&c, ERR_FORMAT, "duplicate key '%.*s'", (int)f->kv[i].key.len, f->kv[i].key.ptr);
-                goto err;
-            }
     }
+    if ((rc = check_unique(&c, "key", &f->kv[0].key, sizeof *f->kv, f->n_kv)) < 0) goto err;
     /* n_strings <= file size / 8 (checked per array), so this allocation is bounded by the file. */
     f->str_pool = calloc(n_strings ? n_strings : 1, sizeof *f->str_pool);
     if (!f->str_pool) { rc = -ERR_NOMEM; goto err; }
@@ -279,12 +298,8 @@ int gguf_parse(struct gguf_file *f, const void *buf, size_t size, char *why, siz
             goto err;
         }
         t->data = f->base + data + t->offset;
-        for (uint64_t j = 0; j < i; j++)
-            if (str_eq(f->tensors[j].name, t->name)) {
-                rc = fail(&c, ERR_FORMAT, "duplicate tensor '%.*s'", (int)t->name.len, t->name.ptr);
-                goto err;
-            }
     }
+    if ((rc = check_unique(&c, "tensor", &f->tensors[0].name, sizeof *f->tensors, f->n_tensors)) < 0) goto err;
     return 0;
 err:
     free(f->kv);

@@ -5,9 +5,10 @@
  *   conv state: (d_conv - 1) x d_inner F32, the last d_conv-1 inputs of the causal convolution,
  *               row r (0 = oldest) is the conv input at position pos_max - (d_conv-2) + r;
  *   ssm state:  d_inner x d_state F32, the selective-scan state h, row i is channel i.
- * The pool holds n_cells such states ("cells"; one per live sequence), sized once at creation
- * from --max-seqs-recurrent (the server's config; the memory budget is n_cells * cell bytes, see
- * memory_usage().bytes to log it). A new sequence starts from the zero state.
+ * The pool holds n_cells such states ("cells"; one per sequence holding a state, live or cached),
+ * sized once at creation: model_memory_create gives a mamba model min(n_cells, n_seq_max) states,
+ * so the server's sequence budget sizes it (the bytes are n_cells * cell bytes, see
+ * memory_usage().bytes to log them). A new sequence starts from the zero state.
  *
  * What the interface reports (memory.h): ops->kind == "recurrent", ops->partial_removal == false.
  *   reserve(b)       every sequence of b gets a cell; a sequence without one needs a free cell

@@ -144,6 +144,14 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
 
 /* ---- small row operations, parallel over rows ---- */
 
+/* fn over n rows of about `work` element operations each: on the compute threads when there is
+ * enough to share, else inline. A decode step has a few tiny row operations per layer; waking
+ * the other threads for them costs more than the work (much more on a loaded machine). */
+static void rows_for(struct compute *c, int64_t n, int64_t work, void (*fn)(void *, int64_t, int64_t), void *arg) {
+    if (n * work < 64 * 1024) fn(arg, 0, n);
+    else compute_parallel_for(c, n, fn, arg);
+}
+
 struct rows_job {
     const struct model_hparams *hp;
     float *x;           /* rows of n floats */
@@ -170,7 +178,7 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
 static void rmsnorm(struct compute *c, const struct model_hparams *hp, const float *x, float *y, const float *w,
                     int64_t n_rows) {
     struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd};
-    compute_parallel_for(c, n_rows, rmsnorm_rows, &j);
+    rows_for(c, n_rows, hp->n_embd, rmsnorm_rows, &j);
 }
 
 /* Rotate the first n_rot dims of each of n_heads heads of each row (row r at the angles of
@@ -198,7 +206,7 @@ static void rope(struct compute *c, const struct model_hparams *hp, const struct
                  int32_t n_heads, int64_t n_rows) {
     struct rows_job j = {.hp = hp, .x = x, .n = (int64_t)n_heads * hp->head_dim, .cos = s->rope_cos,
                          .sin = s->rope_sin, .n_heads = n_heads};
-    compute_parallel_for(c, n_rows, rope_rows, &j);
+    rows_for(c, n_rows, (int64_t)n_heads * hp->n_rot, rope_rows, &j);
 }
 
 /* Angles like the reference: theta_i = pos * base^(-2i/n_rot), by repeated multiplication. */
@@ -254,7 +262,7 @@ static void mm(struct forward_scratch *s, const struct model_weight *w, const fl
     enum ggml_type vt = quant_vec_dot_type(w->type);
     if (n_tok >= MATMUL_BLAS_MIN_TOKENS && vt != GGML_TYPE_F32) {
         struct round_job j = {.vt = vt, .x = x, .y = s->xr, .q = s->xq, .n = w->n_in};
-        compute_parallel_for(s->c, n_tok, round_rows, &j);
+        rows_for(s->c, n_tok, w->n_in, round_rows, &j);
         x = s->xr;
     }
     matmul(s->c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
@@ -364,7 +372,7 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
     sort_cells_by_pos(s, kv, n_c);
     struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
-    compute_parallel_for(s->c, n_c, gather_kv, &gj);
+    rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hd, gather_kv, &gj);
 
     int32_t chunk = s->att_rows / group;
     int32_t row_pos[ATT_CHUNK_ENTRIES];
@@ -387,7 +395,7 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
             matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, nv, s->qg, rows, s->sc);
             struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
                                      .group = group, .scale = 1.0f / sqrtf((float)hd)};
-            compute_parallel_for(s->c, rows, softmax_rows, &sj);
+            rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
             matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
@@ -470,7 +478,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         mm(s, &L->w_gate, s->xn, n, s->gate);
         mm(s, &L->w_up, s->xn, n, s->up);
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
-        compute_parallel_for(c, n, swiglu_rows, &sj);
+        rows_for(c, n, 8 * (int64_t)hp->n_ff, swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
         for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
     }

@@ -165,3 +165,24 @@ TEST(gguf_arr_int_saturates_float_elements) {
     CHECK(gguf_arr_int(&a, 2) == INT64_MAX);
     CHECK(gguf_arr_int(&a, 3) == INT64_MIN);
 }
+
+TEST(gguf_rejects_duplicates_fast) {
+    /* 200k keys, the last one a repeat of the first: found without comparing every pair. */
+    enum { N = 200000 };
+    size_t cap = 64 + (size_t)N * 32;
+    uint8_t *b = malloc(cap), *p = b;
+    memcpy(p, "GGUF", 4); p += 4;
+    uint32_t v = 3; memcpy(p, &v, 4); p += 4;
+    uint64_t zero = 0, n = N; memcpy(p, &zero, 8); p += 8; memcpy(p, &n, 8); p += 8;
+    for (uint32_t i = 0; i < N; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof key, "k%u", i == N - 1 ? 0 : i);
+        uint64_t l = (uint64_t)len; memcpy(p, &l, 8); p += 8; memcpy(p, key, (size_t)len); p += len;
+        uint32_t t = GGUF_UINT8; memcpy(p, &t, 4); p += 4; *p++ = 1;
+    }
+    struct gguf_file f;
+    char why[256];
+    CHECK_EQ_INT(gguf_parse(&f, b, (size_t)(p - b), why, sizeof why), -ERR_FORMAT);
+    free(b);
+    CHECK(strstr(why, "duplicate key 'k0'"));
+}
