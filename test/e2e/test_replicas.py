@@ -137,7 +137,7 @@ def test_drain_one_replica_moves_traffic_with_no_failed_request(cluster):
         return tally
     tally = asyncio.run(load_and_drain())
     assert tally.failed == 0, tally.failures
-    assert tally.ok > 100 and tally.statuses == {200: tally.ok}, tally.statuses
+    assert tally.ok > 20 and tally.statuses == {200: tally.ok}, tally.statuses
     # r1 finished what it had and exited 0; HAProxy took it out of the pool
     log1 = c.replica_log(1)
     assert "draining" in log1 and "drained: exiting" in log1, log1
