@@ -457,10 +457,11 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     }
     if (p->stream) rc = http_sse_start(req, gen_cancel_cb, job);
     else http_on_cancel(req, gen_cancel_cb, job);
-    if (rc < 0) { /* the stream could not start (the client is gone, or its write failed) */
+    if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
         sched_cancel(srv->sched, job->handle);
         job_free(job);
-        respond_err_code(srv, req, rc, NULL, "the event stream could not start"); /* no-op if gone */
+        if (rc == -ERR_STATE) respond_err_code(srv, req, rc, NULL, "the event stream could not start");
+        else serving_count(srv, 499);
     }
     if (srv->kick) srv->kick(srv->driver);
 }

@@ -25,6 +25,15 @@
  *     producing and either wait for its cancel callback (it will come) or finish the request
  *     with http_sse_end/http_respond: finishing a dead request returns -ERR_CANCELLED and
  *     means no cancel callback follows.
+ *   - The owner hears of the end exactly once, one way or the other: a *finishing* call
+ *     (http_respond*, http_sse_end, or a failing http_sse_start) returns 0 (sent) or
+ *     -ERR_CANCELLED (the request is dead: the connection is closed, the answer lost): either
+ *     way the request is finished, no cancel callback follows, the owner may free its state.
+ *     This includes a write that fails inside the call itself (out of memory, the socket
+ *     failing at once): the connection is then closed, never left open without an answer.
+ *     Only -ERR_STATE (a call in the wrong state, a bug) leaves the request as it was.
+ *     A write failing in http_sse_send closes the stream too; as for any other death of the
+ *     connection, the send returns -ERR_CANCELLED and the cancel callback follows.
  *   - A handler that returns without finishing and without registering a cancel callback
  *     must finish the request before its next return to the loop (it cannot learn of a
  *     disconnect otherwise).
@@ -85,7 +94,8 @@ int http_query(const struct http_request *req, const char *key, char *out, size_
  * Returns -ERR_TOOBIG when the per-request header space is used up. */
 int http_add_header(struct http_request *req, const char *name, const char *value);
 
-/* Finish the request with a complete response. content_type NULL means application/json. */
+/* Finish the request with a complete response. content_type NULL means application/json.
+ * Returns 0, -ERR_STATE, or -ERR_CANCELLED (dead, and finished: no cancel callback follows). */
 int http_respond(struct http_request *req, int status, const char *content_type, const char *body,
                  size_t len);
 int http_respond_json(struct http_request *req, int status, const char *json);
@@ -96,14 +106,16 @@ int http_respond_error(struct http_request *req, int status, const char *message
 void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data);
 
 /* Start a text/event-stream response (status 200) and register the cancel callback. The server
- * sends ": ping" comments while the stream is open (--sse-ping). */
+ * sends ": ping" comments while the stream is open (--sse-ping). Returns 0, -ERR_STATE, or
+ * -ERR_CANCELLED: the request is dead and finished (no cancel callback, not even one registered
+ * earlier with http_on_cancel). */
 int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data);
 /* Send one event "data: <data>\n\n" (data must not contain a newline: -ERR_INVAL; compact JSON
  * never does). Queued for writing, never blocks. Returns 0, -ERR_CANCELLED when the client is
  * gone, or -ERR_TOOBIG when the client reads too slowly (more than --sse-queue-bytes waiting):
  * the stream is then closed and the cancel callback follows. */
 int http_sse_send(struct http_request *req, const char *data, size_t len);
-/* Finish the stream. */
+/* Finish the stream: 0, or -ERR_CANCELLED (dead, and finished: no cancel callback follows). */
 int http_sse_end(struct http_request *req);
 
 #endif

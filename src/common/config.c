@@ -248,6 +248,14 @@ static int load_file(struct config *cfg, struct load_state *st, const char *path
     while (!rc && fgets(line, sizeof line, f)) {
         lineno++;
         char *p = line, *end = line + strlen(line);
+        if (end > line && end[-1] != '\n' && !feof(f)) { /* buffer full: a longer line, or exactly this? */
+            int next = getc(f);
+            if (next != '\n' && next != EOF) { /* never read the rest as a line of its own */
+                fail(msg, msglen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 1);
+                rc = -ERR_INVAL;
+                break;
+            }
+        }
         while (end > p && isspace((unsigned char)end[-1])) *--end = '\0';
         while (isspace((unsigned char)*p)) p++;
         if (!*p || *p == '#' || *p == ';') continue;

@@ -7,6 +7,8 @@
  * A list setting (e.g. --api-key) may be given several times or comma-separated; a source
  * that sets a list replaces what lower sources set. An unknown flag or file key is an error;
  * unknown UVLM_* environment variables are not (the tests use UVLM_BIN, UVLM_SHARED).
+ * The file: one `NAME = value` per line, '#' or ';' starts a comment line, blank lines are
+ * skipped; a line longer than 4095 bytes is an error naming the file and line.
  *
  * Value types: STR (optionally one of `choices` "a|b|c"), INT (with min/max), SIZE (bytes, with
  * an optional k/M/G suffix, binary), MS (a duration stored in milliseconds: "30s", "500ms",

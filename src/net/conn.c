@@ -65,6 +65,15 @@ static void conn_close(struct conn *c, const char *why);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
+/* malloc, unless a test armed app->faults.allocs (server.h). */
+static void *conn_malloc(struct app *app, size_t n) {
+    if (app->faults.allocs > 0) {
+        app->faults.allocs--;
+        return NULL;
+    }
+    return malloc(n);
+}
+
 static struct conn *conn_of(struct http_request *req) {
     return (struct conn *)((char *)req - offsetof(struct conn, parse.req));
 }
@@ -157,15 +166,22 @@ static void write_cb(uv_write_t *req, int status) {
     if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
 }
 
-/* Queue the concatenation of parts (pointer, length, ..., NULL). */
+/* Queue the concatenation of parts (pointer, length, ..., NULL). A write that cannot be queued
+ * (no memory for it, or the socket failed at once) leaves the byte stream broken: the connection
+ * is closed and -ERR_CANCELLED returned, so that every caller sees a dead request the same way
+ * (http.h: a finishing call then means no cancel callback; any other call, that one follows). */
 static int conn_write(struct conn *c, ...) {
     va_list ap;
     size_t total = 0;
     va_start(ap, c);
     for (const char *p; (p = va_arg(ap, const char *));) total += va_arg(ap, size_t);
     va_end(ap);
-    struct write_req *w = malloc(sizeof *w + total);
-    if (!w) return -ERR_NOMEM;
+    struct write_req *w = conn_malloc(c->app, sizeof *w + total);
+    if (!w) {
+        log_warn(&c->app->log, "%s: out of memory for a %zu-byte write: connection closed", c->remote, total);
+        conn_close(c, "out of memory");
+        return -ERR_CANCELLED;
+    }
     size_t off = 0;
     va_start(ap, c);
     for (const char *p; (p = va_arg(ap, const char *));) {
@@ -177,7 +193,8 @@ static int conn_write(struct conn *c, ...) {
     w->len = total;
     w->req.data = w;
     uv_buf_t buf = uv_buf_init(w->data, (unsigned)total);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, write_cb)) {
+    bool fault = c->app->faults.writes > 0 && c->app->faults.writes--;
+    if (fault || uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, write_cb)) {
         free(w);
         conn_close(c, "client gone");
         return -ERR_CANCELLED;
@@ -340,9 +357,39 @@ static void conn_process(struct conn *c) {
 
 /* --- accepting ------------------------------------------------------------------------------ */
 
+static void spare_closed_cb(uv_handle_t *h) {
+    struct app *app = h->data;
+    app->spare_busy = false;
+    if (app->accept_waiting) {
+        app->accept_waiting = false;
+        if (app->listening) conn_accept(app);
+    }
+}
+
+/* No memory for a new connection: take it from libuv anyway and close it unanswered. A
+ * connection left in libuv makes it stop watching the listener, and one moment out of memory
+ * would leave the server accepting nothing ever after. */
+static void drop_connection(struct app *app) {
+    if (app->spare_busy) { /* a second one before the spare is closed: it waits (listener paused) */
+        app->accept_waiting = true;
+        return;
+    }
+    app->counters.connections_dropped++;
+    log_warn(&app->log, "out of memory for a new connection: closed it unanswered");
+    uv_tcp_init(app->loop, &app->spare);
+    app->spare.data = app;
+    app->spare_busy = true;
+    uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&app->spare);
+    uv_close((uv_handle_t *)&app->spare, spare_closed_cb);
+}
+
 void conn_accept(struct app *app) {
-    struct conn *c = calloc(1, sizeof *c);
-    if (!c) return;
+    struct conn *c = conn_malloc(app, sizeof *c);
+    if (!c) {
+        drop_connection(app);
+        return;
+    }
+    memset(c, 0, sizeof *c);
     c->app = app;
     uv_tcp_init(app->loop, &c->tcp);
     uv_timer_init(app->loop, &c->timer);
@@ -411,7 +458,8 @@ void conn_close_all(struct app *app) {
 
 /* --- http.h, the handler side --------------------------------------------------------------- */
 
-/* The owner finishes a request whose connection already died: it gets no cancel callback. */
+/* The owner finishes a request whose connection died (before, or in the finishing call's own
+ * write): it gets no cancel callback. */
 static int finish_dead(struct conn *c) {
     c->cancel_cb = NULL;
     return -ERR_CANCELLED;
@@ -436,8 +484,9 @@ int http_respond(struct http_request *req, int status, const char *content_type,
                               (long long)len);
     int rc = strcmp(req->method, "HEAD") ? conn_write(c, head, hlen, body, len, NULL)
                                           : conn_write(c, head, hlen, NULL);
-    if (rc == 0) request_finished(c);
-    return rc;
+    if (rc) return finish_dead(c); /* the write closed the connection */
+    request_finished(c);
+    return 0;
 }
 
 int http_respond_json(struct http_request *req, int status, const char *json) {
@@ -480,14 +529,13 @@ static void ping_cb(uv_timer_t *t) {
 
 int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
     struct conn *c = conn_of(req);
-    if (c->state == C_CLOSED || c->state == C_LINGER) return -ERR_CANCELLED;
+    if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_HANDLING) return -ERR_STATE;
     if (!c->chunked) c->keep_alive = false; /* HTTP/1.0: the stream ends when the connection does */
     char head[CONN_EXTRA_BYTES + 512];
     c->status = 200;
     size_t hlen = format_head(c, head, sizeof head, 200, "text/event-stream", -1);
-    int rc = conn_write(c, head, hlen, NULL);
-    if (rc) return rc;
+    if (conn_write(c, head, hlen, NULL)) return finish_dead(c); /* the write closed the connection */
     c->state = C_STREAMING;
     c->cancel_cb = cb;
     c->cancel_data = data;
@@ -505,10 +553,7 @@ int http_sse_end(struct http_request *req) {
     struct conn *c = conn_of(req);
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_STREAMING) return -ERR_STATE;
-    if (c->chunked) {
-        int rc = conn_write(c, "0\r\n\r\n", (size_t)5, NULL);
-        if (rc) return rc;
-    }
+    if (c->chunked && conn_write(c, "0\r\n\r\n", (size_t)5, NULL)) return finish_dead(c); /* closed */
     request_finished(c);
     return 0;
 }

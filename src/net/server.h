@@ -57,6 +57,7 @@ typedef void (*app_stop_fn)(struct app *app, void *data);
 struct app_counters {
     uint64_t connections_total;     /* accepted (including rejected ones) */
     uint64_t connections_rejected;  /* over --max-connections: 503 */
+    uint64_t connections_dropped;   /* no memory for them: closed at once, unanswered */
     uint64_t requests_total;        /* dispatched to a handler */
     uint64_t requests_cancelled;    /* cancel callbacks called */
     uint64_t backpressure_closes;   /* streams closed because the client read too slowly */
@@ -65,6 +66,15 @@ struct app_counters {
     int connections_open;           /* counted against --max-connections */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
+};
+
+/* Test-only fault injection for conn.c, zero (off) in a real server: while a counter is above
+ * zero, the next conn.c allocation (a connection, a write buffer) or uv_write fails as if out
+ * of memory / as if the socket had failed, and the counter goes down by one. Tests set it on the
+ * loop thread (in a handler, or before app_start) to reach the error paths. */
+struct app_faults {
+    int allocs;
+    int writes;
 };
 
 struct app {
@@ -85,10 +95,16 @@ struct app {
     uv_signal_t sigterm, sigint;
     uv_timer_t timer;        /* ready delay, then drain timeout */
     struct conn *conns;      /* every open connection (doubly linked) */
+    /* A connection with no memory for it must still be taken from libuv (which otherwise stops
+     * watching the listener): it is accepted into `spare` and closed. While the spare closes,
+     * one more such connection waits in libuv (accept_waiting) and is taken when it is free. */
+    uv_tcp_t spare;
+    bool spare_busy, accept_waiting;
     int signals;             /* signals received */
     bool listening, handles_open, stopping;
     int port;                /* actually bound */
     int exit_status;
+    struct app_faults faults;
 };
 
 /* cfg must outlive the app. Fills the router with nothing: the caller adds routes. */

@@ -1,6 +1,7 @@
 /* model_engine.h: one loaded model behind the scheduler's engine_ops seam (sched.h): the weights
- * (model.h: the architecture comes from general.architecture), its tokenizer, the memory every sequence shares (--kv-tokens cells), the forward
- * context sized for the biggest step (--batch-tokens), and samplers (sampler/sampler.h).
+ * (model.h; the architecture comes from general.architecture), its tokenizer, the memory every
+ * sequence shares (--kv-tokens KV cells, or one recurrent state per sequence for Mamba), the
+ * forward context sized for the biggest step (--batch-tokens), and samplers (sampler/sampler.h).
  *
  * Loading reads and maps the whole file, so it runs on a worker thread at startup (the libuv
  * driver does it in uv_queue_work); everything is sized here, once, and logged by the caller

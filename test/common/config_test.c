@@ -141,3 +141,33 @@ TEST(config_nan_and_inf_are_bad_values) {
         config_free(&cfg);
     }
 }
+
+/* A line longer than the reader's buffer is refused, naming file and line; it is never split
+ * into two lines (here the tail of a comment would have set the port). */
+TEST(config_file_line_too_long_is_an_error) {
+    struct config cfg;
+    char msg[256], path[64];
+    static char text[8192];
+    size_t n = (size_t)sprintf(text, "port = 1\n#");
+    memset(text + n, ' ', 4094);
+    strcpy(text + n + 4094, "port = 9\n");
+    write_file(path, text);
+    int rc = load(&cfg, NULL, msg, 2, "--config", path);
+    CHECK_EQ_INT(rc, -ERR_INVAL);
+    CHECK(strstr(msg, path) && strstr(msg, ":2:") && strstr(msg, "longer than"));
+    config_free(&cfg);
+    unlink(path);
+    /* a line of 4095 bytes still fits: followed by a newline, or last in the file without one */
+    for (int last = 0; last < 2; last++) {
+        char *p = text;
+        if (last) p += sprintf(p, "port = 9\n");
+        *p++ = '#';
+        memset(p, 'x', 4094);
+        strcpy(p + 4094, last ? "" : "\nport = 9\n");
+        write_file(path, text);
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), 0);
+        CHECK_EQ_INT(cfg.port, 9);
+        config_free(&cfg);
+        unlink(path);
+    }
+}

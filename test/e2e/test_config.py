@@ -34,6 +34,8 @@ def test_precedence_flags_env_file_defaults(start_server, tmp_path):
 def test_unknown_or_bad_settings_exit_2_naming_them(tmp_path):
     bad = tmp_path / "bad.conf"
     bad.write_text("port = 1\nno-such-key = 3\n")
+    long_line = tmp_path / "long.conf"
+    long_line.write_text("port = 1\n#" + " " * 5000 + "port = 2\n")
     cases = [
         (["--no-such-flag"], {}, "--no-such-flag"),
         (["--port", "70000"], {}, "port"),
@@ -41,6 +43,7 @@ def test_unknown_or_bad_settings_exit_2_naming_them(tmp_path):
         (["--idle-timeout", "5 parsecs"], {}, "idle-timeout"),
         (["--log-level", "loud"], {}, "log-level"),
         (["--config", str(bad)], {}, "no-such-key"),
+        (["--config", str(long_line)], {}, "long.conf:2: line longer than 4095 bytes"),
         (["--config", str(tmp_path / "missing.conf")], {}, "missing.conf"),
         ([], {"UVLM_MAX_BODY": "lots"}, "UVLM_MAX_BODY"),
         (["stray"], {}, "stray"),

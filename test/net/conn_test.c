@@ -5,6 +5,8 @@
 #include "net/server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <sys/time.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -23,11 +25,15 @@ struct fixture {
     struct http_request *req;
     char reply[4096];       /* what the client read */
     size_t reply_len;
+    int read_end;           /* how the client's last read ended: 0 the server closed, else errno */
+    struct app_faults faults; /* armed before the server starts */
 };
 
 static int client_connect(struct fixture *f, int rcvbuf) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf) setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct timeval tv = {.tv_sec = 3}; /* a server that never answers fails the test, not hangs it */
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->app.port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT(connect(s, (struct sockaddr *)&a, sizeof a) == 0);
@@ -42,6 +48,7 @@ static void client_send(int s, const char *text) {
 static void client_read_until(struct fixture *f, int s, const char *marker) {
     while (f->reply_len < sizeof f->reply - 1) {
         ssize_t n = recv(s, f->reply + f->reply_len, sizeof f->reply - 1 - f->reply_len, 0);
+        f->read_end = n < 0 ? errno : 0;
         if (n <= 0) break;
         f->reply_len += (size_t)n;
         f->reply[f->reply_len] = '\0';
@@ -77,6 +84,7 @@ static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)
     if (config_load(&f->cfg, flag ? 9 : 7, argv, NULL, msg, sizeof msg)) return -1;
     uv_loop_init(&f->loop);
     app_init(&f->app, &f->cfg, &f->loop);
+    f->app.faults = f->faults;
     router_add(&f->app.router, "GET", "/t", route, f, 0);
     uv_timer_init(&f->loop, &f->timer); /* a live handle of someone else's: closed by the stop hook */
     f->timer.data = f;
@@ -234,4 +242,110 @@ TEST(conn_response_head_is_bounded) {
     CHECK(strstr(f.reply, "HTTP/1.1 200 OK\r\n") == f.reply);
     CHECK(strstr(f.reply, "\r\nX-Fill: vvv"));
     CHECK(strstr(f.reply, "\r\n\r\n{}"));
+}
+
+/* --- a finishing call whose write fails: the request is dead, closed, and no cancel follows -- */
+
+enum finish_fault { RESPOND_NOMEM, RESPOND_WRITE_FAILS, SSE_END_WRITE_FAILS, SSE_START_NOMEM, SSE_SEND_NOMEM };
+
+static void arm(struct fixture *f, enum finish_fault how) {
+    if (how == RESPOND_WRITE_FAILS || how == SSE_END_WRITE_FAILS) f->app.faults.writes = 1;
+    else f->app.faults.allocs = 1;
+}
+
+static void finish_later_cb(uv_timer_t *t) {
+    struct fixture *f = t->data;
+    arm(f, (enum finish_fault)f->events_sent);
+    if (f->events_sent == SSE_END_WRITE_FAILS) f->end_rc = http_sse_end(f->req);
+    else if (f->events_sent == SSE_SEND_NOMEM) f->send_rc = http_sse_send(f->req, "{}", 2);
+    else f->end_rc = http_respond_json(f->req, 200, "{}");
+}
+
+/* f->events_sent says which call fails (enum finish_fault). */
+static void failing_finish_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->req = req;
+    if (f->events_sent == SSE_START_NOMEM) {
+        http_on_cancel(req, counting_cancel_cb, f); /* answered later, then it turns into a stream */
+        arm(f, SSE_START_NOMEM);
+        f->end_rc = http_sse_start(req, counting_cancel_cb, f);
+        return;
+    }
+    if (f->events_sent == SSE_END_WRITE_FAILS || f->events_sent == SSE_SEND_NOMEM) {
+        if (http_sse_start(req, counting_cancel_cb, f)) return;
+        http_sse_send(req, "{\"first\":true}", 14);
+    } else {
+        http_on_cancel(req, counting_cancel_cb, f);
+    }
+    uv_timer_start(&f->timer, finish_later_cb, 20, 0);
+}
+
+static int run_failing_finish(struct fixture *f, enum finish_fault how) {
+    memset(f, 0, sizeof *f);
+    f->events_sent = how;
+    f->end_rc = f->send_rc = 1;
+    return run_server(f, failing_finish_route, read_whole_response, NULL, NULL);
+}
+
+TEST(conn_failed_respond_closes_and_no_cancel_follows) {
+    static struct fixture f;
+    for (enum finish_fault how = RESPOND_NOMEM; how <= SSE_START_NOMEM; how++) {
+        CHECK_EQ_INT(run_failing_finish(&f, how), 0);
+        CHECK_EQ_INT(f.end_rc, -ERR_CANCELLED); /* finished: the owner may free its state now */
+        CHECK_EQ_INT(f.cancels, 0);
+        CHECK_EQ_INT(f.read_end, 0); /* the client sees the connection closed, not a silence */
+        CHECK(!strstr(f.reply, "\r\n0\r\n\r\n") && !strstr(f.reply, "{}"));
+        CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+        CHECK_EQ_INT(f.app.counters.requests_cancelled, 0);
+    }
+}
+
+TEST(conn_failed_sse_send_closes_and_cancel_follows) {
+    static struct fixture f;
+    CHECK_EQ_INT(run_failing_finish(&f, SSE_SEND_NOMEM), 0);
+    CHECK_EQ_INT(f.send_rc, -ERR_CANCELLED);
+    CHECK_EQ_INT(f.cancels, 1); /* the owner waits for it: it comes, once */
+    CHECK_EQ_INT(f.read_end, 0);
+    CHECK(strstr(f.reply, "data: {\"first\":true}\n\n"));
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+}
+
+/* --- no memory for a connection: it is taken and closed, and the listener keeps accepting --- */
+
+static void ok_route(struct http_request *req, void *data) {
+    http_respond_json(req, 200, "{\"ok\":true}");
+}
+
+/* Opens f->faults.allocs + 1 connections at once, each sending a request; the first finds no
+ * memory. How many more are dropped depends on timing (one that waits for the busy spare
+ * handle tries to allocate again), but none may be left without either an answer or a close.
+ * f->events_sent counts the ones closed unanswered, f->send_rc the ones left silent. */
+static void connect_at_once(struct fixture *f) {
+    static const char get[] = "GET /t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int s[4], n = f->faults.allocs + 1;
+    ASSERT(n <= 4);
+    for (int i = 0; i < n; i++) s[i] = client_connect(f, 0);
+    for (int i = 0; i < n; i++) send(s[i], get, sizeof get - 1, MSG_NOSIGNAL); /* may meet a close */
+    for (int i = 0; i < n; i++) {
+        f->reply_len = 0;
+        client_read_until(f, s[i], NULL);
+        if (f->reply_len == 0 && (f->read_end == 0 || f->read_end == ECONNRESET)) f->events_sent++;
+        else if (!strstr(f->reply, "\r\n\r\n{\"ok\":true}")) f->send_rc++;
+        close(s[i]);
+    }
+}
+
+TEST(conn_accept_out_of_memory_keeps_listening) {
+    static struct fixture f;
+    for (int faults = 1; faults <= 3; faults += 2) {
+        memset(&f, 0, sizeof f);
+        f.faults.allocs = faults;
+        CHECK_EQ_INT(run_server(&f, ok_route, connect_at_once, NULL, NULL), 0);
+        CHECK_EQ_INT(f.send_rc, 0); /* none left silent */
+        CHECK(f.events_sent >= 1);
+        CHECK_EQ_INT((int)f.app.counters.connections_dropped, f.events_sent);
+        CHECK_EQ_INT((int)f.app.counters.connections_total + f.events_sent, faults + 1);
+        CHECK(f.app.counters.connections_total >= 1); /* the listener still accepts */
+        if (faults == 1) CHECK(strstr(f.reply, "\r\n\r\n{\"ok\":true}")); /* the last one was served */
+    }
 }
