@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/err.h"
 #include "net/debug.h"
+#include "net/engine_driver.h"
 #include "net/server.h"
 
 #include <signal.h>
@@ -12,8 +13,8 @@
 
 extern char **environ;
 
-static int add_routes(struct app *app) {
-    int rc = router_add(&app->router, "GET", "/health", health_handle, &app->state, ROUTE_PUBLIC);
+static int add_routes(struct app *app, struct engine_driver *engine) {
+    int rc = engine_driver_init(engine, app); /* the model loader, /health and every model endpoint */
     if (!rc && app->cfg->debug_endpoints) rc = debug_routes_add(app);
     return rc;
 }
@@ -33,12 +34,14 @@ int cmd_serve(int argc, char **argv) {
     uv_loop_init(&loop);
     struct app app;
     app_init(&app, &cfg, &loop);
-    if (*cfg.model) log_warn(&app.log, "--model %s: model loading is not implemented yet", cfg.model);
-    rc = add_routes(&app);
+    struct engine_driver engine;
+    rc = add_routes(&app, &engine);
     if (!rc) rc = app_start(&app);
     if (!rc) uv_run(&loop, UV_RUN_DEFAULT);
     else app.exit_status = 1;
+    engine_driver_close(&engine);
     app_close(&app);
+    engine_driver_free(&engine);
     if (uv_loop_close(&loop)) log_error(&app.log, "loop closed with handles still open");
     log_info(&app.log, "exit %d", app.exit_status);
     config_free(&cfg);

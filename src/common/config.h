@@ -47,8 +47,12 @@ struct config {
     /* listening */
     const char *host;
     long long port;
-    /* model (used by the serving engine; no effect yet) */
+    /* model and serving engine */
     const char *model;
+    /* serving engine */
+    long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, max_seq_tokens;
+    long long stall_timeout_ms;
+    const char *chat_template;
     /* security */
     struct config_list api_key;
     struct config_list cors_origin;

@@ -71,15 +71,18 @@ class Server:
         raise AssertionError("no %r in the log within %ss:\n%s" % (pattern, timeout, self.log()))
 
     def wait_health(self, timeout=10.0):
-        """Until /health answers at all (any status). Returns (status, body)."""
+        """Until /health answers with anything but "loading" (the default model loads at start;
+        at the deadline, whatever it says). Returns (status, body)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return self.json("GET", "/health")
+                status, doc = self.json("GET", "/health")
+                if doc != {"status": "loading"} or time.monotonic() > deadline:
+                    return status, doc
             except OSError:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.02)
+            time.sleep(0.02)
 
     def conn(self, timeout=10.0):
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)

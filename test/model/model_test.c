@@ -174,35 +174,6 @@ TEST(model_forward_shared_prefix_and_save_restore_give_identical_logits) {
     teardown(&f);
 }
 
-TEST(model_forward_cells_out_of_position_order_give_the_same_logits) {
-    struct fixture f;
-    if (setup(t, &f, 2) < 0) { teardown(&f); CHECK(t->skipped); return; }
-    int32_t V = f.m->hp.n_vocab;
-    float *want = malloc(sizeof(float) * V);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < NA; i++) batch_add(&f.b, prompt_a[i], i, 0, i == NA - 1);
-    CHECK_EQ_INT(run(&f), 0);
-    memcpy(want, f.fc->logits, sizeof(float) * V);
-    memory_seq_rm(f.mem, 0, 0, -1);
-    /* Sequence 1 takes cells first; sequence 0's first half comes after them; sequence 1 leaves,
-     * so the second half of sequence 0 lands in the low cells, before its first half. */
-    struct kv_memory *kv = kv_from_memory(f.mem);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < 6; i++) batch_add(&f.b, 100 + i, i, 1, false);
-    CHECK_EQ_INT(run(&f), 0);
-    batch_clear(&f.b);
-    for (int32_t i = 0; i < 4; i++) batch_add(&f.b, prompt_a[i], i, 0, false);
-    CHECK_EQ_INT(run(&f), 0);
-    CHECK_EQ_INT(memory_seq_rm(f.mem, 1, 0, -1), 0);
-    batch_clear(&f.b);
-    for (int32_t i = 4; i < NA; i++) batch_add(&f.b, prompt_a[i], i, 0, i == NA - 1);
-    CHECK_EQ_INT(run(&f), 0);
-    CHECK(kv_batch_cell(kv, 0) < 4);  /* the low cells were reused */
-    CHECK(max_diff(f.fc->logits, want, V) < 1e-3f);
-    free(want);
-    teardown(&f);
-}
-
 TEST(model_forward_checks_its_inputs) {
     struct fixture f;
     if (setup(t, &f, 1) < 0) { teardown(&f); CHECK(t->skipped); return; }

@@ -1,0 +1,471 @@
+/* generate.c: the completion endpoints (POST /completion, /v1/completions,
+ * /v1/chat/completions): request -> tokens -> sched_submit, and the scheduler's sink callbacks ->
+ * text (streaming detokenizer, stop strings) -> JSON bodies or SSE events.
+ *
+ * One struct gen_job per request, owned by the request: freed when the last choice is done (the
+ * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
+ * cancels the scheduler request first). The scheduler's stop conditions are EOS, n_predict and
+ * the context; stop strings are matched on the text (stream_text.h) and end a choice by returning
+ * false from on_token; a stop string, or its possible start, never reaches a streaming client.
+ */
+#include "api/chat_template.h"
+#include "api/errors.h"
+#include "api/params.h"
+#include "api/render.h"
+#include "api/serving.h"
+#include "api/stream_text.h"
+#include "common/err.h"
+#include "sched/model_engine.h"
+#include "sampler/sampler.h"
+#include "sched/sched.h"
+#include "tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct gen_choice {
+    struct stream_text st;          /* the text so far (cut at a stop string), what was streamed */
+    struct detok detok;
+    struct sched_token_probs *probs;/* per generated token when logprobs were asked for */
+    int32_t n_probs, cap_probs, probs_sent;
+    int32_t n_tokens;               /* generated so far */
+    bool done, role_sent;
+    enum stop_type stop;
+    struct sched_counts counts;
+};
+
+struct gen_job {
+    struct serving *srv;
+    struct http_request *req;
+    struct sched_req *handle;       /* NULL once the scheduler request ended */
+    struct completion_params p;
+    struct sampler_params sp;
+    struct sampler_bias *bias;
+    int32_t *prompt;
+    size_t n_prompt;
+    struct gen_choice *ch;
+    int n_done;
+    bool dead;                      /* the stream refused a send: stop producing */
+    char id[48];
+    struct response_meta meta;
+    char *piece;                    /* detokenizer output buffer */
+    size_t piece_cap;
+};
+
+static void job_free(struct gen_job *job) {
+    if (!job) return;
+    if (job->ch)
+        for (int i = 0; i < job->p.n; i++) {
+            stream_text_free(&job->ch[i].st);
+            free(job->ch[i].probs);
+        }
+    free(job->ch);
+    free(job->piece);
+    free(job->prompt);
+    free(job->bias);
+    completion_params_free(&job->p);
+    free(job);
+}
+
+static int respond_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
+    char *json = api_error_render(err);
+    int rc = serving_respond_json(srv, req, err->status, json ? json : "{}");
+    free(json);
+    return rc;
+}
+
+static int respond_err_code(struct serving *srv, struct http_request *req, int code, const char *param,
+                            const char *msg) {
+    struct api_error err;
+    int status = api_err_status(code);
+    api_error_set(&err, status, api_error_type(status), param, "%s", msg);
+    return respond_error(srv, req, &err);
+}
+
+/* --- rendering ----------------------------------------------------------------------------- */
+
+static enum stop_type stop_type_of(enum sched_stop r) {
+    switch (r) {
+    case SCHED_STOP_EOS: return STOP_TYPE_EOS;
+    case SCHED_STOP_WORD: return STOP_TYPE_WORD;
+    case SCHED_STOP_LIMIT:
+    case SCHED_STOP_CONTEXT: return STOP_TYPE_LIMIT;
+    }
+    return STOP_TYPE_LIMIT;
+}
+
+/* render.h's token_probs for tokens [from, to) of a choice; the caller frees *tops and the result. */
+static struct token_probs *probs_view(const struct gen_job *job, const struct gen_choice *c, int32_t from,
+                                      int32_t to, struct token_logprob **tops) {
+    int32_t n = to - from;
+    *tops = NULL;
+    if (n <= 0) return NULL;
+    struct token_probs *tp = calloc((size_t)n, sizeof *tp);
+    struct token_logprob *top = calloc((size_t)n * SCHED_MAX_PROBS + 1, sizeof *top);
+    if (!tp || !top) {
+        free(tp);
+        free(top);
+        return NULL;
+    }
+    const struct tokenizer *tok = job->srv->engine->tok;
+    for (int32_t i = 0; i < n; i++) {
+        const struct sched_token_probs *sp = &c->probs[from + i];
+        struct token_logprob *t = top + (size_t)i * SCHED_MAX_PROBS;
+        tp[i].chosen.id = sp->token;
+        tp[i].chosen.piece = tokenizer_token_piece(tok, sp->token, false, &tp[i].chosen.piece_len);
+        tp[i].chosen.logprob = sp->logprob;
+        int32_t n_top = sp->n_top < job->p.n_probs ? sp->n_top : job->p.n_probs;
+        for (int32_t k = 0; k < n_top; k++) {
+            t[k].id = sp->top_token[k];
+            t[k].piece = tokenizer_token_piece(tok, t[k].id, false, &t[k].piece_len);
+            t[k].logprob = sp->top_logprob[k];
+        }
+        tp[i].top = t;
+        tp[i].n_top = (size_t)n_top;
+    }
+    *tops = top;
+    return tp;
+}
+
+static void result_of(const struct gen_job *job, int i, struct completion_result *r) {
+    const struct gen_choice *c = &job->ch[i];
+    *r = (struct completion_result){
+        .index = i,
+        .text = c->st.text ? c->st.text : "",
+        .text_len = c->st.len,
+        .tokens_predicted = c->counts.n_generated,
+        .tokens_evaluated = c->counts.n_prompt ? c->counts.n_prompt : (int32_t)job->n_prompt,
+        .tokens_cached = c->counts.n_cached,
+        .stop_type = c->done ? c->stop : STOP_TYPE_NONE,
+        .stopping_word = c->stop == STOP_TYPE_WORD ? c->st.stopping_word : NULL,
+        .timings = {.prompt_n = c->counts.n_prompt - c->counts.n_cached,
+                    .prompt_ms = c->counts.prompt_ms,
+                    .predicted_n = c->counts.n_generated,
+                    .predicted_ms = c->counts.predicted_ms},
+    };
+}
+
+static char *render_chunk(struct gen_job *job, int i, const char *text, size_t n, size_t offset, int32_t pfrom,
+                          int32_t pto) {
+    struct gen_choice *c = &job->ch[i];
+    struct completion_result r;
+    result_of(job, i, &r);
+    r.text = text;
+    r.text_len = n;
+    r.text_offset = offset;
+    r.tokens_predicted = c->done ? c->counts.n_generated : c->n_tokens;
+    struct token_logprob *tops = NULL;
+    struct token_probs *tp = job->meta.logprobs ? probs_view(job, c, pfrom, pto, &tops) : NULL;
+    r.probs = tp;
+    r.n_probs = tp ? (size_t)(pto - pfrom) : 0;
+    char *json = NULL;
+    switch (job->p.endpoint) {
+    case API_COMPLETION: json = render_completion_chunk(&job->meta, &r); break;
+    case API_OAI_COMPLETION: json = render_oai_completion_chunk(&job->meta, &r); break;
+    case API_OAI_CHAT:
+        json = render_oai_chat_chunk(&job->meta, &r, !c->role_sent);
+        c->role_sent = true;
+        break;
+    }
+    free(tp);
+    free(tops);
+    return json;
+}
+
+static void stream_send(struct gen_job *job, char *json) {
+    if (!json || job->dead) {
+        free(json);
+        return;
+    }
+    if (http_sse_send(job->req, json, strlen(json)) < 0) job->dead = true;
+    free(json);
+}
+
+/* Stream what became final in choice i (everything once it is done). */
+static void stream_progress(struct gen_job *job, int i) {
+    struct gen_choice *c = &job->ch[i];
+    size_t offset = c->st.sent, n;
+    const char *fresh = stream_text_take(&c->st, c->done, &n);
+    if (n == 0 && c->n_probs == c->probs_sent && !c->done) return;
+    stream_send(job, render_chunk(job, i, fresh, n, offset, c->probs_sent, c->n_probs));
+    c->probs_sent = c->n_probs;
+}
+
+/* All choices are done: the whole response, or the end of the stream. Frees the job. */
+static void job_finish(struct gen_job *job) {
+    struct serving *srv = job->srv;
+    int n = job->p.n;
+    struct completion_result *rs = calloc((size_t)n, sizeof *rs);
+    struct token_probs **tps = calloc((size_t)n, sizeof *tps);
+    struct token_logprob **tops = calloc((size_t)n, sizeof *tops);
+    if (!rs || !tps || !tops) {
+        if (job->p.stream) http_sse_end(job->req);
+        else respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        result_of(job, i, &rs[i]);
+        if (job->meta.logprobs && !job->p.stream) {
+            tps[i] = probs_view(job, &job->ch[i], 0, job->ch[i].n_probs, &tops[i]);
+            rs[i].probs = tps[i];
+            rs[i].n_probs = tps[i] ? (size_t)job->ch[i].n_probs : 0;
+        }
+    }
+    if (job->p.stream) {
+        if (job->p.endpoint != API_COMPLETION) {
+            if (job->p.include_usage)
+                stream_send(job, render_oai_usage_chunk(&job->meta, rs, (size_t)n, job->p.endpoint == API_OAI_CHAT));
+            if (!job->dead && http_sse_send(job->req, "[DONE]", 6) < 0) job->dead = true;
+        }
+        serving_count(srv, 200);
+        http_sse_end(job->req);
+    } else {
+        char *json = NULL;
+        switch (job->p.endpoint) {
+        case API_COMPLETION: json = render_completion(&job->meta, rs, (size_t)n); break;
+        case API_OAI_COMPLETION: json = render_oai_completion(&job->meta, rs, (size_t)n); break;
+        case API_OAI_CHAT: json = render_oai_chat(&job->meta, rs, (size_t)n); break;
+        }
+        if (json) serving_respond_json(srv, job->req, 200, json);
+        else respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
+        free(json);
+    }
+done:
+    if (tps)
+        for (int i = 0; i < n; i++) {
+            free(tps[i]);
+            free(tops[i]);
+        }
+    free(tps);
+    free(tops);
+    free(rs);
+    job_free(job);
+}
+
+/* --- the scheduler's sink ------------------------------------------------------------------ */
+
+static bool gen_on_token(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *probs) {
+    struct gen_job *job = owner;
+    struct gen_choice *c = &job->ch[choice];
+    if (job->dead) return false;
+    c->n_tokens++;
+    if (probs && job->meta.logprobs) {
+        if (c->n_probs == c->cap_probs) {
+            int32_t cap = c->cap_probs ? c->cap_probs * 2 : 16;
+            struct sched_token_probs *t = realloc(c->probs, sizeof *t * (size_t)cap);
+            if (!t) return false;
+            c->probs = t;
+            c->cap_probs = cap;
+        }
+        c->probs[c->n_probs++] = *probs;
+    }
+    int k = detok_push(&c->detok, token, job->piece, job->piece_cap);
+    if (k > 0 && stream_text_append(&c->st, job->piece, (size_t)k) < 0) return false;
+    if (job->p.stream && !c->st.stopped) stream_progress(job, choice);
+    return !c->st.stopped && !job->dead;
+}
+
+static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *counts) {
+    struct gen_job *job = owner;
+    struct gen_choice *c = &job->ch[choice];
+    if (reason != SCHED_STOP_WORD) { /* the held bytes of an incomplete character */
+        int k = detok_flush(&c->detok, job->piece, job->piece_cap);
+        if (k > 0) stream_text_append(&c->st, job->piece, (size_t)k);
+    }
+    c->done = true;
+    c->stop = stop_type_of(reason);
+    c->counts = *counts;
+    if (job->p.stream) stream_progress(job, choice);
+    if (++job->n_done == job->p.n) {
+        job->handle = NULL; /* the scheduler request has ended */
+        job_finish(job);
+    }
+}
+
+static void gen_on_error(void *owner, int err) {
+    struct gen_job *job = owner;
+    job->handle = NULL;
+    char msg[128];
+    snprintf(msg, sizeof msg, "generation failed: %s", err_str(err));
+    if (job->p.stream) {
+        struct api_error e;
+        api_error_set(&e, 500, "server_error", NULL, "%s", msg);
+        stream_send(job, api_error_render(&e));
+        serving_count(job->srv, 500);
+        http_sse_end(job->req);
+    } else {
+        respond_err_code(job->srv, job->req, err, NULL, msg);
+    }
+    job_free(job);
+}
+
+static const struct sched_sink gen_sink = {gen_on_token, gen_on_done, gen_on_error};
+
+static void gen_cancel_cb(struct http_request *req, void *data) {
+    struct gen_job *job = data;
+    struct serving *srv = job->srv;
+    if (job->handle) sched_cancel(srv->sched, job->handle);
+    serving_count(srv, 499);
+    job_free(job);
+    if (srv->kick) srv->kick(srv->driver);
+}
+
+/* --- request -> job ------------------------------------------------------------------------- */
+
+static uint64_t next_seed(struct serving *srv) {
+    uint64_t z = (srv->seed_state += 0x9e3779b97f4a7c15ull) ^ (uint64_t)time(NULL);
+    z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+    return (z ^ (z >> 29)) & 0xffffffffu;
+}
+
+/* The prompt as token ids into job->prompt. 0, or an error already answered. */
+static int job_tokenize(struct gen_job *job, struct http_request *req) {
+    struct serving *srv = job->srv;
+    const struct tokenizer *tok = srv->engine->tok;
+    struct completion_params *p = &job->p;
+    if (p->prompt_tokens) {
+        job->prompt = malloc(sizeof *job->prompt * (p->n_prompt_tokens ? p->n_prompt_tokens : 1));
+        if (!job->prompt) return respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory"), -1;
+        memcpy(job->prompt, p->prompt_tokens, sizeof *job->prompt * p->n_prompt_tokens);
+        job->n_prompt = p->n_prompt_tokens;
+        return 0;
+    }
+    char *chat = NULL;
+    const char *text = p->prompt_text;
+    size_t len = p->prompt_text_len;
+    if (p->endpoint == API_OAI_CHAT) {
+        int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p->messages, p->n_messages, true, &chat);
+        if (n < 0)
+            return respond_err_code(srv, req, n == -ERR_NOMEM ? n : -ERR_INVAL, "messages",
+                                    "the model's chat template cannot express these messages"), -1;
+        text = chat;
+        len = (size_t)n;
+    }
+    int rc = tokenizer_encode_alloc(tok, text, len, true, true, &job->prompt, &job->n_prompt);
+    free(chat);
+    if (rc < 0) return respond_err_code(srv, req, rc, "prompt", "tokenization failed"), -1;
+    if (job->n_prompt == 0) return respond_err_code(srv, req, -ERR_INVAL, "prompt", "the prompt has no tokens"), -1;
+    return 0;
+}
+
+static void job_sampling(struct gen_job *job, int32_t n_probs) {
+    const struct completion_params *p = &job->p;
+    job->sp = (struct sampler_params){
+        .temperature = p->temperature,
+        .top_k = p->top_k,
+        .top_p = p->top_p,
+        .min_p = p->min_p,
+        .repeat_penalty = p->repeat_penalty,
+        .repeat_last_n = p->repeat_last_n,
+        .presence_penalty = p->presence_penalty,
+        .frequency_penalty = p->frequency_penalty,
+        .logit_bias = job->bias,
+        .n_logit_bias = job->bias ? (int32_t)p->n_logit_bias : 0,
+        .n_probs = n_probs,
+    };
+    if (job->bias)
+        for (size_t i = 0; i < p->n_logit_bias; i++)
+            job->bias[i] = (struct sampler_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
+}
+
+static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep) {
+    if (serving_not_ready(srv, req)) return;
+    struct gen_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
+        return;
+    }
+    job->srv = srv;
+    job->req = req;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    lim.max_n = (int32_t)srv->cfg->max_n;
+    lim.max_logit_bias = SAMPLER_MAX_BIAS;
+    int rc = completion_params_parse(&job->p, ep, req->body, req->body_len, &lim, &err);
+    if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &err);
+    if (rc < 0) {
+        respond_error(srv, req, &err);
+        job_free(job);
+        return;
+    }
+    if (job_tokenize(job, req) < 0) {
+        job_free(job);
+        return;
+    }
+    const struct completion_params *p = &job->p;
+    int32_t max_prompt = sched_max_prompt_tokens(srv->sched);
+    if (job->n_prompt > (size_t)max_prompt) {
+        api_error_exceed_context(&err, (int32_t)job->n_prompt, max_prompt);
+        respond_error(srv, req, &err);
+        job_free(job);
+        return;
+    }
+    job->ch = calloc((size_t)p->n, sizeof *job->ch);
+    job->piece_cap = detok_buf_size(srv->engine->tok);
+    job->piece = malloc(job->piece_cap);
+    job->bias = p->n_logit_bias ? calloc(p->n_logit_bias, sizeof *job->bias) : NULL;
+    if (!job->ch || !job->piece || (p->n_logit_bias && !job->bias)) {
+        respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
+        job_free(job);
+        return;
+    }
+    for (int i = 0; i < p->n; i++) {
+        detok_init(&job->ch[i].detok, srv->engine->tok, false, false);
+        stream_text_init(&job->ch[i].st, p->stop, p->n_stop);
+    }
+    /* logprobs without alternatives still need the chosen token's: ask the sampler for one */
+    int32_t n_probs = p->want_logprobs || p->n_probs > 0 ? (p->n_probs > 0 ? p->n_probs : 1) : 0;
+    job_sampling(job, n_probs);
+
+    uint64_t serial = ++srv->next_id;
+    snprintf(job->id, sizeof job->id, "%s-%llu", ep == API_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)serial);
+    job->meta = (struct response_meta){
+        .id = job->id,
+        .created = (int64_t)time(NULL),
+        .model = p->model ? p->model : srv->model_name,
+        .n_choices = p->n,
+        .logprobs = n_probs > 0,
+        .include_usage = p->include_usage,
+    };
+    struct sched_request sr = {
+        .prompt = job->prompt,
+        .n_prompt = (int32_t)job->n_prompt,
+        .n_predict = p->n_predict,
+        .n_choices = p->n,
+        .seed = p->seed_random ? next_seed(srv) : p->seed,
+        .n_probs = n_probs,
+        .cache_prompt = p->cache_prompt,
+        .ignore_eos = p->ignore_eos,
+        .sampler_params = &job->sp,
+    };
+    rc = sched_submit(srv->sched, &sr, &gen_sink, job, serving_now_ms(), &job->handle);
+    if (rc < 0) {
+        if (rc == -ERR_BUSY) {
+            http_add_header(req, "Retry-After", "1");
+            respond_err_code(srv, req, rc, NULL, "the server is busy: too many requests wait for memory");
+        } else if (rc == -ERR_TOOBIG) {
+            respond_err_code(srv, req, -ERR_INVAL, "n", "more choices than the memory has sequences for");
+        } else {
+            respond_err_code(srv, req, rc, NULL, err_str(rc));
+        }
+        job_free(job);
+        return;
+    }
+    if (p->stream) rc = http_sse_start(req, gen_cancel_cb, job);
+    else http_on_cancel(req, gen_cancel_cb, job);
+    if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
+        sched_cancel(srv->sched, job->handle);
+        job_free(job);
+        if (rc == -ERR_STATE) respond_err_code(srv, req, rc, NULL, "the event stream could not start");
+        else serving_count(srv, 499);
+    }
+    if (srv->kick) srv->kick(srv->driver);
+}
+
+void serving_completion_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION); }
+void serving_oai_completion_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_COMPLETION); }
+void serving_oai_chat_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_CHAT); }

@@ -1,0 +1,250 @@
+/* info.c: the serving endpoints that generate nothing: /health (stall detection, capacity
+ * detail), /v1/models, /props, /slots, /metrics, /tokenize, /detokenize, /apply-template.
+ * Everything here answers at once on the loop thread from the scheduler's counters (sched_stats
+ * is safe while a step computes) and the immutable tokenizer. */
+#include "api/chat_template.h"
+#include "api/errors.h"
+#include "api/metrics_text.h"
+#include "api/params.h"
+#include "api/render.h"
+#include "api/serving.h"
+#include "common/err.h"
+#include "model/model.h"
+#include "sched/model_engine.h"
+#include "sched/sched.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Send a jansson value (stolen) as the 200 body. */
+static void respond_value(struct serving *srv, struct http_request *req, json_t *v) {
+    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (text) serving_respond_json(srv, req, 200, text);
+    else serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}");
+    free(text);
+}
+
+static void respond_api_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
+    char *json = api_error_render(err);
+    serving_respond_json(srv, req, err->status, json ? json : "{}");
+    free(json);
+}
+
+void serving_health_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (*srv->state != APP_READY || !srv->sched) {
+        health_handle(req, (void *)srv->state);
+        return;
+    }
+    struct sched_stats st;
+    sched_stats(srv->sched, serving_now_ms(), &st);
+    json_t *body = json_pack("{s:s}", "status", st.stalled ? "stalled" : "ok");
+    char detail[8];
+    if (http_query(req, "detail", detail, sizeof detail) > 0 && strcmp(detail, "0") && strcmp(detail, "false")) {
+        /* capacity for routing: counts only, never prompt or output text */
+        json_object_set_new(body, "queue", json_integer(st.queued + st.preempted));
+        json_object_set_new(body, "active_requests", json_integer(st.active_requests));
+        json_object_set_new(body, "active_sequences", json_integer(st.active_seqs));
+        json_object_set_new(body, "kv_cells_total", json_integer(st.cells_total));
+        json_object_set_new(body, "kv_cells_free", json_integer(st.cells_total - st.cells_used));
+        json_object_set_new(body, "tokens_per_second", json_real(st.tokens_per_s));
+        json_object_set_new(body, "step_in_flight", json_boolean(st.step_in_flight));
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    http_respond_json(req, st.stalled ? 503 : 200, text ? text : "{\"status\":\"ok\"}");
+    free(text);
+}
+
+void serving_models_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    const struct model *m = srv->engine->model;
+    struct model_info mi = {
+        .id = srv->model_name,
+        .created = srv->created,
+        .n_vocab = m->hp.n_vocab,
+        .n_ctx_train = m->hp.n_ctx_train,
+        .n_embd = m->hp.n_embd,
+        .n_params = 0,
+        .size = (int64_t)m->weight_bytes,
+    };
+    char *json = render_models(&mi);
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
+}
+
+void serving_props_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    const struct model_engine *e = srv->engine;
+    json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
+                          "model", srv->model_name, "model_path", srv->model_path, "n_ctx", e->n_ctx,
+                          "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
+                          "n_vocab", e->n_vocab, "chat_template", chat_family_name((enum chat_family)srv->chat_family),
+                          "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,
+                          "max_n", (int)srv->cfg->max_n);
+    respond_value(srv, req, v);
+}
+
+void serving_slots_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    int32_t n = sched_slots(srv->sched, NULL, 0);
+    struct sched_slot *slots = calloc((size_t)n + 1, sizeof *slots);
+    if (!slots) {
+        serving_respond_json(srv, req, 500, "{}");
+        return;
+    }
+    n = sched_slots(srv->sched, slots, n);
+    json_t *arr = json_array();
+    for (int32_t i = 0; i < n; i++) {
+        const struct sched_slot *s = &slots[i];
+        json_array_append_new(arr, json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:I}", "id", (json_int_t)s->request_id,
+                                             "choice", s->choice, "seq", s->seq, "state",
+                                             sched_seq_state_str(s->state), "n_prompt", s->n_prompt,
+                                             "n_generated", s->n_generated, "cells", (json_int_t)s->cells));
+    }
+    free(slots);
+    respond_value(srv, req, arr);
+}
+
+/* --- /metrics (Prometheus text exposition) -------------------------------------------------- */
+
+void serving_metrics_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct sched_stats st;
+    sched_stats(srv->sched, serving_now_ms(), &st);
+    const struct serving_metrics *m = &srv->metrics;
+    struct metrics_text mt;
+    metrics_text_init(&mt);
+    metrics_text_counter(&mt, "uvlm_requests_total", "Requests answered by the serving endpoints.",
+                         (double)m->requests_total);
+    metrics_text_family(&mt, "uvlm_requests_by_status_total", "counter",
+                        "Requests by HTTP status (499: the client went away).");
+    for (int i = 0; i < m->n_status; i++) {
+        char code[16];
+        snprintf(code, sizeof code, "%d", m->status[i]);
+        metrics_text_sample(&mt, "uvlm_requests_by_status_total", "status", code, (double)m->by_status[i]);
+    }
+    metrics_text_counter(&mt, "uvlm_prompt_tokens_total", "Prompt tokens run through the model (cached excluded).",
+                         (double)st.prompt_tokens);
+    metrics_text_counter(&mt, "uvlm_cached_prompt_tokens_total", "Prompt tokens reused from shared or cached cells.",
+                         (double)st.cached_tokens);
+    metrics_text_counter(&mt, "uvlm_generated_tokens_total", "Tokens generated.", (double)st.generated_tokens);
+    metrics_text_counter(&mt, "uvlm_prompt_seconds_total", "Step time spent on prompt tokens.", st.prompt_ms / 1e3);
+    metrics_text_counter(&mt, "uvlm_decode_seconds_total", "Step time spent on decode tokens.", st.decode_ms / 1e3);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_total", "KV cells (--kv-tokens).", (double)st.cells_total);
+    metrics_text_gauge(&mt, "uvlm_queue_length", "Requests waiting for admission.", (double)st.queued);
+    metrics_text_gauge(&mt, "uvlm_preempted_sequences", "Preempted sequences waiting to resume.", (double)st.preempted);
+    metrics_text_gauge(&mt, "uvlm_active_requests", "Requests admitted and not finished.", (double)st.active_requests);
+    metrics_text_gauge(&mt, "uvlm_active_sequences", "Sequences holding or about to hold cells.", (double)st.active_seqs);
+    metrics_text_gauge(&mt, "uvlm_cached_sequences", "Prompt-cache entries.", (double)st.cached_seqs);
+    metrics_text_counter(&mt, "uvlm_preemptions_total", "Sequences preempted for memory.", (double)st.preemptions);
+    metrics_text_counter(&mt, "uvlm_cache_evictions_total", "Prompt-cache entries evicted.", (double)st.cache_evictions);
+    metrics_text_counter(&mt, "uvlm_requests_cancelled_total", "Requests cancelled (the client went away).",
+                         (double)st.requests_cancelled);
+    metrics_text_counter(&mt, "uvlm_steps_total", "Forward steps run.", (double)st.steps);
+    metrics_text_gauge(&mt, "uvlm_tokens_per_second", "Generated tokens per second over the last seconds.",
+                       st.tokens_per_s);
+    metrics_text_gauge(&mt, "uvlm_stalled", "1 while /health reports stalled.", st.stalled ? 1 : 0);
+    /* the scheduler's buckets in ms, the last one +inf */
+    double bounds[SCHED_STEP_HIST_BUCKETS - 1];
+    uint64_t counts[SCHED_STEP_HIST_BUCKETS];
+    for (int i = 0; i < SCHED_STEP_HIST_BUCKETS; i++) {
+        if (i < SCHED_STEP_HIST_BUCKETS - 1) bounds[i] = sched_step_hist_bounds_ms[i] / 1e3;
+        counts[i] = (uint64_t)st.step_hist[i];
+    }
+    struct metrics_histogram h = {bounds, counts, SCHED_STEP_HIST_BUCKETS - 1, (st.prompt_ms + st.decode_ms) / 1e3};
+    metrics_text_histogram(&mt, "uvlm_step_seconds", "Duration of forward steps.", &h);
+    if (metrics_text_failed(&mt)) {
+        serving_respond_json(srv, req, 500, "{}");
+    } else {
+        serving_count(srv, 200);
+        http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", mt.buf, mt.len);
+    }
+    metrics_text_free(&mt);
+}
+
+/* --- tokens and templates ------------------------------------------------------------------- */
+
+void serving_tokenize_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct tokenize_params p;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    if (tokenize_params_parse(&p, req->body, req->body_len, &lim, &err) < 0) {
+        respond_api_error(srv, req, &err);
+        return;
+    }
+    const struct tokenizer *tok = srv->engine->tok;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = tokenizer_encode_alloc(tok, p.content, p.content_len, p.add_special, p.parse_special, &ids, &n);
+    struct token_piece *pieces = rc == 0 && p.with_pieces ? calloc(n + 1, sizeof *pieces) : NULL;
+    if (rc == 0 && p.with_pieces && !pieces) rc = -ERR_NOMEM;
+    if (rc < 0) {
+        serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"tokenization failed\",\"type\":\"server_error\"}}");
+    } else {
+        for (size_t i = 0; pieces && i < n; i++) pieces[i].ptr = tokenizer_token_piece(tok, ids[i], true, &pieces[i].len);
+        char *json = render_tokenize(ids, n, pieces);
+        serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+        free(json);
+    }
+    free(pieces);
+    free(ids);
+    tokenize_params_free(&p);
+}
+
+void serving_detokenize_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct detokenize_params p;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    if (detokenize_params_parse(&p, req->body, req->body_len, &lim, &err) < 0 ||
+        detokenize_params_check_tokens(&p, srv->engine->n_vocab, &err) < 0) {
+        respond_api_error(srv, req, &err);
+        detokenize_params_free(&p);
+        return;
+    }
+    const struct tokenizer *tok = srv->engine->tok;
+    size_t cap = p.n_tokens * (tokenizer_max_piece(tok) + 1) + 1;
+    char *buf = malloc(cap);
+    int64_t n = buf ? tokenizer_decode(tok, p.tokens, p.n_tokens, false, true, buf, cap) : -ERR_NOMEM;
+    char *json = n >= 0 ? render_detokenize(buf, (size_t)n) : NULL;
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
+    free(buf);
+    detokenize_params_free(&p);
+}
+
+void serving_apply_template_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct completion_params p;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    if (completion_params_parse(&p, API_OAI_CHAT, req->body, req->body_len, &lim, &err) < 0) {
+        respond_api_error(srv, req, &err);
+        return;
+    }
+    char *prompt = NULL;
+    int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p.messages, p.n_messages, true, &prompt);
+    if (n < 0) {
+        api_error_set(&err, n == -ERR_NOMEM ? 500 : 400, n == -ERR_NOMEM ? "server_error" : "invalid_request_error",
+                      "messages", "the model's chat template cannot express these messages");
+        respond_api_error(srv, req, &err);
+    } else {
+        respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, (size_t)n));
+    }
+    free(prompt);
+    completion_params_free(&p);
+}

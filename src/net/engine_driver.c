@@ -1,0 +1,182 @@
+#include "net/engine_driver.h"
+
+#include "api/chat_template.h"
+#include "common/err.h"
+#include "sched/sched.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_MS 50
+
+/* --- steps ----------------------------------------------------------------------------------- */
+
+static void step_work_cb(uv_work_t *w) {
+    struct engine_driver *d = w->data;
+    sched_step_compute(d->srv.sched, d->step);
+}
+
+static void try_step(struct engine_driver *d);
+
+static void step_after_cb(uv_work_t *w, int status) {
+    struct engine_driver *d = w->data;
+    struct sched_step *step = d->step;
+    (void)status; /* steps are never cancelled: uv_cancel is not used on them */
+    sched_step_complete(d->srv.sched, step, serving_now_ms());
+    d->step = NULL;
+    try_step(d); /* the next step at once, not at the next tick */
+}
+
+static void try_step(struct engine_driver *d) {
+    if (d->step || !d->srv.sched) return;
+    struct sched_step *step;
+    if (sched_build_step(d->srv.sched, serving_now_ms(), &step) <= 0) return;
+    d->step = step;
+    d->step_work.data = d;
+    int rc = uv_queue_work(d->app->loop, &d->step_work, step_work_cb, step_after_cb);
+    ASSERT(rc == 0); /* uv_queue_work fails only without a work callback */
+}
+
+static void tick_cb(uv_timer_t *t) { try_step(t->data); }
+
+static void kick(void *driver) {
+    struct engine_driver *d = driver;
+    if (d->tick_open) uv_timer_start(&d->tick, tick_cb, 0, TICK_MS);
+}
+
+/* --- loading ---------------------------------------------------------------------------------- */
+
+/* ENGINE_DEFAULT_MODEL from the working directory, else next to the binary (./uvlm or
+ * build-check/uvlm in the repository). */
+static void default_model_path(char *out, size_t cap) {
+    snprintf(out, cap, "%s", ENGINE_DEFAULT_MODEL);
+    if (access(out, R_OK) == 0) return;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return;
+    exe[n] = '\0';
+    char *dir = dirname(exe);
+    for (int up = 0; up < 2; up++) {
+        snprintf(out, cap, "%s/%s%s", dir, up ? "../" : "", ENGINE_DEFAULT_MODEL);
+        if (access(out, R_OK) == 0) return;
+    }
+    snprintf(out, cap, "%s", ENGINE_DEFAULT_MODEL); /* the error names the expected place */
+}
+
+static void load_work_cb(uv_work_t *w) {
+    struct engine_driver *d = w->data;
+    d->load_rc = model_engine_load(&d->loaded, &d->ec, d->load_why, sizeof d->load_why);
+}
+
+static int start_engine(struct engine_driver *d) {
+    const struct config *cfg = d->app->cfg;
+    struct model_engine *e = d->loaded;
+    struct log *lg = &d->app->log;
+    char line[512];
+    model_engine_describe(e, line, sizeof line);
+    log_info(lg, "model %s: %s", d->model_path, line);
+    if (e->tokenizer_warning[0]) log_warn(lg, "tokenizer: %s", e->tokenizer_warning);
+
+    size_t tlen;
+    const char *tmpl = model_engine_chat_template(e, &tlen);
+    enum chat_family fam;
+    char why[512];
+    int rc = chat_family_resolve(*cfg->chat_template ? cfg->chat_template : NULL, tmpl, tlen, &fam, why, sizeof why);
+    if (rc < 0) {
+        log_error(lg, "--chat-template: %s", why);
+        return rc;
+    }
+    if (why[0]) log_warn(lg, "%s", why);
+    log_info(lg, "chat template: %s", chat_family_name(fam));
+    d->srv.chat_family = (int)fam;
+
+    struct sched_config sc;
+    sched_config_default(&sc);
+    sc.n_ctx = e->n_ctx;
+    sc.max_seq_tokens = (int32_t)cfg->max_seq_tokens;
+    sc.batch_tokens = (int32_t)cfg->batch_tokens;
+    sc.max_step_ms = (double)cfg->max_step_ms;
+    sc.max_queue = (int32_t)cfg->max_queue;
+    sc.max_n = (int32_t)cfg->max_n;
+    sc.stall_timeout_ms = (double)cfg->stall_timeout_ms;
+    if (sc.chunk_tokens > sc.batch_tokens) sc.chunk_tokens = sc.batch_tokens;
+    rc = sched_create(&d->srv.sched, &sc, e->mem, &model_engine_ops, e);
+    if (rc < 0) {
+        log_error(lg, "scheduler: %s", err_str(rc));
+        return rc;
+    }
+    d->srv.engine = e;
+    d->loaded = NULL;
+    d->srv.created = (int64_t)time(NULL);
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s", d->model_path);
+    snprintf(d->srv.model_name, sizeof d->srv.model_name, "%s", basename(base));
+
+    uv_timer_init(d->app->loop, &d->tick);
+    d->tick.data = d;
+    d->tick_open = true;
+    uv_unref((uv_handle_t *)&d->tick); /* never what keeps the loop running */
+    uv_timer_start(&d->tick, tick_cb, TICK_MS, TICK_MS);
+    return 0;
+}
+
+static void load_after_cb(uv_work_t *w, int status) {
+    struct engine_driver *d = w->data;
+    int rc = status < 0 ? -ERR_STATE : d->load_rc;
+    if (rc < 0) log_error(&d->app->log, "loading %s: %s", d->model_path, d->load_why[0] ? d->load_why : err_str(rc));
+    else rc = start_engine(d);
+    app_loaded(d->app, rc);
+}
+
+static int driver_load(struct app *app, void *data) {
+    struct engine_driver *d = data;
+    const struct config *cfg = app->cfg;
+    int32_t n_seq_max = (int32_t)(cfg->max_n * 4 > 64 ? cfg->max_n * 4 : 64);
+    d->ec = (struct model_engine_config){
+        .path = d->model_path,
+        .kv_tokens = cfg->kv_tokens,
+        .batch_tokens = (int32_t)cfg->batch_tokens,
+        .n_seq_max = n_seq_max,
+        .max_seq_tokens = (int32_t)cfg->max_seq_tokens,
+        .n_threads = (int)cfg->threads,
+    };
+    log_info(&app->log, "loading %s", d->model_path);
+    d->load_work.data = d;
+    int rc = uv_queue_work(app->loop, &d->load_work, load_work_cb, load_after_cb);
+    return rc ? -ERR_STATE : 0;
+}
+
+/* --- lifecycle --------------------------------------------------------------------------------- */
+
+int engine_driver_init(struct engine_driver *d, struct app *app) {
+    memset(d, 0, sizeof *d);
+    d->app = app;
+    d->srv.cfg = app->cfg;
+    d->srv.state = &app->state;
+    d->srv.kick = kick;
+    d->srv.driver = d;
+    d->srv.seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+    if (*app->cfg->model) snprintf(d->model_path, sizeof d->model_path, "%s", app->cfg->model);
+    else default_model_path(d->model_path, sizeof d->model_path);
+    d->srv.model_path = d->model_path;
+    app->load = driver_load;
+    app->load_data = d;
+    return serving_routes_add(&app->router, &d->srv);
+}
+
+void engine_driver_close(struct engine_driver *d) {
+    if (d->tick_open) uv_close((uv_handle_t *)&d->tick, NULL);
+    d->tick_open = false;
+}
+
+void engine_driver_free(struct engine_driver *d) {
+    ASSERT(!d->step);
+    if (d->srv.sched) sched_destroy(d->srv.sched);
+    d->srv.sched = NULL;
+    model_engine_free(d->srv.engine);
+    model_engine_free(d->loaded);
+    d->srv.engine = d->loaded = NULL;
+}

@@ -1,0 +1,152 @@
+#include "sched/model_engine.h"
+
+#include "common/err.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int model_engine_load(struct model_engine **out, const struct model_engine_config *cfg, char *why,
+                      size_t why_len) {
+    struct model_engine *e = calloc(1, sizeof *e);
+    if (!e) return -ERR_NOMEM;
+    int rc = model_load(&e->model, cfg->path, NULL, why, why_len);
+    if (!rc) {
+        rc = tokenizer_load(&e->tok, &e->model->file, e->tokenizer_warning, sizeof e->tokenizer_warning);
+        if (rc) snprintf(why, why_len, "tokenizer: %s", e->tokenizer_warning);
+    }
+    if (rc) {
+        model_engine_free(e);
+        return rc;
+    }
+    const struct model_hparams *hp = &e->model->hp;
+    e->n_vocab = hp->n_vocab;
+    if (tokenizer_n_vocab(e->tok) != e->n_vocab) {
+        snprintf(why, why_len, "tokenizer has %d tokens, the model %d", tokenizer_n_vocab(e->tok), e->n_vocab);
+        model_engine_free(e);
+        return -ERR_FORMAT;
+    }
+    /* The scheduler keeps a token history of n_ctx per sequence: capped by the cells even for a
+     * recurrent model, whose state has no length limit. */
+    int64_t n_ctx = hp->n_ctx_train;
+    if (cfg->kv_tokens < n_ctx) n_ctx = cfg->kv_tokens;
+    if (cfg->max_seq_tokens > 0 && cfg->max_seq_tokens < n_ctx) n_ctx = cfg->max_seq_tokens;
+    e->n_ctx = (int32_t)n_ctx;
+    e->kv_tokens = cfg->kv_tokens;
+    e->n_seq_max = cfg->n_seq_max;
+    rc = model_memory_create(e->model, cfg->kv_tokens, cfg->n_seq_max, &e->mem);
+    if (rc) {
+        snprintf(why, why_len, "memory of %lld cells: %s", (long long)cfg->kv_tokens, err_str(rc));
+        model_engine_free(e);
+        return rc;
+    }
+    /* A step has at most one output row per sequence (its last prompt chunk or decode token). */
+    int32_t max_outputs = cfg->n_seq_max < cfg->batch_tokens ? cfg->n_seq_max : cfg->batch_tokens;
+    rc = forward_ctx_create(&e->fc, e->model,
+                            &(struct forward_config){.max_tokens = cfg->batch_tokens,
+                                                     .max_outputs = max_outputs,
+                                                     .n_ctx = n_ctx,
+                                                     .n_threads = cfg->n_threads});
+    if (rc) {
+        snprintf(why, why_len, "forward buffers for %d tokens: %s", cfg->batch_tokens, err_str(rc));
+        model_engine_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void model_engine_free(struct model_engine *e) {
+    if (!e) return;
+    forward_ctx_destroy(e->fc);
+    memory_destroy(e->mem);
+    tokenizer_free(e->tok);
+    model_free(e->model);
+    free(e);
+}
+
+void model_engine_describe(const struct model_engine *e, char *out, size_t cap) {
+    struct memory_usage u;
+    memory_usage(e->mem, &u);
+    const struct model_hparams *hp = &e->model->hp;
+    snprintf(out, cap,
+             "%s: %d layers, n_embd %d, n_vocab %d, context %d (trained %d); weights %.1f MiB; "
+             "memory (%s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
+             hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
+             (double)e->model->weight_bytes / (1 << 20), e->mem->ops->kind, (long long)u.cells_total,
+             e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
+}
+
+const char *model_engine_chat_template(const struct model_engine *e, size_t *len) {
+    struct gguf_str s = gguf_get_str(&e->model->file, "tokenizer.chat_template");
+    *len = s.ptr ? s.len : 0;
+    return s.ptr;
+}
+
+/* --- engine_ops ---------------------------------------------------------------------------- */
+
+static int engine_forward(void *engine, struct memory *mem, const struct batch *b, const float **logits) {
+    struct model_engine *e = engine;
+    int rc = model_forward(e->model, e->fc, mem, b);
+    *logits = e->fc->logits;
+    return rc;
+}
+
+static int32_t engine_n_vocab(void *engine) { return ((struct model_engine *)engine)->n_vocab; }
+
+static bool engine_is_eog(void *engine, int32_t token) {
+    return tokenizer_is_eog(((struct model_engine *)engine)->tok, token);
+}
+
+/* One sampler per choice: the request's parameters with the choice's seed, the prompt's tail in
+ * its penalty window. */
+static void *engine_sampler_create(void *engine, const void *params, uint64_t seed, const int32_t *prompt,
+                                   int32_t n_prompt) {
+    struct model_engine *e = engine;
+    struct sampler_params p = *(const struct sampler_params *)params;
+    p.seed = seed;
+    int32_t window = p.repeat_last_n < 0 ? e->n_ctx : p.repeat_last_n;
+    struct sampler *s;
+    if (sampler_create(&s, e->n_vocab, window > 0 ? window : 1) < 0) return NULL;
+    if (sampler_reset(s, &p) < 0) {
+        sampler_destroy(s);
+        return NULL;
+    }
+    for (int32_t i = n_prompt > window ? n_prompt - window : 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
+    return s;
+}
+
+static int32_t engine_sample(void *engine, void *sampler, const float *logits, int32_t n_probs,
+                             struct sched_token_probs *probs) {
+    struct sampler_prob top[SAMPLER_MAX_PROBS + 1];
+    int32_t n_top = 0;
+    int32_t tok = sampler_sample(sampler, logits, probs ? top : NULL, &n_top);
+    sampler_accept(sampler, tok);
+    if (probs) { /* top[0..n_probs): the alternatives; the chosen token is among them or last */
+        int32_t n_alt = n_top < n_probs ? n_top : n_probs;
+        if (n_alt > SCHED_MAX_PROBS) n_alt = SCHED_MAX_PROBS;
+        probs->token = tok;
+        probs->n_top = n_alt;
+        probs->logprob = 0;
+        for (int32_t i = 0; i < n_top; i++)
+            if (top[i].token == tok) probs->logprob = top[i].logprob;
+        for (int32_t i = 0; i < n_alt; i++) {
+            probs->top_token[i] = top[i].token;
+            probs->top_logprob[i] = top[i].logprob;
+        }
+    }
+    return tok;
+}
+
+static void engine_sampler_free(void *engine, void *sampler) { sampler_destroy(sampler); }
+
+const struct sched_engine_ops model_engine_ops = {
+    .forward = engine_forward,
+    .n_vocab = engine_n_vocab,
+    .is_eog = engine_is_eog,
+    .sampler_create = engine_sampler_create,
+    .sample = engine_sample,
+    .sampler_free = engine_sampler_free,
+};

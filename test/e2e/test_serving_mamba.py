@@ -1,0 +1,39 @@
+"""Serving a recurrent model (Mamba, one state per sequence, no partial removal): concurrent greedy
+requests and n choices give what the requests give alone."""
+import pytest
+
+from conftest import Server
+from serving_helpers import PROMPTS, greedy, metrics, post, run_concurrently, shared_model, wait_ready
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = wait_ready(Server(["-m", shared_model("mamba-spm-q8_0.gguf"), "--batch-tokens", "24"]))
+    yield s
+    s.check_clean_exit()
+
+
+def test_mamba_props_and_memory_kind(srv):
+    status, props = srv.json("GET", "/props")
+    assert status == 200 and props["model"] == "mamba-spm-q8_0.gguf"
+    assert metrics(srv)["uvlm_kv_cells_total"] == 64  # one recurrent state per sequence id
+    assert "recurrent" in srv.log()
+
+
+def test_mamba_concurrent_and_n_choices_equal_alone(srv):
+    reqs = [greedy(p, n_predict=6, cache_prompt=False) for p in PROMPTS[:4]]
+    alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
+    together = run_concurrently([lambda r=r: post(srv, "/completion", r)[1]["content"] for r in reqs])
+    assert together == alone and len(set(alone)) > 1
+    status, body = post(srv, "/completion", dict(reqs[0], n=3))
+    assert status == 200 and [c["content"] for c in body] == [alone[0]] * 3
+
+
+def test_mamba_prompt_cache_extends_a_whole_prefix(srv):
+    # a recurrent state is reused only when a cached sequence is a whole prefix of the new prompt
+    _, first = post(srv, "/completion", greedy("And God said", n_predict=3))
+    _, second = post(srv, "/completion", greedy("And God said" + first["content"] + " and", n_predict=3))
+    assert second["tokens_cached"] > 0
+    _, fresh = post(srv, "/completion", greedy("And God said" + first["content"] + " and", n_predict=3,
+                                                cache_prompt=False))
+    assert fresh["tokens_cached"] == 0 and fresh["content"] == second["content"]
