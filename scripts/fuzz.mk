@@ -1,46 +1,77 @@
 # fuzz.mk: libFuzzer targets (clang, ASan + UBSan) in build-fuzz/. Run from the repository root:
-#   make fuzz                      build every target and run each for FUZZ_SECONDS (default 60)
-#   make fuzz FUZZ_SECONDS=600     longer runs
-#   make fuzz FUZZ_TARGETS=gguf    one target
-#   make -f scripts/fuzz.mk build  only build
-# Each target starts from its committed seed corpus test/fuzz/corpus/NAME/ and keeps what it finds
-# in build-fuzz/corpus/NAME/; crashes are written as build-fuzz/crash-* (reproduce with
-# build-fuzz/fuzz-NAME build-fuzz/crash-...). The tokenizer target needs ../shared/vocab.
+#   make fuzz                          build every target and run each for FUZZ_SECONDS (default 60)
+#   make fuzz FUZZ_SECONDS=600         longer runs
+#   make fuzz FUZZ_TARGETS=gguf        one target (http api gguf tokenizer)
+#   make fuzz FUZZ_RUNS=10000000       stop each target after this many executions instead
+#   make -f scripts/fuzz.mk build      only build
+# Targets (test/fuzz/NAME_fuzz.c):
+#   http       the HTTP request parser (src/net/parse.c over llhttp), reads cut at every size
+#   api        JSON request parsing/validation of every endpoint + response rendering + stop strings
+#   gguf       the GGUF reader and the tokenizer loader behind it
+#   tokenizer  encode/decode/streaming detokenizer on the shared vocabularies (needs ../shared/vocab)
+# Each target starts from its committed seed corpus test/fuzz/corpus/NAME/ (plus the regression
+# inputs in test/fuzz/regress/NAME/) and keeps what it finds in build-fuzz/corpus/NAME/. A crash is
+# written as build-fuzz/crash-*: reproduce with build-fuzz/fuzz-NAME FILE, fix, then commit the file
+# to test/fuzz/regress/NAME/ where `make test` replays it (test/fuzz/replay_test.c).
+# The run ends with one line per target: executions, seconds, and the result.
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS    ?= -1
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LLHTTP_DIR   := /usr/share/llhttp
+LLHTTP_INC   := /usr/share/include/llhttp
 FUZZ_CFLAGS  := $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror \
-                -Wno-unused-parameter -Isrc
+                -Wno-unused-parameter -Isrc -I$(LLHTTP_INC)
 
-# The layers the targets exercise (they need no libuv, jansson or BLAS).
-FUZZ_SRCS    := src/common/err.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
-FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS))
-FUZZ_TARGETS ?= gguf tokenizer
+FUZZ_TARGETS ?= http api gguf tokenizer
+
+# What each target links: only the layers it exercises (no libuv, no BLAS).
+FUZZ_SRCS_gguf      := src/common/err.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
+FUZZ_SRCS_tokenizer := $(FUZZ_SRCS_gguf)
+FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c
+FUZZ_SRCS_api       := src/common/err.c $(addprefix src/api/,params.c render.c chat_json.c chat_template.c \
+                       errors.c stream_text.c)
+FUZZ_LLHTTP_http    := $(FUZZ_BUILD)/llhttp/api.o $(FUZZ_BUILD)/llhttp/http.o $(FUZZ_BUILD)/llhttp/llhttp.o
+FUZZ_LIBS_api       := -ljansson
+$(foreach t,http api gguf tokenizer,$(eval FUZZ_OBJS_$(t) := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS_$(t)))))
 FUZZ_MAXLEN_gguf      := 65536
 FUZZ_MAXLEN_tokenizer := 8192
+FUZZ_MAXLEN_http      := 8192
+FUZZ_MAXLEN_api       := 16384
 
 SHELL := /bin/bash
 .PHONY: run build
+.SECONDEXPANSION:
 run: build
-	@for t in $(FUZZ_TARGETS); do \
+	@summary=""; status=0; \
+	for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	  log=$(FUZZ_BUILD)/fuzz-$$t.log; \
-	  maxlen=$$(if [ $$t = gguf ]; then echo $(FUZZ_MAXLEN_gguf); else echo $(FUZZ_MAXLEN_tokenizer); fi); \
+	  case $$t in gguf) maxlen=$(FUZZ_MAXLEN_gguf);; tokenizer) maxlen=$(FUZZ_MAXLEN_tokenizer);; \
+	              http) maxlen=$(FUZZ_MAXLEN_http);; *) maxlen=$(FUZZ_MAXLEN_api);; esac; \
+	  seeds=test/fuzz/corpus/$$t; [ -d test/fuzz/regress/$$t ] && seeds="$$seeds test/fuzz/regress/$$t"; \
 	  echo "== fuzz-$$t for $(FUZZ_SECONDS)s (log: $$log)"; \
-	  if ! $(FUZZ_BUILD)/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -max_len=$$maxlen \
-	       -artifact_prefix=$(FUZZ_BUILD)/ -print_final_stats=1 \
-	       $(FUZZ_BUILD)/corpus/$$t test/fuzz/corpus/$$t >$$log 2>&1; then \
-	    tail -40 $$log; echo "!! fuzz-$$t failed: input saved as $(FUZZ_BUILD)/crash-*"; exit 1; \
-	  fi; \
-	  grep -E 'stat::number_of_executed_units|stat::peak_rss_mb|^#[0-9]+ +DONE' $$log; \
-	done
+	  start=$$(date +%s); \
+	  if $(FUZZ_BUILD)/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -rss_limit_mb=4096 \
+	       -max_len=$$maxlen -artifact_prefix=$(FUZZ_BUILD)/ -print_final_stats=1 \
+	       $(FUZZ_BUILD)/corpus/$$t $$seeds >$$log 2>&1; then result=clean; \
+	  else tail -40 $$log; result="FAILED (input saved as $(FUZZ_BUILD)/crash-*)"; status=1; fi; \
+	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$log | tail -1); \
+	  summary="$$summary$$(printf '%-10s %12s executions %6ss  %s' $$t "$${execs:-?}" $$(( $$(date +%s) - start )) "$$result")\n"; \
+	done; \
+	printf "== fuzz summary (ASan+UBSan, libFuzzer)\n$$summary"; exit $$status
 
 build: $(patsubst %,$(FUZZ_BUILD)/fuzz-%,$(FUZZ_TARGETS))
 
-$(FUZZ_BUILD)/fuzz-%: test/fuzz/%_fuzz.c $(FUZZ_OBJS)
+$(FUZZ_BUILD)/fuzz-%: test/fuzz/%_fuzz.c $$(FUZZ_OBJS_$$*) $$(FUZZ_LLHTTP_$$*)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS_$*) -lm
+
+# llhttp is generated code: built without our warning flags.
+$(FUZZ_BUILD)/llhttp/%.o: $(LLHTTP_DIR)/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -I$(LLHTTP_INC) -c $< -o $@
 
 $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -1,0 +1,61 @@
+"""Fault scenarios of scripts/faults, run small: slow readers, byte-by-byte request heads, more
+connections than allowed, a missing/corrupt model at start, a full request queue and exhausted KV
+memory under load. Each scenario judges itself (scripts/faults prints the same verdicts)."""
+import importlib.machinery
+import importlib.util
+import os
+import types
+
+import pytest
+
+from conftest import BIN, ROOT
+
+_loader = importlib.machinery.SourceFileLoader("faults", os.path.join(ROOT, "scripts", "faults"))
+faults = importlib.util.module_from_spec(importlib.util.spec_from_loader("faults", _loader))
+_loader.exec_module(faults)
+
+# loose /health bound: this is a shared 2-core machine running a Python load generator too
+ARGS = types.SimpleNamespace(bin=BIN, model=None, clients=16, health_ms=200)
+
+needs_model = pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
+                                 reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
+
+
+def run(name, **kw):
+    v = faults.SCENARIOS[name](types.SimpleNamespace(**dict(vars(ARGS), **kw)))
+    print(v)
+    assert v.ok, str(v)
+
+
+def test_slow_readers_are_closed_with_bounded_memory():
+    run("slow-readers")
+
+
+def test_byte_by_byte_heads_time_out_with_408():
+    run("byte-by-byte")
+
+
+def test_connections_over_the_limit_get_503_retry_after_then_recover():
+    run("conn-limit")
+
+
+@needs_model
+def test_missing_or_corrupt_model_fails_at_start_naming_the_file():
+    run("bad-model", bad_model_exit=None)
+
+
+@needs_model
+@pytest.mark.xfail(reason="the issue asks exit 2 for a missing/corrupt model; src/net/server.c exits 1 "
+                          "on a failed load (its owner's call, reported to the lead)")
+def test_missing_or_corrupt_model_exits_2():
+    run("bad-model")
+
+
+@needs_model
+def test_full_queue_gives_503_retry_after_then_recovers():
+    run("queue-full", clients=24)
+
+
+@needs_model
+def test_exhausted_kv_memory_preempts_and_every_request_completes():
+    run("kv-exhausted", clients=8)

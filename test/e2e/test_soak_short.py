@@ -1,0 +1,47 @@
+"""Short soak runs of scripts/soak (the full one is 10 minutes with 500 connections: see README,
+"Reliability"). Each run starts its own uvlm ($UVLM_BIN, an ASan build under make check, whose
+LeakSanitizer report at exit fails the run), mixes streaming and non-streaming requests with 20%
+of the streams left mid-way, and drains the server on SIGTERM during the load: every request not
+left on purpose must get a complete, valid answer. The /health bound is loose here (a shared
+2-core machine also runs the load generator); the full soak's figures are in the README."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BIN, ROOT
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+
+
+def soak(tmp_path, *args):
+    out = tmp_path / "soak.json"
+    p = subprocess.run([PY, os.path.join(ROOT, "scripts", "soak"), "--bin", BIN, "--json", str(out),
+                        "--health-p99-ms", "250", "--rss-growth", "0.5"] + list(args),
+                       capture_output=True, text=True, timeout=240, cwd=ROOT)
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(out.read_text())
+    assert summary["failed"] == 0 and summary["ok"] > 0
+    return summary
+
+
+def test_soak_http_layer_with_drain_under_load(tmp_path):
+    s = soak(tmp_path, "--debug", "--duration", "8", "--connections", "100", "--sigterm-at", "6")
+    assert s["disconnected"] > 0 and s["refused_while_draining"] >= 0
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
+                    reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
+def test_soak_model_short(tmp_path):
+    s = soak(tmp_path, "--duration", "14", "--connections", "64", "--max-tokens", "8")
+    assert s["disconnected"] > 0
+    assert all(c["pass"] for c in s["checks"])
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
+                    reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
+def test_sigterm_during_model_load_drops_no_request(tmp_path):
+    s = soak(tmp_path, "--duration", "8", "--connections", "48", "--max-tokens", "24", "--sigterm-at", "5")
+    assert s["refused_while_draining"] > 0  # the load went on into the drain
