@@ -220,7 +220,7 @@ static void job_finish(struct gen_job *job) {
                 stream_send(job, render_oai_usage_chunk(&job->meta, rs, (size_t)n, job->p.endpoint == API_OAI_CHAT));
             if (!job->dead && http_sse_send(job->req, "[DONE]", 6) < 0) job->dead = true;
         }
-        serving_count(srv, 200);
+        serving_count(srv, job->dead ? 499 : 200); /* 499: the client went away mid-stream */
         http_sse_end(job->req);
     } else {
         char *json = NULL;
