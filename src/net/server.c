@@ -96,7 +96,9 @@ void app_loaded(struct app *app, int status) {
     if (app->state != APP_LOADING) return; /* a drain started meanwhile */
     if (status < 0) {
         log_error(&app->log, "loading failed: %s", err_str(status));
-        app->exit_status = 1;
+        /* A model (or setting) that cannot be used is a configuration error, status 2 like a bad
+         * flag; running out of memory or an I/O error is a failure of the run, status 1. */
+        app->exit_status = status == -ERR_NOMEM || status == -ERR_IO ? 1 : 2;
         app_stop(app);
         return;
     }

@@ -117,7 +117,8 @@ int app_start(struct app *app);
 /* Register a stop hook (called once, in registration order). -ERR_NOMEM when full. */
 int app_on_stop(struct app *app, app_stop_fn fn, void *data);
 
-/* The loader is done: status 0 -> ready; an error -> logged, the server stops (exit 1). */
+/* The loader is done: status 0 -> ready; an error -> logged, the server stops (exit status 2 for
+ * a model or setting that cannot be used, 1 for -ERR_NOMEM / -ERR_IO). */
 void app_loaded(struct app *app, int status);
 
 /* Begin the graceful drain (what SIGTERM does). */

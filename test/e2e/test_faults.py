@@ -45,8 +45,6 @@ def test_missing_or_corrupt_model_fails_at_start_naming_the_file():
 
 
 @needs_model
-@pytest.mark.xfail(reason="the issue asks exit 2 for a missing/corrupt model; src/net/server.c exits 1 "
-                          "on a failed load (its owner's call, reported to the lead)")
 def test_missing_or_corrupt_model_exits_2():
     run("bad-model")
 

@@ -21,17 +21,17 @@ def test_model_endpoints_say_loading_until_ready():
         srv.check_clean_exit()
 
 
-def test_missing_model_exits_1_naming_it():
+def test_missing_model_exits_2_naming_it():
     p = subprocess.run([BIN, "--port", "0", "-m", "/nonexistent/model.gguf"], cwd=ROOT, capture_output=True,
                        text=True, timeout=30)
-    assert p.returncode == 1
+    assert p.returncode == 2
     assert "/nonexistent/model.gguf" in p.stderr and "loading failed" in p.stderr
 
 
 def test_unknown_chat_template_is_refused_at_load():
     p = subprocess.run([BIN, "--port", "0", "--chat-template", "nosuch"], cwd=ROOT, capture_output=True,
                        text=True, timeout=30)
-    assert p.returncode == 1 and "chatml" in p.stderr  # the message lists the known names
+    assert p.returncode == 2 and "chatml" in p.stderr  # the message lists the known names
 
 
 def test_drain_lets_a_generation_finish():
