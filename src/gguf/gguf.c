@@ -67,8 +67,7 @@ static int read_str(struct cursor *c, struct gguf_str *s, const char *what) {
     return 0;
 }
 
-/* Size of one scalar value of type t, or 0 for string/array/unknown. */
-static size_t scalar_size(uint32_t t) {
+size_t gguf_vtype_size(uint32_t t) {
     switch (t) {
     case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
     case GGUF_UINT16: case GGUF_INT16: return 2;
@@ -117,7 +116,7 @@ static int skip_array(struct cursor *c, const struct gguf_str *key, struct gguf_
         *n_strings += arr->n;
         return 0;
     }
-    size_t es = scalar_size(et);
+    size_t es = gguf_vtype_size(et);
     if (!es)
         return fail(c, ERR_FORMAT, "key '%.*s': unsupported array element type %u",
                     (int)key->len, key->ptr, et);
@@ -137,7 +136,7 @@ static int read_kv(struct cursor *c, struct gguf_kv *kv, uint64_t *n_strings) {
     kv->type = t;
     if (t == GGUF_STRING) return read_str(c, &kv->v.str, "string value");
     if (t == GGUF_ARRAY) return skip_array(c, &kv->key, &kv->v.arr, n_strings);
-    size_t sz = scalar_size(t);
+    size_t sz = gguf_vtype_size(t);
     if (!sz)
         return fail(c, ERR_FORMAT, "key '%.*s': unknown value type %u", (int)kv->key.len, kv->key.ptr, t);
     if (left(c) < sz)
@@ -371,14 +370,14 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 
 int64_t gguf_get_int(const struct gguf_file *f, const char *key, int64_t dflt) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || !scalar_size(kv->type) || kv->type == GGUF_FLOAT32 || kv->type == GGUF_FLOAT64) return dflt;
+    if (!kv || !gguf_vtype_size(kv->type) || kv->type == GGUF_FLOAT32 || kv->type == GGUF_FLOAT64) return dflt;
     if (is_signed(kv->type)) return kv->v.i64;
     return kv->v.u64 > INT64_MAX ? dflt : (int64_t)kv->v.u64;
 }
 
 double gguf_get_float(const struct gguf_file *f, const char *key, double dflt) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || !scalar_size(kv->type) || kv->type == GGUF_BOOL) return dflt;
+    if (!kv || !gguf_vtype_size(kv->type) || kv->type == GGUF_BOOL) return dflt;
     if (kv->type == GGUF_FLOAT32 || kv->type == GGUF_FLOAT64) return kv->v.f64;
     return is_signed(kv->type) ? (double)kv->v.i64 : (double)kv->v.u64;
 }
@@ -399,7 +398,7 @@ const struct gguf_array *gguf_get_arr(const struct gguf_file *f, const char *key
 }
 
 static void array_elem(const struct gguf_array *a, uint64_t i, struct gguf_kv *out) {
-    size_t es = scalar_size(a->type);
+    size_t es = gguf_vtype_size(a->type);
     ASSERT(es && i < a->n);
     decode_scalar(a->type, (const uint8_t *)a->data + i * es, out);
 }

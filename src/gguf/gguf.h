@@ -105,6 +105,9 @@ const struct gguf_array *gguf_get_arr(const struct gguf_file *f, const char *key
 double gguf_arr_float(const struct gguf_array *a, uint64_t i);
 int64_t gguf_arr_int(const struct gguf_array *a, uint64_t i);
 
+/* Bytes of one value of a scalar type (1, 2, 4 or 8); 0 for strings, arrays and unknown types. */
+size_t gguf_vtype_size(uint32_t type);
+
 /* gguf_str equality with a C string. */
 bool gguf_str_eq(struct gguf_str s, const char *cstr);
 

@@ -60,17 +60,6 @@ void gguf_writer_set_bool(struct gguf_writer *w, const char *k, bool v) {
     put(w, &b, 1);
 }
 
-/* Bytes of one element of a scalar type; 0 for strings and arrays. */
-static size_t scalar_size(enum gguf_vtype t) {
-    switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv) {
     if (!kv) {
         if (!w->err) w->err = -ERR_INVAL;
@@ -88,7 +77,7 @@ void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv) {
         if (a->type == GGUF_STRING)
             for (uint64_t i = 0; i < a->n; i++) put_str(w, a->strs[i].ptr, a->strs[i].len);
         else
-            put(w, a->data, (size_t)(a->n * scalar_size(a->type)));
+            put(w, a->data, (size_t)(a->n * gguf_vtype_size(a->type)));
     } else {
         /* The reader widened scalars into the union: write back the file's width (little-endian). */
         uint64_t bits = kv->v.u64;
@@ -98,7 +87,7 @@ void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv) {
         } else if (kv->type == GGUF_FLOAT64) {
             put(w, &kv->v.f64, 8);
         } else {
-            put(w, &bits, scalar_size(kv->type));
+            put(w, &bits, gguf_vtype_size(kv->type));
         }
     }
 }
