@@ -37,6 +37,9 @@ const struct config_setting config_settings[] = {
      "compute threads of the forward pass (0: all cores)"},
     {"max-seq-tokens", 0, CONFIG_INT, F(max_seq_tokens), "0", 0, 1LL << 24, NULL,
      "most tokens (prompt + generated) per sequence, below the model's context (0: the context)"},
+    {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,
+     "recurrent (Mamba) models: sequence states held at once, live or cached; more requests "
+     "take turns (0: one per sequence id)"},
     {"stall-timeout", 0, CONFIG_MS, F(stall_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,

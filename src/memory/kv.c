@@ -234,6 +234,7 @@ static void kv_destroy(struct memory *m) {
 static const struct memory_ops kv_ops = {
     .kind = "kv",
     .partial_removal = true,
+    .fixed_seq_cells = false,
     .reserve = kv_reserve,
     .cells_needed = kv_cells_needed,
     .seq_rm = kv_seq_rm,

@@ -37,6 +37,11 @@ struct memory_usage {
 struct memory_ops {
     const char *kind;       /* "kv" or "recurrent" */
     bool partial_removal;   /* seq_rm of a range that is not the whole sequence works */
+    /* A sequence holds the same cells whatever its length (a recurrent state: one cell, copied
+     * whole by seq_cp and seq_save). Such a memory never runs out as sequences grow, so memory
+     * pressure never preempts anything; the scheduler time-slices its cells instead when work
+     * waits for one (sched.h), since a save is one bounded copy. */
+    bool fixed_seq_cells;
     /* Make room for every entry of b (all-or-nothing): -ERR_NOMEM and nothing changed when the
      * free cells are not enough. On success the forward pass may write the batch's entries. */
     int (*reserve)(struct memory *m, const struct batch *b);

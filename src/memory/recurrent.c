@@ -169,6 +169,7 @@ static void rm_destroy(struct memory *m) {
 static const struct memory_ops recurrent_ops = {
     .kind = "recurrent",
     .partial_removal = false,
+    .fixed_seq_cells = true,
     .reserve = rm_reserve,
     .cells_needed = rm_cells_needed,
     .seq_rm = rm_seq_rm,

@@ -10,7 +10,8 @@
  * so the server's sequence budget sizes it (the bytes are n_cells * cell bytes, see
  * memory_usage().bytes to log them). A new sequence starts from the zero state.
  *
- * What the interface reports (memory.h): ops->kind == "recurrent", ops->partial_removal == false.
+ * What the interface reports (memory.h): ops->kind == "recurrent", ops->partial_removal == false,
+ * ops->fixed_seq_cells == true (one cell per sequence, however long).
  *   reserve(b)       every sequence of b gets a cell; a sequence without one needs a free cell
  *                    (-ERR_NOMEM, nothing changed, when there are too few). Rules (-ERR_INVAL,
  *                    nothing changed): sequence ids in [0, n_seq_max); a sequence's entries are

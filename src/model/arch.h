@@ -14,6 +14,7 @@ struct arch_impl {
     size_t (*ctx_bytes)(const struct forward_ctx *fc);
     int (*forward)(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b);
     int (*memory_create)(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+    bool memory_counts_states; /* memory_create's n_cells are sequence states, not tokens */
     /* Families with their own tensors (mamba): hparams and weights from m->file, and their release.
      * NULL: the transformer loader of model.c. */
     int (*load)(struct model *m, char *why, size_t why_len);

@@ -450,6 +450,7 @@ const struct arch_impl mamba_impl = {
     .ctx_bytes = arch_ctx_bytes,
     .forward = arch_forward,
     .memory_create = arch_memory_create,
+    .memory_counts_states = true,
     .load = arch_load,
     .unload = arch_unload,
 };

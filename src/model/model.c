@@ -211,6 +211,8 @@ int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_ma
     return m->hp.impl->memory_create(m, n_cells, n_seq_max, out);
 }
 
+bool model_memory_counts_states(const struct model *m) { return m->hp.impl->memory_counts_states; }
+
 int forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     struct forward_config c = *cfg;
     if (c.max_tokens <= 0) return -ERR_INVAL;

@@ -100,6 +100,9 @@ void model_free(struct model *m);
 /* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences; for a
  * recurrent model (mamba) min(n_cells, n_seq_max) sequence states (memory/recurrent.h). */
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+/* Does model_memory_create's n_cells count sequence states (a recurrent model) rather than
+ * tokens? Lets a server size each kind from its own budget. */
+bool model_memory_counts_states(const struct model *m);
 
 struct forward_config {
     int32_t max_tokens;   /* largest batch (entries) */

@@ -141,6 +141,7 @@ static int driver_load(struct app *app, void *data) {
         .batch_tokens = (int32_t)cfg->batch_tokens,
         .n_seq_max = n_seq_max,
         .max_seq_tokens = (int32_t)cfg->max_seq_tokens,
+        .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
         .n_threads = (int)cfg->threads,
     };
     log_info(&app->log, "loading %s", d->model_path);

@@ -36,7 +36,10 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     e->n_ctx = (int32_t)n_ctx;
     e->kv_tokens = cfg->kv_tokens;
     e->n_seq_max = cfg->n_seq_max;
-    rc = model_memory_create(e->model, cfg->kv_tokens, cfg->n_seq_max, &e->mem);
+    /* a memory counted in sequence states is sized by its own budget, not in tokens */
+    int64_t n_cells = cfg->kv_tokens;
+    if (model_memory_counts_states(e->model)) n_cells = cfg->recurrent_states > 0 ? cfg->recurrent_states : cfg->n_seq_max;
+    rc = model_memory_create(e->model, n_cells, cfg->n_seq_max, &e->mem);
     if (rc) {
         snprintf(why, why_len, "memory of %lld cells: %s", (long long)cfg->kv_tokens, err_str(rc));
         model_engine_free(e);

@@ -24,6 +24,7 @@ void sched_config_default(struct sched_config *c) {
         .stall_factor = 10,
         .stall_grace_ms = 1000,
         .preempt_recompute = false,
+        .timeslice_steps = 16,
     };
 }
 
@@ -149,7 +150,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         .prompt = prompt,
         .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
         .n_probs = in->n_probs, .cache_prompt = in->cache_prompt, .ignore_eos = in->ignore_eos,
-        .samplers = samplers, .seqs = seqs, .n_live = n_choices,
+        .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };
     if (s->queue_tail) s->queue_tail->next = r;
     else s->queue_head = r;
@@ -264,7 +265,7 @@ int sched_create(struct sched **out, const struct sched_config *cfg, struct memo
                  const struct sched_engine_ops *ops, void *engine) {
     *out = NULL;
     if (cfg->n_ctx < 2 || cfg->max_seq_tokens < 0 || cfg->batch_tokens < 1 ||
-        cfg->chunk_tokens < 1 || cfg->max_queue < 1 || cfg->max_n < 1 || cfg->starve_steps < 0 ||
+        cfg->chunk_tokens < 1 || cfg->max_queue < 1 || cfg->max_n < 1 || cfg->starve_steps < 0 || cfg->timeslice_steps < 0 ||
         !(cfg->max_step_ms > 0) || mem->n_seq_max < 1)
         return -ERR_INVAL;
     struct sched *s = calloc(1, sizeof *s);

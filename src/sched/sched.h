@@ -108,6 +108,8 @@ struct sched_config {
     double stall_factor;      /* a step past factor x its expected time (+ stall_grace_ms): stalled (10) */
     double stall_grace_ms;    /* (1000) */
     bool preempt_recompute;   /* drop and recompute preempted sequences instead of saving (false) */
+    int32_t timeslice_steps;  /* memory with fixed-size sequences: a waiter gets a cell after this
+                               * many steps, and a sequence keeps one at least this long (16; 0: off) */
 };
 
 /* Fill defaults; n_ctx must still be set. */

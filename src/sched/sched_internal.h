@@ -38,6 +38,9 @@ struct seq {
     int64_t serial;         /* admission order: ties are broken by it (determinism) */
     uint64_t lru;           /* CACHE: last use */
     int64_t cells;          /* cells held, refreshed after each step */
+    int64_t held_since;     /* LIVE in memory: first step it could run in since it got memory */
+    int64_t wait_since;     /* preempted: the step that saved it (time-slicing) */
+    bool sliced;            /* preempted by time-slicing: waits its turn behind older waiters */
 };
 
 enum req_state { REQ_FREE, REQ_QUEUED, REQ_ACTIVE };
@@ -59,6 +62,7 @@ struct sched_req {
     bool cancelled;         /* release at the next sweep, no callbacks */
     int32_t n_cached;
     double t_admit, t_first;
+    int64_t wait_since;     /* QUEUED: the last step built before submission (time-slicing) */
     struct sched_req *next; /* queue / free list */
 };
 
@@ -81,6 +85,7 @@ struct step_sample {
  * faults on a fresh snapshot), the loop thread only frees the cells afterwards. */
 struct step_save {
     int32_t seq;
+    bool sliced;            /* a time-slice preemption rather than memory pressure */
     int64_t cells;
     struct memory_snapshot *snap;
     int err;

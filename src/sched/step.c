@@ -40,7 +40,7 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     for (int32_t c = 0; c < r->n_choices; c++) {
         struct seq *q = &s->seqs[r->seqs[c]];
         *q = (struct seq){.kind = SEQ_LIVE, .req = r, .choice = c, .tokens = q->tokens,
-                          .last_served = -1, .serial = ++s->next_serial};
+                          .last_served = -1, .serial = ++s->next_serial, .held_since = s->step.number + 1};
         if (c == 0) {
             memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
             q->n_tokens = r->n_prompt;
@@ -62,13 +62,22 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
 /* Bring one preempted sequence back; false when it has to wait. */
 static bool resume_one(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
+    q->held_since = s->step.number + 1;
+    q->sliced = false;
     if (q->snap) {
-        if (!sched_cache_make_room(s, q->snap_cells + memory_cells_needed(s->mem, id, q->n_tokens - q->n_past)))
-            return false;
+        /* room for the snapshot, then, restored (so that the memory knows what the sequence
+         * holds: a recurrent state needs nothing more), for the rest of its tokens */
+        if (!sched_cache_make_room(s, q->snap_cells)) return false;
         if (memory_seq_restore(s->mem, id, q->snap) != 0) return false;
+        q->in_memory = true;
+        if (!sched_cache_make_room(s, 0)) {
+            int rc = memory_seq_rm(s->mem, id, 0, -1);
+            ASSERT(rc == 0);
+            q->in_memory = false;
+            return false;
+        }
         memory_snapshot_free(s->mem, q->snap);
         q->snap = NULL;
-        q->in_memory = true;
         return true;
     }
     q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
@@ -81,25 +90,49 @@ static bool resume_one(struct sched *s, int32_t id) {
     return false;
 }
 
+/* Does preempted a resume before preempted b? Memory pressure's victims first, by admission;
+ * then time-sliced ones, longest waiting first. */
+static bool resumes_before(const struct seq *a, const struct seq *b) {
+    if (a->sliced != b->sliced) return !a->sliced;
+    if (a->sliced && a->wait_since != b->wait_since) return a->wait_since < b->wait_since;
+    return a->serial < b->serial;
+}
+
 static int32_t oldest_preempted(const struct sched *s) {
     int32_t best = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
         if (q->kind == SEQ_LIVE && !q->in_memory && !q->forking && !q->req->cancelled &&
-            (best < 0 || q->serial < s->seqs[best].serial))
+            (best < 0 || resumes_before(q, &s->seqs[best])))
             best = i;
     }
     return best;
 }
 
-/* Preempted sequences first (they are older), then the queue, in order; stop at the first that
- * does not fit so that a big request is not overtaken forever by small ones. */
+/* The waiter admit() serves next: *id a preempted sequence or *r the queue's head (the other -1 /
+ * NULL; both when nothing waits). A sequence preempted for memory goes before new requests (it
+ * is older); one preempted by time-slicing waits behind requests queued before its preemption. */
+static void next_waiter(const struct sched *s, int32_t *id, struct sched_req **r) {
+    *id = oldest_preempted(s);
+    *r = s->queue_head;
+    if (*id < 0 || !*r) return;
+    const struct seq *q = &s->seqs[*id];
+    if (q->sliced && q->wait_since > (*r)->wait_since) *id = -1;
+    else *r = NULL;
+}
+
+/* Waiters in next_waiter order; stop at the first that does not fit so that a big request is not
+ * overtaken forever by small ones. */
 static void admit(struct sched *s, double now_ms) {
-    for (int32_t id; (id = oldest_preempted(s)) >= 0;)
-        if (!resume_one(s, id)) return;
-    while (s->queue_head) {
-        struct sched_req *r = s->queue_head;
-        if (!admit_one(s, r, now_ms)) return;
+    for (;;) {
+        int32_t id;
+        struct sched_req *r;
+        next_waiter(s, &id, &r);
+        if (id >= 0) {
+            if (!resume_one(s, id)) return;
+            continue;
+        }
+        if (!r || !admit_one(s, r, now_ms)) return;
         s->queue_head = r->next;
         if (!s->queue_head) s->queue_tail = NULL;
         r->next = NULL;
@@ -129,11 +162,16 @@ static void insert_ordered(const struct sched *s, int32_t *order, int32_t n, int
     order[j] = id;
 }
 
+/* Is id the sequence this step saves (a time-slice preemption riding along with the batch)? */
+static bool saving(const struct sched *s, int32_t id) {
+    return s->step.has_save && s->step.save.seq == id;
+}
+
 static void collect(struct sched *s) {
     s->n_decode = s->n_prompt = 0;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled) continue;
+        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled || saving(s, i)) continue;
         int32_t remaining = q->n_tokens - q->n_past;
         ASSERT(remaining >= 1);
         if (remaining == 1) insert_ordered(s, s->decode_order, s->n_decode++, i);
@@ -201,7 +239,7 @@ static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
     int64_t most = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled) continue;
+        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled || saving(s, i)) continue;
         holders++;
         int64_t cells = memory_seq_cells(s->mem, i);
         if (cells > most || (cells == most && q->serial > s->seqs[victim].serial)) {
@@ -213,12 +251,44 @@ static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
     return holders < 2 ? -1 : victim;
 }
 
+/* The time-slice victim (sched.h): when the next waiter has waited timeslice_steps and lacks
+ * only memory, the live sequence that has held its memory longest, if for timeslice_steps at
+ * least (ties: the earliest admitted); -1 otherwise. Only for a memory whose sequences never grow
+ * (memory_ops.fixed_seq_cells): elsewhere memory pressure preempts, and a save is costly. */
+static int32_t timeslice_victim(const struct sched *s, int64_t *cells_out) {
+    if (!s->mem->ops->fixed_seq_cells || s->cfg.timeslice_steps <= 0) return -1;
+    int64_t now = s->step.number, slice = s->cfg.timeslice_steps;
+    int32_t wid;
+    struct sched_req *r;
+    next_waiter(s, &wid, &r);
+    if (wid >= 0 && now - s->seqs[wid].wait_since < slice) return -1;
+    if (r) { /* a request also needs free sequence ids, which no preemption gives */
+        int32_t ids = 0;
+        for (int32_t i = 0; i < s->n_seq; i++) ids += s->seqs[i].kind != SEQ_LIVE;
+        if (now - r->wait_since < slice || ids < r->n_choices) return -1;
+    }
+    if (wid < 0 && !r) return -1;
+    int32_t victim = -1;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind != SEQ_LIVE || !q->in_memory || q->forking || q->req->cancelled) continue;
+        if (now - q->held_since < slice || memory_seq_cells(s->mem, i) == 0) continue;
+        const struct seq *v = victim >= 0 ? &s->seqs[victim] : NULL;
+        if (!v || q->held_since < v->held_since || (q->held_since == v->held_since && q->serial < v->serial))
+            victim = i;
+    }
+    if (victim >= 0) *cells_out = memory_seq_cells(s->mem, victim);
+    return victim;
+}
+
 /* Take a live sequence out of memory until it can resume: with its host snapshot, or (snap NULL)
- * to recompute everything on resume, sharing what it can then. */
-static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, int64_t cells) {
+ * to recompute everything on resume, sharing what it can then. sliced: a time-slice preemption. */
+static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, int64_t cells, bool sliced) {
     struct seq *q = &s->seqs[id];
     q->snap = snap;
     q->snap_cells = cells;
+    q->wait_since = s->step.number;
+    q->sliced = sliced;
     if (!snap) q->n_past = 0;
     int rc = memory_seq_rm(s->mem, id, 0, -1);
     ASSERT(rc == 0);
@@ -261,6 +331,18 @@ static void readmit(struct sched *s, double now_ms) {
     collect(s);
 }
 
+/* The step saves the victim on the worker (before its forward, if it has a batch). */
+static void save_in_step(struct sched *s, int32_t victim, int64_t cells, bool sliced) {
+    s->step.has_save = true;
+    s->step.save = (struct step_save){.seq = victim, .sliced = sliced, .cells = cells, .err = -ERR_CANCELLED};
+}
+
+/* Empty the batch: the step only saves. */
+static void clear_batch(struct sched_step *st) {
+    batch_clear(&st->batch);
+    st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
+}
+
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     ASSERT(!s->in_flight);
     *out = NULL;
@@ -269,6 +351,11 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     struct sched_step *st = &s->step;
     st->has_save = false;
     st->number++;
+    int64_t slice_cells;
+    int32_t slice_victim = timeslice_victim(s, &slice_cells);
+    /* the victim is saved in this step, beside the batch of the others; its state is freed when
+     * the step completes, and the waiter takes it in the next one */
+    if (slice_victim >= 0) save_in_step(s, slice_victim, slice_cells, true);
     collect(s);
     int32_t prompt_cap, chunk_cap;
     budget(s, &prompt_cap, &chunk_cap);
@@ -293,19 +380,21 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             prompt_cap = 0;
             continue;
         }
+        if (st->has_save) { /* a time-slice save is under way: let it free its memory first */
+            clear_batch(st);
+            break;
+        }
         int64_t cells;
         int32_t victim = preempt_victim(s, &cells);
         if (victim >= 0 && s->cfg.preempt_recompute) {
-            preempt(s, victim, NULL, 0);
+            preempt(s, victim, NULL, 0, false);
             prompt_cap = full_prompt_cap;
             collect(s);
             continue;
         }
         if (victim >= 0) { /* this step only saves the victim; the next one runs the batch */
-            batch_clear(&st->batch);
-            st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
-            st->has_save = true;
-            st->save = (struct step_save){.seq = victim, .cells = cells, .err = -ERR_CANCELLED};
+            clear_batch(st);
+            save_in_step(s, victim, cells, false);
             break;
         }
         /* One sequence holds the whole memory and needs more: it has reached its limit. */
@@ -325,17 +414,17 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
     s->in_flight = true;
     *out = st;
-    return st->has_save ? 1 : st->batch.n_tokens;
+    return st->batch.n_tokens > 0 ? st->batch.n_tokens : 1;
 }
 
 /* ---------------------------------------------------------------- compute (worker thread) */
 
 void sched_step_compute(struct sched *s, struct sched_step *st) {
-    if (st->has_save) {
+    if (st->has_save) { /* the saved sequence is not in the batch: the order does not matter */
         st->save.snap = NULL;
         st->save.err = memory_seq_save(s->mem, st->save.seq, &st->save.snap);
-        return;
     }
+    if (st->batch.n_tokens == 0) return;
     const float *logits = NULL;
     st->err = s->ops->forward(s->engine, s->mem, &st->batch, &logits);
     if (st->err) return;
@@ -391,6 +480,7 @@ static void fork_choices(struct sched *s, struct sched_req *r) {
         q->n_tokens = parent->n_tokens;
         q->forking = false;
         q->in_memory = true;
+        q->held_since = s->step.number + 1;
         /* when the memory cannot share (no room for a state copy), the child recomputes */
         q->n_past = memory_seq_cp(s->mem, r->seqs[0], r->seqs[c], 0, parent->n_past) == 0
                         ? parent->n_past : 0;
@@ -446,7 +536,7 @@ void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) 
     ASSERT(s->in_flight && st == &s->step);
     learn(s, st, now_ms);
     if (st->has_save) /* a failed save falls back to recomputing */
-        preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells);
+        preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells, st->save.sliced);
     s->in_callbacks++;
     if (st->err) {
         fail_batch(s, st->err);

@@ -22,6 +22,7 @@ TEST(kv_reserve_places_every_entry_in_a_distinct_cell) {
     struct kv_memory *kv = kv_from_memory(m);
     CHECK(kv != NULL);
     CHECK_EQ_STR(m->ops->kind, "kv");
+    CHECK(m->ops->partial_removal && !m->ops->fixed_seq_cells);
     struct batch b;
     CHECK_EQ_INT(batch_init(&b, 16), 0);
     add_run(&b, 0, 0, 5);

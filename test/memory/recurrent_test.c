@@ -59,6 +59,7 @@ TEST(recurrent_reports_its_capabilities_and_size) {
     CHECK_EQ_INT(recurrent_memory_create(&m, &small_shape, 3, 5), 0);
     CHECK_EQ_STR(m->ops->kind, "recurrent");
     CHECK(!m->ops->partial_removal);
+    CHECK(m->ops->fixed_seq_cells);
     struct memory_usage u;
     memory_usage(m, &u);
     CHECK_EQ_INT(u.cells_total, 3);

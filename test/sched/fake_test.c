@@ -154,10 +154,10 @@ static void fm_destroy(struct memory *m) {
 }
 
 static const struct memory_ops fm_ops_partial = {
-    "kv", true, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
+    "kv", true, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
     fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy};
 static const struct memory_ops fm_ops_whole = {
-    "whole-only", false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
+    "whole-only", false, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
     fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy};
 
 struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool partial_removal) {
@@ -292,7 +292,7 @@ static void fr_destroy(struct memory *m) {
 }
 
 static const struct memory_ops fr_ops = {
-    "recurrent", false, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
+    "recurrent", false, true, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
     fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy};
 
 struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max) {

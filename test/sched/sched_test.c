@@ -1052,3 +1052,130 @@ TEST(sched_n_choices_on_a_recurrent_memory_short_of_states) {
         CHECK_EQ_INT(fx_free(&f), 0);
     }
 }
+
+/* Runs 2 long requests on a memory of 2 recurrent states, then 3 short ones arrive: returns in
+ * first[i] / done[i] the step of request i's first token / end (counted from the short ones'
+ * arrival), and checks every output against its solo run. */
+static int run_sliced(int32_t timeslice, int first[5], int done[5], int64_t *preemptions) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.timeslice_steps = timeslice;
+    if (fx_init(&f, 2, 8, MEM_RECURRENT, &c) != 0) return -1;
+    static int32_t prompts[5][8];
+    static struct recorder rec[5];
+    struct sched_request q[5];
+    for (int i = 0; i < 5; i++) {
+        q[i] = prompt_request(prompts[i], i < 2 ? 6 : 8, 40 + (uint32_t)i, i < 2 ? 60 : 6);
+        first[i] = done[i] = -1;
+    }
+    int bad = 0;
+    for (int i = 0; i < 2; i++) bad |= submit(&f, &rec[i], &q[i], NULL);
+    for (int step_no = -3; step_no < 400; step_no++) {
+        if (step_no == 0)
+            for (int i = 2; i < 5; i++) bad |= submit(&f, &rec[i], &q[i], NULL);
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        for (int i = 0; i < 5; i++) {
+            if (first[i] < 0 && rec[i].n_tokens[0] > 0) first[i] = step_no;
+            if (done[i] < 0 && rec[i].done[0]) done[i] = step_no;
+        }
+    }
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    *preemptions = st.preemptions;
+    bad |= st.active_requests + st.queued + st.preempted != 0;
+    bad |= fx_free(&f);
+    for (int i = 0; i < 5; i++) {
+        struct recorder alone;
+        bad |= run_alone(&q[i], &alone) != 0 || !same_output(&alone, &rec[i], 0);
+        bad |= rec[i].done[0] != 1 + SCHED_STOP_LIMIT;
+    }
+    return bad ? -1 : 0;
+}
+
+TEST(sched_recurrent_states_are_time_sliced_when_requests_wait) {
+    int first[5], done[5];
+    int64_t pre;
+    /* off: the short requests wait until a long one ends (60 tokens) */
+    CHECK_EQ_INT(run_sliced(0, first, done, &pre), 0);
+    CHECK_EQ_INT(pre, 0);
+    for (int i = 2; i < 5; i++) CHECK(first[i] > 50);
+    /* on (4 steps): a waiter gets a state within a few slices, the long ones are saved, resume
+     * later and still give their solo output */
+    CHECK_EQ_INT(run_sliced(4, first, done, &pre), 0);
+    CHECK(pre >= 3);
+    for (int i = 2; i < 5; i++) {
+        CHECK(first[i] >= 0 && first[i] <= 4 * 4);
+        CHECK(done[i] < done[0] && done[i] < done[1]);
+    }
+}
+
+TEST(sched_a_memory_whose_sequences_grow_is_not_time_sliced) {
+    /* 50 cells: a (10 + 30 tokens) grows to 39 without pressure, b's 45-token prompt waits for
+     * a's end; time-slicing would preempt a, but a memory that grows is left to memory pressure
+     * (a save there can be megabytes) */
+    struct fx f;
+    struct sched_config c = base_config();
+    c.timeslice_steps = 2;
+    CHECK_EQ_INT(fx_init(&f, 50, 4, MEM_WHOLE_ONLY, &c), 0);
+    int32_t pa[10], pb[45];
+    struct recorder a, b;
+    struct sched_request qa = prompt_request(pa, 10, 50, 30), qb = prompt_request(pb, 45, 51, 3);
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    fake_run(f.s, &f.now, 1, 500);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.preemptions, 0);
+    CHECK(a.done_order[0] > 0 && a.done_order[0] < b.first_token_order);
+    CHECK_EQ_INT(b.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_time_slicing_rotates_fairly_and_keeps_a_minimum_slice) {
+    /* 6 equal requests on 2 states: every one starts within a bounded wait, and a sequence that
+     * got its state keeps it at least timeslice_steps steps (no thrashing) */
+    struct fx f;
+    struct sched_config c = base_config();
+    c.timeslice_steps = 5;
+    CHECK_EQ_INT(fx_init(&f, 2, 8, MEM_RECURRENT, &c), 0);
+    static int32_t prompts[6][4];
+    struct recorder rec[6];
+    struct sched_req *h[6];
+    struct sched_request q[6];
+    for (int i = 0; i < 6; i++) {
+        q[i] = prompt_request(prompts[i], 4, 60 + (uint32_t)i, 30);
+        CHECK_EQ_INT(submit(&f, &rec[i], &q[i], &h[i]), 0);
+    }
+    int first[6] = {-1, -1, -1, -1, -1, -1}, held[6] = {0}, held_min = 1000, saves = 0;
+    int32_t seq_prev[6] = {-1, -1, -1, -1, -1, -1};
+    for (int step_no = 0; step_no < 1000; step_no++) {
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        saves += sched_step_batch(step)->n_tokens == 0;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        for (int i = 0; i < 6; i++) {
+            if (first[i] < 0 && rec[i].n_tokens[0] > 0) first[i] = step_no;
+            int32_t seq = rec[i].done[0] ? -1 : sched_req_seq(h[i], 0);
+            if (seq >= 0) held[i]++;
+            else if (seq_prev[i] >= 0 && !rec[i].done[0] && held[i] < held_min) held_min = held[i];
+            if (seq < 0) held[i] = 0;
+            seq_prev[i] = seq;
+        }
+    }
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK(st.preemptions >= 4);
+    CHECK_EQ_INT(saves, 0);                   /* each save rode along with a batch */
+    CHECK(held_min >= 5);                     /* preempted only after a whole slice */
+    for (int i = 0; i < 6; i++) {
+        CHECK(first[i] >= 0 && first[i] <= 3 * 2 * 5 + 4); /* without slicing: the last at ~60 */
+        struct recorder alone;
+        CHECK_EQ_INT(run_alone(&q[i], &alone), 0);
+        CHECK(same_output(&alone, &rec[i], 0));
+    }
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
