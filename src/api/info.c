@@ -146,7 +146,7 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_gauge(&mt, "uvlm_active_requests", "Requests admitted and not finished.", (double)st.active_requests);
     metrics_text_gauge(&mt, "uvlm_active_sequences", "Sequences holding or about to hold cells.", (double)st.active_seqs);
     metrics_text_gauge(&mt, "uvlm_cached_sequences", "Prompt-cache entries.", (double)st.cached_seqs);
-    metrics_text_counter(&mt, "uvlm_preemptions_total", "Sequences preempted for memory.", (double)st.preemptions);
+    metrics_text_counter(&mt, "uvlm_preemptions_total", "Sequences preempted: for memory, or to take turns on recurrent states.", (double)st.preemptions);
     metrics_text_counter(&mt, "uvlm_cache_evictions_total", "Prompt-cache entries evicted.", (double)st.cache_evictions);
     metrics_text_counter(&mt, "uvlm_requests_cancelled_total", "Requests cancelled (the client went away).",
                          (double)st.requests_cancelled);

@@ -26,6 +26,19 @@
  *     sequence (23 MB of K/V) at 60-250 ms to save (page faults on the fresh snapshot, on a busy
  *     VM) and ~2 ms to restore, where recomputing it is a forward pass over 1000 tokens
  *     (~270 GFLOP: seconds on 2 cores, and it would delay every other sequence's steps);
+ *   - time-slicing, for a memory whose sequences never grow (memory_ops.fixed_seq_cells: a
+ *     recurrent state, one cell per sequence): memory pressure never preempts there, so with
+ *     every cell taken a request would wait for whole generations to end. Instead, when the next
+ *     waiter (see below) has waited config.timeslice_steps steps and lacks only a cell, the live
+ *     sequence that has held its cell longest, if for timeslice_steps at least (no thrashing;
+ *     ties: the earliest admitted), is preempted: its state is saved on the worker during the
+ *     next step, beside the others' batch (a state is a bounded copy: no step is lost), freed
+ *     when that step completes, and the waiter takes the cell. Waiters are served in order:
+ *     sequences preempted for memory first (by admission), then the oldest of a time-sliced
+ *     sequence (since its preemption) and the queue's head (since its submission), so n sequences
+ *     on k < n cells rotate round-robin with slices of timeslice_steps, and each resumes from its
+ *     saved state with exactly its uninterrupted output. A memory whose sequences grow (KV) is
+ *     never time-sliced: its saves can be megabytes, and its preemption follows memory pressure;
  *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
  *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted

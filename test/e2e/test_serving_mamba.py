@@ -37,3 +37,24 @@ def test_mamba_prompt_cache_extends_a_whole_prefix(srv):
     _, fresh = post(srv, "/completion", greedy("And God said" + first["content"] + " and", n_predict=3,
                                                 cache_prompt=False))
     assert fresh["tokens_cached"] == 0 and fresh["content"] == second["content"]
+
+
+def test_mamba_more_requests_than_states_take_turns():
+    # 2 states for 5 concurrent generations: the waiting requests do not wait for whole
+    # generations to end; running sequences are saved and resumed in turn (time-slicing), and
+    # every output is the one the request gives alone
+    srv = wait_ready(Server(["-m", shared_model("mamba-spm-q8_0.gguf"), "--batch-tokens", "24",
+                             "--max-seqs-recurrent", "2"]))
+    try:
+        assert metrics(srv)["uvlm_kv_cells_total"] == 2
+        reqs = [greedy(p, n_predict=40, cache_prompt=False) for p in PROMPTS[:5]]
+        alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
+        assert metrics(srv)["uvlm_preemptions_total"] == 0
+        together = run_concurrently([lambda r=r: post(srv, "/completion", r)[1] for r in reqs])
+        assert [b["content"] for b in together] == alone and len(set(alone)) == 5
+        assert all(b["tokens_predicted"] == 40 for b in together)
+        m = metrics(srv)
+        assert m["uvlm_preemptions_total"] > 0
+        assert m["uvlm_preempted_sequences"] == 0 and m["uvlm_kv_cells_used"] == 0
+    finally:
+        srv.check_clean_exit()
