@@ -5,6 +5,8 @@
 
 #include "common/err.h"
 
+#include <string.h>
+
 static int64_t free_cells(const struct sched *s) {
     struct memory_usage u;
     memory_usage(s->mem, &u);
@@ -99,14 +101,10 @@ int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *to
     return len;
 }
 
-/* A finished choice's cells become prompt cache. Entries that only repeat a prefix of another
- * are dropped (with partial removal the longer one serves every prompt the shorter one would). */
-void sched_cache_keep(struct sched *s, int32_t id) {
+/* Entries that only repeat a prefix of the new cache entry id are dropped (with partial removal
+ * the longer one serves every prompt the shorter one would; without, only the same content). */
+static void drop_redundant(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
-    if (q->snap) memory_snapshot_free(s->mem, q->snap);
-    *q = (struct seq){.kind = SEQ_CACHE, .tokens = q->tokens, .n_tokens = q->n_past,
-                      .n_past = q->n_past, .last_served = -1, .lru = ++s->lru_clock,
-                      .cells = q->cells};
     bool partial = s->mem->ops->partial_removal;
     for (int32_t i = 0; i < s->n_seq; i++) {
         struct seq *o = &s->seqs[i];
@@ -121,6 +119,39 @@ void sched_cache_keep(struct sched *s, int32_t id) {
             return;
         }
     }
+}
+
+/* A finished choice's cells become prompt cache. */
+void sched_cache_keep(struct sched *s, int32_t id) {
+    struct seq *q = &s->seqs[id];
+    if (q->snap) memory_snapshot_free(s->mem, q->snap);
+    *q = (struct seq){.kind = SEQ_CACHE, .tokens = q->tokens, .n_tokens = q->n_past,
+                      .n_past = q->n_past, .last_served = -1, .lru = ++s->lru_clock,
+                      .cells = q->cells};
+    drop_redundant(s, id);
+}
+
+/* Copy what live id holds into a new cache entry: a free id and room for the copy come from
+ * evicting older cache (never from what admitted sequences still need); otherwise no copy. */
+void sched_cache_checkpoint(struct sched *s, int32_t id) {
+    const struct seq *q = &s->seqs[id];
+    int32_t dst = -1;
+    for (;;) {
+        for (int32_t i = 0; i < s->n_seq && dst < 0; i++)
+            if (s->seqs[i].kind == SEQ_FREE) dst = i;
+        if (dst >= 0) break;
+        if (!sched_cache_evict_lru(s, -1)) return;
+    }
+    for (;;) {
+        int rc = free_cells(s) > sched_cache_pending_need(s) ? memory_seq_cp(s->mem, id, dst, 0, q->n_past) : -ERR_NOMEM;
+        if (rc == 0) break;
+        if (rc != -ERR_NOMEM || !sched_cache_evict_lru(s, -1)) return;
+    }
+    struct seq *c = &s->seqs[dst];
+    memcpy(c->tokens, q->tokens, (size_t)q->n_past * sizeof *c->tokens);
+    *c = (struct seq){.kind = SEQ_CACHE, .tokens = c->tokens, .n_tokens = q->n_past, .n_past = q->n_past,
+                      .last_served = -1, .lru = ++s->lru_clock};
+    drop_redundant(s, dst);
 }
 
 void sched_cache_refresh_usage(struct sched *s) {

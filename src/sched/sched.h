@@ -44,7 +44,14 @@
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
  *     least recently used when cells or sequence ids are needed. A memory without partial removal
  *     (recurrent state) is only reused when a cached sequence is a whole prefix of the new prompt:
- *     that is decided through memory->ops->partial_removal, not by memory kind.
+ *     that is decided through memory->ops->partial_removal, not by memory kind. Such a memory
+ *     cannot go back from a prompt's end to give its last logits again, so for an exact repeat a
+ *     request with cache_prompt also keeps a copy of its state before its last prompt token: the
+ *     prompt's chunks stop there, the copy (memory_seq_cp to a free id, evicting older cache,
+ *     never what admitted work needs; none when that fails) becomes a cache entry when that step
+ *     completes, and the last token runs with the next step's decodes. The same prompt again
+ *     then reuses n_prompt - 1 tokens (tokens_cached) and runs one, with identical output;
+ *     prompt_tokens counts that last token as prompt although it rides with the decodes.
  *
  * Threading contract (exactly one step in flight at a time):
  *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,

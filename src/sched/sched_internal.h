@@ -39,6 +39,7 @@ struct seq {
     uint64_t lru;           /* CACHE: last use */
     int64_t cells;          /* cells held, refreshed after each step */
     int64_t held_since;     /* LIVE in memory: first step it could run in since it got memory */
+    int32_t checkpoint_at;  /* LIVE: > 0: when n_past reaches it, a copy becomes prompt cache */
     int64_t wait_since;     /* preempted: the step that saved it (time-slicing) */
     bool sliced;            /* preempted by time-slicing: waits its turn behind older waiters */
 };
@@ -100,6 +101,7 @@ struct sched_step {
     struct step_sample *samples;
     int32_t n_samples;
     int32_t n_prompt_tokens, n_decode_tokens;
+    int32_t n_prompt_tails; /* of the decode tokens, prompts' last tokens (counted as prompt) */
     int64_t number;
     double started_ms, expected_ms;
     int err;
@@ -161,6 +163,9 @@ int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, in
 int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *tokens, int32_t n);
 /* A finished choice's cells become prompt cache (redundant entries dropped). */
 void sched_cache_keep(struct sched *s, int32_t id);
+/* A copy of what live id holds now becomes prompt cache, when a cell and an id can be had by
+ * evicting older cache (see sched.h: exact prompt reuse without partial removal). */
+void sched_cache_checkpoint(struct sched *s, int32_t id);
 /* Refresh the usage and per-id cell counts that stats read while a step computes. */
 void sched_cache_refresh_usage(struct sched *s);
 

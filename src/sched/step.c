@@ -50,6 +50,11 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
             q->forking = true;
         }
     }
+    /* Without partial removal a state cannot go back from a prompt's end to give its last
+     * logits again: a copy of the state before the last prompt token is kept as prompt cache,
+     * so that the same prompt again only runs that token. */
+    if (r->cache_prompt && !s->mem->ops->partial_removal && shared < r->n_prompt - 1)
+        s->seqs[parent].checkpoint_at = r->n_prompt - 1;
     r->forked = r->n_choices == 1;
     r->n_cached = shared;
     r->t_admit = now_ms;
@@ -216,8 +221,12 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
         int32_t keep = SCHED_MIN_PROMPT_TOKENS < decode_cap / 2 ? SCHED_MIN_PROMPT_TOKENS : decode_cap / 2;
         decode_cap -= keep;
     }
-    for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < decode_cap; i++)
+    st->n_prompt_tails = 0;
+    for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < decode_cap; i++) {
+        const struct seq *q = &s->seqs[s->decode_order[i]];
+        st->n_prompt_tails += q->n_past < q->req->n_prompt;
         add_tokens(s, s->decode_order[i], 1);
+    }
     st->n_decode_tokens = st->batch.n_tokens;
     int32_t left = st->batch.capacity - st->batch.n_tokens;
     if (prompt_cap < left) left = prompt_cap;
@@ -226,6 +235,8 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
         int32_t n = q->n_tokens - q->n_past;
         if (n > chunk_cap) n = chunk_cap;
         if (n > left) n = left;
+        /* a chunk stops at the checkpoint: the copy is taken when the step completes */
+        if (q->checkpoint_at > q->n_past && q->n_past + n > q->checkpoint_at) n = q->checkpoint_at - q->n_past;
         add_tokens(s, s->prompt_order[i], n);
         left -= n;
     }
@@ -340,7 +351,7 @@ static void save_in_step(struct sched *s, int32_t victim, int64_t cells, bool sl
 /* Empty the batch: the step only saves. */
 static void clear_batch(struct sched_step *st) {
     batch_clear(&st->batch);
-    st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = 0;
+    st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = st->n_prompt_tails = 0;
 }
 
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
@@ -527,9 +538,10 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     s->totals.step_hist[b]++;
     s->totals.step_ms_sum += ms;
     s->totals.steps++;
-    s->totals.prompt_ms += ms * st->n_prompt_tokens / st->batch.n_tokens;
-    s->totals.decode_ms += ms * st->n_decode_tokens / st->batch.n_tokens;
-    s->totals.prompt_tokens += st->n_prompt_tokens;
+    int32_t prompt = st->n_prompt_tokens + st->n_prompt_tails;
+    s->totals.prompt_ms += ms * prompt / st->batch.n_tokens;
+    s->totals.decode_ms += ms * (st->batch.n_tokens - prompt) / st->batch.n_tokens;
+    s->totals.prompt_tokens += prompt;
 }
 
 void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) {
@@ -546,6 +558,11 @@ void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) 
             struct seq *q = &s->seqs[st->entries[i].seq];
             q->n_past += st->entries[i].n_new;
             q->last_served = st->number;
+            if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
+                if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
+                    sched_cache_checkpoint(s, st->entries[i].seq);
+                q->checkpoint_at = 0;
+            }
         }
         for (int32_t i = 0; i < st->n_entries; i++) {
             const struct step_entry *e = &st->entries[i];

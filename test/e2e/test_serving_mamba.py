@@ -39,6 +39,17 @@ def test_mamba_prompt_cache_extends_a_whole_prefix(srv):
     assert fresh["tokens_cached"] == 0 and fresh["content"] == second["content"]
 
 
+def test_mamba_prompt_cache_reuses_an_exact_prompt(srv):
+    # the state before the prompt's last token is kept: the same prompt again runs one token
+    req = greedy("Blessed are the meek", n_predict=8)
+    _, fresh = post(srv, "/completion", dict(req, cache_prompt=False))
+    _, first = post(srv, "/completion", req)
+    _, again = post(srv, "/completion", req)
+    assert first["content"] == fresh["content"] == again["content"]
+    assert again["tokens_evaluated"] == first["tokens_evaluated"] > 2
+    assert again["tokens_cached"] == again["tokens_evaluated"] - 1
+
+
 def test_mamba_more_requests_than_states_take_turns():
     # 2 states for 5 concurrent generations: the waiting requests do not wait for whole
     # generations to end; running sequences are saved and resumed in turn (time-slicing), and

@@ -762,12 +762,21 @@ TEST(mamba_serving_prompt_cache_reuses_whole_states_only) {
     CHECK_EQ_INT(submit(&r, other, N_PROMPT, 1, false, &fresh_other, &h), 0);
     serve_run(&r, 100);
 
-    /* cached: the same first request leaves its state behind */
-    CHECK_EQ_INT(submit(&r, prompt, 6, 1, true, &first, &h), 0);
+    /* cached: the same first request leaves its state behind, and a copy of the state before
+     * its last prompt token */
+    struct outcome cached, again;
+    CHECK_EQ_INT(submit(&r, prompt, 6, 1, true, &cached, &h), 0);
     serve_run(&r, 100);
+    CHECK_EQ_INT(cached.counts[0].n_cached, 0);
+    CHECK(memcmp(cached.tokens[0], first.tokens[0], 8 * sizeof(int32_t)) == 0);
     struct memory_usage u;
     memory_usage(r.mem, &u);
-    CHECK_EQ_INT(u.cells_used, 1);
+    CHECK_EQ_INT(u.cells_used, 2);
+    /* the exact same prompt runs its last token only */
+    CHECK_EQ_INT(submit(&r, prompt, 6, 1, true, &again, &h), 0);
+    serve_run(&r, 100);
+    CHECK_EQ_INT(again.counts[0].n_cached, 5);
+    CHECK(memcmp(again.tokens[0], first.tokens[0], 8 * sizeof(int32_t)) == 0);
     CHECK_EQ_INT(submit(&r, longer, 14, 1, true, &extended, &h), 0);
     serve_run(&r, 100);
     CHECK(extended.counts[0].n_cached > 0);

@@ -1179,3 +1179,43 @@ TEST(sched_time_slicing_rotates_fairly_and_keeps_a_minimum_slice) {
     }
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+TEST(sched_an_exact_prompt_repeat_reuses_all_but_its_last_token) {
+    /* without partial removal the state before the prompt's last token is kept as cache (a
+     * second entry beside the end of the request); with partial removal the end's cells serve */
+    struct { int kind; int64_t cells; int32_t cached; int32_t entries; } modes[] = {
+        {MEM_RECURRENT, 4, 19, 2}, {MEM_WHOLE_ONLY, 256, 19, 2}, {MEM_KV, 256, 19, 1},
+        {MEM_RECURRENT, 1, 0, 1}}; /* one state: no room for the copy, no reuse, same output */
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, modes[m].cells, 4, modes[m].kind, NULL), 0);
+        int32_t p[20];
+        struct recorder a, b, c;
+        struct sched_request q = prompt_request(p, 20, 70, 5);
+        CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        CHECK_EQ_INT(st.cached_seqs, modes[m].entries);
+        CHECK_EQ_INT(st.prompt_tokens, 20);
+        CHECK_EQ_INT(a.counts[0].n_cached, 0);
+        int64_t before = f.eng.tokens_forwarded;
+        CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(b.counts[0].n_cached, modes[m].cached);
+        CHECK_EQ_INT(f.eng.tokens_forwarded - before, 20 - modes[m].cached + 4);
+        CHECK(same_output(&a, &b, 0));
+        sched_stats(f.s, f.now, &st);
+        CHECK_EQ_INT(st.cached_tokens, modes[m].cached);
+        CHECK_EQ_INT(st.prompt_tokens, 20 + 20 - modes[m].cached);
+        q.cache_prompt = false;
+        CHECK_EQ_INT(submit(&f, &c, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(c.counts[0].n_cached, 0);
+        CHECK(same_output(&a, &c, 0));
+        struct recorder alone;
+        CHECK_EQ_INT(run_alone(&q, &alone), 0);
+        CHECK(same_output(&alone, &a, 0));
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+}
