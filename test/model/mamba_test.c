@@ -110,8 +110,10 @@ static int32_t argmax(const float *v, int32_t n) {
 }
 
 /* The bars of ../shared/README.md for one position: every listed logit within tol * max|ref|,
- * and the same top-1 where the reference's top-1/top-2 gap exceeds that. Prints what failed. */
-static bool matches_ref(const float *logits, int32_t n_vocab, json_t *topk, float tol, const char *what, int pos) {
+ * and the same top-1 where the reference's top-1/top-2 gap exceeds that. Prints what failed;
+ * *worst keeps the largest |logit - ref| / max|ref| seen. */
+static bool matches_ref(const float *logits, int32_t n_vocab, json_t *topk, float tol, const char *what, int pos,
+                        double *worst) {
     size_t n = json_array_size(topk);
     if (n < 2) return false;
     double maxabs = 0;
@@ -121,6 +123,7 @@ static bool matches_ref(const float *logits, int32_t n_vocab, json_t *topk, floa
         json_t *e = json_array_get(topk, k);
         int32_t id = (int32_t)json_integer_value(json_array_get(e, 0));
         double want = json_number_value(json_array_get(e, 1));
+        if (id >= 0 && id < n_vocab && maxabs > 0) *worst = fmax(*worst, fabs(logits[id] - want) / maxabs);
         if (id < 0 || id >= n_vocab || fabs(logits[id] - want) > bar) {
             fprintf(stderr, "  %s pos %d: logit[%d] = %g, reference %g (bar %g)\n", what, pos, id,
                     id >= 0 && id < n_vocab ? logits[id] : NAN, want, bar);
@@ -164,6 +167,7 @@ static void golden(struct test_case *t, const char *model_rel, const char *ref_r
     float *logits = malloc((size_t)max_prompt * (size_t)V * sizeof(float));
     float *whole[MAX_CASES] = {0}; /* per case: the one-batch logits at its chunk ends */
     bool ok = logits != NULL;
+    double worst = 0;
 
     /* 1. each prompt alone, in one batch, logits at every position */
     for (int c = 0; ok && c < ref.n_cases; c++) {
@@ -176,7 +180,7 @@ static void golden(struct test_case *t, const char *model_rel, const char *ref_r
         whole[c] = malloc((size_t)n_ends * (size_t)V * sizeof(float));
         ok = ok && whole[c];
         for (int32_t p = 0, e = 0; ok && p < rc->n_prompt; p++) {
-            ok = matches_ref(logits + (size_t)p * V, V, json_array_get(rc->prompt_topk, (size_t)p), tol, "one batch", p);
+            ok = matches_ref(logits + (size_t)p * V, V, json_array_get(rc->prompt_topk, (size_t)p), tol, "one batch", p, &worst);
             if (chunk_end(rc, c, p)) memcpy(whole[c] + (size_t)e++ * V, logits + (size_t)p * V, (size_t)V * sizeof(float));
         }
         ok = ok && memory_seq_rm(g.mem, 0, 0, -1) == 0;
@@ -201,7 +205,7 @@ static void golden(struct test_case *t, const char *model_rel, const char *ref_r
             if (!b.want_logits[i]) continue;
             int c = b.seq[i];
             const float *got = logits + (size_t)row++ * V, *one = whole[c] + (size_t)seen_ends[c]++ * V;
-            ok = matches_ref(got, V, json_array_get(ref.cases[c].prompt_topk, (size_t)b.pos[i]), tol, "chunked", b.pos[i]);
+            ok = matches_ref(got, V, json_array_get(ref.cases[c].prompt_topk, (size_t)b.pos[i]), tol, "chunked", b.pos[i], &worst);
             float maxabs_one = 0;
             for (int32_t v = 0; v < V; v++) maxabs_one = fmaxf(maxabs_one, fabsf(one[v]));
             for (int32_t v = 0; ok && v < V; v++)
@@ -220,9 +224,10 @@ static void golden(struct test_case *t, const char *model_rel, const char *ref_r
         for (int c = 0; c < ref.n_cases; c++) batch_add(&b, ref.cases[c].greedy[k], ref.cases[c].n_prompt + k, c, true);
         ok = run(&g, &b, logits) == 0;
         for (int c = 0; ok && c < ref.n_cases; c++)
-            ok = matches_ref(logits + (size_t)c * V, V, json_array_get(ref.cases[c].greedy_topk, (size_t)k), tol, "greedy", k);
+            ok = matches_ref(logits + (size_t)c * V, V, json_array_get(ref.cases[c].greedy_topk, (size_t)k), tol, "greedy", k, &worst);
     }
     CHECK(ok);
+    fprintf(stderr, "  %s: worst |logit - ref| = %.3g of the row's max |logit| (bar %g)\n", model_rel, worst, tol);
 
     for (int c = 0; c < ref.n_cases; c++) free(whole[c]);
     free(logits);
