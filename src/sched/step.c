@@ -64,11 +64,15 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     return true;
 }
 
-/* Bring one preempted sequence back; false when it has to wait. */
-static bool resume_one(struct sched *s, int32_t id) {
-    struct seq *q = &s->seqs[id];
+/* It holds memory again (from the next step on). */
+static void resumed(struct sched *s, struct seq *q) {
     q->held_since = s->step.number + 1;
     q->sliced = false;
+}
+
+/* Bring one preempted sequence back; false when it has to wait (as it was). */
+static bool resume_one(struct sched *s, int32_t id) {
+    struct seq *q = &s->seqs[id];
     if (q->snap) {
         /* room for the snapshot, then, restored (so that the memory knows what the sequence
          * holds: a recurrent state needs nothing more), for the rest of its tokens */
@@ -83,12 +87,16 @@ static bool resume_one(struct sched *s, int32_t id) {
         }
         memory_snapshot_free(s->mem, q->snap);
         q->snap = NULL;
+        resumed(s, q);
         return true;
     }
     q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
     int32_t shared = sched_cache_attach_prefix(s, id, q->tokens, q->n_tokens);
     q->n_past = shared;
-    if (sched_cache_make_room(s, 0)) return true;
+    if (sched_cache_make_room(s, 0)) {
+        resumed(s, q);
+        return true;
+    }
     if (shared) memory_seq_rm(s->mem, id, 0, -1);
     q->n_past = 0;
     q->in_memory = false;
