@@ -21,7 +21,7 @@ int64_t sched_cache_pending_need(const struct sched *s) {
         const struct seq *q = &s->seqs[i];
         if (q->kind != SEQ_LIVE) continue;
         if (q->in_memory) need += memory_cells_needed(s->mem, i, q->n_tokens - q->n_past);
-        else if (q->forking) need += 1;
+        else if (q->forking && s->seqs[q->req->seqs[0]].in_memory) need += 1; /* not while its prompt is preempted */
     }
     return need;
 }

@@ -75,18 +75,18 @@ static bool resume_one(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
     if (q->snap) {
         /* room for the snapshot, then, restored (so that the memory knows what the sequence
-         * holds: a recurrent state needs nothing more), for the rest of its tokens */
+         * holds: a recurrent state needs nothing more), for the rest of its tokens; what others
+         * still need counts, not its own forking choices (they fall back to recomputing) */
         if (!sched_cache_make_room(s, q->snap_cells)) return false;
         if (memory_seq_restore(s->mem, id, q->snap) != 0) return false;
-        q->in_memory = true;
-        if (!sched_cache_make_room(s, 0)) {
+        if (!sched_cache_make_room(s, memory_cells_needed(s->mem, id, q->n_tokens - q->n_past))) {
             int rc = memory_seq_rm(s->mem, id, 0, -1);
             ASSERT(rc == 0);
-            q->in_memory = false;
             return false;
         }
         memory_snapshot_free(s->mem, q->snap);
         q->snap = NULL;
+        q->in_memory = true;
         resumed(s, q);
         return true;
     }
@@ -134,18 +134,36 @@ static void next_waiter(const struct sched *s, int32_t *id, struct sched_req **r
     else *r = NULL;
 }
 
+/* Sequence ids a request could get: free ones and prompt cache (evictable). */
+static int32_t ids_available(const struct sched *s) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_seq; i++) n += s->seqs[i].kind != SEQ_LIVE;
+    return n;
+}
+
 /* Waiters in next_waiter order; stop at the first that does not fit so that a big request is not
- * overtaken forever by small ones. */
+ * overtaken forever by small ones. One exception: a queue head short of sequence ids waits for
+ * live sequences to end, so preempted ones (which hold their ids) resume past it. */
 static void admit(struct sched *s, double now_ms) {
+    bool head_short_of_ids = false;
     for (;;) {
         int32_t id;
         struct sched_req *r;
         next_waiter(s, &id, &r);
+        if (head_short_of_ids) {
+            id = oldest_preempted(s);
+            r = NULL;
+        }
         if (id >= 0) {
             if (!resume_one(s, id)) return;
             continue;
         }
-        if (!r || !admit_one(s, r, now_ms)) return;
+        if (!r) return;
+        if (!admit_one(s, r, now_ms)) {
+            head_short_of_ids = ids_available(s) < r->n_choices;
+            if (head_short_of_ids) continue;
+            return;
+        }
         s->queue_head = r->next;
         if (!s->queue_head) s->queue_tail = NULL;
         r->next = NULL;
@@ -281,11 +299,8 @@ static int32_t timeslice_victim(const struct sched *s, int64_t *cells_out) {
     struct sched_req *r;
     next_waiter(s, &wid, &r);
     if (wid >= 0 && now - s->seqs[wid].wait_since < slice) return -1;
-    if (r) { /* a request also needs free sequence ids, which no preemption gives */
-        int32_t ids = 0;
-        for (int32_t i = 0; i < s->n_seq; i++) ids += s->seqs[i].kind != SEQ_LIVE;
-        if (now - r->wait_since < slice || ids < r->n_choices) return -1;
-    }
+    if (r && (now - r->wait_since < slice || ids_available(s) < r->n_choices))
+        return -1; /* a request also needs sequence ids, which no preemption gives */
     if (wid < 0 && !r) return -1;
     int32_t victim = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {

@@ -902,6 +902,7 @@ TEST(sched_random_workloads_match_solo_runs) {
             c.batch_tokens = 8 + (int32_t)(rnd(&st) % 40);
             c.chunk_tokens = 4 + (int32_t)(rnd(&st) % 12);
             c.preempt_recompute = modes[m].recompute;
+            c.timeslice_steps = 1 + (int32_t)(rnd(&st) % 6); /* recurrent states take turns often */
             CHECK_EQ_INT(fx_init(&f, modes[m].cells, 12, modes[m].kind, &c), 0);
             struct sched_req *h[RND_REQS];
             bool cancelled[RND_REQS] = {0};
@@ -948,7 +949,7 @@ TEST(sched_random_workloads_match_solo_runs) {
             CHECK_EQ_INT(next, RND_REQS);
             struct sched_stats ss;
             sched_stats(f.s, f.now, &ss);
-            if (modes[m].kind != MEM_RECURRENT) CHECK(ss.preemptions > 0); /* states never grow */
+            CHECK(ss.preemptions > 0); /* memory pressure, or states taking turns */
             CHECK_EQ_INT(fx_free(&f), 0);
             for (int i = 0; i < RND_REQS; i++) {
                 CHECK_EQ_INT(rec[i].error + rec[i].calls_after_end, 0);
@@ -1218,4 +1219,41 @@ TEST(sched_an_exact_prompt_repeat_reuses_all_but_its_last_token) {
         CHECK(same_output(&alone, &a, 0));
         CHECK_EQ_INT(fx_free(&f), 0);
     }
+}
+
+TEST(sched_time_slicing_n_choices_beyond_the_states_still_finish) {
+    /* 2 states; a long request holds one while a 3-choice request's prompt is read in slices:
+     * its prompt can be preempted before the fork, and must still come back and finish */
+    struct fx f;
+    struct sched_config c = base_config();
+    c.timeslice_steps = 2;
+    c.chunk_tokens = 4;
+    CHECK_EQ_INT(fx_init(&f, 2, 8, MEM_RECURRENT, &c), 0);
+    int32_t pa[6], pb[40], pc[5];
+    struct recorder a, b, cc;
+    struct sched_request qa = prompt_request(pa, 6, 80, 40), qb = prompt_request(pb, 40, 81, 5),
+                         qc = prompt_request(pc, 5, 82, 30);
+    qb.n_choices = 3;
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &cc, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 2000);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK(st.preemptions > 0);
+    CHECK_EQ_INT(st.queued + st.active_requests, 0);
+    for (int ch = 0; ch < 3; ch++) CHECK_EQ_INT(b.done[ch], 1 + SCHED_STOP_LIMIT);
+    struct recorder alone;
+    CHECK_EQ_INT(run_alone(&qa, &alone), 0);
+    CHECK(same_output(&alone, &a, 0));
+    CHECK_EQ_INT(run_alone(&qc, &alone), 0);
+    CHECK(same_output(&alone, &cc, 0));
+    for (int ch = 0; ch < 3; ch++) {
+        struct sched_request q1 = qb;
+        q1.n_choices = 1;
+        q1.seed = qb.seed + (uint64_t)ch;
+        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
+        CHECK(!memcmp(alone.tokens[0], b.tokens[ch], 5 * sizeof(int32_t)));
+    }
+    CHECK_EQ_INT(fx_free(&f), 0);
 }
