@@ -35,7 +35,8 @@
  *     next step, beside the others' batch (a state is a bounded copy: no step is lost), freed
  *     when that step completes, and the waiter takes the cell. Waiters are served in order:
  *     sequences preempted for memory first (by admission), then the oldest of a time-sliced
- *     sequence (since its preemption) and the queue's head (since its submission), so n sequences
+ *     sequence (since its preemption) and the queue's head (since its submission; a head short
+ *     of sequence ids lets preempted sequences pass, since only ends free ids), so n sequences
  *     on k < n cells rotate round-robin with slices of timeslice_steps, and each resumes from its
  *     saved state with exactly its uninterrupted output. A memory whose sequences grow (KV) is
  *     never time-sliced: its saves can be megabytes, and its preemption follows memory pressure;
@@ -57,11 +58,11 @@
  *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,
  *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
  *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
- *   sched_step_compute touches only the step, the memory (the engine's forward, or
- *   memory_seq_save in a save-only step) and the samplers of the sequences in the step; the loop
- *   thread does not touch the memory or those
- *   samplers while a step is in flight (sched_cancel defers its freeing to sched_step_complete),
- *   so submit, cancel and stats may run concurrently with compute without locks.
+ *   sched_step_compute touches only the step, the memory (the engine's forward, and
+ *   memory_seq_save of a preempted sequence that is not in the batch) and the samplers of the
+ *   sequences in the step; the loop thread does not touch the memory or those samplers while a
+ *   step is in flight (sched_cancel defers its freeing to sched_step_complete), so submit,
+ *   cancel and stats may run concurrently with compute without locks.
  *
  * Callbacks: sink callbacks run on the loop thread, only inside sched_build_step (a request that
  * can no longer fit ends there) and sched_step_complete; never inside submit, cancel or compute.
