@@ -67,5 +67,10 @@ def test_mamba_more_requests_than_states_take_turns():
         m = metrics(srv)
         assert m["uvlm_preemptions_total"] > 0
         assert m["uvlm_preempted_sequences"] == 0 and m["uvlm_kv_cells_used"] == 0
+        # with the prompt cache on, states also hold cache entries (evicted for waiting work)
+        cached = run_concurrently([lambda r=r: post(srv, "/completion", dict(r, cache_prompt=True))[1]
+                                   for r in reqs])
+        assert [b["content"] for b in cached] == alone
+        assert metrics(srv)["uvlm_preemptions_total"] > m["uvlm_preemptions_total"]
     finally:
         srv.check_clean_exit()
