@@ -99,6 +99,7 @@ static int start_engine(struct engine_driver *d) {
     sc.max_seq_tokens = (int32_t)cfg->max_seq_tokens;
     sc.batch_tokens = (int32_t)cfg->batch_tokens;
     sc.max_step_ms = (double)cfg->max_step_ms;
+    sc.solo_step_ms = (double)cfg->solo_step_ms;
     sc.max_queue = (int32_t)cfg->max_queue;
     sc.max_n = (int32_t)cfg->max_n;
     sc.stall_timeout_ms = (double)cfg->stall_timeout_ms;

@@ -9,6 +9,10 @@
 /* Prompts always get at least this many tokens per step, even when decodes alone fill the time
  * target: otherwise a crowd of generating sequences would starve every new prompt. */
 #define SCHED_MIN_PROMPT_TOKENS 16
+/* Until a step has been measured its cost is unknown: the first prompt step of a fresh server is
+ * this small (a 1B model on 2 cores reads 32 tokens in ~0.2 s), so a request arriving during it
+ * does not wait seconds; the cost line learned from it sizes the next ones. */
+#define SCHED_PROBE_TOKENS 32
 
 /* ---------------------------------------------------------------- admission */
 
@@ -239,19 +243,26 @@ static void fail_batch(struct sched *s, int err) {
     s->in_callbacks--;
 }
 
-/* The prompt budget of this step: everything when one sequence runs alone; while others wait,
- * what the learned step cost says fits in max_step_ms after the decodes. */
+/* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
+ * fits in max_step_ms after the decodes; a prompt alone gets batch_tokens, cut to what fits in
+ * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
     bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
     *prompt_cap = s->cfg.batch_tokens;
     *chunk_cap = s->cfg.batch_tokens;
-    if (!others) return;
-    *chunk_cap = s->cfg.chunk_tokens;
-    int32_t within = step_cost_tokens_within(&s->cost, s->cfg.max_step_ms);
-    if (within < 0) return;
+    double target_ms = s->cfg.max_step_ms;
+    if (others) *chunk_cap = s->cfg.chunk_tokens;
+    else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
+    else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;
+    int32_t within = step_cost_tokens_within(&s->cost, target_ms);
+    if (within < 0) {
+        *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
+        return;
+    }
     int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
     int32_t cap = within - decodes;
-    *prompt_cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
+    cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
+    if (cap < *prompt_cap) *prompt_cap = cap;
 }
 
 /* Sequences ended while building: their memory may let waiting ones in. */

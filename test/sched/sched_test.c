@@ -603,6 +603,81 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+/* Steps of a lone prompt, each "taking" 5 ms + 2 ms per token; a second request arrives once the
+ * first has read `arrive_after` tokens. sizes[] gets every step's token count; returns the steps. */
+static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int arrive_after, int *sizes, int cap) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.n_ctx = 1024;
+    c.batch_tokens = 512;
+    c.chunk_tokens = 128;
+    c.max_step_ms = max_ms;
+    c.solo_step_ms = solo_ms;
+    if (fx_init(&f, 4096, 4, MEM_KV, &c) != 0) return -1;
+    static int32_t longp[400], shortp[6];
+    fake_prompt(longp, 400, 31, VOCAB);
+    fake_prompt(shortp, 6, 32, VOCAB);
+    struct recorder a, b;
+    struct sched_request qa = request(longp, 400, 1), qb = request(shortp, 6, 1);
+    if (submit(&f, &a, &qa, NULL) != 0) return -1;
+    int steps = 0, read = 0;
+    bool sent = false;
+    struct sched_step *step;
+    int n;
+    while ((n = sched_build_step(f.s, f.now, &step)) > 0) {
+        if (steps < cap) sizes[steps] = n;
+        steps++;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 5 + 2.0 * n);
+        read += n;
+        if (!sent && arrive_after >= 0 && read >= arrive_after) {
+            if (submit(&f, &b, &qb, NULL) != 0) return -1;
+            sent = true;
+        }
+    }
+    if (a.done[0] != 1 + SCHED_STOP_LIMIT || (sent && b.done[0] != 1 + SCHED_STOP_LIMIT)) steps = -1;
+    if (fx_free(&f)) steps = -1;
+    return steps;
+}
+
+TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
+    int sizes[64];
+    /* the first step is a probe; then steps of what fits in 200 ms: (200 - 5) / 2 = 97 tokens */
+    int steps = solo_steps(t, 200, 100, -1, sizes, 64);
+    CHECK(steps > 0 && steps <= 64);
+    CHECK_EQ_INT(sizes[0], 32);
+    int total = 0, biggest = 0;
+    for (int i = 0; i < steps; i++) {
+        total += sizes[i];
+        if (sizes[i] > biggest) biggest = sizes[i];
+        CHECK(5 + 2.0 * sizes[i] <= 200); /* every step within the solo target */
+    }
+    CHECK_EQ_INT(total, 400);      /* the prompt (its logits give the one token of n_predict 1) */
+    CHECK_EQ_INT(biggest, 97);     /* and as big as fits: more than the 47 of a shared step */
+    CHECK(steps <= 1 + 400 / 90 + 2);
+
+    /* someone arrives after 150 tokens: from then on steps stay within max_step_ms (47 tokens) */
+    steps = solo_steps(t, 200, 100, 150, sizes, 64);
+
+    CHECK(steps > 0 && steps <= 64);
+    int read = 0, i = 0;
+    while (read < 150) read += sizes[i++];
+    CHECK(i >= 2 && sizes[i - 1] > 47);  /* the solo step in flight when it arrived */
+    CHECK(sizes[i] <= 47);               /* its own step: the newcomer's prompt + a chunk */
+    CHECK(sizes[i] > 6);
+
+    /* solo_step_ms 0: no time cap, a lone prompt takes the whole batch_tokens (and no probe) */
+    steps = solo_steps(t, 0, 100, -1, sizes, 64);
+    CHECK_EQ_INT(steps, 1);
+    CHECK_EQ_INT(sizes[0], 400);
+    /* a solo target below max_step_ms counts as max_step_ms */
+    steps = solo_steps(t, 50, 100, -1, sizes, 64);
+    CHECK(steps > 0 && steps <= 64);
+    biggest = 0;
+    for (int k = 0; k < steps; k++) biggest = sizes[k] > biggest ? sizes[k] : biggest;
+    CHECK_EQ_INT(biggest, 47);
+}
+
 TEST(sched_step_cost_fits_a_line) {
     double fixed, per;
     struct step_cost k;
