@@ -70,7 +70,7 @@ const struct config_setting config_settings[] = {
     {"log-level", 0, CONFIG_STR, F(log_level), "info", 0, 0, "debug|info|warn|error|off",
      "least severe log lines written to stderr"},
     {"debug-endpoints", 0, CONFIG_BOOL, F(debug_endpoints), "false", 0, 0, NULL,
-     "debugging aid: expose GET /debug/stream and /debug/stats (never in production)"},
+     "debugging aid: expose /debug/stream, /debug/stats, /debug/slow-step, ... (never in production)"},
     {"debug-ready-delay", 0, CONFIG_MS, F(debug_ready_delay_ms), "0", 0, 24 * HOUR_MS, NULL,
      "debugging aid: stay 'loading' this long after start"},
 };
