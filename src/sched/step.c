@@ -36,7 +36,14 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     }
     int32_t parent = r->seqs[0];
     int32_t shared = r->cache_prompt ? sched_cache_attach_prefix(s, parent, r->prompt, r->n_prompt) : 0;
-    if (!sched_cache_make_room(s, memory_cells_needed(s->mem, parent, r->n_prompt - shared))) {
+    int64_t need = memory_cells_needed(s->mem, parent, r->n_prompt - shared);
+    /* and the first cell of every sibling after the fork (what sched_cache_pending_need counts
+     * for them once admitted), as far as the memory can ever hold them: on a memory too small for
+     * all at once, the rest recompute their prompt when cells free (fork_choices) */
+    int64_t siblings = r->n_choices - 1;
+    int64_t most = s->usage.cells_total - memory_seq_cells(s->mem, parent) - need;
+    need += siblings < most ? siblings : most > 0 ? most : 0;
+    if (!sched_cache_make_room(s, need)) {
         if (shared) memory_seq_rm(s->mem, parent, 0, -1);
         for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
         return false;

@@ -1127,3 +1127,49 @@ TEST(sched_n_choices_on_a_recurrent_memory_short_of_states) {
         CHECK_EQ_INT(fx_free(&f), 0);
     }
 }
+
+TEST(sched_admission_reserves_the_first_cell_of_each_sibling) {
+    /* 24 cells. B generates (4 prompt tokens, growing); A (17 prompt tokens, n = 4) fits on its
+     * own prompt (17 + B's next cell <= 20 free) but not with its 3 siblings' first decode cells
+     * (21): admitted anyway, the fork would run out of cells and preempt. A must wait for B. */
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 24, 8, MEM_FAKE_KV, NULL), 0);
+    int32_t pb[4], pa[17];
+    struct recorder rb, ra;
+    struct sched_request qb = prompt_request(pb, 4, 41, 12), qa = prompt_request(pa, 17, 42, 2);
+    qa.n_choices = 4;
+    qa.cache_prompt = qb.cache_prompt = false;
+    CHECK_EQ_INT(submit(&f, &rb, &qb, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    struct sched_req *ha;
+    CHECK_EQ_INT(submit(&f, &ra, &qa, &ha), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    CHECK_EQ_INT(sched_req_seq(ha, 0), -1); /* still queued */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.queued, 1);
+    fake_run(f.s, &f.now, 1, 200);
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.preemptions, 0);
+    CHECK_EQ_INT(rb.n_tokens[0], 12);
+    for (int c = 0; c < 4; c++) CHECK_EQ_INT(ra.n_tokens[c], 2);
+    CHECK_EQ_INT(fx_free(&f), 0);
+    /* a memory that can never hold every sibling at once still admits (they recompute later):
+     * 18 cells for 17 prompt tokens and 3 siblings */
+    CHECK_EQ_INT(fx_init(&f, 18, 8, MEM_FAKE_KV, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &ra, &qa, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    for (int c = 0; c < 4; c++) CHECK(ra.done[c] != 0);
+    /* the same with 10 of its tokens cached: 10 shared cells + 7 new, still admitted */
+    struct recorder rc;
+    struct sched_request qc = qa;
+    qc.cache_prompt = true;
+    struct sched_request q10 = request(pa, 10, 1); /* leaves A's first 10 tokens as cache */
+    CHECK_EQ_INT(submit(&f, &rc, &q10, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(submit(&f, &rc, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    for (int c = 0; c < 4; c++) CHECK(rc.done[c] != 0);
+    CHECK(rc.counts[0].n_cached > 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
