@@ -22,7 +22,7 @@ static int32_t take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t k
         got = 0;
         for (int32_t i = 0; i < s->n_seq && got < n; i++)
             if (s->seqs[i].kind == SEQ_FREE) ids[got++] = i;
-        if (got == n || !sched_cache_evict_lru(s, keep)) return got;
+        if (got == n || !sched_cache_evict_lru(s, keep, false)) return got;
     }
 }
 
@@ -302,7 +302,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             continue;
         }
         /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
-        if (sched_cache_evict_lru(s, -1)) continue;
+        if (sched_cache_evict_lru(s, -1, true)) continue;
         if (st->n_prompt_tokens > 1) {
             prompt_cap = st->n_prompt_tokens / 2;
             continue;

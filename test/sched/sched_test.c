@@ -1173,3 +1173,40 @@ TEST(sched_admission_reserves_the_first_cell_of_each_sibling) {
     CHECK(rc.counts[0].n_cached > 0);
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+TEST(sched_cache_eviction_skips_entries_that_free_no_cells) {
+    /* Cache entry C's cells are all shared with live L (L's prompt extends C's); D is a newer
+     * entry of its own cells. When E needs cells, evicting C frees nothing: D must go, C stays. */
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 36, 8, MEM_FAKE_KV, NULL), 0);
+    int32_t pl[16], pd[8], pe[12];
+    fake_prompt(pl, 16, 51, VOCAB);
+    fake_prompt(pd, 8, 52, VOCAB);
+    fake_prompt(pe, 12, 53, VOCAB);
+    struct recorder rc, rl, rd, re;
+    struct sched_request qc = request(pl, 10, 1), ql = request(pl, 16, 12), qd = request(pd, 8, 1),
+                         qe = request(pe, 12, 1);
+    CHECK_EQ_INT(submit(&f, &rc, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100); /* C: 10 cells of cache */
+    CHECK_EQ_INT(submit(&f, &rl, &ql, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);   /* L shares C's 10 cells */
+    CHECK_EQ_INT(submit(&f, &rd, &qd, NULL), 0);
+    for (int i = 0; i < 6 && rd.done[0] == 0; i++) fake_run(f.s, &f.now, 1, 1);
+    CHECK(rd.done[0] != 0); /* D: 8 cells of cache, newer than C */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cached_seqs, 2);
+    CHECK_EQ_INT(st.cache_evictions, 0);
+    int64_t free_before = st.cells_total - st.cells_used;
+    CHECK(free_before < 12 + 1); /* E does not fit without evicting */
+    CHECK(free_before + 8 >= 12 + 1); /* D's cells are enough */
+    CHECK_EQ_INT(submit(&f, &re, &qe, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cache_evictions, 1);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(rl.counts[0].n_cached, 10);
+    CHECK_EQ_INT(rl.n_tokens[0], 12);
+    CHECK_EQ_INT(re.n_tokens[0], 1);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
