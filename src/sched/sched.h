@@ -18,7 +18,9 @@
  *     after about solo_step_ms + max_step_ms at worst, while the lone prompt still runs in steps
  *     2x longer than shared ones (the fixed cost per step is amortized over more tokens).
  *     Before any step was measured there is no cost line: a step's prompt budget is then a
- *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds;
+ *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds; a
+ *     prompt alone never gets less than that probe (smaller prefill steps cost several times
+ *     more per token: below 32 rows the matmuls take the per-row path, math/matmul.h);
  *   - admission is by memory, not slots: a request is admitted (queue order) when its prompt fits
  *     in the free cells after reusing the longest shared prefix (live sequences or prompt cache),
  *     on top of what admitted sequences still need for their own prompts;

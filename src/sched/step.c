@@ -268,7 +268,11 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     }
     int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
     int32_t cap = within - decodes;
-    cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
+    /* alone, never below the probe: smaller prefill steps cost several times more per token
+     * (below 32 rows the matmuls take the per-row path, which reads the weights once per 4
+     * tokens), and a machine that slow misses the time target with a few tokens more or less */
+    int32_t floor = others ? SCHED_MIN_PROMPT_TOKENS : SCHED_PROBE_TOKENS;
+    cap = cap > floor ? cap : floor;
     if (cap < *prompt_cap) *prompt_cap = cap;
 }
 

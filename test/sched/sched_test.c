@@ -605,6 +605,8 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
 
 /* Steps of a lone prompt, each "taking" 5 ms + 2 ms per token; a second request arrives once the
  * first has read `arrive_after` tokens. sizes[] gets every step's token count; returns the steps. */
+static double ms_per_token = 2; /* of solo_steps' steps */
+
 static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int arrive_after, int *sizes, int cap) {
     struct fx f;
     struct sched_config c = base_config();
@@ -628,7 +630,7 @@ static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int ar
         if (steps < cap) sizes[steps] = n;
         steps++;
         sched_step_compute(f.s, step);
-        sched_step_complete(f.s, step, f.now += 5 + 2.0 * n);
+        sched_step_complete(f.s, step, f.now += 5 + ms_per_token * n);
         read += n;
         if (!sent && arrive_after >= 0 && read >= arrive_after) {
             if (submit(&f, &b, &qb, NULL) != 0) return -1;
@@ -676,6 +678,12 @@ TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
     biggest = 0;
     for (int k = 0; k < steps; k++) biggest = sizes[k] > biggest ? sizes[k] : biggest;
     CHECK_EQ_INT(biggest, 47);
+    /* a machine so slow that 200 ms hold 19 tokens: a lone prompt still gets 32 per step */
+    ms_per_token = 10;
+    steps = solo_steps(t, 200, 100, -1, sizes, 64);
+    ms_per_token = 2;
+    CHECK_EQ_INT(steps, (400 + 31) / 32);
+    for (int k = 0; k < steps - 1; k++) CHECK_EQ_INT(sizes[k], 32);
 }
 
 TEST(sched_step_cost_fits_a_line) {
