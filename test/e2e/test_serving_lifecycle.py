@@ -64,8 +64,9 @@ def test_health_says_stalled_while_a_step_hangs_and_ok_again_after():
         assert post(srv, "/completion", {"prompt": PROMPT, "n_predict": 8})[0] == 200
         status, h = srv.json("GET", "/health?detail=1")
         assert status == 200 and h["status"] == "ok" and h["step_in_flight"] is False
-        assert set(h) == {"status", "queue", "active_requests", "active_sequences", "kv_cells_total",
-                          "kv_cells_free", "tokens_per_second", "step_in_flight"}
+        assert {"status", "queue", "active_requests", "active_sequences", "kv_cells_total",
+                "kv_cells_free", "tokens_per_second", "step_in_flight"} <= set(h)
+        assert not any(isinstance(v, str) for k, v in h.items() if k != "status")  # no text
         assert h["kv_cells_total"] == 4096 and h["kv_cells_free"] <= h["kv_cells_total"]
         assert h["tokens_per_second"] > 0 and h["active_requests"] == 0
         assert srv.json("POST", "/debug/slow-step?ms=4000") == (200, {"slow_step_ms": 4000})
