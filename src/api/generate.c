@@ -33,6 +33,7 @@ struct gen_choice {
     int32_t n_probs, cap_probs, probs_sent;
     int32_t n_tokens;               /* generated so far */
     bool done, role_sent;
+    bool truncated;                 /* stopped by the context limit (llama.cpp's `truncated`) */
     enum stop_type stop;
     struct sched_counts counts;
 };
@@ -141,6 +142,7 @@ static void result_of(const struct gen_job *job, int i, struct completion_result
         .tokens_cached = c->counts.n_cached,
         .stop_type = c->done ? c->stop : STOP_TYPE_NONE,
         .stopping_word = c->stop == STOP_TYPE_WORD ? c->st.stopping_word : NULL,
+        .truncated = c->done && c->truncated,
         .timings = {.prompt_n = c->counts.n_prompt - c->counts.n_cached,
                     .prompt_ms = c->counts.prompt_ms,
                     .predicted_n = c->counts.n_generated,
@@ -277,6 +279,7 @@ static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, con
     }
     c->done = true;
     c->stop = stop_type_of(reason);
+    c->truncated = reason == SCHED_STOP_CONTEXT;
     c->counts = *counts;
     if (job->p.stream) stream_progress(job, choice);
     if (++job->n_done == job->p.n) {

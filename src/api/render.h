@@ -78,7 +78,9 @@ struct completion_result {
     int32_t tokens_cached;    /* prompt tokens reused from the cache */
     enum stop_type stop_type; /* NONE while streaming; set on a final response / last chunk */
     const char *stopping_word;/* STOP_TYPE_WORD: the stop string that matched, else NULL */
-    bool truncated;           /* the prompt was cut to fit the context */
+    bool truncated;           /* generation stopped because prompt + generated tokens reached the
+                               * context (n_ctx / --max-seq-tokens, or the whole memory): llama.cpp's
+                               * meaning; stop_type is then "limit" */
     struct completion_timings timings;
     const struct token_probs *probs; /* NULL or n_probs entries (when logprobs were asked for) */
     size_t n_probs;

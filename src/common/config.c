@@ -29,6 +29,9 @@ const struct config_setting config_settings[] = {
      "most tokens per step (decode tokens + prompt chunks)"},
     {"max-step-ms", 0, CONFIG_INT, F(max_step_ms), "100", 1, 600000, NULL,
      "step time target while requests wait: prompt chunks shrink to stay under it"},
+    {"solo-step-ms", 0, CONFIG_INT, F(solo_step_ms), "200", 0, 600000, NULL,
+     "step time target of a prompt read alone (at least max-step-ms; 0: the whole batch-tokens): "
+     "a request arriving meanwhile waits at most about solo-step-ms + max-step-ms for its first token"},
     {"max-queue", 0, CONFIG_INT, F(max_queue), "64", 1, 1000000, NULL,
      "requests waiting for memory; beyond: 503 with Retry-After"},
     {"max-n", 0, CONFIG_INT, F(max_n), "16", 1, 64, NULL,
@@ -70,7 +73,7 @@ const struct config_setting config_settings[] = {
     {"log-level", 0, CONFIG_STR, F(log_level), "info", 0, 0, "debug|info|warn|error|off",
      "least severe log lines written to stderr"},
     {"debug-endpoints", 0, CONFIG_BOOL, F(debug_endpoints), "false", 0, 0, NULL,
-     "debugging aid: expose GET /debug/stream and /debug/stats (never in production)"},
+     "debugging aid: expose /debug/stream, /debug/stats, /debug/slow-step, ... (never in production)"},
     {"debug-ready-delay", 0, CONFIG_MS, F(debug_ready_delay_ms), "0", 0, 24 * HOUR_MS, NULL,
      "debugging aid: stay 'loading' this long after start"},
 };

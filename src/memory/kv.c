@@ -137,6 +137,23 @@ static int64_t kv_seq_cells(const struct memory *m, int32_t seq) {
     return seq_ok(kv, seq) ? kv->seq_n_cells[seq] : 0;
 }
 
+/* A scan of the cells (no per-sequence count of unshared cells is kept): for eviction choices,
+ * not for every step. */
+static int64_t kv_seq_cells_own(const struct memory *m, int32_t seq) {
+    const struct kv_memory *kv = kv_of_c(m);
+    if (!seq_ok(kv, seq) || kv->seq_n_cells[seq] == 0) return 0;
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        const uint64_t *set = kv->seqs + c * kv->n_words;
+        if (!(set[seq / 64] >> (seq % 64) & 1)) continue;
+        bool alone = true;
+        for (int32_t w = 0; w < kv->n_words && alone; w++)
+            alone = set[w] == (w == seq / 64 ? UINT64_C(1) << (seq % 64) : 0);
+        n += alone;
+    }
+    return n;
+}
+
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
     size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
     return kvb + (size_t)n_cells * (2 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
@@ -241,6 +258,7 @@ static const struct memory_ops kv_ops = {
     .seq_cp = kv_seq_cp,
     .seq_pos_max = kv_seq_pos_max,
     .seq_cells = kv_seq_cells,
+    .seq_cells_own = kv_seq_cells_own,
     .usage = kv_usage,
     .seq_save = kv_seq_save,
     .seq_restore = kv_seq_restore,

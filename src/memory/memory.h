@@ -64,6 +64,9 @@ struct memory_ops {
     int (*seq_restore)(struct memory *m, int32_t seq, const struct memory_snapshot *s);
     void (*snapshot_free)(struct memory_snapshot *s);
     void (*destroy)(struct memory *m);
+    /* Cells seq alone holds: what removing the whole sequence would free (0 when every cell it
+     * holds is shared with another sequence). */
+    int64_t (*seq_cells_own)(const struct memory *m, int32_t seq);
 };
 
 /* Every implementation embeds this first. */
@@ -78,6 +81,7 @@ static inline int memory_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32
 static inline int memory_seq_cp(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1) { return m->ops->seq_cp(m, src, dst, p0, p1); }
 static inline int32_t memory_seq_pos_max(const struct memory *m, int32_t seq) { return m->ops->seq_pos_max(m, seq); }
 static inline int64_t memory_seq_cells(const struct memory *m, int32_t seq) { return m->ops->seq_cells(m, seq); }
+static inline int64_t memory_seq_cells_own(const struct memory *m, int32_t seq) { return m->ops->seq_cells_own(m, seq); }
 static inline void memory_usage(const struct memory *m, struct memory_usage *u) { m->ops->usage(m, u); }
 static inline int memory_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **out) { return m->ops->seq_save(m, seq, out); }
 static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->seq_restore(m, seq, s); }

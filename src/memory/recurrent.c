@@ -176,6 +176,7 @@ static const struct memory_ops recurrent_ops = {
     .seq_cp = rm_seq_cp,
     .seq_pos_max = rm_seq_pos_max,
     .seq_cells = rm_seq_cells,
+    .seq_cells_own = rm_seq_cells, /* a state is never shared: seq_cp copies it */
     .usage = rm_usage,
     .seq_save = rm_seq_save,
     .seq_restore = rm_seq_restore,

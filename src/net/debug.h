@@ -6,6 +6,9 @@
  *   GET  /debug/delay?ms=100   answers {"delayed_ms":100} after ms (a late answer, http.h way 2)
  *   POST /debug/echo           answers the request body as application/octet-stream
  *   GET  /debug/stats          the server's counters as JSON (cancel callbacks, backpressure...)
+ * The engine driver adds, with the same flag (net/engine_driver.c):
+ *   POST /debug/slow-step?ms=N the next step sleeps N ms before computing (a hung engine:
+ *        /health turns "stalled"); answers {"slow_step_ms":N}
  */
 #ifndef UVLM_NET_DEBUG_H
 #define UVLM_NET_DEBUG_H

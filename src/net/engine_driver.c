@@ -6,6 +6,7 @@
 
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +17,9 @@
 
 static void step_work_cb(uv_work_t *w) {
     struct engine_driver *d = w->data;
+    if (d->step_sleep_ms > 0) /* --debug-endpoints' /debug/slow-step only */
+        nanosleep(&(struct timespec){.tv_sec = d->step_sleep_ms / 1000,
+                                     .tv_nsec = d->step_sleep_ms % 1000 * 1000000}, NULL);
     sched_step_compute(d->srv.sched, d->step);
 }
 
@@ -25,7 +29,9 @@ static void step_after_cb(uv_work_t *w, int status) {
     struct engine_driver *d = w->data;
     struct sched_step *step = d->step;
     (void)status; /* steps are never cancelled: uv_cancel is not used on them */
-    sched_step_complete(d->srv.sched, step, serving_now_ms());
+    double now = serving_now_ms();
+    log_debug(&d->app->log, "step: %d tokens, %.1f ms", sched_step_batch(step)->n_tokens, now - d->step_built_ms);
+    sched_step_complete(d->srv.sched, step, now);
     d->step = NULL;
     try_step(d); /* the next step at once, not at the next tick */
 }
@@ -33,7 +39,11 @@ static void step_after_cb(uv_work_t *w, int status) {
 static void try_step(struct engine_driver *d) {
     if (d->step || !d->srv.sched) return;
     struct sched_step *step;
-    if (sched_build_step(d->srv.sched, serving_now_ms(), &step) <= 0) return;
+    double now = serving_now_ms();
+    if (sched_build_step(d->srv.sched, now, &step) <= 0) return;
+    d->step_built_ms = now;
+    d->step_sleep_ms = d->slow_next_ms;
+    d->slow_next_ms = 0;
     d->step = step;
     d->step_work.data = d;
     int rc = uv_queue_work(d->app->loop, &d->step_work, step_work_cb, step_after_cb);
@@ -41,6 +51,17 @@ static void try_step(struct engine_driver *d) {
 }
 
 static void tick_cb(uv_timer_t *t) { try_step(t->data); }
+
+/* POST /debug/slow-step?ms=N (--debug-endpoints): the next step sleeps N ms before computing. */
+static void slow_step_handle(struct http_request *req, void *data) {
+    struct engine_driver *d = data;
+    char v[32];
+    long long ms = http_query(req, "ms", v, sizeof v) > 0 ? strtoll(v, NULL, 10) : 0;
+    d->slow_next_ms = ms < 0 ? 0 : ms > 600000 ? 600000 : ms;
+    char body[64];
+    snprintf(body, sizeof body, "{\"slow_step_ms\":%lld}", d->slow_next_ms);
+    http_respond_json(req, 200, body);
+}
 
 static void kick(void *driver) {
     struct engine_driver *d = driver;
@@ -99,6 +120,7 @@ static int start_engine(struct engine_driver *d) {
     sc.max_seq_tokens = (int32_t)cfg->max_seq_tokens;
     sc.batch_tokens = (int32_t)cfg->batch_tokens;
     sc.max_step_ms = (double)cfg->max_step_ms;
+    sc.solo_step_ms = (double)cfg->solo_step_ms;
     sc.max_queue = (int32_t)cfg->max_queue;
     sc.max_n = (int32_t)cfg->max_n;
     sc.stall_timeout_ms = (double)cfg->stall_timeout_ms;
@@ -165,7 +187,10 @@ int engine_driver_init(struct engine_driver *d, struct app *app) {
     d->srv.model_path = d->model_path;
     app->load = driver_load;
     app->load_data = d;
-    return serving_routes_add(&app->router, &d->srv);
+    int rc = serving_routes_add(&app->router, &d->srv);
+    if (!rc && app->cfg->debug_endpoints)
+        rc = router_add(&app->router, "POST", "/debug/slow-step", slow_step_handle, d, 0);
+    return rc;
 }
 
 void engine_driver_close(struct engine_driver *d) {

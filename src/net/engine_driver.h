@@ -51,6 +51,11 @@ struct engine_driver {
     bool tick_open;
     uv_work_t step_work;
     struct sched_step *step; /* in flight, or NULL */
+    double step_built_ms;    /* when it was built (for the debug log line per step) */
+    /* --debug-endpoints only: POST /debug/slow-step?ms=N makes the next step's compute sleep N ms
+     * first (a hung engine, for the /health "stalled" test). Loop thread: slow_next_ms; it moves
+     * to step_sleep_ms when a step is built, which the worker reads (queued after the write). */
+    long long slow_next_ms, step_sleep_ms;
 };
 
 /* 0, or -ERR_NOMEM when the route table is full. */

@@ -42,14 +42,22 @@ void sched_cache_seq_release(struct sched *s, int32_t id) {
     sched_cache_seq_reset(q);
 }
 
-/* Evict the least recently used cache entry other than `keep`; false when there is none. */
-bool sched_cache_evict_lru(struct sched *s, int32_t keep) {
+/* Evict the least recently used cache entry other than `keep` (that frees cells, with
+ * for_cells); false when there is none. Candidates are tried in LRU order (lru stamps are
+ * unique), and the cell count is only asked of them, as it scans the memory. */
+bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells) {
     int32_t victim = -1;
-    for (int32_t i = 0; i < s->n_seq; i++)
-        if (i != keep && s->seqs[i].kind == SEQ_CACHE &&
-            (victim < 0 || s->seqs[i].lru < s->seqs[victim].lru))
-            victim = i;
-    if (victim < 0) return false;
+    uint64_t after = 0; /* candidates with an older stamp were rejected */
+    for (;;) {
+        victim = -1;
+        for (int32_t i = 0; i < s->n_seq; i++)
+            if (i != keep && s->seqs[i].kind == SEQ_CACHE && s->seqs[i].lru >= after &&
+                (victim < 0 || s->seqs[i].lru < s->seqs[victim].lru))
+                victim = i;
+        if (victim < 0) return false;
+        if (!for_cells || memory_seq_cells_own(s->mem, victim) > 0) break;
+        after = s->seqs[victim].lru + 1;
+    }
     sched_cache_seq_release(s, victim);
     s->totals.cache_evictions++;
     return true;
@@ -58,7 +66,7 @@ bool sched_cache_evict_lru(struct sched *s, int32_t keep) {
 /* Evict cache until `need` cells are free on top of what admitted work still needs. */
 bool sched_cache_make_room(struct sched *s, int64_t need) {
     while (free_cells(s) < need + sched_cache_pending_need(s))
-        if (!sched_cache_evict_lru(s, -1)) return false;
+        if (!sched_cache_evict_lru(s, -1, true)) return false;
     return true;
 }
 
@@ -140,12 +148,12 @@ void sched_cache_checkpoint(struct sched *s, int32_t id) {
         for (int32_t i = 0; i < s->n_seq && dst < 0; i++)
             if (s->seqs[i].kind == SEQ_FREE) dst = i;
         if (dst >= 0) break;
-        if (!sched_cache_evict_lru(s, -1)) return;
+        if (!sched_cache_evict_lru(s, -1, false)) return;
     }
     for (;;) {
         int rc = free_cells(s) > sched_cache_pending_need(s) ? memory_seq_cp(s->mem, id, dst, 0, q->n_past) : -ERR_NOMEM;
         if (rc == 0) break;
-        if (rc != -ERR_NOMEM || !sched_cache_evict_lru(s, -1)) return;
+        if (rc != -ERR_NOMEM || !sched_cache_evict_lru(s, -1, true)) return;
     }
     struct seq *c = &s->seqs[dst];
     memcpy(c->tokens, q->tokens, (size_t)q->n_past * sizeof *c->tokens);

@@ -17,6 +17,7 @@ void sched_config_default(struct sched_config *c) {
         .batch_tokens = 512,
         .chunk_tokens = 128,
         .max_step_ms = 100,
+        .solo_step_ms = 200,
         .max_queue = 64,
         .max_n = 16,
         .starve_steps = 8,
@@ -265,8 +266,8 @@ int sched_create(struct sched **out, const struct sched_config *cfg, struct memo
                  const struct sched_engine_ops *ops, void *engine) {
     *out = NULL;
     if (cfg->n_ctx < 2 || cfg->max_seq_tokens < 0 || cfg->batch_tokens < 1 ||
-        cfg->chunk_tokens < 1 || cfg->max_queue < 1 || cfg->max_n < 1 || cfg->starve_steps < 0 || cfg->timeslice_steps < 0 ||
-        !(cfg->max_step_ms > 0) || mem->n_seq_max < 1)
+        cfg->chunk_tokens < 1 || cfg->max_queue < 1 || cfg->max_n < 1 || cfg->starve_steps < 0 ||
+        cfg->timeslice_steps < 0 || !(cfg->max_step_ms > 0) || !(cfg->solo_step_ms >= 0) || mem->n_seq_max < 1)
         return -ERR_INVAL;
     struct sched *s = calloc(1, sizeof *s);
     if (!s) return -ERR_NOMEM;

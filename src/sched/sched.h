@@ -11,7 +11,16 @@
  *     sched_step_complete (no clock, no randomness, ties broken by admission order);
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
  *     config.max_step_ms, from a cost line learned from measured step times (step_cost.h);
- *     a prompt alone gets the whole budget;
+ *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (200 ms,
+ *     never below max_step_ms; 0: no time cap, batch_tokens only). The two promises together:
+ *     a request that arrives while a long prompt is read alone waits for the step in flight
+ *     (<= solo_step_ms) and then for its own step (<= max_step_ms), so its first token comes
+ *     after about solo_step_ms + max_step_ms at worst, while the lone prompt still runs in steps
+ *     2x longer than shared ones (the fixed cost per step is amortized over more tokens).
+ *     Before any step was measured there is no cost line: a step's prompt budget is then a
+ *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds; a
+ *     prompt alone never gets less than that probe (smaller prefill steps cost several times
+ *     more per token: below 32 rows the matmuls take the per-row path, math/matmul.h);
  *   - admission is by memory, not slots: a request is admitted (queue order) when its prompt fits
  *     in the free cells after reusing the longest shared prefix (live sequences or prompt cache),
  *     on top of what admitted sequences still need for their own prompts;
@@ -122,6 +131,7 @@ struct sched_config {
     int32_t batch_tokens;     /* token budget per step (--batch-tokens, 512) */
     int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait (128) */
     double max_step_ms;       /* step time target while others wait (--max-step-ms, 100) */
+    double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 200; 0: none) */
     int32_t max_queue;        /* requests waiting for admission, beyond: -ERR_BUSY (--max-queue, 64) */
     int32_t max_n;            /* most choices per request (--max-n, 16) */
     int32_t starve_steps;     /* a sequence not served for this many steps goes first (8) */

@@ -153,8 +153,10 @@ int64_t sched_cache_pending_need(const struct sched *s);
 void sched_cache_seq_reset(struct seq *q);
 /* Drop what the id holds in memory and on the host, and free it. */
 void sched_cache_seq_release(struct sched *s, int32_t id);
-/* Evict the least recently used cache entry other than keep; false when there is none. */
-bool sched_cache_evict_lru(struct sched *s, int32_t keep);
+/* Evict the least recently used cache entry other than keep; false when there is none. With
+ * for_cells, only an entry whose eviction frees cells (not one whose cells all live on in the
+ * sequences sharing them); without, any entry (its sequence id is what is wanted). */
+bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells);
 /* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
 bool sched_cache_make_room(struct sched *s, int64_t need);
 /* Longest shareable prefix of tokens[0..n) held by a live or cached id (*src). */

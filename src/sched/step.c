@@ -9,6 +9,10 @@
 /* Prompts always get at least this many tokens per step, even when decodes alone fill the time
  * target: otherwise a crowd of generating sequences would starve every new prompt. */
 #define SCHED_MIN_PROMPT_TOKENS 16
+/* Until a step has been measured its cost is unknown: the first prompt step of a fresh server is
+ * this small (a 1B model on 2 cores reads 32 tokens in ~0.2 s), so a request arriving during it
+ * does not wait seconds; the cost line learned from it sizes the next ones. */
+#define SCHED_PROBE_TOKENS 32
 
 /* ---------------------------------------------------------------- admission */
 
@@ -18,7 +22,7 @@ static int32_t take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t k
         got = 0;
         for (int32_t i = 0; i < s->n_seq && got < n; i++)
             if (s->seqs[i].kind == SEQ_FREE) ids[got++] = i;
-        if (got == n || !sched_cache_evict_lru(s, keep)) return got;
+        if (got == n || !sched_cache_evict_lru(s, keep, false)) return got;
     }
 }
 
@@ -32,7 +36,14 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     }
     int32_t parent = r->seqs[0];
     int32_t shared = r->cache_prompt ? sched_cache_attach_prefix(s, parent, r->prompt, r->n_prompt) : 0;
-    if (!sched_cache_make_room(s, memory_cells_needed(s->mem, parent, r->n_prompt - shared))) {
+    int64_t need = memory_cells_needed(s->mem, parent, r->n_prompt - shared);
+    /* and the first cell of every sibling after the fork (what sched_cache_pending_need counts
+     * for them once admitted), as far as the memory can ever hold them: on a memory too small for
+     * all at once, the rest recompute their prompt when cells free (fork_choices) */
+    int64_t siblings = r->n_choices - 1;
+    int64_t most = s->usage.cells_total - memory_seq_cells(s->mem, parent) - need;
+    need += siblings < most ? siblings : most > 0 ? most : 0;
+    if (!sched_cache_make_room(s, need)) {
         if (shared) memory_seq_rm(s->mem, parent, 0, -1);
         for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
         return false;
@@ -343,19 +354,30 @@ static void fail_batch(struct sched *s, int err) {
     s->in_callbacks--;
 }
 
-/* The prompt budget of this step: everything when one sequence runs alone; while others wait,
- * what the learned step cost says fits in max_step_ms after the decodes. */
+/* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
+ * fits in max_step_ms after the decodes; a prompt alone gets batch_tokens, cut to what fits in
+ * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
     bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
     *prompt_cap = s->cfg.batch_tokens;
     *chunk_cap = s->cfg.batch_tokens;
-    if (!others) return;
-    *chunk_cap = s->cfg.chunk_tokens;
-    int32_t within = step_cost_tokens_within(&s->cost, s->cfg.max_step_ms);
-    if (within < 0) return;
+    double target_ms = s->cfg.max_step_ms;
+    if (others) *chunk_cap = s->cfg.chunk_tokens;
+    else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
+    else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;
+    int32_t within = step_cost_tokens_within(&s->cost, target_ms);
+    if (within < 0) {
+        *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
+        return;
+    }
     int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
     int32_t cap = within - decodes;
-    *prompt_cap = cap > SCHED_MIN_PROMPT_TOKENS ? cap : SCHED_MIN_PROMPT_TOKENS;
+    /* alone, never below the probe: smaller prefill steps cost several times more per token
+     * (below 32 rows the matmuls take the per-row path, which reads the weights once per 4
+     * tokens), and a machine that slow misses the time target with a few tokens more or less */
+    int32_t floor = others ? SCHED_MIN_PROMPT_TOKENS : SCHED_PROBE_TOKENS;
+    cap = cap > floor ? cap : floor;
+    if (cap < *prompt_cap) *prompt_cap = cap;
 }
 
 /* Sequences ended while building: their memory may let waiting ones in. */
@@ -405,7 +427,7 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             continue;
         }
         /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
-        if (sched_cache_evict_lru(s, -1)) continue;
+        if (sched_cache_evict_lru(s, -1, true)) continue;
         if (st->n_prompt_tokens > 1) {
             prompt_cap = st->n_prompt_tokens / 2;
             continue;

@@ -148,6 +148,23 @@ def test_invalid_json_and_long_prompt(srv):
     assert status == 200
 
 
+def test_truncated_when_generation_reaches_the_context(srv):
+    # llama.cpp's meaning: prompt + generated reached the context (here --max-seq-tokens 200), so
+    # generation stopped there: stop_type "limit" and truncated true; a plain n_predict stop is not
+    status, body = post(srv, "/completion", greedy(n_predict=500, ignore_eos=True, cache_prompt=False))
+    assert status == 200, body
+    assert body["stop_type"] == "limit" and body["truncated"] is True
+    assert body["tokens_evaluated"] + body["tokens_predicted"] == 200
+    status, body = post(srv, "/completion", greedy(n_predict=8, ignore_eos=True))
+    assert body["stop_type"] == "limit" and body["truncated"] is False
+    events = [json.loads(e) for e in stream(srv, "/completion", greedy(n_predict=-1, ignore_eos=True))]
+    assert all(e["truncated"] is False for e in events[:-1] if "truncated" in e)
+    assert events[-1]["stop"] is True and events[-1]["truncated"] is True
+    assert events[-1]["stop_type"] == "limit" and events[-1]["tokens_predicted"] == 200 - 4
+    status, body = post(srv, "/v1/completions", {"prompt": "And God said", "max_tokens": 500, "ignore_eos": True})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length"
+
+
 def test_oai_stream_with_n2_interleaves_choices_by_index(srv):
     events = stream(srv, "/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "n": 2, "temperature": 0})
     assert events[-1] == "[DONE]"

@@ -48,3 +48,48 @@ def test_drain_lets_a_generation_finish():
     assert first["content"] == " unto"
     assert srv.proc.wait(30) == 0
     srv.check_clean_exit()
+
+
+def test_health_says_stalled_while_a_step_hangs_and_ok_again_after():
+    """Issue 5 item 8: a step running far past its expected time turns /health 503 "stalled";
+    when it finishes, 200 again. /debug/slow-step (only with --debug-endpoints) makes the next
+    step sleep before computing, like a hung engine."""
+    import threading
+    import time
+
+    srv = start("--debug-endpoints")
+    try:
+        # steps of the tiny model take ~ms: afterwards a step is expected to be quick, so one that
+        # runs 10x its expected time + 1 s is stalled
+        assert post(srv, "/completion", {"prompt": PROMPT, "n_predict": 8})[0] == 200
+        status, h = srv.json("GET", "/health?detail=1")
+        assert status == 200 and h["status"] == "ok" and h["step_in_flight"] is False
+        assert {"status", "queue", "active_requests", "active_sequences", "kv_cells_total",
+                "kv_cells_free", "tokens_per_second", "step_in_flight"} <= set(h)
+        assert not any(isinstance(v, str) for k, v in h.items() if k != "status")  # no text
+        assert h["kv_cells_total"] == 4096 and h["kv_cells_free"] <= h["kv_cells_total"]
+        assert h["tokens_per_second"] > 0 and h["active_requests"] == 0
+        assert srv.json("POST", "/debug/slow-step?ms=4000") == (200, {"slow_step_ms": 4000})
+        result = {}
+        t = threading.Thread(target=lambda: result.update(r=post(srv, "/completion", {"prompt": PROMPT, "n_predict": 2})))
+        t0 = time.monotonic()
+        t.start()
+        stalled = None
+        while time.monotonic() - t0 < 3.5 and stalled is None:
+            status, h = srv.json("GET", "/health?detail=1")
+            if status == 503:
+                stalled = (time.monotonic() - t0, h)
+            else:
+                assert status == 200 and h["status"] == "ok", h
+                time.sleep(0.05)
+        assert stalled is not None, "/health never said stalled during a 4 s step"
+        waited, h = stalled
+        assert waited > 0.9, "stalled after %.2f s: sooner than 10 x expected + 1 s grace" % waited
+        assert h["status"] == "stalled" and h["step_in_flight"] is True
+        assert h["active_requests"] == 1 and h["active_sequences"] == 1 and h["queue"] == 0
+        assert srv.json("GET", "/health") == (503, {"status": "stalled"})
+        t.join(30)
+        assert result["r"][0] == 200 and result["r"][1]["tokens_predicted"] == 2
+        assert srv.json("GET", "/health") == (200, {"status": "ok"})  # work moved again
+    finally:
+        srv.check_clean_exit()

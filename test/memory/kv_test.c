@@ -155,6 +155,10 @@ TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
     CHECK_EQ_INT(memory_reserve(m, &b), 0);
     CHECK_EQ_INT(n_visible(kv, 1, 100), 7);
     CHECK_EQ_INT(n_visible(kv, 0, 100), 8);
+    /* What removing each would free: its unshared cells. */
+    CHECK_EQ_INT(memory_seq_cells_own(m, 0), 3);
+    CHECK_EQ_INT(memory_seq_cells_own(m, 1), 2);
+    CHECK_EQ_INT(memory_seq_cells_own(m, 2), 0);
     /* Sequence 0 goes: its private cells are freed, the shared ones stay for 1. */
     CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
     memory_usage(m, &u);

@@ -603,6 +603,89 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+/* Steps of a lone prompt, each "taking" 5 ms + 2 ms per token; a second request arrives once the
+ * first has read `arrive_after` tokens. sizes[] gets every step's token count; returns the steps. */
+static double ms_per_token = 2; /* of solo_steps' steps */
+
+static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int arrive_after, int *sizes, int cap) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.n_ctx = 1024;
+    c.batch_tokens = 512;
+    c.chunk_tokens = 128;
+    c.max_step_ms = max_ms;
+    c.solo_step_ms = solo_ms;
+    if (fx_init(&f, 4096, 4, MEM_KV, &c) != 0) return -1;
+    static int32_t longp[400], shortp[6];
+    fake_prompt(longp, 400, 31, VOCAB);
+    fake_prompt(shortp, 6, 32, VOCAB);
+    struct recorder a, b;
+    struct sched_request qa = request(longp, 400, 1), qb = request(shortp, 6, 1);
+    if (submit(&f, &a, &qa, NULL) != 0) return -1;
+    int steps = 0, read = 0;
+    bool sent = false;
+    struct sched_step *step;
+    int n;
+    while ((n = sched_build_step(f.s, f.now, &step)) > 0) {
+        if (steps < cap) sizes[steps] = n;
+        steps++;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 5 + ms_per_token * n);
+        read += n;
+        if (!sent && arrive_after >= 0 && read >= arrive_after) {
+            if (submit(&f, &b, &qb, NULL) != 0) return -1;
+            sent = true;
+        }
+    }
+    if (a.done[0] != 1 + SCHED_STOP_LIMIT || (sent && b.done[0] != 1 + SCHED_STOP_LIMIT)) steps = -1;
+    if (fx_free(&f)) steps = -1;
+    return steps;
+}
+
+TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
+    int sizes[64];
+    /* the first step is a probe; then steps of what fits in 200 ms: (200 - 5) / 2 = 97 tokens */
+    int steps = solo_steps(t, 200, 100, -1, sizes, 64);
+    CHECK(steps > 0 && steps <= 64);
+    CHECK_EQ_INT(sizes[0], 32);
+    int total = 0, biggest = 0;
+    for (int i = 0; i < steps; i++) {
+        total += sizes[i];
+        if (sizes[i] > biggest) biggest = sizes[i];
+        CHECK(5 + 2.0 * sizes[i] <= 200); /* every step within the solo target */
+    }
+    CHECK_EQ_INT(total, 400);      /* the prompt (its logits give the one token of n_predict 1) */
+    CHECK_EQ_INT(biggest, 97);     /* and as big as fits: more than the 47 of a shared step */
+    CHECK(steps <= 1 + 400 / 90 + 2);
+
+    /* someone arrives after 150 tokens: from then on steps stay within max_step_ms (47 tokens) */
+    steps = solo_steps(t, 200, 100, 150, sizes, 64);
+
+    CHECK(steps > 0 && steps <= 64);
+    int read = 0, i = 0;
+    while (read < 150) read += sizes[i++];
+    CHECK(i >= 2 && sizes[i - 1] > 47);  /* the solo step in flight when it arrived */
+    CHECK(sizes[i] <= 47);               /* its own step: the newcomer's prompt + a chunk */
+    CHECK(sizes[i] > 6);
+
+    /* solo_step_ms 0: no time cap, a lone prompt takes the whole batch_tokens (and no probe) */
+    steps = solo_steps(t, 0, 100, -1, sizes, 64);
+    CHECK_EQ_INT(steps, 1);
+    CHECK_EQ_INT(sizes[0], 400);
+    /* a solo target below max_step_ms counts as max_step_ms */
+    steps = solo_steps(t, 50, 100, -1, sizes, 64);
+    CHECK(steps > 0 && steps <= 64);
+    biggest = 0;
+    for (int k = 0; k < steps; k++) biggest = sizes[k] > biggest ? sizes[k] : biggest;
+    CHECK_EQ_INT(biggest, 47);
+    /* a machine so slow that 200 ms hold 19 tokens: a lone prompt still gets 32 per step */
+    ms_per_token = 10;
+    steps = solo_steps(t, 200, 100, -1, sizes, 64);
+    ms_per_token = 2;
+    CHECK_EQ_INT(steps, (400 + 31) / 32);
+    for (int k = 0; k < steps - 1; k++) CHECK_EQ_INT(sizes[k], 32);
+}
+
 TEST(sched_step_cost_fits_a_line) {
     double fixed, per;
     struct step_cost k;
@@ -1255,5 +1338,88 @@ TEST(sched_time_slicing_n_choices_beyond_the_states_still_finish) {
         CHECK_EQ_INT(run_alone(&q1, &alone), 0);
         CHECK(!memcmp(alone.tokens[0], b.tokens[ch], 5 * sizeof(int32_t)));
     }
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_admission_reserves_the_first_cell_of_each_sibling) {
+    /* 24 cells. B generates (4 prompt tokens, growing); A (17 prompt tokens, n = 4) fits on its
+     * own prompt (17 + B's next cell <= 20 free) but not with its 3 siblings' first decode cells
+     * (21): admitted anyway, the fork would run out of cells and preempt. A must wait for B. */
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 24, 8, MEM_FAKE_KV, NULL), 0);
+    int32_t pb[4], pa[17];
+    struct recorder rb, ra;
+    struct sched_request qb = prompt_request(pb, 4, 41, 12), qa = prompt_request(pa, 17, 42, 2);
+    qa.n_choices = 4;
+    qa.cache_prompt = qb.cache_prompt = false;
+    CHECK_EQ_INT(submit(&f, &rb, &qb, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    struct sched_req *ha;
+    CHECK_EQ_INT(submit(&f, &ra, &qa, &ha), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    CHECK_EQ_INT(sched_req_seq(ha, 0), -1); /* still queued */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.queued, 1);
+    fake_run(f.s, &f.now, 1, 200);
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.preemptions, 0);
+    CHECK_EQ_INT(rb.n_tokens[0], 12);
+    for (int c = 0; c < 4; c++) CHECK_EQ_INT(ra.n_tokens[c], 2);
+    CHECK_EQ_INT(fx_free(&f), 0);
+    /* a memory that can never hold every sibling at once still admits (they recompute later):
+     * 18 cells for 17 prompt tokens and 3 siblings */
+    CHECK_EQ_INT(fx_init(&f, 18, 8, MEM_FAKE_KV, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &ra, &qa, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    for (int c = 0; c < 4; c++) CHECK(ra.done[c] != 0);
+    /* the same with 10 of its tokens cached: 10 shared cells + 7 new, still admitted */
+    struct recorder rc;
+    struct sched_request qc = qa;
+    qc.cache_prompt = true;
+    struct sched_request q10 = request(pa, 10, 1); /* leaves A's first 10 tokens as cache */
+    CHECK_EQ_INT(submit(&f, &rc, &q10, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(submit(&f, &rc, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    for (int c = 0; c < 4; c++) CHECK(rc.done[c] != 0);
+    CHECK(rc.counts[0].n_cached > 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+TEST(sched_cache_eviction_skips_entries_that_free_no_cells) {
+    /* Cache entry C's cells are all shared with live L (L's prompt extends C's); D is a newer
+     * entry of its own cells. When E needs cells, evicting C frees nothing: D must go, C stays. */
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 36, 8, MEM_FAKE_KV, NULL), 0);
+    int32_t pl[16], pd[8], pe[12];
+    fake_prompt(pl, 16, 51, VOCAB);
+    fake_prompt(pd, 8, 52, VOCAB);
+    fake_prompt(pe, 12, 53, VOCAB);
+    struct recorder rc, rl, rd, re;
+    struct sched_request qc = request(pl, 10, 1), ql = request(pl, 16, 12), qd = request(pd, 8, 1),
+                         qe = request(pe, 12, 1);
+    CHECK_EQ_INT(submit(&f, &rc, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100); /* C: 10 cells of cache */
+    CHECK_EQ_INT(submit(&f, &rl, &ql, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);   /* L shares C's 10 cells */
+    CHECK_EQ_INT(submit(&f, &rd, &qd, NULL), 0);
+    for (int i = 0; i < 6 && rd.done[0] == 0; i++) fake_run(f.s, &f.now, 1, 1);
+    CHECK(rd.done[0] != 0); /* D: 8 cells of cache, newer than C */
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cached_seqs, 2);
+    CHECK_EQ_INT(st.cache_evictions, 0);
+    int64_t free_before = st.cells_total - st.cells_used;
+    CHECK(free_before < 12 + 1); /* E does not fit without evicting */
+    CHECK(free_before + 8 >= 12 + 1); /* D's cells are enough */
+    CHECK_EQ_INT(submit(&f, &re, &qe, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1);
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cache_evictions, 1);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(rl.counts[0].n_cached, 10);
+    CHECK_EQ_INT(rl.n_tokens[0], 12);
+    CHECK_EQ_INT(re.n_tokens[0], 1);
     CHECK_EQ_INT(fx_free(&f), 0);
 }
