@@ -50,7 +50,7 @@ struct config {
     /* model and serving engine */
     const char *model;
     /* serving engine */
-    long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, max_seq_tokens;
+    long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, compute_nice, max_seq_tokens;
     long long stall_timeout_ms;
     const char *chat_template;
     /* security */
