@@ -99,7 +99,7 @@ def test_compute_nice_lowers_the_compute_threads_not_the_loop(start_server):
     if base + 7 > 19:
         pytest.skip("the test runs at nice %d: no room below it" % base)
     srv = start_server("--compute-nice", "7", "--threads", "2")
-    assert srv.json("POST", "/completion", {"prompt": "And God said", "n_predict": 4})[0] == 200
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
     nices = _thread_nices(srv.proc.pid)
     assert nices[srv.proc.pid] == base  # the loop thread (main) keeps its level
     lowered = [t for t, n in nices.items() if n == base + 7]
@@ -108,5 +108,5 @@ def test_compute_nice_lowers_the_compute_threads_not_the_loop(start_server):
     assert all(n in (base, base + 7) for n in nices.values()), nices
     srv.stop()
     srv = start_server("--compute-nice", "0", "--threads", "2")
-    assert srv.json("POST", "/completion", {"prompt": "And God said", "n_predict": 4})[0] == 200
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
     assert set(_thread_nices(srv.proc.pid).values()) == {base}
