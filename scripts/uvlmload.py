@@ -435,10 +435,11 @@ async def run_mix(host, port, kinds, connections, duration, disconnect_rate=0.0,
 def probe(host, port, interval, until):
     """GET /health every `interval` seconds until the wall-clock time `until` on a keep-alive connection (a new one
     when the server closes it); returns (latencies in seconds of 200 answers, non-200 count,
-    errors). Run it in its own process (probe_process) so the load generator's own event loop
-    does not add its delays to the figures."""
+    errors, send times of those 200 answers in time.monotonic() seconds, which is the same clock
+    in every process of the machine). Run it in its own process (probe_process) so the load
+    generator's own event loop does not add its delays to the figures."""
     import http.client
-    lat, bad, errors = [], 0, 0
+    lat, at, bad, errors = [], [], 0, 0
     conn = None
     while time.time() < until:
         t0 = time.monotonic()
@@ -453,6 +454,7 @@ def probe(host, port, interval, until):
             dt = time.monotonic() - t0
             if r.status == 200:
                 lat.append(dt)
+                at.append(t0)
             else:
                 bad += 1
             if r.getheader("Connection", "").lower() == "close":
@@ -466,7 +468,17 @@ def probe(host, port, interval, until):
         time.sleep(max(0.0, interval - (time.monotonic() - t0)))
     if conn is not None:
         conn.close()
-    return lat, bad, errors
+    return lat, bad, errors, at
+
+
+def windows(lat, at, t0, width):
+    """Per-window figures of a probe's latencies: [(start s, end s, n, p50, p99, max)] over
+    consecutive `width`-second windows from t0 (the last one may be shorter)."""
+    out = {}
+    for dt, t in zip(lat, at):
+        out.setdefault(int(max(0.0, t - t0) // width), []).append(dt)
+    return [(k * width, (k + 1) * width, len(v), percentile(v, 50), percentile(v, 99), max(v))
+            for k, v in sorted(out.items())]
 
 
 def probe_process(host, port, interval, duration):

@@ -38,6 +38,9 @@ const struct config_setting config_settings[] = {
      "most choices per request (n / n_cmpl)"},
     {"threads", 't', CONFIG_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads of the forward pass (0: all cores)"},
+    {"compute-nice", 0, CONFIG_INT, F(compute_nice), "0", 0, 19, NULL,
+     "run the compute threads this many nice levels below the loop thread (the loop, and /health, "
+     "then preempts them at once; they also yield to every other process)"},
     {"max-seq-tokens", 0, CONFIG_INT, F(max_seq_tokens), "0", 0, 1LL << 24, NULL,
      "most tokens (prompt + generated) per sequence, below the model's context (0: the context)"},
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,

@@ -109,8 +109,9 @@ static void echo_handle(struct http_request *req, void *data) {
 static void stats_handle(struct http_request *req, void *data) {
     const struct app *app = data;
     const struct app_counters *k = &app->counters;
-    char body[512];
-    snprintf(body, sizeof body,
+    const struct app_loop_stats *ls = &app->loop_stats;
+    char body[2048];
+    int n = snprintf(body, sizeof body,
              "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,"
              "\"requests_total\":%llu,\"requests_inflight\":%d,\"requests_cancelled\":%llu,"
              "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu}",
@@ -119,6 +120,26 @@ static void stats_handle(struct http_request *req, void *data) {
              k->requests_inflight, (unsigned long long)k->requests_cancelled,
              (unsigned long long)k->backpressure_closes, (unsigned long long)k->timeouts,
              (unsigned long long)k->bad_requests);
+    /* the loop's iterations by busy time: "le_ms" bounds (the last is +inf) and counts */
+    n--; /* over the closing brace */
+    n += snprintf(body + n, sizeof body - (size_t)n,
+                  ",\"loop\":{\"iterations\":%llu,\"busy_ms_sum\":%.3f,\"busy_ms_max\":%.3f,\"cpu_ms_sum\":%.3f,"
+                  "\"cpu_ms_max\":%.3f",
+                  (unsigned long long)ls->iterations, (double)ls->busy_ns_sum / 1e6, (double)ls->busy_ns_max / 1e6,
+                  (double)ls->cpu_ns_sum / 1e6, (double)ls->cpu_ns_max / 1e6);
+    for (int which = 0; which < 2; which++) {
+        const uint64_t *hist = which ? ls->cpu_hist : ls->hist;
+        n += snprintf(body + n, sizeof body - (size_t)n, ",\"%s\":[", which ? "cpu_hist" : "hist");
+        for (int b = 0; b < APP_LOOP_BUCKETS; b++) {
+            char le[32];
+            if (b == APP_LOOP_BUCKETS - 1) snprintf(le, sizeof le, "\"inf\"");
+            else snprintf(le, sizeof le, "%g", app_loop_bounds_ms[b]);
+            n += snprintf(body + n, sizeof body - (size_t)n, "%s{\"le_ms\":%s,\"n\":%llu}", b ? "," : "", le,
+                          (unsigned long long)hist[b]);
+        }
+        n += snprintf(body + n, sizeof body - (size_t)n, "]");
+    }
+    snprintf(body + n, sizeof body - (size_t)n, "}}");
     http_respond_json(req, 200, body);
 }
 

@@ -4,19 +4,30 @@
 #include "common/err.h"
 #include "sched/sched.h"
 
+#include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TICK_MS 50
 
+/* Put the calling (threadpool) thread at the compute threads' nice level. Any threadpool thread may
+ * run a step, so every step does it (one cheap syscall per step, on the worker). Threads created
+ * by this thread afterwards (the forward pass's pool, while loading) inherit the level. A failure
+ * (e.g. a seccomp filter) leaves the thread as it was: only latency depends on it. */
+static void compute_priority(const struct engine_driver *d) {
+    if (d->app->cfg->compute_nice > 0) setpriority(PRIO_PROCESS, (id_t)gettid(), d->compute_nice);
+}
+
 /* --- steps ----------------------------------------------------------------------------------- */
 
 static void step_work_cb(uv_work_t *w) {
     struct engine_driver *d = w->data;
+    compute_priority(d);
     if (d->step_sleep_ms > 0) /* --debug-endpoints' /debug/slow-step only */
         nanosleep(&(struct timespec){.tv_sec = d->step_sleep_ms / 1000,
                                      .tv_nsec = d->step_sleep_ms % 1000 * 1000000}, NULL);
@@ -89,6 +100,7 @@ static void default_model_path(char *out, size_t cap) {
 
 static void load_work_cb(uv_work_t *w) {
     struct engine_driver *d = w->data;
+    compute_priority(d); /* before the forward pass's threads are created: they inherit it */
     d->load_rc = model_engine_load(&d->loaded, &d->ec, d->load_why, sizeof d->load_why);
 }
 
@@ -182,6 +194,11 @@ int engine_driver_init(struct engine_driver *d, struct app *app) {
     d->srv.kick = kick;
     d->srv.driver = d;
     d->srv.seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+    errno = 0; /* getpriority may return -1 as a level */
+    int loop_nice = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (loop_nice == -1 && errno) loop_nice = 0;
+    long long nice = loop_nice + app->cfg->compute_nice;
+    d->compute_nice = nice > 19 ? 19 : (int)nice;
     if (*app->cfg->model) snprintf(d->model_path, sizeof d->model_path, "%s", app->cfg->model);
     else default_model_path(d->model_path, sizeof d->model_path);
     d->srv.model_path = d->model_path;

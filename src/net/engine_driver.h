@@ -11,7 +11,11 @@
  *       callbacks stream tokens), build the next step at once
  *
  * Exactly one step is in flight; while it computes the loop thread keeps serving /health,
- * /metrics and new requests. The tick timer (unreferenced: it never keeps the loop alive) retries
+ * /metrics and new requests. With --compute-nice N > 0, compute runs N nice levels below the loop
+ * thread: the threadpool thread that loads or steps lowers itself first, and the forward pass's
+ * own worker threads (math/pool.h), created while loading, inherit that level. The loop then
+ * preempts them as soon as a socket is ready instead of waiting out their time slice; the price
+ * is that they also yield to every other process of the machine (0, the default, changes nothing). The tick timer (unreferenced: it never keeps the loop alive) retries
  * building when a step could not be built (e.g. everything waits for memory) and nothing else
  * would wake the driver.
  *
@@ -46,6 +50,7 @@ struct engine_driver {
     struct model_engine *loaded;
     int load_rc;
     char load_why[256];
+    int compute_nice;        /* nice level of the compute threads (the loop's + --compute-nice) */
     /* steps */
     uv_timer_t tick;
     bool tick_open;

@@ -4,11 +4,15 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+
+const double app_loop_bounds_ms[APP_LOOP_BUCKETS] = {1, 2, 5, 10, 20, 50, 1e300};
 
 int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop) {
     memset(app, 0, sizeof *app);
     app->cfg = cfg;
     app->loop = loop;
+    uv_loop_configure(loop, UV_METRICS_IDLE_TIME); /* for loop_stats; before uv_run */
     app->state = APP_LOADING;
     int level = log_level_parse(cfg->log_level);
     log_init(&app->log, level < 0 ? LOG_INFO : (enum log_level)level, stderr);
@@ -44,6 +48,7 @@ static void app_stop(struct app *app) {
         close_handle((uv_handle_t *)&app->sigterm);
         close_handle((uv_handle_t *)&app->sigint);
         close_handle((uv_handle_t *)&app->timer);
+        close_handle((uv_handle_t *)&app->loop_probe);
         app->handles_open = false;
     }
 }
@@ -119,6 +124,40 @@ static void ready_delay_cb(uv_timer_t *t) {
     start_loading(t->data);
 }
 
+/* Runs just before the loop polls: what passed since the previous one, less the time blocked in
+ * that poll, is the iteration's busy time. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void loop_hist_add(uint64_t *hist, uint64_t ns) {
+    int b = 0;
+    while (b < APP_LOOP_BUCKETS - 1 && (double)ns > app_loop_bounds_ms[b] * 1e6) b++;
+    hist[b]++;
+}
+
+static void loop_probe_cb(uv_prepare_t *h) {
+    struct app *app = h->data;
+    struct app_loop_stats *ls = &app->loop_stats;
+    uint64_t now = uv_hrtime(), idle = uv_metrics_idle_time(app->loop), cpu = thread_cpu_ns();
+    if (ls->last_ns) {
+        uint64_t span = now - ls->last_ns, blocked = idle - ls->last_idle_ns;
+        uint64_t busy = span > blocked ? span - blocked : 0, used = cpu - ls->last_cpu_ns;
+        loop_hist_add(ls->hist, busy);
+        loop_hist_add(ls->cpu_hist, used);
+        ls->iterations++;
+        ls->busy_ns_sum += busy;
+        ls->cpu_ns_sum += used;
+        if (busy > ls->busy_ns_max) ls->busy_ns_max = busy;
+        if (used > ls->cpu_ns_max) ls->cpu_ns_max = used;
+    }
+    ls->last_ns = now;
+    ls->last_idle_ns = idle;
+    ls->last_cpu_ns = cpu;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     struct app *app = server->data;
     if (status < 0) {
@@ -171,7 +210,10 @@ int app_start(struct app *app) {
     uv_signal_init(app->loop, &app->sigterm);
     uv_signal_init(app->loop, &app->sigint);
     uv_timer_init(app->loop, &app->timer);
-    app->sigterm.data = app->sigint.data = app->timer.data = app;
+    uv_prepare_init(app->loop, &app->loop_probe);
+    app->sigterm.data = app->sigint.data = app->timer.data = app->loop_probe.data = app;
+    uv_prepare_start(&app->loop_probe, loop_probe_cb);
+    uv_unref((uv_handle_t *)&app->loop_probe); /* never what keeps the loop running */
     app->handles_open = true;
     uv_signal_start(&app->sigterm, signal_cb, SIGTERM);
     uv_signal_start(&app->sigint, signal_cb, SIGINT);

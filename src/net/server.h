@@ -68,6 +68,24 @@ struct app_counters {
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 
+/* How long each loop iteration kept the loop thread from polling again: the time from one poll's
+ * return to the next poll (I/O callbacks, timers, closes), minus nothing. A /health request that
+ * arrives during an iteration waits for the rest of it, so this is the loop's share of /health
+ * latency; the other share, waiting for a CPU when the socket becomes readable, is not in it.
+ * Measured with a uv_prepare handle, uv_metrics_idle_time and the thread's CPU clock (three clock
+ * reads per iteration). */
+#define APP_LOOP_BUCKETS 7
+extern const double app_loop_bounds_ms[APP_LOOP_BUCKETS]; /* upper bounds; the last is +inf */
+struct app_loop_stats {
+    uint64_t iterations;
+    uint64_t busy_ns_sum, cpu_ns_sum;
+    uint64_t busy_ns_max, cpu_ns_max;
+    uint64_t hist[APP_LOOP_BUCKETS];     /* iterations by busy (wall) time (not cumulative) */
+    uint64_t cpu_hist[APP_LOOP_BUCKETS]; /* by the loop thread's CPU time in them: busy but not
+                                          * on a CPU is the thread waiting for a core */
+    uint64_t last_ns, last_idle_ns, last_cpu_ns; /* at the previous prepare callback */
+};
+
 /* Test-only fault injection for conn.c, zero (off) in a real server: while a counter is above
  * zero, the next conn.c allocation (a connection, a write buffer) or uv_write fails as if out
  * of memory / as if the socket had failed, and the counter goes down by one. Tests set it on the
@@ -85,6 +103,7 @@ struct app {
     struct http_parse_limits limits;
     enum app_state state;
     struct app_counters counters;
+    struct app_loop_stats loop_stats;
 
     app_load_fn load; /* NULL: nothing to load */
     void *load_data;
@@ -94,6 +113,7 @@ struct app {
     uv_tcp_t listener;
     uv_signal_t sigterm, sigint;
     uv_timer_t timer;        /* ready delay, then drain timeout */
+    uv_prepare_t loop_probe; /* loop_stats */
     struct conn *conns;      /* every open connection (doubly linked) */
     /* A connection with no memory for it must still be taken from libuv (which otherwise stops
      * watching the listener): it is accepted into `spare` and closed. While the spare closes,

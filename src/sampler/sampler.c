@@ -26,31 +26,31 @@ struct sampler {
     struct cand *cand;        /* [n_vocab] */
 };
 
+/* One allocation for the sampler and its buffers: a sampler is created and destroyed on the
+ * server's loop thread for every request, and each large block costs a map and an unmap
+ * (with a TLB shootdown on the other cores) on allocators that serve big blocks by mmap
+ * (ASan's always). calloc: counts must start at zero; the large tail is fresh zero pages when mapped. */
 int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window) {
     if (n_vocab <= 0 || max_window < 0) return -ERR_INVAL;
-    struct sampler *s = calloc(1, sizeof *s);
-    if (!s) return -ERR_NOMEM;
+    size_t head = (sizeof(struct sampler) + 15) & ~(size_t)15;
+    size_t win = (((size_t)max_window + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
+    size_t nv = (size_t)n_vocab;
+    size_t bytes = head + win + nv * sizeof(int32_t) + nv * sizeof(float) + nv * sizeof(struct cand);
+    char *mem = calloc(1, bytes);
+    if (!mem) return -ERR_NOMEM;
+    struct sampler *s = (struct sampler *)mem;
     s->n_vocab = n_vocab;
     s->max_window = max_window;
-    s->window = calloc((size_t)max_window + 1, sizeof *s->window);
-    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
-    s->work = calloc((size_t)n_vocab, sizeof *s->work);
-    s->cand = calloc((size_t)n_vocab, sizeof *s->cand);
-    if (!s->window || !s->counts || !s->work || !s->cand) {
-        sampler_destroy(s);
-        return -ERR_NOMEM;
-    }
+    s->window = (int32_t *)(mem + head);
+    s->cand = (struct cand *)(mem + head + win); /* 8-byte elements first, then the 4-byte ones */
+    s->counts = (int32_t *)(s->cand + nv);
+    s->work = (float *)(s->counts + nv);
     *out = s;
     return 0;
 }
 
 void sampler_destroy(struct sampler *s) {
-    if (!s) return;
-    free(s->window);
-    free(s->counts);
-    free(s->work);
-    free(s->cand);
-    free(s);
+    free(s); /* the buffers are in the same block */
 }
 
 static uint64_t splitmix64(uint64_t *x) {

@@ -3,6 +3,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import BIN, ROOT, free_port
 
 
@@ -81,3 +83,30 @@ def test_access_log_line_and_levels(start_server):
     quiet = start_server("--log-level", "warn", port=free_port())
     quiet.request("GET", "/health")
     assert "GET /health" not in quiet.log() and "INFO" not in quiet.log()
+
+
+def _thread_nices(pid):
+    """{tid: nice} of every thread of a process (field 19 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+            out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])
+    return out
+
+
+def test_compute_nice_lowers_the_compute_threads_not_the_loop(start_server):
+    base = os.nice(0)
+    if base + 7 > 19:
+        pytest.skip("the test runs at nice %d: no room below it" % base)
+    srv = start_server("--compute-nice", "7", "--threads", "2")
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
+    nices = _thread_nices(srv.proc.pid)
+    assert nices[srv.proc.pid] == base  # the loop thread (main) keeps its level
+    lowered = [t for t, n in nices.items() if n == base + 7]
+    # the threadpool thread that loaded (and the one that stepped) and the forward pass's worker
+    assert len(lowered) >= 2, nices
+    assert all(n in (base, base + 7) for n in nices.values()), nices
+    srv.stop()
+    srv = start_server("--compute-nice", "0", "--threads", "2")
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
+    assert set(_thread_nices(srv.proc.pid).values()) == {base}

@@ -35,9 +35,17 @@ def test_soak_http_layer_with_drain_under_load(tmp_path):
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
                     reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
 def test_soak_model_short(tmp_path):
-    s = soak(tmp_path, "--duration", "14", "--connections", "64", "--max-tokens", "8")
+    s = soak(tmp_path, "--duration", "14", "--connections", "64", "--max-tokens", "8", "--window", "5")
     assert s["disconnected"] > 0
     assert all(c["pass"] for c in s["checks"])
+    # /health figures per window ("throughout"), each within the run's bound
+    wins = s["health_windows"]
+    assert len(wins) >= 3 and all(w["polls"] > 0 and w["p99_ms"] <= 250 for w in wins), wins
+    assert sum(w["polls"] for w in wins) == s["health_polls"]
+    # the server's own loop figures: every iteration counted once by wall and by CPU time
+    loop = s["loop"]
+    assert loop["iterations"] > 0 and loop["busy_ms_max"] > 0
+    assert sum(h["n"] for h in loop["hist"]) == loop["iterations"] == sum(h["n"] for h in loop["cpu_hist"])
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
