@@ -46,7 +46,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     c->n_threads = n_threads;
     c->max_tokens = max_tokens;
     c->max_n_in = max_n_in;
-    c->level = simd_level_best();
+    c->level = getenv("UVLM_X_SCALAR") ? SIMD_SCALAR : simd_level_best(); /* EXPERIMENT */
 
     /* The widest activation row is F16 (2 bytes per element); Q8_0/Q8_1/Q8_K take less. */
     c->xq_stride = round_up((size_t)max_n_in * 2, 64);
@@ -224,6 +224,12 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
     if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    /* EXPERIMENT knobs */
+    static int qvec = -1, fvec = -1, f16raw = -1;
+    if (qvec < 0) { qvec = getenv("UVLM_X_QVEC") != NULL; fvec = getenv("UVLM_X_FVEC") != NULL; f16raw = getenv("UVLM_X_F16RAW") != NULL; }
+    if (path == MATMUL_BLAS && qvec && wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16) path = MATMUL_VEC;
+    if (path == MATMUL_BLAS && fvec && wtype == GGML_TYPE_F32) path = MATMUL_VEC;
+    if (path == MATMUL_BLAS && f16raw && wtype == GGML_TYPE_F16) j.xtype = GGML_TYPE_F32;
     if (path == MATMUL_BLAS_THREADED) {
         ASSERT(wtype == GGML_TYPE_F32);
         openblas_set_num_threads(c->n_threads);

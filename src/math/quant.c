@@ -539,7 +539,7 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
 static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
-    float s = 0;
+    float s = 0, lanes[8] = {0};
     for (int64_t i = 0; i < n / 32; i++, blk += size) {
         int q[32], sumi = 0;
         block_levels(t, blk, q);
@@ -550,9 +550,18 @@ static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void
             s += (H2F(dm[0]) * H2F(b->d)) * sumi + H2F(dm[1]) * H2F(b->s);
         } else {
             const block_q8_0 *b = (const block_q8_0 *)x + i;
-            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s += sumi * (H2F(dm[0]) * H2F(b->d));
+            float d = H2F(dm[0]) * H2F(b->d);
+            for (int k = 0; k < 8; k++) {
+                int li = 0;
+                for (int j = 4 * k; j < 4 * k + 4; j++) li += q[j] * b->qs[j];
+                lanes[k] = fmaf((float)li, d, lanes[k]);
+            }
         }
+    }
+    if (!has_min(t)) {
+        float r[4];
+        for (int k = 0; k < 4; k++) r[k] = lanes[k + 4] + lanes[k];
+        return (r[0] + r[2]) + (r[1] + r[3]);
     }
     return s;
 }

@@ -17,6 +17,22 @@
 #include "math/matmul.h"
 #include "math/quant.h"
 #include "memory/kv.h"
+#include "math/emu.h"
+
+/* EXPERIMENT knobs */
+static int xknob(const char *name, int def) {
+    const char *v = getenv(name);
+    return v ? atoi(v) : def;
+}
+static int x_att = -1, x_pad, x_smax, x_silu, x_rope;
+static void xinit(void) {
+    if (x_att >= 0) return;
+    x_pad = xknob("UVLM_X_PAD", 256);
+    x_smax = xknob("UVLM_X_SMAX", 0);
+    x_silu = xknob("UVLM_X_SILU", 0);
+    x_rope = xknob("UVLM_X_ROPE", 0);
+    x_att = xknob("UVLM_X_ATT", 0);
+}
 
 #include <math.h>
 #include <stdlib.h>
@@ -189,6 +205,8 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1) {
                 int32_t a = hp->rope_type == ROPE_NORM ? 2 * i : i;
                 int32_t b = hp->rope_type == ROPE_NORM ? 2 * i + 1 : i + half;
                 float x0 = v[a], x1 = v[b];
+                if (x_rope == 1) { v[a] = fmaf(x0, cs[i], -(x1 * sn[i])); v[b] = fmaf(x0, sn[i], x1 * cs[i]); continue; }
+                if (x_rope == 2) { v[a] = fmaf(-x1, sn[i], x0 * cs[i]); v[b] = fmaf(x1, cs[i], x0 * sn[i]); continue; }
                 v[a] = x0 * cs[i] - x1 * sn[i];
                 v[b] = x0 * sn[i] + x1 * cs[i];
             }
@@ -221,6 +239,7 @@ static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
     for (int64_t i = r0 * j->n; i < r1 * j->n; i++) {
         float g = j->x[i];
+        if (x_silu) { j->x[i] = g / (1.0f + (x_silu == 16 ? emu_expf512(0.0f - g) : emu_expf(0.0f - g))) * j->y[i]; continue; }
         j->x[i] = g / (1.0f + expf(-g)) * j->y[i];
     }
 }
@@ -254,6 +273,7 @@ struct softmax_job {
     const int32_t *row_pos; /* position of each row's entry: row r -> row_pos[r / group] */
     int32_t group;
     float scale;
+    int64_t n_kv; /* EXPERIMENT: padded row length */
 };
 
 static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
@@ -267,6 +287,24 @@ static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
             if (row[c] > mx) mx = row[c];
         }
         double sum = 0;
+        if (x_smax) {
+            int kn = x_smax;
+            int64_t c = 0;
+            for (; c + kn <= j->n_kv; c += kn) {
+                float v[16];
+                for (int k = 0; k < kn; k++) {
+                    int64_t cc = c + k;
+                    v[k] = cc < j->n_c && row[cc] != -INFINITY ? (kn == 16 ? emu_expf512(row[cc] - mx) : emu_expf(row[cc] - mx)) : 0.0f;
+                    if (cc < j->n_c) row[cc] = v[k];
+                }
+                sum += (double)emu_hsum(v, kn);
+            }
+            for (; c < j->n_c; c++) {
+                float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
+                row[c] = e;
+                sum += e;
+            }
+        } else
         for (int64_t c = 0; c < j->n_c; c++) {
             float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
             row[c] = e;
@@ -360,10 +398,25 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
             for (int64_t c = 0; c < nv; c++)
                 for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
             round_f16(s->qg, s->h16, rows * hd);
+            int64_t n_kv = (n_c + x_pad - 1) / x_pad * x_pad;
+            int kn = x_att;
+            if (kn) {
+                const float *kf = s->kf + (int64_t)h * n_c * hd;
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t c = 0; c < nv; c++)
+                        s->sc[r * nv + c] = b->n_tokens >= 2 ? emu_tinyblas(s->qg + r * hd, kf + c * hd, hd, kn)
+                                                             : emu_vecdot_f16(s->qg + r * hd, kf + c * hd, hd, hd, kn);
+            } else
             matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, nv, s->qg, rows, s->sc);
             struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
-                                     .group = group, .scale = 1.0f / sqrtf((float)hd)};
+                                     .group = group, .scale = 1.0f / sqrtf((float)hd), .n_kv = n_kv};
             rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
+            if (kn) {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int32_t d = 0; d < hd; d++)
+                        s->og[r * hd + d] = b->n_tokens >= 2 ? emu_tinyblas(s->sc + r * nv, s->vt + (int64_t)d * nv, nv, kn)
+                                                             : emu_vecdot_f16(s->sc + r * nv, s->vt + (int64_t)d * nv, nv, n_kv, kn);
+            } else
             matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
@@ -421,6 +474,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
                        s->x + i * E, E);
     rope_tables(hp, s, b);
+    xinit();
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];

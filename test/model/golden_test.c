@@ -22,7 +22,10 @@ struct golden {
     int failures;            /* hard failures: top-1, greedy, errors over SLACK * tol */
     int rows, rows_over;     /* rows compared, rows with some logit over tol */
     double worst;            /* largest |ours - ref| / max|ref| seen */
+    int32_t worst_at, first_off; /* TRACE */
+    int32_t chunk;
 };
+static double g_trace = -1; /* TRACE: GOLDEN_TRACE=rel threshold */
 
 /* The README's bar, and where this engine stands against it: every listed logit within SLACK x
  * the bar, at most MAX_ROWS_OVER of the rows over the bar itself, and the top-1 and greedy rules
@@ -70,11 +73,13 @@ static void compare_row(struct golden *g, int32_t index, json_t *row, const floa
     double lim = g->tol * row_maxabs(row);
     bool over = false;
     g->rows++;
+    double rw = 0;
     for (size_t i = 0; i < json_array_size(row); i++) {
         int32_t id = (int32_t)json_integer_value(json_array_get(json_array_get(row, i), 0));
         double ref = json_number_value(json_array_get(json_array_get(row, i), 1));
         double err = fabs(logits[id] - ref);
-        if (err / (lim / g->tol) > g->worst) g->worst = err / (lim / g->tol);
+        if (err / (lim / g->tol) > g->worst) { g->worst = err / (lim / g->tol); g->worst_at = index; }
+        if (err / (lim / g->tol) > rw) rw = err / (lim / g->tol);
         if (err > SLACK * lim) fail_msg(g, index, "logit far off", logits[id], ref);
         if (err > lim && !over) {
             over = true;
@@ -83,6 +88,8 @@ static void compare_row(struct golden *g, int32_t index, json_t *row, const floa
                     (int)index, logits[id], ref);
         }
     }
+    if (rw > 2e-5 && g->first_off < 0) g->first_off = index;
+    if (g_trace >= 0 && rw > g_trace) fprintf(stderr, "    TRACE %s idx %d (batchpos %d) err %.5f\n", g->label, index, index < g->n_tokens ? index % g->chunk : -1, rw);
     int32_t best = 0;
     for (int32_t i = 1; i < n_vocab; i++)
         if (logits[i] > logits[best]) best = i;
@@ -154,16 +161,21 @@ static void run_golden(struct test_case *t, const char *name, double tol, int n_
         for (int32_t i = 0; i < n; i++) tokens[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
         /* Whole prompt (batches of 512) for every case; 7 tokens per batch for the short prompts
          * with a short greedy tail (the cost is the output rows: keep the test quick). */
-        static const int32_t chunks[] = {512, 7};
-        for (int ch = 0; ch < 2; ch++) {
-            if (ch == 1 && n > 100) continue;
-            int32_t n_gen_run = ch == 1 && n_gen > 8 ? 8 : n_gen;
+        static int32_t chunks[8] = {512, 7};
+        int n_chunks = 2;
+        const char *ce = getenv("GOLDEN_CHUNKS");
+        if (ce) { n_chunks = 0; for (char *e; *ce && n_chunks < 8; ce = *e ? e + 1 : e) chunks[n_chunks++] = (int32_t)strtol(ce, &e, 10); }
+        if (getenv("GOLDEN_TRACE")) g_trace = atof(getenv("GOLDEN_TRACE"));
+        for (int ch = 0; ch < n_chunks; ch++) {
+            if (!ce && ch == 1 && n > 100) continue;
+            int32_t n_gen_run = chunks[ch] < 100 && n_gen > 8 ? 8 : n_gen;
             char label[160];
             snprintf(label, sizeof label, "%s case %zu chunk %d", name, ci, chunks[ch]);
-            struct golden g = {.label = label, .kase = kase, .n_tokens = n, .greedy = greedy, .tol = tol};
+            struct golden g = {.label = label, .kase = kase, .n_tokens = n, .greedy = greedy, .tol = tol, .first_off = -1, .chunk = chunks[ch]};
             int rc = eval_run(m, fc, mem, tokens, n, chunks[ch], n_gen_run, greedy, on_row, &g);
             if (rc < 0) fail_msg(&g, 0, "eval_run failed", rc, 0);
             check_divergence(&g, greedy, n_gen_run);
+            if (g_trace >= 0) fprintf(stderr, "  SUM %s: worst %.5f at %d, first off %d, %d rows over\n", label, g.worst, g.worst_at, g.first_off, g.rows_over);
             failures += g.failures;
             rows += g.rows;
             rows_over += g.rows_over;
