@@ -6,8 +6,11 @@
 #include "common/err.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include "math/emu.h"
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* sgemm tiles: each thread dequantizes a tile of weight rows to F32 and multiplies it. Every
  * sgemm call repacks all the activations (512 x 2048 floats = 4 MB), so a tile should hold many
@@ -158,6 +161,7 @@ static void quantize_all(struct matmul_job *j) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 }
 
+extern _Thread_local int emu_q4k_gemm;
 static void vec_rows(void *job) {
     struct matmul_job *j = job;
     for (;;) {
@@ -174,8 +178,10 @@ static void vec_rows(void *job) {
                     j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
                     for (int k = 0; k < QUANT_DOT_ROWS; k++) j->y[(t + k) * j->n_out + r] = out[k];
                 }
-            for (; t < j->n_tok; t++)
+            for (; t < j->n_tok; t++) {
+                emu_q4k_gemm = t < j->n_tok - j->n_tok % 4;
                 j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+            }
         }
     }
 }
@@ -230,6 +236,24 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     if (path == MATMUL_BLAS && qvec && wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16) path = MATMUL_VEC;
     if (path == MATMUL_BLAS && fvec && wtype == GGML_TYPE_F32) path = MATMUL_VEC;
     if (path == MATMUL_BLAS && f16raw && wtype == GGML_TYPE_F16) j.xtype = GGML_TYPE_F32;
+    static int f16emu = -1;
+    if (f16emu < 0) f16emu = getenv("UVLM_X_F16EMU") ? atoi(getenv("UVLM_X_F16EMU")) : 0;
+    if (f16emu && wtype == GGML_TYPE_F16 && path != MATMUL_BLAS_THREADED) {
+        float *xr = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *wr = malloc(sizeof(float) * (size_t)n_in);
+        uint16_t *h = malloc(2 * (size_t)n_in);
+        for (int64_t t = 0; t < n_tok; t++) {
+            if (f16emu == 2 && n_tok >= 2) { memcpy(xr + t * n_in, x + t * n_in, sizeof(float) * (size_t)n_in); continue; }
+            quant_from_float(GGML_TYPE_F16, x + t * n_in, h, n_in);
+            quant_to_float(GGML_TYPE_F16, h, xr + t * n_in, n_in);
+        }
+        for (int64_t o = 0; o < n_out; o++) {
+            quant_to_float(GGML_TYPE_F16, (const uint8_t *)w + (size_t)o * w_stride, wr, n_in);
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * n_out + o] = n_tok >= 2 ? emu_tinyblas(wr, xr + t * n_in, n_in, 16) : emu_vecdot_f16(wr, xr + t * n_in, n_in, n_in, 16);
+        }
+        free(xr); free(wr); free(h);
+        return;
+    }
     if (path == MATMUL_BLAS_THREADED) {
         ASSERT(wtype == GGML_TYPE_F32);
         openblas_set_num_threads(c->n_threads);

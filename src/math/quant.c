@@ -14,6 +14,7 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
+#include <stdlib.h>
 
 /* ---- fp16 / bf16 ---------------------------------------------------------------------- */
 
@@ -55,6 +56,11 @@ uint16_t f32_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64); /* quiet NaN */
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
 }
+
+static int xq(const char *n) { const char *v = getenv(n); return v ? atoi(v) : 0; } /* EXPERIMENT */
+static int x_q40 = -1, x_q4k, x_q6k;
+_Thread_local int emu_q4k_gemm; /* EXPERIMENT: set by matmul per activation row */
+static void xq_init(void) { if (x_q40 < 0) { x_q40 = xq("UVLM_X_Q40"); x_q4k = xq("UVLM_X_Q4K"); x_q6k = xq("UVLM_X_Q6K"); } }
 
 #define H2F(h) fp16_to_f32(h)
 #define F2H(f) f32_to_fp16(f)
@@ -478,6 +484,8 @@ static void to_float_k45(const void *src, float *y, int64_t n, int q5) {
             uint8_t sc, mn;
             k4_scale_min(j, blk + 4, &sc, &mn);
             float d1 = d * sc, m1 = m * mn;
+            xq_init();
+            if (x_q4k == 3 || getenv("UVLM_X_DQFMA")) { for (int l = 0; l < 32; l++) y[32 * j + l] = fmaf(d1, (float)L[32 * j + l], -m1); continue; }
             for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * L[32 * j + l] - m1;
         }
     }
@@ -537,6 +545,7 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
 /* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w*d_x*(integer levels . q8);
  * Q4_1 / Q5_1 . Q8_1: the same plus m_w * s_x, s_x = d_x * sum(q8) stored with the block. */
 static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
+    xq_init();
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
     float s = 0, lanes[8] = {0};
@@ -551,6 +560,11 @@ static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void
         } else {
             const block_q8_0 *b = (const block_q8_0 *)x + i;
             float d = H2F(dm[0]) * H2F(b->d);
+            if (t == GGML_TYPE_Q4_0 && x_q40) {
+                for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
+                s = fmaf((float)sumi, d, s);
+                continue;
+            }
             for (int k = 0; k < 8; k++) {
                 int li = 0;
                 for (int j = 4 * k; j < 4 * k + 4; j++) li += q[j] * b->qs[j];
@@ -558,6 +572,7 @@ static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void
             }
         }
     }
+    if (t == GGML_TYPE_Q4_0 && x_q40) return s;
     if (!has_min(t)) {
         float r[4];
         for (int k = 0; k < 4; k++) r[k] = lanes[k + 4] + lanes[k];
@@ -576,6 +591,60 @@ static float dot_q8_0(int64_t n, const void *w, const void *x) { return dot_x(GG
  * sub-block j), the latter from the activation's 16-element bsums. */
 static float dot_k45(int64_t n, const void *w, const void *x, int q5) {
     const block_q8_K *b = x;
+    xq_init();
+    if (x_q4k) {
+        float acc[8] = {0}, accm[4] = {0}, A = 0, M = 0;
+        for (int64_t i = 0; i < n / QK_K; i++) {
+            uint8_t L[QK_K];
+            const uint8_t *blk = k45_block(w, i, q5, L);
+            const uint16_t *dd = (const uint16_t *)blk;
+            uint8_t sc[8], mn[8];
+            for (int j = 0; j < 8; j++) k4_scale_min(j, blk + 4, &sc[j], &mn[j]);
+            int q8s[8];
+            for (int j = 0; j < 8; j++) q8s[j] = b[i].bsums[2 * j] + b[i].bsums[2 * j + 1];
+            if (x_q4k == 1) { /* vec_dot AVX2 */
+                float d = b[i].d * H2F(dd[0]), dmin = -b[i].d * H2F(dd[1]);
+                for (int k = 0; k < 8; k++) {
+                    int li = 0;
+                    for (int sb = 0; sb < 8; sb++) {
+                        int si = 0;
+                        for (int e = 32 * sb + 4 * k; e < 32 * sb + 4 * k + 4; e++) si += L[e] * b[i].qs[e];
+                        li += sc[sb] * si;
+                    }
+                    acc[k] = fmaf(d, (float)li, acc[k]);
+                }
+                for (int p = 0; p < 4; p++) accm[p] = fmaf(dmin, (float)(mn[2 * p] * q8s[2 * p] + mn[2 * p + 1] * q8s[2 * p + 1]), accm[p]);
+            } else if (x_q4k == 4 && emu_q4k_gemm) { /* repack gemm: per 64-element step */
+                for (int sbp = 0; sbp < 4; sbp++) {
+                    int si = 0, sm = 0;
+                    for (int sb = 2 * sbp; sb < 2 * sbp + 2; sb++) {
+                        int t = 0;
+                        for (int e = 32 * sb; e < 32 * sb + 32; e++) t += L[e] * b[i].qs[e];
+                        si += sc[sb] * t;
+                        sm += mn[sb] * q8s[sb];
+                    }
+                    A = fmaf((float)si, H2F(dd[0]) * b[i].d, A);
+                    M = fmaf((float)sm, H2F(dd[1]) * b[i].d, M);
+                }
+            } else { /* repack 8x8 */
+                int si = 0, sm = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int t = 0;
+                    for (int e = 32 * sb; e < 32 * sb + 32; e++) t += L[e] * b[i].qs[e];
+                    si += sc[sb] * t;
+                    sm += mn[sb] * q8s[sb];
+                }
+                A = fmaf((float)si, H2F(dd[0]) * b[i].d, A);
+                M = fmaf((float)sm, H2F(dd[1]) * b[i].d, M);
+            }
+        }
+        if (x_q4k == 1) {
+            float r[4];
+            for (int k = 0; k < 4; k++) r[k] = acc[k + 4] + acc[k];
+            return ((r[0] + r[2]) + (r[1] + r[3])) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+        }
+        return A - M;
+    }
     float s = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t L[QK_K];
@@ -601,6 +670,27 @@ static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(
 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
+    xq_init();
+    if (x_q6k) {
+        float acc[8] = {0};
+        for (int64_t i = 0; i < n / QK_K; i++) {
+            int8_t L[QK_K];
+            unpack_q6_K(&a[i], L);
+            float d = b[i].d * H2F(a[i].d);
+            for (int k = 0; k < 8; k++) {
+                int li = 0;
+                for (int v = 0; v < 8; v++) {
+                    int si = 0;
+                    for (int e = 32 * v + 4 * k; e < 32 * v + 4 * k + 4; e++) si += L[e] * b[i].qs[e];
+                    li += a[i].scales[2 * v + k / 4] * si;
+                }
+                acc[k] = fmaf(d, (float)li, acc[k]);
+            }
+        }
+        float r[4];
+        for (int k = 0; k < 4; k++) r[k] = acc[k + 4] + acc[k];
+        return (r[0] + r[2]) + (r[1] + r[3]);
+    }
     float s = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         int8_t L[QK_K];
