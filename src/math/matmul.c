@@ -6,11 +6,8 @@
 #include "common/err.h"
 
 #include <cblas.h>
-#include <stdio.h>
-#include "math/emu.h"
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* sgemm tiles: each thread dequantizes a tile of weight rows to F32 and multiplies it. Every
  * sgemm call repacks all the activations (512 x 2048 floats = 4 MB), so a tile should hold many
@@ -49,7 +46,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     c->n_threads = n_threads;
     c->max_tokens = max_tokens;
     c->max_n_in = max_n_in;
-    c->level = getenv("UVLM_X_SCALAR") ? SIMD_SCALAR : simd_level_best(); /* EXPERIMENT */
+    c->level = simd_level_best();
 
     /* The widest activation row is F16 (2 bytes per element); Q8_0/Q8_1/Q8_K take less. */
     c->xq_stride = round_up((size_t)max_n_in * 2, 64);
@@ -135,6 +132,7 @@ struct matmul_job {
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4; /* NULL when the type has no 4-row kernel */
+    quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of rows in whole groups of four, or NULL */
     quant_to_float_fn to_float;
 };
 
@@ -161,7 +159,6 @@ static void quantize_all(struct matmul_job *j) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 }
 
-extern _Thread_local int emu_q4k_gemm;
 static void vec_rows(void *job) {
     struct matmul_job *j = job;
     for (;;) {
@@ -178,10 +175,11 @@ static void vec_rows(void *job) {
                     j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
                     for (int k = 0; k < QUANT_DOT_ROWS; k++) j->y[(t + k) * j->n_out + r] = out[k];
                 }
-            for (; t < j->n_tok; t++) {
-                emu_q4k_gemm = t < j->n_tok - j->n_tok % 4;
+            if (j->dot_grouped)
+                for (; t < j->n_tok - j->n_tok % 4; t++)
+                    j->y[t * j->n_out + r] = j->dot_grouped(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+            for (; t < j->n_tok; t++)
                 j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
-            }
         }
     }
 }
@@ -230,30 +228,6 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
     if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
-    /* EXPERIMENT knobs */
-    static int qvec = -1, fvec = -1, f16raw = -1;
-    if (qvec < 0) { qvec = getenv("UVLM_X_QVEC") != NULL; fvec = getenv("UVLM_X_FVEC") != NULL; f16raw = getenv("UVLM_X_F16RAW") != NULL; }
-    if (path == MATMUL_BLAS && qvec && wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16) path = MATMUL_VEC;
-    if (path == MATMUL_BLAS && fvec && wtype == GGML_TYPE_F32) path = MATMUL_VEC;
-    if (path == MATMUL_BLAS && f16raw && wtype == GGML_TYPE_F16) j.xtype = GGML_TYPE_F32;
-    static int f16emu = -1;
-    if (f16emu < 0) f16emu = getenv("UVLM_X_F16EMU") ? atoi(getenv("UVLM_X_F16EMU")) : 0;
-    if (f16emu && wtype == GGML_TYPE_F16 && path != MATMUL_BLAS_THREADED) {
-        float *xr = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *wr = malloc(sizeof(float) * (size_t)n_in);
-        uint16_t *h = malloc(2 * (size_t)n_in);
-        for (int64_t t = 0; t < n_tok; t++) {
-            if (f16emu == 2 && n_tok >= 2) { memcpy(xr + t * n_in, x + t * n_in, sizeof(float) * (size_t)n_in); continue; }
-            quant_from_float(GGML_TYPE_F16, x + t * n_in, h, n_in);
-            quant_to_float(GGML_TYPE_F16, h, xr + t * n_in, n_in);
-        }
-        for (int64_t o = 0; o < n_out; o++) {
-            quant_to_float(GGML_TYPE_F16, (const uint8_t *)w + (size_t)o * w_stride, wr, n_in);
-            for (int64_t t = 0; t < n_tok; t++)
-                y[t * n_out + o] = n_tok >= 2 ? emu_tinyblas(wr, xr + t * n_in, n_in, 16) : emu_vecdot_f16(wr, xr + t * n_in, n_in, n_in, 16);
-        }
-        free(xr); free(wr); free(h);
-        return;
-    }
     if (path == MATMUL_BLAS_THREADED) {
         ASSERT(wtype == GGML_TYPE_F32);
         openblas_set_num_threads(c->n_threads);
@@ -282,8 +256,14 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         pool_run(c->pool, sgemm_tiles, &j);
         return;
     }
-    j.dot = quant_get_vec_dot(c->level, wtype);
-    j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    if (path == MATMUL_REFERENCE) {
+        j.dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
+        if (wtype == GGML_TYPE_F16 && n_tok >= 2) j.dot = quant_dot_f16_tinyblas;
+        if (wtype == GGML_TYPE_Q4_K) j.dot_grouped = quant_dot_q4_K_gemm;
+    } else {
+        j.dot = quant_get_vec_dot(c->level, wtype);
+        j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    }
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);
