@@ -2,7 +2,9 @@
  * Writes to stdout the JSON of ../shared/reference/MODEL.json for this engine: per prompt
  * (prompts separated by "\n---\n", tokenized with add_special), the teacher-forced top-K logits
  * after every prompt token, then N greedy tokens with the top-K logits after each. Comparing it
- * field by field with the reference is how correctness is checked (test/e2e/test_eval_logits.py). */
+ * field by field with the reference is how correctness is checked (test/e2e/test_eval_logits.py).
+ * The forward pass runs in reference mode (forward_config.reference): the reference's arithmetic,
+ * slower than serving. */
 #include "cmd/cmd.h"
 #include "common/err.h"
 #include "model/eval.h"
@@ -148,7 +150,7 @@ int cmd_eval_logits(int argc, char **argv) {
     int64_t n_ctx = (int64_t)len + 2 + n_gen;
     if ((rc = model_memory_create(m, n_ctx, 1, &mem)) < 0 ||
         (rc = forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .n_ctx = n_ctx,
-                                                                   .n_threads = n_threads})) < 0 ||
+                                                                   .n_threads = n_threads, .reference = true})) < 0 ||
         !(top = malloc(sizeof *top * (size_t)k))) {
         fprintf(stderr, "eval-logits: %s\n", err_str(rc < 0 ? rc : -ERR_NOMEM));
         goto done;

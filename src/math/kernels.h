@@ -48,6 +48,13 @@ quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t
 /* The level's own 4-row kernel for t, or NULL. */
 quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t);
 
+/* Scalar kernels of the reference's batched paths, where they differ from its vec_dot (the
+ * table's kernels): the repacked Q4_K GEMM (activation rows in groups of four: the scale of
+ * each 64-element step applied in float) and tinyBLAS's F16 . F16 (16 float lanes). Same
+ * arguments as quant_vec_dot_fn. */
+float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
+float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
+
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). */
 extern const struct quant_kernels quant_kernels_scalar;
 extern const struct quant_kernels quant_kernels_avx2;

@@ -132,6 +132,7 @@ struct matmul_job {
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4; /* NULL when the type has no 4-row kernel */
+    quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of rows in whole groups of four, or NULL */
     quant_to_float_fn to_float;
 };
 
@@ -174,6 +175,9 @@ static void vec_rows(void *job) {
                     j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
                     for (int k = 0; k < QUANT_DOT_ROWS; k++) j->y[(t + k) * j->n_out + r] = out[k];
                 }
+            if (j->dot_grouped)
+                for (; t < j->n_tok - j->n_tok % 4; t++)
+                    j->y[t * j->n_out + r] = j->dot_grouped(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
             for (; t < j->n_tok; t++)
                 j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
         }
@@ -252,8 +256,14 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         pool_run(c->pool, sgemm_tiles, &j);
         return;
     }
-    j.dot = quant_get_vec_dot(c->level, wtype);
-    j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    if (path == MATMUL_REFERENCE) {
+        j.dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
+        if (wtype == GGML_TYPE_F16 && n_tok >= 2) j.dot = quant_dot_f16_tinyblas;
+        if (wtype == GGML_TYPE_Q4_K) j.dot_grouped = quant_dot_q4_K_gemm;
+    } else {
+        j.dot = quant_get_vec_dot(c->level, wtype);
+        j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    }
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);

@@ -22,6 +22,14 @@
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
  *       on it (OpenBLAS is set to 1 thread by compute_create, so its threads and ours never spin
  *       against each other).
+ *   MATMUL_REFERENCE (matmul_path only; what `eval-logits` and the golden tests use): the
+ *       reference's arithmetic at every batch size, measured bit for bit against its logits: the
+ *       activations quantized as above and every row dotted by the scalar kernels of quant.c
+ *       (the reference's x86 vec_dot / repacked GEMV orders), except that a batch of 2+ rows
+ *       takes the reference's batched orders: Q4_K rows in groups of four (from the first) the
+ *       repacked GEMM's (quant_dot_q4_K_gemm), F16 the tinyBLAS one (quant_dot_f16_tinyblas).
+ *       Dequantized tiles + sgemm measured up to 3.5% of the largest logit off the reference
+ *       (over the README's 3% bar); this path is 0. It is scalar, so slow.
  *
  *   struct compute *c;
  *   if (compute_create(&c, 2, 512, 5632) < 0) ...;
@@ -63,7 +71,7 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
  * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
  * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
  * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
-enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED };
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_REFERENCE };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
 

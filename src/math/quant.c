@@ -513,6 +513,15 @@ static void to_float_q6_K(const void *src, float *y, int64_t n) {
 
 /* ---- dot products (scalar): integer inner sums per block, as the reference ------------ */
 
+/* GCC's _mm512_reduce_add_ps: halves, quarters, then (t0 + t2) + (t1 + t3). */
+static inline float hsum16(const float *l) {
+    float t8[8], t4[4];
+    for (int i = 0; i < 8; i++) t8[i] = l[i + 8] + l[i];
+    for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
+    return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+
 static float dot_f32(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
     float s = 0;
@@ -520,10 +529,21 @@ static float dot_f32(int64_t n, const void *w, const void *x) {
     return s;
 }
 
+/* The reference's ggml_vec_dot_f16 of an AVX-512 build: four accumulators of 16 lanes over
+ * steps of 64 elements, accumulators (0+2) + (1+3), hsum16, the tail (n % 64) added in double. */
 static float dot_f16(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w, *b = x;
-    double s = 0; /* the reference's scalar f16 dot accumulates in double */
-    for (int64_t i = 0; i < n; i++) s += (double)(H2F(a[i]) * H2F(b[i]));
+    int64_t np = n & ~(int64_t)63;
+    double s = 0;
+    if (np > 0) {
+        float acc[4][16] = {{0}}, x0[16];
+        for (int64_t i = 0; i < np; i += 64)
+            for (int j = 0; j < 4; j++)
+                for (int k = 0; k < 16; k++) acc[j][k] = fmaf(H2F(a[i + 16 * j + k]), H2F(b[i + 16 * j + k]), acc[j][k]);
+        for (int k = 0; k < 16; k++) x0[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
+        s = hsum16(x0);
+    }
+    for (int64_t i = np; i < n; i++) s += (double)(H2F(a[i]) * H2F(b[i]));
     return (float)s;
 }
 
@@ -534,12 +554,25 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
     return (float)s;
 }
 
-/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w*d_x*(integer levels . q8);
- * Q4_1 / Q5_1 . Q8_1: the same plus m_w * s_x, s_x = d_x * sum(q8) stored with the block. */
+/* The reference's horizontal sum of 8 float lanes (hsum_float_8 / tinyBLAS hsum(__m256)):
+ * lane k + lane k+4, then (r0 + r2) + (r1 + r3). */
+static inline float hsum8(const float *l) {
+    float r[4];
+    for (int k = 0; k < 4; k++) r[k] = l[k + 4] + l[k];
+    return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
+/* Q8_0 / Q5_0 . Q8_0 as the reference's x86 vec_dot and tinyBLAS do it: 8 float lanes, lane k
+ * takes the integer sum of elements 4k..4k+3 of each block, lane_k = fma((float)isum_k,
+ * d_w*d_x, lane_k) block after block, then hsum8.
+ * Q4_0 . Q8_0 as the reference's repacked Q4_0 (8x8 interleaved GEMV/GEMM, what its CPU backend
+ * uses for Q4_0 matrices on AVX2 machines): one float chain, s = fma((float)isum_block, d_w*d_x, s).
+ * Q4_1 / Q5_1 . Q8_1: sum over blocks of d_w*d_x*isum + m_w * s_x (s_x = d_x * sum(q8), stored
+ * with the block); no reference data pins their order. */
 static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
-    float s = 0;
+    float s = 0, lanes[8] = {0};
     for (int64_t i = 0; i < n / 32; i++, blk += size) {
         int q[32], sumi = 0;
         block_levels(t, blk, q);
@@ -548,13 +581,22 @@ static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void
             const block_q8_1 *b = (const block_q8_1 *)x + i;
             for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
             s += (H2F(dm[0]) * H2F(b->d)) * sumi + H2F(dm[1]) * H2F(b->s);
-        } else {
-            const block_q8_0 *b = (const block_q8_0 *)x + i;
+            continue;
+        }
+        const block_q8_0 *b = (const block_q8_0 *)x + i;
+        float d = H2F(dm[0]) * H2F(b->d);
+        if (t == GGML_TYPE_Q4_0) {
             for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s += sumi * (H2F(dm[0]) * H2F(b->d));
+            s = fmaf((float)sumi, d, s);
+            continue;
+        }
+        for (int k = 0; k < 8; k++) {
+            int li = 0;
+            for (int j = 4 * k; j < 4 * k + 4; j++) li += q[j] * b->qs[j];
+            lanes[k] = fmaf((float)li, d, lanes[k]);
         }
     }
-    return s;
+    return has_min(t) || t == GGML_TYPE_Q4_0 ? s : hsum8(lanes);
 }
 
 static float dot_q4_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_0, n, w, x); }
@@ -563,15 +605,20 @@ static float dot_q5_0(int64_t n, const void *w, const void *x) { return dot_x(GG
 static float dot_q5_1(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q5_1, n, w, x); }
 static float dot_q8_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q8_0, n, w, x); }
 
-/* Q4_K/Q5_K . Q8_K: d*dx*sum_j sc_j*(q.q8 over sub-block j) - dmin*dx*sum_j m_j*(sum of q8 over
- * sub-block j), the latter from the activation's 16-element bsums. */
-static float dot_k45(int64_t n, const void *w, const void *x, int q5) {
+/* Q4_K/Q5_K . Q8_K as the reference's repacked Q4_K GEMV: per super-block the integers
+ * A = sum_j sc_j * (q . q8 over sub-block j) and M = sum_j m_j * (sum of q8 over sub-block j),
+ * two float chains a = fma((float)A, d_w*d_x, a), m = fma((float)M, dmin_w*d_x, m), result a - m.
+ * With gemm set, the GEMM's order (activation rows in groups of four): A and M of each 64-element
+ * step (two sub-blocks) go into the chains separately. Q5_K has no reference data; it shares the
+ * Q4_K form. */
+static float dot_k45_order(int64_t n, const void *w, const void *x, int q5, bool gemm) {
     const block_q8_K *b = x;
-    float s = 0;
+    float a = 0, m = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t L[QK_K];
         const uint8_t *blk = k45_block(w, i, q5, L);
         const uint16_t *dd = (const uint16_t *)blk;
+        float d = H2F(dd[0]) * b[i].d, dmin = H2F(dd[1]) * b[i].d;
         int sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             uint8_t sc, mn;
@@ -580,31 +627,95 @@ static float dot_k45(int64_t n, const void *w, const void *x, int q5) {
             for (int l = 0; l < 32; l++) si += L[32 * j + l] * b[i].qs[32 * j + l];
             sumi += sc * si;
             summ += mn * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+            if (gemm && j % 2 == 1) {
+                a = fmaf((float)sumi, d, a);
+                m = fmaf((float)summ, dmin, m);
+                sumi = summ = 0;
+            }
         }
-        s += H2F(dd[0]) * b[i].d * sumi - H2F(dd[1]) * b[i].d * summ;
+        if (!gemm) {
+            a = fmaf((float)sumi, d, a);
+            m = fmaf((float)summ, dmin, m);
+        }
     }
-    return s;
+    return a - m;
 }
 
-static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 0); }
-static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45(n, w, x, 1); }
+static float dot_q4_K(int64_t n, const void *w, const void *x) { return dot_k45_order(n, w, x, 0, false); }
+static float dot_q5_K(int64_t n, const void *w, const void *x) { return dot_k45_order(n, w, x, 1, false); }
 
+float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x) { return dot_k45_order(n, w, x, 0, true); }
+
+/* Q6_K . Q8_K as the reference's x86 vec_dot: 8 lanes, lane k of super-block i the integer
+ * sum over its eight 32-element groups g of scale[2g + k/4] * (q . q8 over elements 32g+4k..+3),
+ * lane_k = fma(d_x*d_w, (float)isum_k, lane_k) super-block after super-block, then hsum8. */
 static float dot_q6_K(int64_t n, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
-    float s = 0;
+    float lanes[8] = {0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         int8_t L[QK_K];
         unpack_q6_K(&a[i], L);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int si = 0;
-            for (int l = 0; l < 16; l++) si += L[16 * j + l] * b[i].qs[16 * j + l];
-            sumi += a[i].scales[j] * si;
+        float d = b[i].d * H2F(a[i].d);
+        for (int k = 0; k < 8; k++) {
+            int li = 0;
+            for (int g = 0; g < 8; g++) {
+                int si = 0;
+                for (int e = 32 * g + 4 * k; e < 32 * g + 4 * k + 4; e++) si += L[e] * b[i].qs[e];
+                li += a[i].scales[2 * g + k / 4] * si;
+            }
+            lanes[k] = fmaf(d, (float)li, lanes[k]);
         }
-        s += H2F(a[i].d) * b[i].d * sumi;
     }
-    return s;
+    return hsum8(lanes);
+}
+
+/* ---- the reference's float orders for F16 and F32 rows ------------------------------------ */
+
+float quant_dot_f32_lanes16(int64_t n, const float *a, const float *b) {
+    float acc[16] = {0};
+    for (int64_t l = 0; l < n; l++) acc[l % 16] = fmaf(a[l], b[l], acc[l % 16]);
+    return hsum16(acc);
+}
+
+float quant_dot_f32_vec_f16(int64_t n, int64_t n_pad, const float *a, const float *b) {
+    int64_t np = n_pad & ~(int64_t)63;
+    double sum = 0;
+    if (np > 0) {
+        float acc[4][16] = {{0}}, x0[16];
+        for (int64_t i = 0; i < np && i < n; i += 64)
+            for (int j = 0; j < 4; j++)
+                for (int k = 0; k < 16; k++) {
+                    int64_t e = i + 16 * j + k;
+                    if (e < n) acc[j][k] = fmaf(a[e], b[e], acc[j][k]);
+                }
+        for (int k = 0; k < 16; k++) x0[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
+        sum = hsum16(x0);
+    }
+    for (int64_t i = np; i < n; i++) sum += (double)(a[i] * b[i]);
+    return (float)sum;
+}
+
+/* F16 . F16 of a batch of 2+ rows (tinyBLAS<16>): lanes16 over the converted values. */
+float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    float acc[16] = {0};
+    for (int64_t l = 0; l < n; l++) acc[l % 16] = fmaf(H2F(a[l]), H2F(b[l]), acc[l % 16]);
+    return hsum16(acc);
+}
+
+/* ggml's vectorized expf of an AVX-512 build, one lane: n = round(x / ln 2), a degree-5
+ * polynomial j with j(0) = 1 in the reduced argument b, result j * 2^n (scalef). */
+float quant_expf(float x) {
+    const float r = 0x1.8p23f;
+    float z = fmaf(x, 0x1.715476p+0f, r);
+    float n = z - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    float u = b * b;
+    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : INFINITY; /* also x = -inf (NaN n) -> 0 */
+    return ldexpf(j, (int)n);
 }
 
 const struct quant_kernels quant_kernels_scalar = {

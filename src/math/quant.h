@@ -34,6 +34,19 @@ void quant_to_float(enum ggml_type t, const void *src, float *y, int64_t n);
 /* Dot product of a weight row (type w) with an activation row already in quant_vec_dot_type(w). */
 float quant_vec_dot(enum ggml_type w, int64_t n, const void *w_row, const void *x_row);
 
+/* The reference's float orders where our own kernels differ from them (matmul's
+ * MATMUL_REFERENCE path and the attention of model/llama.c use them; they are scalar):
+ * quant_dot_f32_lanes16: sum a[i]*b[i] as tinyBLAS<16> of an AVX-512 build: lane i % 16
+ *   accumulates fma(a[i], b[i], lane) in order, then GCC's _mm512_reduce_add_ps order.
+ * quant_dot_f32_vec_f16: as ggml_vec_dot_f16 of an AVX-512 build on a row padded with zeros
+ *   to n_pad (>= n): four 16-lane accumulators over steps of 64 of the first n_pad & ~63
+ *   elements, then (0+2) + (1+3), the 16-lane reduction, and the elements from there to n
+ *   added in double.
+ * quant_expf: ggml's vectorized expf of an AVX-512 build (within 2 ulp of expf; exp(-inf) = 0). */
+float quant_dot_f32_lanes16(int64_t n, const float *a, const float *b);
+float quant_dot_f32_vec_f16(int64_t n, int64_t n_pad, const float *a, const float *b);
+float quant_expf(float x);
+
 /* fp16 / bf16 scalar conversions (IEEE half, round-to-nearest-even). */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);

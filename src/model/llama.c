@@ -11,6 +11,15 @@
  * softmaxed, then out = P·V. The cells are ordered by position, so a chunk of entries (in
  * increasing positions) only multiplies the prefix of cells its last entry sees. K and V are
  * read back from the F16 cells (also for the batch's own tokens), as the reference does.
+ *
+ * The element-wise steps follow the reference's x86 (AVX-512) build: RoPE as a C++ compiler
+ * contracts it (fma(x0, cos, -(x1*sin)), fma(x0, sin, x1*cos)), SiLU and the softmax with its
+ * vectorized expf (quant_expf), the softmax sum per 16-lane chunk in float, chunks added in
+ * double, over the row padded with zeros to a multiple of 256 cells (its n_kv).
+ * With cfg.reference the attention dots also follow it (measured: the golden tests then match
+ * to the printed precision): Q.K and P.V of a batch of 2+ tokens in tinyBLAS's 16-lane order
+ * (quant_dot_f32_lanes16), of a single token as ggml_vec_dot_f16 (quant_dot_f32_vec_f16, P.V
+ * over the padded row); otherwise they are two sgemm/SIMD matmuls.
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -24,6 +33,8 @@
 
 /* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
+/* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
+enum { REF_KV_PAD = 256 };
 
 struct forward_scratch {
     struct compute *c;
@@ -53,6 +64,7 @@ struct forward_scratch {
     uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
     float *og;          /* [att_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
+    bool reference;     /* cfg.reference */
 };
 
 static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
@@ -92,6 +104,7 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     }
     fc->cfg = c;
     fc->s = s;
+    s->reference = c.reference;
     size_t T = (size_t)c.max_tokens, E = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
     size_t nq = (size_t)hp->n_head * hd, nkv = (size_t)hp->n_head_kv * hd, ctx = (size_t)c.n_ctx;
     size_t group = (size_t)(hp->n_head / hp->n_head_kv);
@@ -189,8 +202,8 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1) {
                 int32_t a = hp->rope_type == ROPE_NORM ? 2 * i : i;
                 int32_t b = hp->rope_type == ROPE_NORM ? 2 * i + 1 : i + half;
                 float x0 = v[a], x1 = v[b];
-                v[a] = x0 * cs[i] - x1 * sn[i];
-                v[b] = x0 * sn[i] + x1 * cs[i];
+                v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                v[b] = fmaf(x0, sn[i], x1 * cs[i]);
             }
         }
     }
@@ -221,7 +234,7 @@ static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
     for (int64_t i = r0 * j->n; i < r1 * j->n; i++) {
         float g = j->x[i];
-        j->x[i] = g / (1.0f + expf(-g)) * j->y[i];
+        j->x[i] = g / (1.0f + quant_expf(0.0f - g)) * j->y[i];
     }
 }
 
@@ -231,9 +244,10 @@ static void add_bias(float *x, const float *bias, int64_t n, int64_t n_rows) {
         for (int64_t i = 0; i < n; i++) x[r * n + i] += bias[i];
 }
 
-/* y = W·x; matmul computes with the activations as the reference does at every batch size. */
+/* y = W·x (see matmul.h for the paths). */
 static void mm(struct forward_scratch *s, const struct model_weight *w, const float *x, int64_t n_tok, float *y) {
-    matmul(s->c, w->type, w->data, w->n_in, w->n_out, x, n_tok, y);
+    matmul_path(s->c, s->reference ? MATMUL_REFERENCE : MATMUL_AUTO, w->type, w->data, w->n_in, w->n_out, x, n_tok,
+                y);
 }
 
 /* ---- attention ---- */
@@ -256,6 +270,24 @@ struct softmax_job {
     float scale;
 };
 
+/* Softmax sum of one row as the reference: exp per element (0 where masked), summed per 16
+ * elements in float (GCC's 512-bit reduction order), the chunks added in double; the row is
+ * zero-padded to REF_KV_PAD, so every chunk is whole. */
+static double softmax_exp_sum(float *row, int64_t n, float mx) {
+    double sum = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += 16) {
+        float v[16] = {0}, t8[8], t4[4];
+        for (int64_t c = c0; c < n && c < c0 + 16; c++) {
+            row[c] = row[c] == -INFINITY ? 0.0f : quant_expf(row[c] - mx);
+            v[c - c0] = row[c];
+        }
+        for (int i = 0; i < 8; i++) t8[i] = v[i + 8] + v[i];
+        for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
+        sum += (double)((t4[0] + t4[2]) + (t4[1] + t4[3]));
+    }
+    return sum;
+}
+
 static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
     const struct softmax_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
@@ -266,12 +298,7 @@ static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
             row[c] = j->cpos[c] <= p ? row[c] * j->scale : -INFINITY;
             if (row[c] > mx) mx = row[c];
         }
-        double sum = 0;
-        for (int64_t c = 0; c < j->n_c; c++) {
-            float e = row[c] == -INFINITY ? 0.0f : expf(row[c] - mx);
-            row[c] = e;
-            sum += e;
-        }
+        double sum = softmax_exp_sum(row, j->n_c, mx);
         float inv = (float)(1.0 / sum);
         for (int64_t c = 0; c < j->n_c; c++) row[c] *= inv;
         round_f16(row, j->h16 + r * j->n_c, j->n_c);
@@ -331,6 +358,35 @@ static int64_t n_visible(const int32_t *cpos, int64_t n_c, int32_t p) {
     return lo;
 }
 
+/* cfg.reference: the attention dots of rows [r0, r1) of a chunk in the reference's orders. */
+struct ref_dots_job {
+    struct forward_scratch *s;
+    const float *kf;    /* this kv head's K, [nv][hd] */
+    int32_t hd;
+    int64_t nv, n_pad;  /* visible cells; the reference's row length */
+    bool batched;       /* 2+ tokens in the batch: tinyBLAS, else ggml_vec_dot_f16 */
+};
+
+static void ref_scores(void *arg, int64_t r0, int64_t r1) {
+    const struct ref_dots_job *j = arg;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < j->nv; c++) {
+            const float *q = j->s->qg + r * j->hd, *k = j->kf + c * j->hd;
+            j->s->sc[r * j->nv + c] = j->batched ? quant_dot_f32_lanes16(j->hd, q, k)
+                                                 : quant_dot_f32_vec_f16(j->hd, j->hd, q, k);
+        }
+}
+
+static void ref_outputs(void *arg, int64_t r0, int64_t r1) {
+    const struct ref_dots_job *j = arg;
+    for (int64_t r = r0; r < r1; r++)
+        for (int32_t d = 0; d < j->hd; d++) {
+            const float *p = j->s->sc + r * j->nv, *v = j->s->vt + (int64_t)d * j->nv;
+            j->s->og[r * j->hd + d] = j->batched ? quant_dot_f32_lanes16(j->nv, p, v)
+                                                 : quant_dot_f32_vec_f16(j->nv, j->n_pad, p, v);
+        }
+}
+
 /* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells. */
 static void attend_seq(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                        const struct batch *b, int32_t layer, int32_t seq, int32_t n_ent) {
@@ -360,11 +416,16 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
             for (int64_t c = 0; c < nv; c++)
                 for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
             round_f16(s->qg, s->h16, rows * hd);
-            matmul(s->c, GGML_TYPE_F32, s->kf + (int64_t)h * n_c * hd, hd, nv, s->qg, rows, s->sc);
+            struct ref_dots_job rj = {.s = s, .kf = s->kf + (int64_t)h * n_c * hd, .hd = hd, .nv = nv,
+                                      .n_pad = (n_c + REF_KV_PAD - 1) / REF_KV_PAD * REF_KV_PAD,
+                                      .batched = b->n_tokens >= 2};
+            if (s->reference) rows_for(s->c, rows, 2 * nv * hd, ref_scores, &rj);
+            else matmul(s->c, GGML_TYPE_F32, rj.kf, hd, nv, s->qg, rows, s->sc);
             struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
                                      .group = group, .scale = 1.0f / sqrtf((float)hd)};
             rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
-            matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
+            if (s->reference) rows_for(s->c, rows, 2 * nv * hd, ref_outputs, &rj);
+            else matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
                 memcpy(s->att + i * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,

@@ -5,6 +5,7 @@
 #include "math/kernels.h"
 #include "math/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -343,5 +344,18 @@ TEST(quant_degenerate_rows) {
         CHECK(y[7] > 90.0f);
         for (int i = 32; i < N; i++) /* outside the outlier's block every sign survives */
             CHECK((y[i] > 0) == (x[i] > 0));
+    }
+}
+
+/* quant_expf (the reference's vectorized expf) stays within a few ulp of expf over the range
+ * the softmax and SiLU use, is exact at 0, and gives 0 for -inf (masked scores). */
+TEST(quant_expf_tracks_expf) {
+    CHECK(quant_expf(0.0f) == 1.0f);
+    CHECK(quant_expf(-INFINITY) == 0.0f);
+    CHECK(quant_expf(-200.0f) == 0.0f);
+    for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+        float want = expf(x), got = quant_expf(x);
+        if (fabsf(got - want) > 4 * FLT_EPSILON * want) fprintf(stderr, "  x=%g: %.9g vs %.9g\n", x, got, want);
+        CHECK(fabsf(got - want) <= 4 * FLT_EPSILON * want);
     }
 }

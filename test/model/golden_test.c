@@ -3,7 +3,8 @@
  * position), the same top-1 wherever the reference's top-1/top-2 gap exceeds that, and greedy
  * generation diverging only after a near-tie. The prompt is fed whole (batches of 512, so the long
  * prompt crosses a batch boundary) and again 7 tokens per batch. Token ids come from the
- * reference, so this does not depend on the tokenizer. */
+ * reference, so this does not depend on the tokenizer. The forward pass runs in reference mode
+ * (forward_config.reference), as eval-logits does. */
 #include "test.h"
 #include "common/err.h"
 #include "model/eval.h"
@@ -19,34 +20,29 @@ struct golden {
     int32_t n_tokens;
     const int32_t *greedy;   /* ours, filled as generation goes */
     double tol;
-    int failures;            /* hard failures: top-1, greedy, errors over SLACK * tol */
-    int rows, rows_over;     /* rows compared, rows with some logit over tol */
+    int failures;            /* top-1, greedy, logits over the bar */
+    int rows;                /* rows compared */
     double worst;            /* largest |ours - ref| / max|ref| seen */
 };
 
-/* The README's bar, and where this engine stands against it: every listed logit within SLACK x
- * the bar, at most MAX_ROWS_OVER of the rows over the bar itself, and the top-1 and greedy rules
- * exactly as written.
- * Worst |logit - ref| / max |ref| measured (f16 / q8_0 / q4_0 / q4_k_m / llama3 / qwen2 / kjv):
- * - before Q8_0 rounding below: 0.13 / 2.6 / 2.1 / 3.4 / 0.9 / 1.2 / 2.7%.
- * - kept: Q8_0 activations rounded as ggml's x86 code does (llama.c round_q8_0_rows: 127/amax,
- *   half to even). A real difference: llama-spm-q4_0 was 0.7% off at position 0 of every prompt,
- *   now exact there. After it: 0.13 / 3.0 / 2.2 / 3.4 / 0.9 / 1.2 / 4.1% (kjv: 3 rows over 3%).
- * - ggml's CPU flash-attention numerics (F16 Q, online softmax, V summed in an F16 buffer): worse,
- *   0.40 / 3.7 / 3.3 / 4.8 / 1.7 / 3.4 / 3.8%, so the reference used the unfused path we emulate.
- * - integer-dot kernels at every batch size instead of dequantized tiles + sgemm: 0.12 / 2.1 / 2.0 /
- *   3.0 / 0.5 / 1.1 / 3.4-3.7% (one kjv row over), closer but ~8x slower prefill, so not kept.
- * - no better, none kept: the attention dots summed in the reference's lane order (8 or 16 lanes,
- *   double tail, n_kv = cells or padded to 256); softmax sums per 8 lanes; ggml's vectorized expf
- *   in SiLU and softmax; RoPE with fused multiply-adds (as a C++ build contracts it). None of
- *   these moves the first diverging position at all.
- * The quantized models match the reference to its printed precision at the first positions of
- * every prompt and first leave it at a position with 9 or more keys (8-19; 1-12 in batches of 32+
- * tokens, which take the sgemm path); the F16 model is 2e-4 off from position 0 (F16-rounded
- * activations). What is left is float summation order not yet found (likely the block sums of the
- * quantized dots), amplified by the Q8 rounding of the next matmul's activations. */
-#define SLACK 1.5
-#define MAX_ROWS_OVER 0.005
+/* Measured (worst |logit - ref| / max |ref| over both chunkings, f16 / q8_0 / q4_0 / q4_k_m /
+ * llama3 / qwen2 / kjv), with the forward pass in reference mode (cfg.reference):
+ * - sgemm for batches of 32+ and our own SIMD orders (the previous state): 0.13 / 3.0 / 2.2 /
+ *   3.4 / 0.9 / 1.2 / 4.1%, passing only with 1.5x slack and 0.5% of rows allowed over the bar.
+ * - the reference identified as llama.cpp's CPU backend built for AVX-512 (GCC), with its
+ *   repacked Q4_0/Q4_K matrices: every float order emulated (math/quant.h, matmul.h
+ *   MATMUL_REFERENCE, model/llama.c's header): in batches of 512 all seven models equal the
+ *   reference at the printed precision (0.0000) except q4_k_m (0.8%: two rows late in the long
+ *   prompt and in one greedy tail) and f16 (0.04% in batches of 7). Batches of 7 are not what
+ *   the reference ran: their last rows take its single-row or GEMV orders, so q4_k_m reaches 2.5%
+ *   there (still under the bar).
+ * - with everything else emulated but sgemm kept for 32+ tokens: q8_0 3.0, q4_k_m 3.5, kjv 3.3%
+ *   (over the bar): the bar needs integer dots at every batch size.
+ * Single steps, each measured as the first position leaving the reference: the attention dots in
+ * tinyBLAS's 16-lane order, the softmax and SiLU with ggml's AVX-512 expf and 16-lane chunk sums,
+ * and RoPE with fused multiply-adds made the Q8_0 models exact; the repacked GEMV order made
+ * q4_0 exact, the repacked GEMM order (a float step every 64 elements) q4_k_m nearly; F16 needs
+ * its activations rounded to F16 and tinyBLAS's order. */
 
 static double row_maxabs(json_t *row) {
     double mx = 0;
@@ -68,20 +64,13 @@ static void fail_msg(struct golden *g, int32_t index, const char *what, double a
 
 static void compare_row(struct golden *g, int32_t index, json_t *row, const float *logits, int32_t n_vocab) {
     double lim = g->tol * row_maxabs(row);
-    bool over = false;
     g->rows++;
     for (size_t i = 0; i < json_array_size(row); i++) {
         int32_t id = (int32_t)json_integer_value(json_array_get(json_array_get(row, i), 0));
         double ref = json_number_value(json_array_get(json_array_get(row, i), 1));
         double err = fabs(logits[id] - ref);
         if (err / (lim / g->tol) > g->worst) g->worst = err / (lim / g->tol);
-        if (err > SLACK * lim) fail_msg(g, index, "logit far off", logits[id], ref);
-        if (err > lim && !over) {
-            over = true;
-            g->rows_over++;
-            fprintf(stderr, "  %s: row %d: logit %g vs ref %g: over the bar (allowed on few rows)\n", g->label,
-                    (int)index, logits[id], ref);
-        }
+        if (err > lim) fail_msg(g, index, "logit over the bar", logits[id], ref);
     }
     int32_t best = 0;
     for (int32_t i = 1; i < n_vocab; i++)
@@ -141,8 +130,9 @@ static void run_golden(struct test_case *t, const char *name, double tol, int n_
     struct memory *mem = NULL;
     struct forward_ctx *fc = NULL;
     CHECK_EQ_INT(model_memory_create(m, 1024, 1, &mem), 0);
-    CHECK_EQ_INT(forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .n_ctx = 1024, .n_threads = n_threads}), 0);
-    int failures = 0, rows = 0, rows_over = 0;
+    CHECK_EQ_INT(forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .n_ctx = 1024, .n_threads = n_threads,
+                                                                      .reference = true}), 0);
+    int failures = 0, rows = 0;
     double worst = 0;
     json_t *cases = json_object_get(ref, "cases");
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
@@ -166,27 +156,25 @@ static void run_golden(struct test_case *t, const char *name, double tol, int n_
             check_divergence(&g, greedy, n_gen_run);
             failures += g.failures;
             rows += g.rows;
-            rows_over += g.rows_over;
             if (g.worst > worst) worst = g.worst;
         }
         free(tokens);
         free(greedy);
     }
-    fprintf(stderr, "  %s: worst |logit - ref| = %.4f of the row's max |logit| (bar %.2f); %d of %d rows over it\n",
-            name, worst, tol, rows_over, rows);
+    fprintf(stderr, "  %s: worst |logit - ref| = %.4f of the row's max |logit| (bar %.2f) over %d rows\n", name,
+            worst, tol, rows);
     forward_ctx_destroy(fc);
     memory_destroy(mem);
     model_free(m);
     json_decref(ref);
     CHECK_EQ_INT(failures, 0);
     CHECK(rows > 0);
-    CHECK(rows_over <= MAX_ROWS_OVER * rows);
 }
 
-TEST(golden_llama_spm_f16) { run_golden(t, "llama-spm-f16", 0.01, 1); }
-TEST(golden_llama_spm_q8_0) { run_golden(t, "llama-spm-q8_0", 0.03, 1); }
-TEST(golden_llama_spm_q4_0) { run_golden(t, "llama-spm-q4_0", 0.03, 1); }
-TEST(golden_llama_spm_q4_k_m) { run_golden(t, "llama-spm-q4_k_m", 0.03, 1); }
-TEST(golden_llama3_bpe_q8_0) { run_golden(t, "llama3-bpe-q8_0", 0.03, 1); }
-TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 1); }
+TEST(golden_llama_spm_f16) { run_golden(t, "llama-spm-f16", 0.01, 2); }
+TEST(golden_llama_spm_q8_0) { run_golden(t, "llama-spm-q8_0", 0.03, 2); }
+TEST(golden_llama_spm_q4_0) { run_golden(t, "llama-spm-q4_0", 0.03, 2); }
+TEST(golden_llama_spm_q4_k_m) { run_golden(t, "llama-spm-q4_k_m", 0.03, 2); }
+TEST(golden_llama3_bpe_q8_0) { run_golden(t, "llama3-bpe-q8_0", 0.03, 2); }
+TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 2); }
 TEST(golden_kjv_tiny_q8_0) { run_golden(t, "kjv-tiny-q8_0", 0.03, 2); }
