@@ -35,9 +35,8 @@ def row_bar(row, tol):
 
 class EvalLogitsMatchesReference(unittest.TestCase):
     """kjv-tiny-q8_0 (the trained model) and mamba-spm-q8_0 (the recurrent architecture); the C
-    golden tests cover the others without the tokenizer. Same policy as test/model/golden_test.c:
-    every listed logit within 1.5x the bar, at most 0.5% of rows over the bar, top-1 and greedy
-    rules exact."""
+    golden tests cover the others without the tokenizer. The bars of ../shared/README.md, as
+    test/model/golden_test.c: every listed logit within the bar, top-1 and greedy rules exact."""
 
     def test_kjv_tiny_all_prompts(self):
         self.check_all_prompts("kjv-tiny-q8_0")
@@ -54,7 +53,7 @@ class EvalLogitsMatchesReference(unittest.TestCase):
         self.assertEqual(out["n_vocab"], ref["n_vocab"])
         self.assertEqual(out["topk"], ref["topk"])
         self.assertEqual(len(out["cases"]), len(ref["cases"]))
-        tol, rows, over = 0.03, 0, 0
+        tol = 0.03
         for ours, want in zip(out["cases"], ref["cases"]):
             self.assertEqual(ours["prompt"], want["prompt"])
             self.assertEqual(ours["tokens"], want["tokens"])
@@ -73,16 +72,13 @@ class EvalLogitsMatchesReference(unittest.TestCase):
             for mine, row in pairs:
                 bar = row_bar(row, tol)
                 mine = dict(mine)
-                rows += 1
                 # our top-K lists only our 20 best: a reference id missing from it must be below
                 # our 20th logit, which is itself within reach of the reference's value
                 floor = min(mine.values())
                 errs = [abs(mine[i] - l) if i in mine else max(0.0, floor - l) for i, l in row]
-                self.assertLessEqual(max(errs), 1.5 * bar)
-                over += max(errs) > bar
+                self.assertLessEqual(max(errs), bar)
                 if row[0][1] - row[1][1] > bar:
                     self.assertEqual(max(mine, key=mine.get), row[0][0])
-        self.assertLessEqual(over, 0.005 * rows)
 
 
 class MkmodelTypes(unittest.TestCase):
