@@ -143,7 +143,7 @@ int cmd_generate(int argc, char **argv) {
     if ((rc = model_memory_create(m, n_ctx, 1, &g.mem)) < 0 ||
         (rc = forward_ctx_create(&g.fc, m, &(struct forward_config){.max_tokens = GEN_BATCH, .max_outputs = 1,
                                                                      .n_ctx = n_ctx, .n_threads = n_threads})) < 0 ||
-        (rc = batch_init(&g.b, GEN_BATCH)) < 0 || (rc = sampler_create(&smp, m->hp.n_vocab, 64)) < 0 ||
+        (rc = batch_init(&g.b, GEN_BATCH)) < 0 || (rc = sampler_create(&smp, m->hp.n_vocab, 64, NULL)) < 0 ||
         (rc = sampler_reset(smp, &sp)) < 0) {
         fprintf(stderr, "generate: %s\n", err_str(rc));
         goto done;

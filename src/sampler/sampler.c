@@ -13,6 +13,16 @@ struct cand {
     float logit;
 };
 
+/* The n_vocab buffers of one sampling call. Owned by a sampler (sampler_create with no scratch)
+ * or shared by many (the serving engine's, one per model: its samplers sample one row after
+ * another on the step's thread, so one set of buffers serves all of them). */
+struct sampler_scratch {
+    int32_t n_vocab;
+    int32_t *counts;          /* [n_vocab] occurrences in the window (zero between calls) */
+    float *work;              /* [n_vocab] logits after bias and penalties */
+    struct cand *cand;        /* [n_vocab] */
+};
+
 struct sampler {
     int32_t n_vocab;
     int32_t max_window;
@@ -21,36 +31,56 @@ struct sampler {
     uint64_t rng[4];          /* xoshiro256** state */
     int32_t *window;          /* [max_window] ring of the last tokens */
     int32_t n_window, window_head;
-    int32_t *counts;          /* [n_vocab] occurrences in the window (zero between calls) */
-    float *work;              /* [n_vocab] logits after bias and penalties */
-    struct cand *cand;        /* [n_vocab] */
+    struct sampler_scratch *sc; /* shared, or own (then in the same block as the sampler) */
+    struct sampler_scratch own;
 };
 
-/* One allocation for the sampler and its buffers: a sampler is created and destroyed on the
- * server's loop thread for every request, and each large block costs a map and an unmap
- * (with a TLB shootdown on the other cores) on allocators that serve big blocks by mmap
- * (ASan's always). calloc: counts must start at zero; the large tail is fresh zero pages when mapped. */
-int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window) {
-    if (n_vocab <= 0 || max_window < 0) return -ERR_INVAL;
+/* Scratch buffers laid out after `at` (calloc'ed: counts must start at zero). */
+static size_t scratch_bytes(int32_t n_vocab) {
+    return (size_t)n_vocab * (sizeof(struct cand) + sizeof(int32_t) + sizeof(float));
+}
+
+static void scratch_lay_out(struct sampler_scratch *sc, char *at, int32_t n_vocab) {
+    sc->n_vocab = n_vocab;
+    sc->cand = (struct cand *)(void *)at; /* 8-byte elements first, then the 4-byte ones */
+    sc->counts = (int32_t *)(void *)(sc->cand + n_vocab);
+    sc->work = (float *)(void *)(sc->counts + n_vocab);
+}
+
+int sampler_scratch_create(struct sampler_scratch **out, int32_t n_vocab) {
+    if (n_vocab <= 0) return -ERR_INVAL;
+    size_t head = (sizeof(struct sampler_scratch) + 15) & ~(size_t)15;
+    char *mem = calloc(1, head + scratch_bytes(n_vocab));
+    if (!mem) return -ERR_NOMEM;
+    struct sampler_scratch *sc = (struct sampler_scratch *)(void *)mem;
+    scratch_lay_out(sc, mem + head, n_vocab);
+    *out = sc;
+    return 0;
+}
+
+void sampler_scratch_destroy(struct sampler_scratch *sc) { free(sc); }
+
+/* One allocation for the sampler and its buffers: with a shared scratch a sampler is small
+ * (the window and the bias list), which matters because the server creates one per request
+ * on its loop thread. */
+int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window, struct sampler_scratch *shared) {
+    if (n_vocab <= 0 || max_window < 0 || (shared && shared->n_vocab != n_vocab)) return -ERR_INVAL;
     size_t head = (sizeof(struct sampler) + 15) & ~(size_t)15;
     size_t win = (((size_t)max_window + 1) * sizeof(int32_t) + 15) & ~(size_t)15;
-    size_t nv = (size_t)n_vocab;
-    size_t bytes = head + win + nv * sizeof(int32_t) + nv * sizeof(float) + nv * sizeof(struct cand);
-    char *mem = calloc(1, bytes);
+    char *mem = calloc(1, head + win + (shared ? 0 : scratch_bytes(n_vocab)));
     if (!mem) return -ERR_NOMEM;
-    struct sampler *s = (struct sampler *)mem;
+    struct sampler *s = (struct sampler *)(void *)mem;
     s->n_vocab = n_vocab;
     s->max_window = max_window;
-    s->window = (int32_t *)(mem + head);
-    s->cand = (struct cand *)(mem + head + win); /* 8-byte elements first, then the 4-byte ones */
-    s->counts = (int32_t *)(s->cand + nv);
-    s->work = (float *)(s->counts + nv);
+    s->window = (int32_t *)(void *)(mem + head);
+    s->sc = shared ? shared : &s->own;
+    if (!shared) scratch_lay_out(&s->own, mem + head + win, n_vocab);
     *out = s;
     return 0;
 }
 
 void sampler_destroy(struct sampler *s) {
-    free(s); /* the buffers are in the same block */
+    free(s); /* its own buffers, if any, are in the same block */
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -99,25 +129,25 @@ void sampler_accept(struct sampler *s, int32_t token) {
     if (s->n_window < s->max_window) s->n_window++;
 }
 
-/* Steps 1 and 2 into s->work. */
+/* Steps 1 and 2 into s->sc->work. */
 static void bias_and_penalties(struct sampler *s, const float *logits) {
     const struct sampler_params *p = &s->p;
-    memcpy(s->work, logits, (size_t)s->n_vocab * sizeof *s->work);
-    for (int32_t i = 0; i < p->n_logit_bias; i++) s->work[p->logit_bias[i].token] += p->logit_bias[i].bias;
+    memcpy(s->sc->work, logits, (size_t)s->n_vocab * sizeof *s->sc->work);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) s->sc->work[p->logit_bias[i].token] += p->logit_bias[i].bias;
     bool rep = p->repeat_penalty > 0 && p->repeat_penalty != 1.0f;
     if (!rep && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
     int32_t n = p->repeat_last_n < s->n_window ? p->repeat_last_n : s->n_window;
     for (int32_t i = 0; i < n; i++) {  /* the newest n tokens */
         int32_t t = s->window[(s->window_head - 1 - i + s->max_window) % s->max_window];
-        if (t >= 0 && t < s->n_vocab) s->counts[t]++;
+        if (t >= 0 && t < s->n_vocab) s->sc->counts[t]++;
     }
     for (int32_t i = 0; i < n; i++) {
         int32_t t = s->window[(s->window_head - 1 - i + s->max_window) % s->max_window];
-        if (t < 0 || t >= s->n_vocab || s->counts[t] == 0) continue;
-        float *l = &s->work[t];
+        if (t < 0 || t >= s->n_vocab || s->sc->counts[t] == 0) continue;
+        float *l = &s->sc->work[t];
         if (rep) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
-        s->counts[t] = 0;  /* each distinct token once; leaves counts zeroed */
+        *l -= (float)s->sc->counts[t] * p->frequency_penalty + p->presence_penalty;
+        s->sc->counts[t] = 0;  /* each distinct token once; leaves counts zeroed */
     }
 }
 
@@ -153,20 +183,20 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
     int32_t n = s->p.n_probs, nv = s->n_vocab;
     float mx = -INFINITY;
     for (int32_t i = 0; i < nv; i++)
-        if (s->work[i] > mx) mx = s->work[i];
+        if (s->sc->work[i] > mx) mx = s->sc->work[i];
     if (mx == -INFINITY) mx = 0;
     double sum = 0;
-    for (int32_t i = 0; i < nv; i++) sum += exp((double)s->work[i] - mx);
+    for (int32_t i = 0; i < nv; i++) sum += exp((double)s->sc->work[i] - mx);
     double lse = mx + log(sum);
-    for (int32_t i = 0; i < nv; i++) s->cand[i] = (struct cand){i, s->work[i]};
+    for (int32_t i = 0; i < nv; i++) s->sc->cand[i] = (struct cand){i, s->sc->work[i]};
     int32_t k = n < nv ? n : nv;
-    if (k > 0) top_k_sorted(s->cand, nv, k);
+    if (k > 0) top_k_sorted(s->sc->cand, nv, k);
     bool have_chosen = false;
     for (int32_t i = 0; i < k; i++) {
-        probs[i] = (struct sampler_prob){s->cand[i].id, (float)(s->cand[i].logit - lse)};
-        have_chosen |= s->cand[i].id == chosen;
+        probs[i] = (struct sampler_prob){s->sc->cand[i].id, (float)(s->sc->cand[i].logit - lse)};
+        have_chosen |= s->sc->cand[i].id == chosen;
     }
-    if (!have_chosen) probs[k++] = (struct sampler_prob){chosen, (float)(s->work[chosen] - lse)};
+    if (!have_chosen) probs[k++] = (struct sampler_prob){chosen, (float)(s->sc->work[chosen] - lse)};
     *n_out = k;
 }
 
@@ -176,23 +206,23 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
     bias_and_penalties(s, logits);
     if (p->temperature <= 0) {
         for (int32_t i = 1; i < nv; i++)
-            if (s->work[i] > s->work[chosen]) chosen = i;
+            if (s->sc->work[i] > s->sc->work[chosen]) chosen = i;
     } else {
         int32_t n = nv;
-        for (int32_t i = 0; i < nv; i++) s->cand[i] = (struct cand){i, s->work[i]};
+        for (int32_t i = 0; i < nv; i++) s->sc->cand[i] = (struct cand){i, s->sc->work[i]};
         bool sorted = false;
         if (p->top_k > 0 && p->top_k < n) {
-            top_k_sorted(s->cand, n, p->top_k);
+            top_k_sorted(s->sc->cand, n, p->top_k);
             n = p->top_k;
             sorted = true;
         }
         if (p->top_p > 0 && p->top_p < 1) {
-            if (!sorted) qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+            if (!sorted) qsort(s->sc->cand, (size_t)n, sizeof *s->sc->cand, cand_cmp);
             sorted = true;
             double sum = 0, acc = 0;
-            for (int32_t i = 0; i < n; i++) sum += exp((double)s->cand[i].logit - s->cand[0].logit);
+            for (int32_t i = 0; i < n; i++) sum += exp((double)s->sc->cand[i].logit - s->sc->cand[0].logit);
             for (int32_t i = 0; i < n; i++) {
-                acc += exp((double)s->cand[i].logit - s->cand[0].logit) / sum;
+                acc += exp((double)s->sc->cand[i].logit - s->sc->cand[0].logit) / sum;
                 if (acc >= p->top_p) {
                     n = i + 1;
                     break;
@@ -202,25 +232,25 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
         if (p->min_p > 0) {
             float mx = -INFINITY;
             for (int32_t i = 0; i < n; i++)
-                if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+                if (s->sc->cand[i].logit > mx) mx = s->sc->cand[i].logit;
             float cut = mx + logf(p->min_p);  /* p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p) */
             int32_t m = 0;
             for (int32_t i = 0; i < n; i++)
-                if (s->cand[i].logit >= cut) s->cand[m++] = s->cand[i];
+                if (s->sc->cand[i].logit >= cut) s->sc->cand[m++] = s->sc->cand[i];
             n = m;
         }
         float mx = -INFINITY;
         for (int32_t i = 0; i < n; i++)
-            if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+            if (s->sc->cand[i].logit > mx) mx = s->sc->cand[i].logit;
         if (mx == -INFINITY) mx = 0;  /* everything banned: exp gives 0 for all, the last one wins */
         double sum = 0;
-        for (int32_t i = 0; i < n; i++) sum += exp(((double)s->cand[i].logit - mx) / p->temperature);
+        for (int32_t i = 0; i < n; i++) sum += exp(((double)s->sc->cand[i].logit - mx) / p->temperature);
         double r = rng_uniform(s->rng) * sum, acc = 0;
-        chosen = s->cand[n - 1].id;
+        chosen = s->sc->cand[n - 1].id;
         for (int32_t i = 0; i < n; i++) {
-            acc += exp(((double)s->cand[i].logit - mx) / p->temperature);
+            acc += exp(((double)s->sc->cand[i].logit - mx) / p->temperature);
             if (r < acc) {
-                chosen = s->cand[i].id;
+                chosen = s->sc->cand[i].id;
                 break;
             }
         }

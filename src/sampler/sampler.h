@@ -2,9 +2,11 @@
  *
  * A struct sampler belongs to one sequence (one request): it holds the request's parameters, its
  * RNG (seeded from params.seed: the same seed and the same logits give the same tokens) and the
- * window of the last repeat_last_n tokens for the penalties. All scratch (n_vocab candidates,
- * token counts, the window) is allocated once by sampler_create; sampler_reset,
- * sampler_accept and sampler_sample never allocate.
+ * window of the last repeat_last_n tokens for the penalties. The n_vocab buffers a sampling call
+ * works in (candidates, token counts) are a struct sampler_scratch: the sampler's own, or one
+ * shared by samplers that never sample at the same time (the serving engine shares one among all
+ * requests, so a request's sampler is a few KiB). Everything is allocated by sampler_create /
+ * sampler_scratch_create; sampler_reset, sampler_accept and sampler_sample never allocate.
  *
  * The chain, in order (as llama.cpp's default):
  *   1. logit_bias: logit[token] += bias (-INFINITY bans the token)
@@ -18,7 +20,7 @@
  * bias and penalties; independent of truncation and temperature), plus the chosen token's.
  *
  *   struct sampler *s;
- *   sampler_create(&s, n_vocab, 256);
+ *   sampler_create(&s, n_vocab, 256, NULL);           // NULL: its own scratch
  *   sampler_reset(s, &(struct sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f,
  *                      .min_p = 0.05f, .repeat_penalty = 1.1f, .repeat_last_n = 64, .seed = 42});
  *   for (each prompt token) sampler_accept(s, tok);
@@ -59,9 +61,14 @@ struct sampler_prob {
 };
 
 struct sampler;
+struct sampler_scratch;
 
-/* max_window: the longest repeat_last_n this sampler serves. 0, -ERR_INVAL or -ERR_NOMEM. */
-int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window);
+/* Buffers for sampling over n_vocab tokens, to share (see above). 0, -ERR_INVAL or -ERR_NOMEM. */
+int sampler_scratch_create(struct sampler_scratch **out, int32_t n_vocab);
+void sampler_scratch_destroy(struct sampler_scratch *sc);
+/* max_window: the longest repeat_last_n this sampler serves. shared: a scratch of the same n_vocab
+ * that outlives the sampler, or NULL for the sampler's own. 0, -ERR_INVAL or -ERR_NOMEM. */
+int sampler_create(struct sampler **out, int32_t n_vocab, int32_t max_window, struct sampler_scratch *shared);
 void sampler_destroy(struct sampler *s);
 /* Start a request: copy the parameters (bias list included), seed the RNG, empty the window.
  * -ERR_INVAL for a bias token outside the vocabulary, too many biases or n_probs. */

@@ -74,6 +74,12 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         model_engine_free(e);
         return rc;
     }
+    rc = sampler_scratch_create(&e->sampling, e->n_vocab);
+    if (rc) {
+        snprintf(why, why_len, "sampling buffers: %s", err_str(rc));
+        model_engine_free(e);
+        return rc;
+    }
     int32_t warm = cfg->batch_tokens < 32 ? cfg->batch_tokens : 32; /* the scheduler's first probe */
     if (warm > e->n_ctx) warm = e->n_ctx;
     rc = engine_warm_up(e, warm);
@@ -89,6 +95,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
 void model_engine_free(struct model_engine *e) {
     if (!e) return;
     forward_ctx_destroy(e->fc);
+    sampler_scratch_destroy(e->sampling);
     memory_destroy(e->mem);
     tokenizer_free(e->tok);
     model_free(e->model);
@@ -137,7 +144,7 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
     p.seed = seed;
     int32_t window = p.repeat_last_n < 0 ? e->n_ctx : p.repeat_last_n;
     struct sampler *s;
-    if (sampler_create(&s, e->n_vocab, window > 0 ? window : 1) < 0) return NULL;
+    if (sampler_create(&s, e->n_vocab, window > 0 ? window : 1, e->sampling) < 0) return NULL;
     if (sampler_reset(s, &p) < 0) {
         sampler_destroy(s);
         return NULL;

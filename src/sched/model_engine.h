@@ -43,11 +43,14 @@ struct model_engine_config {
     int n_threads;          /* compute threads of the forward pass (<= 0: all cores) */
 };
 
+struct sampler_scratch;
+
 struct model_engine {
     struct model *model;    /* any architecture model.h runs (llama, qwen2, mamba) */
     struct forward_ctx *fc;
     struct tokenizer *tok;
     struct memory *mem;     /* KV cells, or one recurrent state per sequence (model's choice) */
+    struct sampler_scratch *sampling; /* shared by every request's sampler: steps sample one row at a time */
     int32_t n_vocab;
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
     int64_t kv_tokens;

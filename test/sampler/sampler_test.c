@@ -7,7 +7,7 @@
 
 static struct sampler *make(struct test_case *t, int32_t n_vocab, const struct sampler_params *p) {
     struct sampler *s = NULL;
-    if (sampler_create(&s, n_vocab, 64) != 0) return NULL;
+    if (sampler_create(&s, n_vocab, 64, NULL) != 0) return NULL;
     if (sampler_reset(s, p) != 0) {
         sampler_destroy(s);
         return NULL;
@@ -185,4 +185,42 @@ TEST(sampler_everything_banned_still_returns_a_token) {
     int32_t tok = sampler_sample(s, l, NULL, NULL);
     CHECK(tok >= 0 && tok < 3);
     sampler_destroy(s);
+}
+
+TEST(sampler_shared_scratch_gives_the_same_tokens_as_own_buffers) {
+    /* two samplers interleaving on one scratch (penalties use its counts, top-k/p its candidates)
+     * choose exactly what samplers with their own buffers choose */
+    enum { V = 300 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = 3.0f * sinf(0.37f * (float)i);
+    struct sampler_params p[2] = {
+        {.temperature = 0.9f, .top_k = 40, .top_p = 0.9f, .repeat_penalty = 1.3f, .repeat_last_n = 16,
+         .presence_penalty = 0.2f, .frequency_penalty = 0.1f, .seed = 7},
+        {.temperature = 0, .repeat_penalty = 1.5f, .repeat_last_n = 8, .n_probs = 3}};
+    struct sampler_scratch *sc;
+    CHECK_EQ_INT(sampler_scratch_create(&sc, V), 0);
+    struct sampler *shared[2], *own[2], *wrong;
+    CHECK_EQ_INT(sampler_create(&wrong, V + 1, 64, sc), -ERR_INVAL); /* another vocabulary */
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(sampler_create(&shared[k], V, 64, sc), 0);
+        CHECK_EQ_INT(sampler_reset(shared[k], &p[k]), 0);
+        own[k] = make(t, V, &p[k]);
+        CHECK(own[k] != NULL);
+    }
+    for (int i = 0; i < 100; i++)
+        for (int k = 0; k < 2; k++) {
+            struct sampler_prob pa[SAMPLER_MAX_PROBS + 1], pb[SAMPLER_MAX_PROBS + 1];
+            int32_t na = 0, nb = 0;
+            int32_t a = sampler_sample(shared[k], l, pa, &na), b = sampler_sample(own[k], l, pb, &nb);
+            CHECK_EQ_INT(a, b);
+            CHECK_EQ_INT(na, nb);
+            for (int32_t j = 0; j < na && j < nb; j++) CHECK_EQ_INT(pa[j].token, pb[j].token);
+            sampler_accept(shared[k], a);
+            sampler_accept(own[k], b);
+        }
+    for (int k = 0; k < 2; k++) {
+        sampler_destroy(shared[k]);
+        sampler_destroy(own[k]);
+    }
+    sampler_scratch_destroy(sc);
 }
