@@ -513,10 +513,19 @@ static void to_float_q6_K(const void *src, float *y, int64_t n) {
 
 /* ---- dot products (scalar): integer inner sums per block, as the reference ------------ */
 
+/* The order of the SIMD kernels (and of math/attn.h): 16 lanes of fused multiply-adds over whole
+ * 16s, folded as (lane k + lane k+8), then + 4 apart, then (0 + 2) + (1 + 3); the rest added
+ * one rounded product at a time. */
 static float dot_f32(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    float acc[16] = {0}, t[8], u[4];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+    for (int k = 0; k < 8; k++) t[k] = acc[k] + acc[k + 8];
+    for (int k = 0; k < 4; k++) u[k] = t[k] + t[k + 4];
+    float s = (u[0] + u[2]) + (u[1] + u[3]);
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
