@@ -131,7 +131,8 @@ struct matmul_job {
     _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
-    quant_vec_dot4_fn dot4; /* NULL when the type has no 4-row kernel */
+    quant_vec_dot4_fn dot4; /* NULL when the type has no 4-token kernel */
+    quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel */
     quant_to_float_fn to_float;
 };
 
@@ -167,6 +168,16 @@ static void vec_rows(void *job) {
         int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->w_stride;
+            if (j->dotr && r + QUANT_DOT_WROWS <= r1 && (!j->dot4 || j->n_tok < QUANT_DOT_ROWS)) {
+                /* few tokens: several weight rows per pass share each activation load */
+                for (int64_t t = 0; t < j->n_tok; t++) {
+                    float out[QUANT_DOT_WROWS];
+                    j->dotr(j->n_in, wr, j->w_stride, j->xq + (size_t)t * j->xq_stride, out);
+                    for (int k = 0; k < QUANT_DOT_WROWS; k++) j->y[t * j->n_out + r + k] = out[k];
+                }
+                r += QUANT_DOT_WROWS - 1;
+                continue;
+            }
             int64_t t = 0;
             if (j->dot4) /* decode the weight row once for four tokens */
                 for (; t + QUANT_DOT_ROWS <= j->n_tok; t += QUANT_DOT_ROWS) {
@@ -254,6 +265,7 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     }
     j.dot = quant_get_vec_dot(c->level, wtype);
     j.dot4 = quant_get_vec_dot4(c->level, wtype);
+    j.dotr = quant_get_vec_dotr(c->level, wtype);
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);

@@ -543,27 +543,47 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
     return (float)s;
 }
 
-/* Q8_0 / Q4_0 / Q5_0 . Q8_0: sum over blocks of d_w*d_x*(integer levels . q8);
- * Q4_1 / Q5_1 . Q8_1: the same plus m_w * s_x, s_x = d_x * sum(q8) stored with the block. */
+/* The fold of 8 float lanes that ends the quantized dot products (hsum_ps of simd_avx2.h):
+ * s_k = acc_k + acc_{k+4}, then (s0 + s2) + (s1 + s3). */
+static inline float fold8(const float acc[8]) {
+    float s[4];
+    for (int k = 0; k < 4; k++) s[k] = acc[k] + acc[k + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0, in the order of the reference's x86 (AVX2) code, which every SIMD
+ * kernel here follows: per 32-element block, 8 integer lanes, lane k the sum of the products of
+ * elements 4k..4k+3; acc_k = fmaf(lane_k, d_w * d_x, acc_k) in 8 float lanes carried over the
+ * blocks of the row; then fold8.
+ * Q4_1 / Q5_1 . Q8_1: the same lanes (unsigned levels) with d_w * d_x, plus the sum over blocks,
+ * in block order, of m_w * s_x (s_x = d_x * sum(q8), stored with the block), added after the fold. */
 static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
-    float s = 0;
+    float acc[8] = {0}, mins = 0;
     for (int64_t i = 0; i < n / 32; i++, blk += size) {
-        int q[32], sumi = 0;
+        int q[32];
         block_levels(t, blk, q);
         const uint16_t *dm = (const uint16_t *)blk;
+        const int8_t *q8;
+        float d;
         if (has_min(t)) {
             const block_q8_1 *b = (const block_q8_1 *)x + i;
-            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s += (H2F(dm[0]) * H2F(b->d)) * sumi + H2F(dm[1]) * H2F(b->s);
+            q8 = b->qs;
+            d = H2F(dm[0]) * H2F(b->d);
+            mins += H2F(dm[1]) * H2F(b->s);
         } else {
             const block_q8_0 *b = (const block_q8_0 *)x + i;
-            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s += sumi * (H2F(dm[0]) * H2F(b->d));
+            q8 = b->qs;
+            d = H2F(dm[0]) * H2F(b->d);
+        }
+        for (int k = 0; k < 8; k++) {
+            int lane = 0;
+            for (int l = 4 * k; l < 4 * k + 4; l++) lane += q[l] * q8[l];
+            acc[k] = fmaf((float)lane, d, acc[k]);
         }
     }
-    return s;
+    return fold8(acc) + mins;
 }
 
 static float dot_q4_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_0, n, w, x); }
@@ -693,6 +713,11 @@ quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t
 quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     return level_tables[level]->vec_dot4[t];
+}
+
+quant_vec_dotr_fn quant_get_vec_dotr(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    return level_tables[level]->vec_dotr[t];
 }
 
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t) {
