@@ -254,11 +254,15 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
             j.x = c->xr;
         }
         j.to_float = quant_get_to_float(c->level, wtype);
-        /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
-        int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
+        /* Tiles as full as fit, at least two per thread so a slow thread does not hold up the
+         * rest, and as many as a multiple of the thread count, all of about the same size: 11
+         * tiles of 512 rows on 2 threads (5632 rows) left one thread a whole tile behind. */
         int64_t fit = (int64_t)c->tile_floats / n_in;
         if (fit > TILE_MAX_ROWS) fit = TILE_MAX_ROWS;
-        j.chunk_rows = per < fit ? per : fit;
+        int64_t rounds = div_up(n_out, (int64_t)c->n_threads * fit); /* tiles per thread */
+        if (rounds < 2) rounds = 2;
+        j.chunk_rows = div_up(n_out, rounds * c->n_threads);
+        j.chunk_rows = div_up(j.chunk_rows, 32) * 32 < fit ? div_up(j.chunk_rows, 32) * 32 : j.chunk_rows;
         j.n_chunks = div_up(n_out, j.chunk_rows);
         pool_run(c->pool, sgemm_tiles, &j);
         return;
