@@ -12,6 +12,7 @@
 #include "math/simd_avx2.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -63,9 +64,9 @@ AVX512 static void dot4_q8_0(int64_t n, const void *w, const void *x, size_t x_s
     quant_get_vec_dot4(SIMD_AVX2, GGML_TYPE_Q8_0)(n, w, x, x_stride, out);
 }
 
-/* Block i of two Q4_0 rows, levels 0..15 (offset not removed), as [a: lo hi | b: lo hi]. */
-AVX512 static inline __m512i q4_0_rows(const block_q4_0 *a, const block_q4_0 *b) {
-    __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)b->qs), _mm_loadu_si128((const __m128i *)a->qs));
+/* The 16 nibble bytes of a block of two rows (Q4_0, Q5_0), levels 0..15, as [a: lo hi | b: lo hi]. */
+AVX512 static inline __m512i nibble_rows(const uint8_t *qa, const uint8_t *qb) {
+    __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)qb), _mm_loadu_si128((const __m128i *)qa));
     __m512i lohi = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
     /* 128-bit lanes are [a.lo b.lo a.hi b.hi]: reorder to [a.lo a.hi b.lo b.hi] */
     return _mm512_and_si512(_mm512_shuffle_i64x2(lohi, lohi, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0xF));
@@ -86,8 +87,39 @@ AVX512 static void dotr_q4_0(int64_t n, const void *w, size_t w_stride, const vo
         __m512 dx = _mm512_set1_ps(h2f(b[i].d));
 #pragma GCC unroll 4
         for (int p = 0; p < QUANT_DOT_WROWS / 2; p++) {
-            __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, q4_0_rows(&a[2 * p][i], &a[2 * p + 1][i]), xb), off);
+            __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, nibble_rows(a[2 * p][i].qs, a[2 * p + 1][i].qs), xb), off);
             acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scale_pair(a[2 * p][i].d, a[2 * p + 1][i].d, dx), acc[p]);
+        }
+    }
+    for (int p = 0; p < QUANT_DOT_WROWS / 2; p++) {
+        out[2 * p] = hsum_ps(_mm512_castps512_ps256(acc[p]));
+        out[2 * p + 1] = hsum_ps(_mm512_extractf32x8_ps(acc[p], 1));
+    }
+}
+
+/* Q5_0 rows as dotr_q4_0: levels 0..31 (the fifth bits of both rows' qh as one 64-bit byte
+ * mask) and the -16 as 16 * (sum of 4 activation bytes). */
+AVX512 static void dotr_q5_0(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    const block_q5_0 *a[QUANT_DOT_WROWS];
+    const block_q8_0 *b = x;
+    for (int r = 0; r < QUANT_DOT_WROWS; r++) a[r] = (const block_q5_0 *)((const uint8_t *)w + r * w_stride);
+    const __m512i sixteen = _mm512_set1_epi8(16), z = _mm512_setzero_si512();
+    __m512 acc[QUANT_DOT_WROWS / 2];
+    for (int p = 0; p < QUANT_DOT_WROWS / 2; p++) acc[p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        __m512i xb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[i].qs));
+        __m512i off = _mm512_dpbusd_epi32(z, sixteen, xb);
+        __m512 dx = _mm512_set1_ps(h2f(b[i].d));
+#pragma GCC unroll 4
+        for (int p = 0; p < QUANT_DOT_WROWS / 2; p++) {
+            const block_q5_0 *ba = &a[2 * p][i], *bb = &a[2 * p + 1][i];
+            uint32_t ha, hb;
+            memcpy(&ha, ba->qh, 4);
+            memcpy(&hb, bb->qh, 4);
+            __m512i lv = _mm512_or_si512(nibble_rows(ba->qs, bb->qs),
+                                         _mm512_maskz_mov_epi8((__mmask64)ha | (__mmask64)hb << 32, sixteen));
+            __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, lv, xb), off);
+            acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), scale_pair(ba->d, bb->d, dx), acc[p]);
         }
     }
     for (int p = 0; p < QUANT_DOT_WROWS / 2; p++) {
@@ -264,5 +296,5 @@ const struct quant_kernels quant_kernels_avx512 = {
         [GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K, [GGML_TYPE_Q5_K] = dot4_q5_K,
         [GGML_TYPE_Q6_K] = dot4_q6_K,
     },
-    .vec_dotr = {[GGML_TYPE_Q8_0] = dotr_q8_0, [GGML_TYPE_Q4_0] = dotr_q4_0},
+    .vec_dotr = {[GGML_TYPE_Q8_0] = dotr_q8_0, [GGML_TYPE_Q4_0] = dotr_q4_0, [GGML_TYPE_Q5_0] = dotr_q5_0},
 };

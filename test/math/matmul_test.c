@@ -204,7 +204,8 @@ TEST(compute_nested_parallel_for_aborts) {
  * multi-token kernels change the speed, never the numbers. */
 TEST(matmul_vector_path_equals_single_dots) {
     static const enum ggml_type types[] = {
-        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_F32,
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+        GGML_TYPE_Q5_K, GGML_TYPE_F32,
     };
     enum { N_IN = 512, N_OUT = 70, MAX_TOK = 9 }; /* 70 rows: groups of 4 and a remainder */
     static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
