@@ -100,11 +100,31 @@ AVX2 static void mix_avx2(const float *p, const uint16_t *v, size_t v_stride, co
 
 AVX512 static inline __m512 h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
+/* The F32 dot order's fold of four cells' 16-lane accumulators at once, as vector operations
+ * that pair the same lanes as fold16 does: (k, k+8), then (k, k+4), then (0, 2) and (1, 3), then
+ * the two. Returns the four sums. */
+AVX512 static inline __m128 fold16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    /* [a lo | b lo] + [a hi | b hi]: lanes 0-7 a's t, 8-15 b's t */
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* t[0..3] + t[4..7] of each: 128-bit lane j holds cell j's u */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2))); /* u0+u2, u1+u3 */
+    __m512 w = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1))); /* (u0+u2)+(u1+u3) */
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
 /* One zmm holds both AVX2 accumulators: lanes 0-7 are acc0's, 8-15 acc1's. Four cells at a
- * time, so their fma chains overlap. */
+ * time, so their fma chains overlap and their folds share the shuffles. */
 AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells,
                                  int64_t n_c, int32_t hd, float *scores) {
-    const int32_t h16n = hd / 16 * 16;
+    if (hd % 16) {
+        scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
+        return;
+    }
     int64_t c = 0;
     for (; c + 4 <= n_c; c += 4) {
         const uint16_t *kr[4];
@@ -113,15 +133,11 @@ AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_str
             kr[r] = k + (size_t)cells[c + r] * k_stride;
             acc[r] = _mm512_setzero_ps();
         }
-        for (int32_t i = 0; i < h16n; i += 16) {
+        for (int32_t i = 0; i < hd; i += 16) {
             __m512 qi = _mm512_loadu_ps(q + i);
             for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(h16(kr[r] + i), qi, acc[r]);
         }
-        for (int r = 0; r < 4; r++) {
-            float s = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm512_extractf32x8_ps(acc[r], 1)));
-            for (int32_t i = h16n; i < hd; i++) s += h2f(kr[r][i]) * q[i];
-            scores[c + r] = s;
-        }
+        _mm_storeu_ps(scores + c, fold16x4(acc[0], acc[1], acc[2], acc[3]));
     }
     if (c < n_c) scores_avx2(q, k, k_stride, cells + c, n_c - c, hd, scores + c);
 }
