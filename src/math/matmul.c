@@ -1,5 +1,6 @@
 /* matmul.c: struct compute (a pool plus scratch) and the two matmul paths of matmul.h. */
 #include "math/matmul.h"
+#include "math/gemm_q8.h"
 #include "math/kernels.h"
 #include "math/pool.h"
 #include "math/quant.h"
@@ -20,6 +21,11 @@
 /* Rows per work item on the quantized (matvec) path: a few hundred KB of weights, small enough
  * that the threads finish together, large enough that claiming one is free. */
 #define VEC_CHUNK_ROWS 32
+/* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
+ * (64 KB per 1024 inputs) they stay in L2 together. */
+#define GEMM_CHUNK_ROWS 64
+/* Token pairs per work item when packing activations for it. */
+#define PACK_CHUNK_PAIRS 16
 
 struct compute {
     struct pool *pool;
@@ -32,6 +38,7 @@ struct compute {
     float *xr;           /* sgemm path: activations rounded through xq, max_tokens x max_n_in
                           * (NULL if max_tokens is small) */
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
+    uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -62,8 +69,14 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         tile_bytes = (size_t)n_threads * c->tile_floats * sizeof(float);
         c->tiles = aligned_alloc(64, tile_bytes);
     }
-    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes;
-    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr))) ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
+    size_t packed_bytes = 0;
+    if (max_tokens >= MATMUL_BLAS_MIN_TOKENS && gemm_q8_0_supported()) {
+        packed_bytes = round_up(GEMM_Q8_0_PACKED_BYTES(max_tokens, max_n_in), 64);
+        c->packed = aligned_alloc(64, packed_bytes);
+    }
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes;
+    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed))
+                 ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
         return rc;
@@ -80,6 +93,7 @@ void compute_destroy(struct compute *c) {
     free(c->xq);
     free(c->xr);
     free(c->tiles);
+    free(c->packed);
     free(c);
 }
 
@@ -191,6 +205,24 @@ static void vec_rows(void *job) {
     }
 }
 
+static void pack_pairs(void *job) {
+    struct matmul_job *j = job;
+    int64_t n_pairs = (j->n_tok + 1) / 2;
+    for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) * PACK_CHUNK_PAIRS < n_pairs;) {
+        int64_t t0 = 2 * k * PACK_CHUNK_PAIRS, t1 = t0 + 2 * PACK_CHUNK_PAIRS < j->n_tok ? t0 + 2 * PACK_CHUNK_PAIRS : j->n_tok;
+        gemm_q8_0_pack(j->xq + (size_t)t0 * j->xq_stride, j->xq_stride, t1 - t0, j->n_in,
+                       j->c->packed + GEMM_Q8_0_PACKED_BYTES(t0, j->n_in));
+    }
+}
+
+static void gemm_q8_rows(void *job) {
+    struct matmul_job *j = job;
+    for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
+        int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
+        gemm_q8_0_rows(j->n_in, j->w, j->w_stride, r0, r1, j->c->packed, j->n_tok, j->y, j->n_out);
+    }
+}
+
 static void sgemm_tiles(void *job) {
     struct matmul_job *j = job;
     /* Each thread that joins takes a tile buffer of its own. */
@@ -234,7 +266,20 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .c = c, .wtype = wtype, .xtype = quant_vec_dot_type(wtype), .w = w, .w_stride = w_stride,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
-    if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    if (path == MATMUL_AUTO)
+        path = n_tok < MATMUL_BLAS_MIN_TOKENS ? MATMUL_VEC
+               : wtype == GGML_TYPE_Q8_0 && c->packed ? MATMUL_GEMM_Q8 : MATMUL_BLAS;
+    if (path == MATMUL_GEMM_Q8) {
+        /* integers on VNNI, each output exactly its vector-path value */
+        ASSERT(c->packed && wtype == GGML_TYPE_Q8_0);
+        quantize_all(&j);
+        pool_run(c->pool, pack_pairs, &j);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+        j.chunk_rows = GEMM_CHUNK_ROWS;
+        j.n_chunks = div_up(n_out, j.chunk_rows);
+        pool_run(c->pool, gemm_q8_rows, &j);
+        return;
+    }
     if (path == MATMUL_BLAS_THREADED) {
         ASSERT(wtype == GGML_TYPE_F32);
         openblas_set_num_threads(c->n_threads);

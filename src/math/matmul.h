@@ -64,8 +64,11 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 /* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
  * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
  * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
- * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
-enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED };
+ * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only).
+ * MATMUL_GEMM_Q8 (Q8_0 weights, AVX-512 VNNI, max_tokens >= MATMUL_BLAS_MIN_TOKENS) is what
+ * MATMUL_AUTO takes instead of MATMUL_BLAS for Q8_0 where the CPU has it: an integer GEMM whose
+ * every output equals the vector path's (math/gemm_q8.h). */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_GEMM_Q8 };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
 
