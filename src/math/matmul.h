@@ -16,8 +16,8 @@
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
- *       decoded once per four tokens, and with fewer tokens (AVX-512: Q8_0, Q4_0) four weight
- *       rows share each activation load. A token's result does not depend on the batch it is in,
+ *       decoded once per four tokens, and with fewer tokens (AVX-512: Q4_0, Q5_0, Q8_0 rows of
+ *       up to 1 KB) four weight rows share each activation load. A token's result does not depend on the batch it is in,
  *       nor on the thread count: every output is exactly its single-row vec_dot.
  *   n_tok >= MATMUL_BLAS_MIN_TOKENS: the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
