@@ -267,8 +267,8 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
     if (path == MATMUL_AUTO)
-        path = n_tok < MATMUL_BLAS_MIN_TOKENS ? MATMUL_VEC
-               : wtype == GGML_TYPE_Q8_0 && c->packed ? MATMUL_GEMM_Q8 : MATMUL_BLAS;
+        path = wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS ? MATMUL_GEMM_Q8
+               : n_tok < MATMUL_BLAS_MIN_TOKENS ? MATMUL_VEC : MATMUL_BLAS;
     if (path == MATMUL_GEMM_Q8) {
         /* integers on VNNI, each output exactly its vector-path value */
         ASSERT(c->packed && wtype == GGML_TYPE_Q8_0);

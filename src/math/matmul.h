@@ -19,7 +19,9 @@
  *       decoded once per four tokens, and with fewer tokens (AVX-512: Q4_0, Q5_0, Q8_0 rows of
  *       up to 1 KB) four weight rows share each activation load. A token's result does not depend on the batch it is in,
  *       nor on the thread count: every output is exactly its single-row vec_dot.
- *   n_tok >= MATMUL_BLAS_MIN_TOKENS: the activations are rounded through the same type (quantized
+ *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
+ *       gemm_q8.h, every output exactly its vector-path value.
+ *   n_tok >= MATMUL_BLAS_MIN_TOKENS (other cases): the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
  *       on it (OpenBLAS is set to 1 thread by compute_create, so its threads and ours never spin
@@ -43,6 +45,11 @@
  * below ~24 tokens the vector kernels win, because dequantizing and repacking a weight tile
  * costs as much as reading the weights several times. */
 #define MATMUL_BLAS_MIN_TOKENS 32
+/* Q8_0 batches of at least this many tokens take the integer GEMM where there is one (see
+ * MATMUL_GEMM_Q8; its numbers are the vector path's, so only the speed depends on this).
+ * Measured (one thread, 2048 -> 5632): 4 tokens 0.84 ms against 1.42 on the vector kernels,
+ * 16 tokens 2.1 against 6.6; 2 tokens 0.84 against 0.76. */
+#define MATMUL_GEMM_Q8_MIN_TOKENS 4
 
 struct compute;
 
@@ -66,8 +73,9 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
  * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
  * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only).
  * MATMUL_GEMM_Q8 (Q8_0 weights, AVX-512 VNNI, max_tokens >= MATMUL_BLAS_MIN_TOKENS) is what
- * MATMUL_AUTO takes instead of MATMUL_BLAS for Q8_0 where the CPU has it: an integer GEMM whose
- * every output equals the vector path's (math/gemm_q8.h). */
+ * MATMUL_AUTO takes for Q8_0 from MATMUL_GEMM_Q8_MIN_TOKENS tokens on where the CPU has it: an
+ * integer GEMM whose every output equals the vector path's (math/gemm_q8.h), so with Q8_0
+ * weights no result depends on the batch size. */
 enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_GEMM_Q8 };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
