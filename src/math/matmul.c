@@ -275,7 +275,9 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         quantize_all(&j);
         pool_run(c->pool, pack_pairs, &j);
         atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-        j.chunk_rows = GEMM_CHUNK_ROWS;
+        /* at least two chunks per thread (a 192-row matrix made 3 chunks of 64 on 2 threads) */
+        j.chunk_rows = div_up(div_up(n_out, 2 * (int64_t)c->n_threads), 4) * 4;
+        if (j.chunk_rows > GEMM_CHUNK_ROWS) j.chunk_rows = GEMM_CHUNK_ROWS;
         j.n_chunks = div_up(n_out, j.chunk_rows);
         pool_run(c->pool, gemm_q8_rows, &j);
         return;
