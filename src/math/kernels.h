@@ -18,6 +18,10 @@ typedef void (*quant_from_float_fn)(const float *x, void *dst, int64_t n);
  * once: out[t] = the vec_dot of row t, bit for bit (the batched decode of several sequences). */
 #define QUANT_DOT_ROWS 4
 typedef void (*quant_vec_dot4_fn)(int64_t n, const void *w, const void *x, size_t x_stride, float *out);
+/* QUANT_DOT_WROWS weight rows (w_stride bytes apart) against one activation row, sharing its
+ * loads: out[r] = the vec_dot of weight row r, bit for bit (the matvec of a decode step). */
+#define QUANT_DOT_WROWS 4
+typedef void (*quant_vec_dotr_fn)(int64_t n, const void *w, size_t w_stride, const void *x, float *out);
 
 /* A table of kernels for one instruction set; a NULL entry means "use the next narrower
  * level's" (down to the scalar table, which is complete). */
@@ -29,6 +33,8 @@ struct quant_kernels {
     /* Only where decoding the weights is a large share of the work; no scalar fallback (NULL:
      * call vec_dot per activation row). Never inherited from a narrower level. */
     quant_vec_dot4_fn vec_dot4[GGML_TYPE_COUNT];
+    /* Likewise only where it pays; NULL: vec_dot per weight row. Never inherited. */
+    quant_vec_dotr_fn vec_dotr[GGML_TYPE_COUNT];
 };
 
 enum simd_level { SIMD_SCALAR, SIMD_AVX2, SIMD_AVX512, SIMD_LEVEL_COUNT };
@@ -47,11 +53,14 @@ quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t);
 quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t);
 /* The level's own 4-row kernel for t, or NULL. */
 quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t);
+/* The level's own multi-row kernel for t, or NULL. */
+quant_vec_dotr_fn quant_get_vec_dotr(enum simd_level level, enum ggml_type t);
 
 /* Scalar kernels of the reference's batched paths, where they differ from its vec_dot (the
  * table's kernels): the repacked Q4_K GEMM (activation rows in groups of four: the scale of
  * each 64-element step applied in float) and tinyBLAS's F16 . F16 (16 float lanes). Same
  * arguments as quant_vec_dot_fn. */
+float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x);
 float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 

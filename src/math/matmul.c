@@ -1,5 +1,6 @@
 /* matmul.c: struct compute (a pool plus scratch) and the two matmul paths of matmul.h. */
 #include "math/matmul.h"
+#include "math/gemm_q8.h"
 #include "math/kernels.h"
 #include "math/pool.h"
 #include "math/quant.h"
@@ -20,6 +21,11 @@
 /* Rows per work item on the quantized (matvec) path: a few hundred KB of weights, small enough
  * that the threads finish together, large enough that claiming one is free. */
 #define VEC_CHUNK_ROWS 32
+/* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
+ * (64 KB per 1024 inputs) they stay in L2 together. */
+#define GEMM_CHUNK_ROWS 64
+/* Token pairs per work item when packing activations for it. */
+#define PACK_CHUNK_PAIRS 16
 
 struct compute {
     struct pool *pool;
@@ -32,6 +38,7 @@ struct compute {
     float *xr;           /* sgemm path: activations rounded through xq, max_tokens x max_n_in
                           * (NULL if max_tokens is small) */
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
+    uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -62,8 +69,14 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         tile_bytes = (size_t)n_threads * c->tile_floats * sizeof(float);
         c->tiles = aligned_alloc(64, tile_bytes);
     }
-    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes;
-    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr))) ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
+    size_t packed_bytes = 0;
+    if (max_tokens >= MATMUL_BLAS_MIN_TOKENS && gemm_q8_0_supported()) {
+        packed_bytes = round_up(GEMM_Q8_0_PACKED_BYTES(max_tokens, max_n_in), 64);
+        c->packed = aligned_alloc(64, packed_bytes);
+    }
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes;
+    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed))
+                 ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
         return rc;
@@ -80,6 +93,7 @@ void compute_destroy(struct compute *c) {
     free(c->xq);
     free(c->xr);
     free(c->tiles);
+    free(c->packed);
     free(c);
 }
 
@@ -131,8 +145,9 @@ struct matmul_job {
     _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
-    quant_vec_dot4_fn dot4; /* NULL when the type has no 4-row kernel */
-    quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of rows in whole groups of four, or NULL */
+    quant_vec_dot4_fn dot4; /* NULL when the type has no 4-token kernel */
+    quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel */
+    quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
 };
 
@@ -168,6 +183,16 @@ static void vec_rows(void *job) {
         int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->w_stride;
+            if (j->dotr && r + QUANT_DOT_WROWS <= r1 && (!j->dot4 || j->n_tok < QUANT_DOT_ROWS)) {
+                /* few tokens: several weight rows per pass share each activation load */
+                for (int64_t t = 0; t < j->n_tok; t++) {
+                    float out[QUANT_DOT_WROWS];
+                    j->dotr(j->n_in, wr, j->w_stride, j->xq + (size_t)t * j->xq_stride, out);
+                    for (int k = 0; k < QUANT_DOT_WROWS; k++) j->y[t * j->n_out + r + k] = out[k];
+                }
+                r += QUANT_DOT_WROWS - 1;
+                continue;
+            }
             int64_t t = 0;
             if (j->dot4) /* decode the weight row once for four tokens */
                 for (; t + QUANT_DOT_ROWS <= j->n_tok; t += QUANT_DOT_ROWS) {
@@ -181,6 +206,24 @@ static void vec_rows(void *job) {
             for (; t < j->n_tok; t++)
                 j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
         }
+    }
+}
+
+static void pack_pairs(void *job) {
+    struct matmul_job *j = job;
+    int64_t n_pairs = (j->n_tok + 1) / 2;
+    for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) * PACK_CHUNK_PAIRS < n_pairs;) {
+        int64_t t0 = 2 * k * PACK_CHUNK_PAIRS, t1 = t0 + 2 * PACK_CHUNK_PAIRS < j->n_tok ? t0 + 2 * PACK_CHUNK_PAIRS : j->n_tok;
+        gemm_q8_0_pack(j->xq + (size_t)t0 * j->xq_stride, j->xq_stride, t1 - t0, j->n_in,
+                       j->c->packed + GEMM_Q8_0_PACKED_BYTES(t0, j->n_in));
+    }
+}
+
+static void gemm_q8_rows(void *job) {
+    struct matmul_job *j = job;
+    for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
+        int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
+        gemm_q8_0_rows(j->n_in, j->w, j->w_stride, r0, r1, j->c->packed, j->n_tok, j->y, j->n_out);
     }
 }
 
@@ -227,7 +270,26 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         .c = c, .wtype = wtype, .xtype = quant_vec_dot_type(wtype), .w = w, .w_stride = w_stride,
         .n_in = n_in, .n_out = n_out, .n_tok = n_tok, .x = x, .y = y,
     };
-    if (path == MATMUL_AUTO) path = n_tok >= MATMUL_BLAS_MIN_TOKENS ? MATMUL_BLAS : MATMUL_VEC;
+    /* The reference's Q8_0 order is the one every Q8_0 kernel here computes (quant.c): where the
+     * integer GEMM exists the fast paths give its numbers at every batch size. */
+    if (path == MATMUL_REFERENCE && wtype == GGML_TYPE_Q8_0 && c->packed)
+        path = n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS ? MATMUL_GEMM_Q8 : MATMUL_VEC;
+    if (path == MATMUL_AUTO)
+        path = wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS ? MATMUL_GEMM_Q8
+               : n_tok < MATMUL_BLAS_MIN_TOKENS ? MATMUL_VEC : MATMUL_BLAS;
+    if (path == MATMUL_GEMM_Q8) {
+        /* integers on VNNI, each output exactly its vector-path value */
+        ASSERT(c->packed && wtype == GGML_TYPE_Q8_0);
+        quantize_all(&j);
+        pool_run(c->pool, pack_pairs, &j);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+        /* at least two chunks per thread (a 192-row matrix made 3 chunks of 64 on 2 threads) */
+        j.chunk_rows = div_up(div_up(n_out, 2 * (int64_t)c->n_threads), 4) * 4;
+        if (j.chunk_rows > GEMM_CHUNK_ROWS) j.chunk_rows = GEMM_CHUNK_ROWS;
+        j.n_chunks = div_up(n_out, j.chunk_rows);
+        pool_run(c->pool, gemm_q8_rows, &j);
+        return;
+    }
     if (path == MATMUL_BLAS_THREADED) {
         ASSERT(wtype == GGML_TYPE_F32);
         openblas_set_num_threads(c->n_threads);
@@ -247,11 +309,15 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
             j.x = c->xr;
         }
         j.to_float = quant_get_to_float(c->level, wtype);
-        /* Full tiles, but at least two per thread so a slow thread does not hold up the rest. */
-        int64_t per = div_up(n_out, 2 * (int64_t)c->n_threads);
+        /* Tiles as full as fit, at least two per thread so a slow thread does not hold up the
+         * rest, and as many as a multiple of the thread count, all of about the same size: 11
+         * tiles of 512 rows on 2 threads (5632 rows) left one thread a whole tile behind. */
         int64_t fit = (int64_t)c->tile_floats / n_in;
         if (fit > TILE_MAX_ROWS) fit = TILE_MAX_ROWS;
-        j.chunk_rows = per < fit ? per : fit;
+        int64_t rounds = div_up(n_out, (int64_t)c->n_threads * fit); /* tiles per thread */
+        if (rounds < 2) rounds = 2;
+        j.chunk_rows = div_up(n_out, rounds * c->n_threads);
+        j.chunk_rows = div_up(j.chunk_rows, 32) * 32 < fit ? div_up(j.chunk_rows, 32) * 32 : j.chunk_rows;
         j.n_chunks = div_up(n_out, j.chunk_rows);
         pool_run(c->pool, sgemm_tiles, &j);
         return;
@@ -259,10 +325,17 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     if (path == MATMUL_REFERENCE) {
         j.dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
         if (wtype == GGML_TYPE_F16 && n_tok >= 2) j.dot = quant_dot_f16_tinyblas;
+        if (wtype == GGML_TYPE_Q4_0) j.dot = quant_dot_q4_0_reference;
         if (wtype == GGML_TYPE_Q4_K) j.dot_grouped = quant_dot_q4_K_gemm;
     } else {
         j.dot = quant_get_vec_dot(c->level, wtype);
         j.dot4 = quant_get_vec_dot4(c->level, wtype);
+        j.dotr = quant_get_vec_dotr(c->level, wtype);
+        /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
+         * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
+         * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
+         * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped. */
+        if (wtype == GGML_TYPE_Q8_0 && w_stride > 1024) j.dotr = NULL;
     }
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;

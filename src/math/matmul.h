@@ -16,8 +16,12 @@
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
- *       decoded once per four tokens. A token's result does not depend on the batch it is in.
- *   n_tok >= MATMUL_BLAS_MIN_TOKENS: the activations are rounded through the same type (quantized
+ *       decoded once per four tokens, and with fewer tokens (AVX-512: Q4_0, Q5_0, Q8_0 rows of
+ *       up to 1 KB) four weight rows share each activation load. A token's result does not depend on the batch it is in,
+ *       nor on the thread count: every output is exactly its single-row vec_dot.
+ *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
+ *       gemm_q8.h, every output exactly its vector-path value.
+ *   n_tok >= MATMUL_BLAS_MIN_TOKENS (other cases): the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
  *       on it (OpenBLAS is set to 1 thread by compute_create, so its threads and ours never spin
@@ -29,7 +33,10 @@
  *       takes the reference's batched orders: Q4_K rows in groups of four (from the first) the
  *       repacked GEMM's (quant_dot_q4_K_gemm), F16 the tinyBLAS one (quant_dot_f16_tinyblas).
  *       Dequantized tiles + sgemm measured up to 3.5% of the largest logit off the reference
- *       (over the README's 3% bar); this path is 0. It is scalar, so slow.
+ *       (over the README's 3% bar); this path is 0. It is scalar, so slow, except for Q8_0 where
+ *       the SIMD kernels and the integer GEMM compute the reference's order exactly (used when
+ *       the CPU has the GEMM). Q4_0's reference order (one float chain per row, its repacked
+ *       GEMV) differs from the 8-lane order of our Q4_0 SIMD kernels: quant_dot_q4_0_reference.
  *
  *   struct compute *c;
  *   if (compute_create(&c, 2, 512, 5632) < 0) ...;
@@ -49,6 +56,11 @@
  * below ~24 tokens the vector kernels win, because dequantizing and repacking a weight tile
  * costs as much as reading the weights several times. */
 #define MATMUL_BLAS_MIN_TOKENS 32
+/* Q8_0 batches of at least this many tokens take the integer GEMM where there is one (see
+ * MATMUL_GEMM_Q8; its numbers are the vector path's, so only the speed depends on this).
+ * Measured (one thread, 2048 -> 5632): 4 tokens 0.84 ms against 1.42 on the vector kernels,
+ * 16 tokens 2.1 against 6.6; 2 tokens 0.84 against 0.76. */
+#define MATMUL_GEMM_Q8_MIN_TOKENS 4
 
 struct compute;
 
@@ -70,8 +82,13 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 /* matmul with the path forced (benchmarks and tests): MATMUL_VEC needs n_tok below
  * min(max_tokens + 1, MATMUL_BLAS_MIN_TOKENS); MATMUL_BLAS needs max_tokens >= MATMUL_BLAS_MIN_TOKENS.
  * MATMUL_BLAS_THREADED is the alternative design the benchmark compares against: one sgemm
- * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only). */
-enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_REFERENCE };
+ * call over the whole matrix on OpenBLAS's own n_threads threads (F32 weights only).
+ * MATMUL_GEMM_Q8 (Q8_0 weights, AVX-512 VNNI, max_tokens >= MATMUL_BLAS_MIN_TOKENS) is what
+ * MATMUL_AUTO takes for Q8_0 from MATMUL_GEMM_Q8_MIN_TOKENS tokens on where the CPU has it: an
+ * integer GEMM whose every output equals the vector path's (math/gemm_q8.h), so with Q8_0
+ * weights no result depends on the batch size.
+ * MATMUL_REFERENCE: see the top of this header. */
+enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_GEMM_Q8, MATMUL_REFERENCE };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
 

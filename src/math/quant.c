@@ -520,12 +520,19 @@ static inline float hsum16(const float *l) {
     for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
     return (t4[0] + t4[2]) + (t4[1] + t4[3]);
 }
-
-
+/* The order of the SIMD kernels (and of math/attn.h): 16 lanes of fused multiply-adds over whole
+ * 16s, folded as (lane k + lane k+8), then + 4 apart, then (0 + 2) + (1 + 3); the rest added
+ * one rounded product at a time. */
 static float dot_f32(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    float acc[16] = {0}, t[8], u[4];
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+    for (int k = 0; k < 8; k++) t[k] = acc[k] + acc[k + 8];
+    for (int k = 0; k < 4; k++) u[k] = t[k] + t[k + 4];
+    float s = (u[0] + u[2]) + (u[1] + u[3]);
+    for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
@@ -554,52 +561,66 @@ static float dot_bf16(int64_t n, const void *w, const void *x) {
     return (float)s;
 }
 
-/* The reference's horizontal sum of 8 float lanes (hsum_float_8 / tinyBLAS hsum(__m256)):
- * lane k + lane k+4, then (r0 + r2) + (r1 + r3). */
-static inline float hsum8(const float *l) {
-    float r[4];
-    for (int k = 0; k < 4; k++) r[k] = l[k + 4] + l[k];
-    return (r[0] + r[2]) + (r[1] + r[3]);
+/* The fold of 8 float lanes that ends the quantized dot products (hsum_ps of simd_avx2.h):
+ * s_k = acc_k + acc_{k+4}, then (s0 + s2) + (s1 + s3). */
+static inline float fold8(const float acc[8]) {
+    float s[4];
+    for (int k = 0; k < 4; k++) s[k] = acc[k] + acc[k + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
-/* Q8_0 / Q5_0 . Q8_0 as the reference's x86 vec_dot and tinyBLAS do it: 8 float lanes, lane k
- * takes the integer sum of elements 4k..4k+3 of each block, lane_k = fma((float)isum_k,
- * d_w*d_x, lane_k) block after block, then hsum8.
- * Q4_0 . Q8_0 as the reference's repacked Q4_0 (8x8 interleaved GEMV/GEMM, what its CPU backend
- * uses for Q4_0 matrices on AVX2 machines): one float chain, s = fma((float)isum_block, d_w*d_x, s).
- * Q4_1 / Q5_1 . Q8_1: sum over blocks of d_w*d_x*isum + m_w * s_x (s_x = d_x * sum(q8), stored
- * with the block); no reference data pins their order. */
+/* Q8_0 / Q4_0 / Q5_0 . Q8_0, in the order of the reference's x86 (AVX2) code, which every SIMD
+ * kernel here follows: per 32-element block, 8 integer lanes, lane k the sum of the products of
+ * elements 4k..4k+3; acc_k = fmaf(lane_k, d_w * d_x, acc_k) in 8 float lanes carried over the
+ * blocks of the row; then fold8.
+ * Q4_1 / Q5_1 . Q8_1: the same lanes (unsigned levels) with d_w * d_x, plus the sum over blocks,
+ * in block order, of m_w * s_x (s_x = d_x * sum(q8), stored with the block), added after the fold. */
 static inline float dot_x(enum ggml_type t, int64_t n, const void *w, const void *x) {
     const uint8_t *blk = w;
     const size_t size = ggml_type_info(t)->size;
-    float s = 0, lanes[8] = {0};
+    float acc[8] = {0}, mins = 0;
     for (int64_t i = 0; i < n / 32; i++, blk += size) {
-        int q[32], sumi = 0;
+        int q[32];
         block_levels(t, blk, q);
         const uint16_t *dm = (const uint16_t *)blk;
+        const int8_t *q8;
+        float d;
         if (has_min(t)) {
             const block_q8_1 *b = (const block_q8_1 *)x + i;
-            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s += (H2F(dm[0]) * H2F(b->d)) * sumi + H2F(dm[1]) * H2F(b->s);
-            continue;
-        }
-        const block_q8_0 *b = (const block_q8_0 *)x + i;
-        float d = H2F(dm[0]) * H2F(b->d);
-        if (t == GGML_TYPE_Q4_0) {
-            for (int j = 0; j < 32; j++) sumi += q[j] * b->qs[j];
-            s = fmaf((float)sumi, d, s);
-            continue;
+            q8 = b->qs;
+            d = H2F(dm[0]) * H2F(b->d);
+            mins += H2F(dm[1]) * H2F(b->s);
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)x + i;
+            q8 = b->qs;
+            d = H2F(dm[0]) * H2F(b->d);
         }
         for (int k = 0; k < 8; k++) {
-            int li = 0;
-            for (int j = 4 * k; j < 4 * k + 4; j++) li += q[j] * b->qs[j];
-            lanes[k] = fmaf((float)li, d, lanes[k]);
+            int lane = 0;
+            for (int l = 4 * k; l < 4 * k + 4; l++) lane += q[l] * q8[l];
+            acc[k] = fmaf((float)lane, d, acc[k]);
         }
     }
-    return has_min(t) || t == GGML_TYPE_Q4_0 ? s : hsum8(lanes);
+    return fold8(acc) + mins;
 }
 
 static float dot_q4_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_0, n, w, x); }
+
+/* Q4_0 . Q8_0 as the reference's repacked Q4_0 (8x8 interleaved GEMV/GEMM, what its CPU backend
+ * uses for Q4_0 matrices on AVX2 machines): one float chain, s = fma((float)isum_block, d_w*d_x, s).
+ * Only MATMUL_REFERENCE uses it: our SIMD kernels keep dot_x's 8 lanes. */
+float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x) {
+    const block_q4_0 *blk = w;
+    const block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int q[32], sumi = 0;
+        block_levels(GGML_TYPE_Q4_0, (const uint8_t *)&blk[i], q);
+        for (int j = 0; j < 32; j++) sumi += q[j] * b[i].qs[j];
+        s = fmaf((float)sumi, H2F(blk[i].d) * H2F(b[i].d), s);
+    }
+    return s;
+}
 static float dot_q4_1(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q4_1, n, w, x); }
 static float dot_q5_0(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q5_0, n, w, x); }
 static float dot_q5_1(int64_t n, const void *w, const void *x) { return dot_x(GGML_TYPE_Q5_1, n, w, x); }
@@ -667,7 +688,7 @@ static float dot_q6_K(int64_t n, const void *w, const void *x) {
             lanes[k] = fmaf(d, (float)li, lanes[k]);
         }
     }
-    return hsum8(lanes);
+    return fold8(lanes);
 }
 
 /* ---- the reference's float orders for F16 and F32 rows ------------------------------------ */
@@ -795,6 +816,11 @@ quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t
 quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
     return level_tables[level]->vec_dot4[t];
+}
+
+quant_vec_dotr_fn quant_get_vec_dotr(enum simd_level level, enum ggml_type t) {
+    if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
+    return level_tables[level]->vec_dotr[t];
 }
 
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t) {

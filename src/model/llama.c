@@ -19,15 +19,20 @@
  * With cfg.reference the attention dots also follow it (measured: the golden tests then match
  * to the printed precision): Q.K and P.V of a batch of 2+ tokens in tinyBLAS's 16-lane order
  * (quant_dot_f32_lanes16), of a single token as ggml_vec_dot_f16 (quant_dot_f32_vec_f16, P.V
- * over the padded row); otherwise they are two sgemm/SIMD matmuls.
+ * over the padded row); otherwise they are two sgemm/SIMD matmuls, and
+ * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
+ * run on math/attn.h's kernels straight from the F16 cells, all heads in one parallel job, with
+ * the very numbers the vector path would give.
  */
 #include "model/arch.h"
 #include "common/err.h"
+#include "math/attn.h"
 #include "math/matmul.h"
 #include "math/quant.h"
 #include "memory/kv.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +70,12 @@ struct forward_scratch {
     float *og;          /* [att_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
     bool reference;     /* cfg.reference */
+    /* Direct attention (attend_direct): one slot per compute thread, claimed per range. */
+    int32_t n_slots;
+    int32_t n_ctx;
+    float *dq;          /* [n_slots][head_dim] a query row rounded through F16 */
+    float *dsc;         /* [n_slots][n_ctx] its scores, then probabilities */
+    uint16_t *dh16;     /* [n_slots][n_ctx] F16 staging of the probabilities */
 };
 
 static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
@@ -80,7 +91,8 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
+                        s->dq, s->dsc, s->dh16};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -140,6 +152,14 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
         int64_t max_rows = max64(max64(c.max_tokens, s->att_rows), c.max_outputs);
         int64_t max_in = max64(max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq), c.n_ctx);
         rc = compute_create(&s->c, c.n_threads, max_rows, max_in);
+    }
+    if (rc == 0) {
+        s->n_slots = compute_n_threads(s->c);
+        s->n_ctx = c.n_ctx;
+        s->dq = scratch_alloc(s, (size_t)s->n_slots * hd, sizeof(float), &ok);
+        s->dsc = scratch_alloc(s, (size_t)s->n_slots * ctx, sizeof(float), &ok);
+        s->dh16 = scratch_alloc(s, (size_t)s->n_slots * ctx, sizeof(uint16_t), &ok);
+        if (!ok) rc = -ERR_NOMEM;
     }
     if (rc < 0) {
         llama_forward_ctx_destroy(fc);
@@ -387,7 +407,47 @@ static void ref_outputs(void *arg, int64_t r0, int64_t r1) {
         }
 }
 
-/* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells. */
+struct direct_job {
+    const struct model_hparams *hp;
+    struct forward_scratch *s;
+    const struct kv_memory *kv;
+    const struct batch *b;
+    int32_t layer, e0;  /* entries s->ent[e0 ..] */
+    int64_t nv;         /* cells every row multiplies (the chunk's last entry sees them all) */
+    _Atomic int slot;   /* scratch slots handed out */
+};
+
+/* Rows [r0, r1) of a direct chunk, row r = entry e0 + r / n_head, query head r % n_head: the
+ * scores and the mix exactly as the matmuls of the gathered path's vector kernels compute them,
+ * on the same F16-rounded query and probabilities. */
+static void direct_rows(void *arg, int64_t r0, int64_t r1) {
+    struct direct_job *j = arg;
+    const struct model_hparams *hp = j->hp;
+    struct forward_scratch *s = j->s;
+    int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
+    ASSERT(slot < s->n_slots);
+    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t nq = (int64_t)hp->n_head * hd;
+    float *q = s->dq + (size_t)slot * hd, *sc = s->dsc + (size_t)slot * s->n_ctx;
+    uint16_t *h16 = s->dh16 + (size_t)slot * s->n_ctx;
+    const uint16_t *k0 = kv_k_row(j->kv, j->layer, 0), *v0 = kv_v_row(j->kv, j->layer, 0);
+    size_t k_stride = (size_t)j->kv->shape.n_embd_k, v_stride = (size_t)j->kv->shape.n_embd_v;
+    for (int64_t r = r0; r < r1; r++) {
+        int32_t i = s->ent[j->e0 + r / hp->n_head], qh = (int32_t)(r % hp->n_head), kvh = qh / group;
+        memcpy(q, s->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
+        round_f16(q, h16, hd);
+        attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, s->cells, j->nv, hd, sc);
+        int32_t pos = j->b->pos[i];
+        struct softmax_job sj = {.sc = sc, .h16 = h16, .n_c = j->nv, .cpos = s->cpos, .row_pos = &pos,
+                                 .group = 1, .scale = 1.0f / sqrtf((float)hd)};
+        softmax_rows(&sj, 0, 1);
+        attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, s->cells, j->nv, hd, s->att + i * nq + (int64_t)qh * hd);
+    }
+}
+
+/* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells, in
+ * chunks of entries: a chunk whose rows would take matmul's sgemm path runs per kv head on F32
+ * copies of the cells (gathered once), a smaller one (a decode step) on the F16 cells directly. */
 static void attend_seq(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                        const struct batch *b, int32_t layer, int32_t seq, int32_t n_ent) {
     const struct model_hparams *hp = &m->hp;
@@ -395,23 +455,31 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     int64_t nq = (int64_t)hp->n_head * hd;
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
     sort_cells_by_pos(s, kv, n_c);
-    struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
-    rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hd, gather_kv, &gj);
-
     int32_t chunk = s->att_rows / group;
+    bool gathered = false;
     int32_t row_pos[ATT_CHUNK_ENTRIES];
-    for (int32_t h = 0; h < hp->n_head_kv; h++) {
-        for (int32_t e0 = 0; e0 < n_ent; e0 += chunk) {
-            int32_t ne = n_ent - e0 < chunk ? n_ent - e0 : chunk;
-            int64_t rows = (int64_t)ne * group;
+    for (int32_t e0 = 0; e0 < n_ent; e0 += chunk) {
+        int32_t ne = n_ent - e0 < chunk ? n_ent - e0 : chunk;
+        int64_t rows = (int64_t)ne * group;
+        /* Entries come in increasing positions: the chunk's last one sees the most cells. */
+        int64_t nv = n_visible(s->cpos, n_c, b->pos[s->ent[e0 + ne - 1]]);
+        if (rows < MATMUL_BLAS_MIN_TOKENS && !s->reference) {
+            struct direct_job dj = {.hp = hp, .s = s, .kv = kv, .b = b, .layer = layer, .e0 = e0, .nv = nv};
+            compute_parallel_for(s->c, (int64_t)ne * hp->n_head, direct_rows, &dj);
+            continue;
+        }
+        if (!gathered) {
+            struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
+            rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hd, gather_kv, &gj);
+            gathered = true;
+        }
+        for (int32_t e = 0; e < ne; e++) row_pos[e] = b->pos[s->ent[e0 + e]];
+        for (int32_t h = 0; h < hp->n_head_kv; h++) {
             for (int32_t e = 0; e < ne; e++) {
                 int32_t i = s->ent[e0 + e];
-                row_pos[e] = b->pos[i];
                 memcpy(s->qg + (int64_t)e * group * hd, s->q + i * nq + (int64_t)h * group * hd,
                        (size_t)group * hd * sizeof(float));
             }
-            /* Entries come in increasing positions: the chunk's last one sees the most cells. */
-            int64_t nv = n_visible(s->cpos, n_c, row_pos[ne - 1]);
             const float *vf = s->vf + (int64_t)h * n_c * hd;
             for (int64_t c = 0; c < nv; c++)
                 for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];

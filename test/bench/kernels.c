@@ -149,7 +149,8 @@ int main(int argc, char **argv) {
     }
 
     /* Where sgemm overtakes the vector kernels (Q8_0 and Q4_K; one matrix, cache-warm). */
-    printf("\nbatch size crossover (ms per 2048x5632 matmul, vector kernels / dequant+sgemm):\n");
+    printf("\nbatch size crossover (ms per 2048x5632 matmul, vector kernels / dequant+sgemm"
+           "%s):\n", simd_level_supported(SIMD_AVX512) ? " / q8_0 integer GEMM" : "");
     for (size_t k = 0; k < 2; k++) {
         enum ggml_type ty = types[k];
         size_t bytes = ggml_row_size(ty, N_IN) * N_OUT;
@@ -169,6 +170,11 @@ int main(int argc, char **argv) {
             tb = (now() - t0) / reps * 1e3;
             if (tv >= 0) printf("  %d: %.2f/%.2f", n_tok, tv, tb);
             else printf("  %d: -/%.2f", n_tok, tb);
+            if (ty == GGML_TYPE_Q8_0 && simd_level_supported(SIMD_AVX512)) { /* /integer GEMM */
+                t0 = now();
+                for (int r = 0; r < reps; r++) matmul_path(c, MATMUL_GEMM_Q8, ty, w, N_IN, N_OUT, x, n_tok, y);
+                printf("/%.2f", (now() - t0) / reps * 1e3);
+            }
         }
         printf("\n");
         free(w);

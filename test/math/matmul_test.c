@@ -1,6 +1,7 @@
 /* Tests of math/matmul.h: both matmul paths against a plain double-precision product, for every
  * weight type and several thread counts, and compute_parallel_for's ranges. */
 #include "test.h"
+#include "math/kernels.h"
 #include "math/matmul.h"
 #include "math/quant.h"
 #include "common/err.h"
@@ -197,4 +198,79 @@ TEST(compute_nested_parallel_for_aborts) {
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+/* The vector path at any batch size below sgemm's and any thread count gives every output
+ * exactly the single-row, single-token vec_dot of the quantized operands: the multi-row and
+ * multi-token kernels change the speed, never the numbers. */
+TEST(matmul_vector_path_equals_single_dots) {
+    static const enum ggml_type types[] = {
+        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+        GGML_TYPE_Q5_K, GGML_TYPE_F32,
+    };
+    enum { N_IN = 512, N_OUT = 70, MAX_TOK = 9 }; /* 70 rows: groups of 4 and a remainder */
+    static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
+    static uint8_t w[N_OUT * N_IN * 4], xq[MAX_TOK][N_IN * 4];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = nrand();
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
+    for (int nt = 1; nt <= 3; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+            enum ggml_type ty = types[k], vt = quant_vec_dot_type(ty);
+            size_t row = ggml_row_size(ty, N_IN);
+            quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+            for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(vt, x + tk * N_IN, xq[tk], N_IN);
+            const int n_toks[] = {1, 2, 3, 4, 5, 8, 9};
+            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+                int n_tok = n_toks[ti];
+                matmul_path(c, MATMUL_VEC, ty, w, N_IN, N_OUT, x, n_tok, y);
+                for (int tk = 0; tk < n_tok; tk++)
+                    for (int o = 0; o < N_OUT; o++) {
+                        float want = quant_vec_dot(ty, N_IN, w + row * (size_t)o, vt == GGML_TYPE_F32 ? (const void *)(x + tk * N_IN) : xq[tk]);
+                        if (y[tk * N_OUT + o] != want) {
+                            fprintf(stderr, "  %s threads %d n_tok %d y[%d][%d] = %.9g, vec_dot %.9g\n",
+                                    ggml_type_info(ty)->name, nt, n_tok, tk, o, y[tk * N_OUT + o], want);
+                            CHECK(!"matmul's vector path differs from vec_dot");
+                        }
+                    }
+            }
+        }
+        compute_destroy(c);
+    }
+}
+
+/* With AVX-512 VNNI, Q8_0 batches of MATMUL_GEMM_Q8_MIN_TOKENS and more take the integer GEMM:
+ * every output exactly the single-token vec_dot (odd token counts, row counts not a multiple of
+ * the 4-row tile, token counts over one pass of the tile loop; 1 to 3 threads). */
+TEST(matmul_q8_0_gemm_equals_single_dots) {
+    if (!simd_level_supported(SIMD_AVX512)) SKIP("no AVX-512 VNNI: Q8_0 batches take sgemm");
+    enum { N_IN = 256, N_OUT = 133, MAX_TOK = 75 };
+    static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
+    static uint8_t w[N_OUT * N_IN * 2], xq[MAX_TOK][N_IN * 2];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = nrand();
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 3);
+    size_t row = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
+    quant_from_float(GGML_TYPE_Q8_0, wf, w, (int64_t)N_IN * N_OUT);
+    for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(GGML_TYPE_Q8_0, x + tk * N_IN, xq[tk], N_IN);
+    for (int nt = 1; nt <= 3; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        const int n_toks[] = {MATMUL_GEMM_Q8_MIN_TOKENS, MATMUL_GEMM_Q8_MIN_TOKENS + 1, 9, MATMUL_BLAS_MIN_TOKENS,
+                              MATMUL_BLAS_MIN_TOKENS + 1, 75};
+        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+            int n_tok = n_toks[ti];
+            matmul(c, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, n_tok, y);
+            for (int tk = 0; tk < n_tok; tk++)
+                for (int o = 0; o < N_OUT; o++) {
+                    float want = quant_vec_dot(GGML_TYPE_Q8_0, N_IN, w + row * (size_t)o, xq[tk]);
+                    if (y[tk * N_OUT + o] != want) {
+                        fprintf(stderr, "  threads %d n_tok %d y[%d][%d] = %.9g, vec_dot %.9g\n", nt, n_tok, tk, o,
+                                y[tk * N_OUT + o], want);
+                        CHECK(!"Q8_0 GEMM differs from vec_dot");
+                    }
+                }
+        }
+        compute_destroy(c);
+    }
 }

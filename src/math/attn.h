@@ -1,0 +1,43 @@
+/* attn.h: the two products of one attention row read straight from F16 K/V cells (no F32 copy
+ * of the cache, no transposed V): the scores q·K[c] of a query row against a list of cells, and
+ * the mix sum_c p[c]·V[c] of a probability row over them.
+ *
+ * Numbers: exactly those of matmul's vector path (MATMUL_VEC, F32 weights) on the same operands
+ * converted to F32, i.e. of the F32 dot product of quant.c, whose order is (n elements):
+ *   16 float lanes acc[l] = fmaf(a[i+l], b[i+l], acc[l]) over i = 0, 16, ... (whole 16s only);
+ *   t[k] = acc[k] + acc[k+8] (k < 8); u[k] = t[k] + t[k+4] (k < 4); s = (u0 + u2) + (u1 + u3);
+ *   then s += a[i] * b[i] (rounded product, then sum) for the remaining n % 16 elements.
+ * For the scores a = K row, b = q (n = head_dim); for the mix, per output element d, a = the
+ * column d of V over the cells, b = p (n = n_c). So a forward pass may compute a decode step
+ * here and a prompt chunk through matmul on gathered F32 copies and get the same numbers
+ * wherever matmul takes its vector path. Every SIMD level gives the scalar result bit for bit.
+ *
+ * Rows: cell c's K (V) row starts at k + cells[c] * k_stride (v + cells[c] * v_stride) halfs.
+ * None of these allocate or use threads.
+ *
+ *   attn_scores_f16(q, kv_k_row(kv, layer, 0) + h * hd, n_embd_k, cells, n_c, hd, scores);
+ *   ... mask, softmax, round p to F16 ...
+ *   attn_mix_f16(p, kv_v_row(kv, layer, 0) + h * hd, n_embd_v, cells, n_c, hd, out);
+ */
+#ifndef UVLM_MATH_ATTN_H
+#define UVLM_MATH_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "math/kernels.h"
+
+/* scores[c] = dot(K row of cells[c], q) over hd elements, c < n_c. */
+void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
+                     int32_t hd, float *scores);
+/* out[d] = dot over c < n_c of (V[cells[c]][d], p[c]), d < hd. */
+void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
+                  int32_t hd, float *out);
+
+/* The same at a given SIMD level (tests compare the levels; the level must be supported). */
+void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
+                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores);
+void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
+                        const int32_t *cells, int64_t n_c, int32_t hd, float *out);
+
+#endif
