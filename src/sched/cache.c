@@ -63,6 +63,17 @@ bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells) {
     return true;
 }
 
+/* Free ids into ids[0..n), evicting cache entries other than keep when there are too few. */
+int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep) {
+    int32_t got = 0;
+    for (;;) {
+        got = 0;
+        for (int32_t i = 0; i < s->n_seq && got < n; i++)
+            if (s->seqs[i].kind == SEQ_FREE) ids[got++] = i;
+        if (got == n || !sched_cache_evict_lru(s, keep, false)) return got;
+    }
+}
+
 /* Evict cache until `need` cells are free on top of what admitted work still needs. */
 bool sched_cache_make_room(struct sched *s, int64_t need) {
     while (free_cells(s) < need + sched_cache_pending_need(s))
@@ -143,18 +154,10 @@ void sched_cache_keep(struct sched *s, int32_t id) {
  * evicting older cache (never from what admitted sequences still need); otherwise no copy. */
 void sched_cache_checkpoint(struct sched *s, int32_t id) {
     const struct seq *q = &s->seqs[id];
-    int32_t dst = -1;
-    for (;;) {
-        for (int32_t i = 0; i < s->n_seq && dst < 0; i++)
-            if (s->seqs[i].kind == SEQ_FREE) dst = i;
-        if (dst >= 0) break;
-        if (!sched_cache_evict_lru(s, -1, false)) return;
-    }
-    for (;;) {
-        int rc = free_cells(s) > sched_cache_pending_need(s) ? memory_seq_cp(s->mem, id, dst, 0, q->n_past) : -ERR_NOMEM;
-        if (rc == 0) break;
-        if (rc != -ERR_NOMEM || !sched_cache_evict_lru(s, -1, true)) return;
-    }
+    int32_t dst;
+    if (sched_cache_take_free_ids(s, &dst, 1, -1) < 1) return;
+    /* the copy of a state takes one cell (checkpoints are taken only without partial removal) */
+    if (!sched_cache_make_room(s, 1) || memory_seq_cp(s->mem, id, dst, 0, q->n_past) != 0) return;
     struct seq *c = &s->seqs[dst];
     memcpy(c->tokens, q->tokens, (size_t)q->n_past * sizeof *c->tokens);
     *c = (struct seq){.kind = SEQ_CACHE, .tokens = c->tokens, .n_tokens = q->n_past, .n_past = q->n_past,

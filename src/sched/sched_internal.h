@@ -157,6 +157,9 @@ void sched_cache_seq_release(struct sched *s, int32_t id);
  * for_cells, only an entry whose eviction frees cells (not one whose cells all live on in the
  * sequences sharing them); without, any entry (its sequence id is what is wanted). */
 bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells);
+/* Free ids into ids[0..n), evicting cache entries other than keep as needed; returns how many
+ * (< n when even evicting every other entry does not give n). */
+int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep);
 /* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
 bool sched_cache_make_room(struct sched *s, int64_t need);
 /* Longest shareable prefix of tokens[0..n) held by a live or cached id (*src). */

@@ -16,21 +16,11 @@
 
 /* ---------------------------------------------------------------- admission */
 
-static int32_t take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep) {
-    int32_t got = 0;
-    for (;;) {
-        got = 0;
-        for (int32_t i = 0; i < s->n_seq && got < n; i++)
-            if (s->seqs[i].kind == SEQ_FREE) ids[got++] = i;
-        if (got == n || !sched_cache_evict_lru(s, keep, false)) return got;
-    }
-}
-
 /* Admit the queue's head if its prompt fits; false when it has to wait. */
 static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     int32_t src = -1;
     if (r->cache_prompt) sched_cache_best_prefix(s, r->prompt, r->n_prompt, &src);
-    if (take_free_ids(s, r->seqs, r->n_choices, src) < r->n_choices) {
+    if (sched_cache_take_free_ids(s, r->seqs, r->n_choices, src) < r->n_choices) {
         for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
         return false;
     }
