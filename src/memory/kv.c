@@ -144,8 +144,8 @@ static int64_t kv_seq_cells_own(const struct memory *m, int32_t seq) {
     if (!seq_ok(kv, seq) || kv->seq_n_cells[seq] == 0) return 0;
     int64_t n = 0;
     for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (!kv_cell_has_seq(kv, c, seq)) continue;
         const uint64_t *set = kv->seqs + c * kv->n_words;
-        if (!(set[seq / 64] >> (seq % 64) & 1)) continue;
         bool alone = true;
         for (int32_t w = 0; w < kv->n_words && alone; w++)
             alone = set[w] == (w == seq / 64 ? UINT64_C(1) << (seq % 64) : 0);
