@@ -80,7 +80,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         model_engine_free(e);
         return rc;
     }
-    int32_t warm = cfg->batch_tokens < 32 ? cfg->batch_tokens : 32; /* the scheduler's first probe */
+    int32_t warm = cfg->batch_tokens < SCHED_PROBE_TOKENS ? cfg->batch_tokens : SCHED_PROBE_TOKENS;
     if (warm > e->n_ctx) warm = e->n_ctx;
     rc = engine_warm_up(e, warm);
     if (rc) {

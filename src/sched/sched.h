@@ -120,6 +120,9 @@
 #include "memory/memory.h"
 
 #define SCHED_MAX_PROBS 20 /* most top alternatives per token (OpenAI's top_logprobs limit) */
+/* The prompt budget of a step before any step was measured, and a lone prompt's least (above):
+ * model_engine_load warms the model up with a forward of this size. */
+#define SCHED_PROBE_TOKENS 32
 
 struct sched;
 struct sched_req;  /* a request handle: valid from sched_submit until it ends or is cancelled */
