@@ -199,11 +199,18 @@ static bool saving(const struct sched *s, int32_t id) {
     return s->step.has_save && s->step.save.seq == id;
 }
 
+/* Does id hold memory it can run on in this step: live, in memory (so not forking), not
+ * cancelled and not being saved? What steps are built from, and preemption's candidates. */
+static bool runnable(const struct sched *s, int32_t id) {
+    const struct seq *q = &s->seqs[id];
+    return q->kind == SEQ_LIVE && q->in_memory && !q->req->cancelled && !saving(s, id);
+}
+
 static void collect(struct sched *s) {
     s->n_decode = s->n_prompt = 0;
     for (int32_t i = 0; i < s->n_seq; i++) {
+        if (!runnable(s, i)) continue;
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled || saving(s, i)) continue;
         int32_t remaining = q->n_tokens - q->n_past;
         ASSERT(remaining >= 1);
         if (remaining == 1) insert_ordered(s, s->decode_order, s->n_decode++, i);
@@ -276,8 +283,8 @@ static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
     int32_t victim = -1, holders = 0;
     int64_t most = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
+        if (!runnable(s, i)) continue;
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE || !q->in_memory || q->req->cancelled || saving(s, i)) continue;
         holders++;
         int64_t cells = memory_seq_cells(s->mem, i);
         if (cells > most || (cells == most && q->serial > s->seqs[victim].serial)) {
@@ -305,8 +312,8 @@ static int32_t timeslice_victim(const struct sched *s, int64_t *cells_out) {
     if (wid < 0 && !r) return -1;
     int32_t victim = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
+        if (!runnable(s, i)) continue; /* nothing is being saved yet */
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE || !q->in_memory || q->forking || q->req->cancelled) continue;
         if (now - q->held_since < slice || memory_seq_cells(s->mem, i) == 0) continue;
         const struct seq *v = victim >= 0 ? &s->seqs[victim] : NULL;
         if (!v || q->held_since < v->held_since || (q->held_since == v->held_since && q->serial < v->serial))
