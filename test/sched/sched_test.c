@@ -603,11 +603,11 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
-/* Steps of a lone prompt, each "taking" 5 ms + 2 ms per token; a second request arrives once the
- * first has read `arrive_after` tokens. sizes[] gets every step's token count; returns the steps. */
-static double ms_per_token = 2; /* of solo_steps' steps */
-
-static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int arrive_after, int *sizes, int cap) {
+/* Steps of a lone prompt, each "taking" 5 ms + ms_per_token per token; a second request arrives
+ * once the first has read `arrive_after` tokens. sizes[] gets every step's token count; returns
+ * the steps. */
+static int solo_steps(struct test_case *t, double ms_per_token, double solo_ms, double max_ms, int arrive_after,
+                      int *sizes, int cap) {
     struct fx f;
     struct sched_config c = base_config();
     c.n_ctx = 1024;
@@ -645,7 +645,7 @@ static int solo_steps(struct test_case *t, double solo_ms, double max_ms, int ar
 TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
     int sizes[64];
     /* the first step is a probe; then steps of what fits in 200 ms: (200 - 5) / 2 = 97 tokens */
-    int steps = solo_steps(t, 200, 100, -1, sizes, 64);
+    int steps = solo_steps(t, 2, 200, 100, -1, sizes, 64);
     CHECK(steps > 0 && steps <= 64);
     CHECK_EQ_INT(sizes[0], 32);
     int total = 0, biggest = 0;
@@ -659,7 +659,7 @@ TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
     CHECK(steps <= 1 + 400 / 90 + 2);
 
     /* someone arrives after 150 tokens: from then on steps stay within max_step_ms (47 tokens) */
-    steps = solo_steps(t, 200, 100, 150, sizes, 64);
+    steps = solo_steps(t, 2, 200, 100, 150, sizes, 64);
 
     CHECK(steps > 0 && steps <= 64);
     int read = 0, i = 0;
@@ -669,19 +669,17 @@ TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
     CHECK(sizes[i] > 6);
 
     /* solo_step_ms 0: no time cap, a lone prompt takes the whole batch_tokens (and no probe) */
-    steps = solo_steps(t, 0, 100, -1, sizes, 64);
+    steps = solo_steps(t, 2, 0, 100, -1, sizes, 64);
     CHECK_EQ_INT(steps, 1);
     CHECK_EQ_INT(sizes[0], 400);
     /* a solo target below max_step_ms counts as max_step_ms */
-    steps = solo_steps(t, 50, 100, -1, sizes, 64);
+    steps = solo_steps(t, 2, 50, 100, -1, sizes, 64);
     CHECK(steps > 0 && steps <= 64);
     biggest = 0;
     for (int k = 0; k < steps; k++) biggest = sizes[k] > biggest ? sizes[k] : biggest;
     CHECK_EQ_INT(biggest, 47);
     /* a machine so slow that 200 ms hold 19 tokens: a lone prompt still gets 32 per step */
-    ms_per_token = 10;
-    steps = solo_steps(t, 200, 100, -1, sizes, 64);
-    ms_per_token = 2;
+    steps = solo_steps(t, 10, 200, 100, -1, sizes, 64);
     CHECK_EQ_INT(steps, (400 + 31) / 32);
     for (int k = 0; k < steps - 1; k++) CHECK_EQ_INT(sizes[k], 32);
 }
