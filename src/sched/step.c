@@ -150,10 +150,11 @@ static void admit(struct sched *s, double now_ms) {
     for (;;) {
         int32_t id;
         struct sched_req *r;
-        next_waiter(s, &id, &r);
         if (head_short_of_ids) {
             id = oldest_preempted(s);
             r = NULL;
+        } else {
+            next_waiter(s, &id, &r);
         }
         if (id >= 0) {
             if (!resume_one(s, id)) return;
