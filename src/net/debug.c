@@ -28,13 +28,6 @@ static void ticker_cancel_cb(struct http_request *req, void *data) {
     ticker_done(data); /* the client left: stop producing */
 }
 
-static long long query_int(const struct http_request *req, const char *key, long long def, long long max) {
-    char v[32];
-    if (http_query(req, key, v, sizeof v) <= 0) return def;
-    long long x = strtoll(v, NULL, 10);
-    return x < 0 ? 0 : x > max ? max : x;
-}
-
 /* A new ticker for req; NULL (and req answered with a 500) when out of memory. */
 static struct ticker *ticker_new(struct http_request *req, size_t event_bytes) {
     struct app *app = req->route_data;
@@ -73,11 +66,11 @@ static void stream_tick_cb(uv_timer_t *timer) {
 }
 
 static void stream_handle(struct http_request *req, void *data) {
-    long long size = query_int(req, "size", 0, 1 << 20);
+    long long size = http_query_int(req, "size", 0, 1 << 20);
     struct ticker *t = ticker_new(req, 64 + (size_t)size + 3);
     if (!t) return;
-    t->n = query_int(req, "n", 10, 1000000);
-    t->interval_ms = query_int(req, "interval_ms", 100, 60000);
+    t->n = http_query_int(req, "n", 10, 1000000);
+    t->interval_ms = http_query_int(req, "interval_ms", 100, 60000);
     t->size = size;
     if (http_sse_start(req, ticker_cancel_cb, t)) { /* the client is already gone */
         ticker_done(t);
@@ -97,7 +90,7 @@ static void delay_tick_cb(uv_timer_t *timer) {
 static void delay_handle(struct http_request *req, void *data) {
     struct ticker *t = ticker_new(req, 0);
     if (!t) return;
-    t->interval_ms = query_int(req, "ms", 100, 600000);
+    t->interval_ms = http_query_int(req, "ms", 100, 600000);
     http_on_cancel(req, ticker_cancel_cb, t);
     uv_timer_start(&t->timer, delay_tick_cb, (uint64_t)t->interval_ms, 0);
 }
