@@ -3,6 +3,7 @@
 #include "api/http.h"
 #include "common/err.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -51,4 +52,11 @@ int http_query(const struct http_request *req, const char *key, char *out, size_
         p += len + (amp ? 1 : 0);
     }
     return -ERR_NOTFOUND;
+}
+
+long long http_query_int(const struct http_request *req, const char *key, long long def, long long max) {
+    char v[32];
+    if (http_query(req, key, v, sizeof v) <= 0) return def;
+    long long x = strtoll(v, NULL, 10);
+    return x < 0 ? 0 : x > max ? max : x;
 }

@@ -87,6 +87,9 @@ const char *http_header(const struct http_request *req, const char *name);
 /* Query parameter `key` into out (percent-decoded, '+' as space, NUL-terminated). Returns its
  * length, or -ERR_NOTFOUND, or -ERR_TOOBIG if it does not fit in cap. Pure; no server needed. */
 int http_query(const struct http_request *req, const char *key, char *out, size_t cap);
+/* Query parameter `key` as an integer (strtoll: a non-number reads as 0) clamped to [0, max];
+ * def when it is absent, empty or longer than 31 bytes. Pure. */
+long long http_query_int(const struct http_request *req, const char *key, long long def, long long max);
 
 /* --- implemented by src/net (loop thread only) --------------------------------------------- */
 

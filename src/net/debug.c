@@ -28,13 +28,6 @@ static void ticker_cancel_cb(struct http_request *req, void *data) {
     ticker_done(data); /* the client left: stop producing */
 }
 
-static long long query_int(const struct http_request *req, const char *key, long long def, long long max) {
-    char v[32];
-    if (http_query(req, key, v, sizeof v) <= 0) return def;
-    long long x = strtoll(v, NULL, 10);
-    return x < 0 ? 0 : x > max ? max : x;
-}
-
 /* A new ticker for req; NULL (and req answered with a 500) when out of memory. */
 static struct ticker *ticker_new(struct http_request *req, size_t event_bytes) {
     struct app *app = req->route_data;
@@ -73,11 +66,11 @@ static void stream_tick_cb(uv_timer_t *timer) {
 }
 
 static void stream_handle(struct http_request *req, void *data) {
-    long long size = query_int(req, "size", 0, 1 << 20);
+    long long size = http_query_int(req, "size", 0, 1 << 20);
     struct ticker *t = ticker_new(req, 64 + (size_t)size + 3);
     if (!t) return;
-    t->n = query_int(req, "n", 10, 1000000);
-    t->interval_ms = query_int(req, "interval_ms", 100, 60000);
+    t->n = http_query_int(req, "n", 10, 1000000);
+    t->interval_ms = http_query_int(req, "interval_ms", 100, 60000);
     t->size = size;
     if (http_sse_start(req, ticker_cancel_cb, t)) { /* the client is already gone */
         ticker_done(t);
@@ -97,7 +90,7 @@ static void delay_tick_cb(uv_timer_t *timer) {
 static void delay_handle(struct http_request *req, void *data) {
     struct ticker *t = ticker_new(req, 0);
     if (!t) return;
-    t->interval_ms = query_int(req, "ms", 100, 600000);
+    t->interval_ms = http_query_int(req, "ms", 100, 600000);
     http_on_cancel(req, ticker_cancel_cb, t);
     uv_timer_start(&t->timer, delay_tick_cb, (uint64_t)t->interval_ms, 0);
 }
@@ -114,14 +107,13 @@ static void stats_handle(struct http_request *req, void *data) {
     int n = snprintf(body, sizeof body,
              "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,"
              "\"requests_total\":%llu,\"requests_inflight\":%d,\"requests_cancelled\":%llu,"
-             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu}",
+             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu",
              app_state_name(app->state), (unsigned long long)k->connections_total,
              (unsigned long long)k->connections_rejected, (unsigned long long)k->connections_dropped, k->connections_open, k->rejects_open, (unsigned long long)k->requests_total,
              k->requests_inflight, (unsigned long long)k->requests_cancelled,
              (unsigned long long)k->backpressure_closes, (unsigned long long)k->timeouts,
              (unsigned long long)k->bad_requests);
     /* the loop's iterations by busy time: "le_ms" bounds (the last is +inf) and counts */
-    n--; /* over the closing brace */
     n += snprintf(body + n, sizeof body - (size_t)n,
                   ",\"loop\":{\"iterations\":%llu,\"busy_ms_sum\":%.3f,\"busy_ms_max\":%.3f,\"cpu_ms_sum\":%.3f,"
                   "\"cpu_ms_max\":%.3f",

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -66,9 +65,7 @@ static void tick_cb(uv_timer_t *t) { try_step(t->data); }
 /* POST /debug/slow-step?ms=N (--debug-endpoints): the next step sleeps N ms before computing. */
 static void slow_step_handle(struct http_request *req, void *data) {
     struct engine_driver *d = data;
-    char v[32];
-    long long ms = http_query(req, "ms", v, sizeof v) > 0 ? strtoll(v, NULL, 10) : 0;
-    d->slow_next_ms = ms < 0 ? 0 : ms > 600000 ? 600000 : ms;
+    d->slow_next_ms = http_query_int(req, "ms", 0, 600000);
     char body[64];
     snprintf(body, sizeof body, "{\"slow_step_ms\":%lld}", d->slow_next_ms);
     http_respond_json(req, 200, body);

@@ -12,7 +12,8 @@ int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop) {
     memset(app, 0, sizeof *app);
     app->cfg = cfg;
     app->loop = loop;
-    uv_loop_configure(loop, UV_METRICS_IDLE_TIME); /* for loop_stats; before uv_run */
+    /* loop_stats' only reader is GET /debug/stats: without it the loop is not measured */
+    if (cfg->debug_endpoints) uv_loop_configure(loop, UV_METRICS_IDLE_TIME); /* before uv_run */
     app->state = APP_LOADING;
     int level = log_level_parse(cfg->log_level);
     log_init(&app->log, level < 0 ? LOG_INFO : (enum log_level)level, stderr);
@@ -212,7 +213,7 @@ int app_start(struct app *app) {
     uv_timer_init(app->loop, &app->timer);
     uv_prepare_init(app->loop, &app->loop_probe);
     app->sigterm.data = app->sigint.data = app->timer.data = app->loop_probe.data = app;
-    uv_prepare_start(&app->loop_probe, loop_probe_cb);
+    if (cfg->debug_endpoints) uv_prepare_start(&app->loop_probe, loop_probe_cb); /* as above */
     uv_unref((uv_handle_t *)&app->loop_probe); /* never what keeps the loop running */
     app->handles_open = true;
     uv_signal_start(&app->sigterm, signal_cb, SIGTERM);

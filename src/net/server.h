@@ -73,7 +73,7 @@ struct app_counters {
  * arrives during an iteration waits for the rest of it, so this is the loop's share of /health
  * latency; the other share, waiting for a CPU when the socket becomes readable, is not in it.
  * Measured with a uv_prepare handle, uv_metrics_idle_time and the thread's CPU clock (three clock
- * reads per iteration). */
+ * reads per iteration), only with --debug-endpoints: /debug/stats is what reads them. */
 #define APP_LOOP_BUCKETS 7
 extern const double app_loop_bounds_ms[APP_LOOP_BUCKETS]; /* upper bounds; the last is +inf */
 struct app_loop_stats {

@@ -95,3 +95,14 @@ TEST(http_query_and_header_lookup) {
     CHECK_EQ_STR(http_header(&req, "content-type"), "text/plain");
     CHECK(http_header(&req, "Accept") == NULL);
 }
+
+TEST(http_query_int_defaults_and_clamps) {
+    struct http_request req = {.query = "n=42&neg=-5&big=99999&empty=&word=abc&long=12345678901234567890123456789012"};
+    CHECK_EQ_INT(http_query_int(&req, "n", 7, 100), 42);
+    CHECK_EQ_INT(http_query_int(&req, "neg", 7, 100), 0);
+    CHECK_EQ_INT(http_query_int(&req, "big", 7, 100), 100);
+    CHECK_EQ_INT(http_query_int(&req, "empty", 7, 100), 7);
+    CHECK_EQ_INT(http_query_int(&req, "word", 7, 100), 0);
+    CHECK_EQ_INT(http_query_int(&req, "long", 7, 100), 7);
+    CHECK_EQ_INT(http_query_int(&req, "nope", 7, 100), 7);
+}
