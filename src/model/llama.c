@@ -296,14 +296,12 @@ struct softmax_job {
 static double softmax_exp_sum(float *row, int64_t n, float mx) {
     double sum = 0;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
-        float v[16] = {0}, t8[8], t4[4];
+        float v[16] = {0};
         for (int64_t c = c0; c < n && c < c0 + 16; c++) {
             row[c] = row[c] == -INFINITY ? 0.0f : quant_expf(row[c] - mx);
             v[c - c0] = row[c];
         }
-        for (int i = 0; i < 8; i++) t8[i] = v[i + 8] + v[i];
-        for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
-        sum += (double)((t4[0] + t4[2]) + (t4[1] + t4[3]));
+        sum += (double)quant_fold16(v);
     }
     return sum;
 }
