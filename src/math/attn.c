@@ -158,20 +158,30 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
 
 /* ---- dispatch --------------------------------------------------------------------------- */
 
-void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
-                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
-    ASSERT(simd_level_supported(level));
+static inline void scores_at(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
+                             const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
     if (level == SIMD_AVX512) scores_avx512(q, k, k_stride, cells, n_c, hd, scores);
     else if (level == SIMD_AVX2) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
     else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
 }
 
-void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
-                        const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
-    ASSERT(simd_level_supported(level));
+static inline void mix_at(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     if (level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
     else if (level >= SIMD_AVX2 && hd % 8 == 0) mix_avx2(p, v, v_stride, cells, n_c, hd, out);
     else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
+}
+
+void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
+                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
+    ASSERT(simd_level_supported(level));
+    scores_at(level, q, k, k_stride, cells, n_c, hd, scores);
+}
+
+void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
+                        const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
+    ASSERT(simd_level_supported(level));
+    mix_at(level, p, v, v_stride, cells, n_c, hd, out);
 }
 
 /* Resolved once before main (as quant.c's kernels): these run per attention row. */
@@ -183,14 +193,10 @@ __attribute__((constructor)) static void attn_resolve_level(void) {
 
 void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                      int32_t hd, float *scores) {
-    if (best_level == SIMD_AVX512) scores_avx512(q, k, k_stride, cells, n_c, hd, scores);
-    else if (best_level == SIMD_AVX2) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
-    else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
+    scores_at(best_level, q, k, k_stride, cells, n_c, hd, scores);
 }
 
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out) {
-    if (best_level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
-    else if (best_level >= SIMD_AVX2 && hd % 8 == 0) mix_avx2(p, v, v_stride, cells, n_c, hd, out);
-    else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
+    mix_at(best_level, p, v, v_stride, cells, n_c, hd, out);
 }
