@@ -19,14 +19,6 @@
 
 /* ---- scalar: the definition ------------------------------------------------------------- */
 
-/* The end of the F32 dot order: the 16 lanes folded as hsum_ps(acc0 + acc1) does. */
-static inline float fold16(const float acc[16]) {
-    float t[8], u[4];
-    for (int k = 0; k < 8; k++) t[k] = acc[k] + acc[k + 8];
-    for (int k = 0; k < 4; k++) u[k] = t[k] + t[k + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
-
 static void scores_scalar(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                           int32_t hd, float *scores) {
     for (int64_t c = 0; c < n_c; c++) {
@@ -35,7 +27,7 @@ static void scores_scalar(const float *q, const uint16_t *k, size_t k_stride, co
         int32_t i = 0;
         for (; i + 16 <= hd; i += 16)
             for (int l = 0; l < 16; l++) acc[l] = fmaf(fp16_to_f32(kr[i + l]), q[i + l], acc[l]);
-        float s = fold16(acc);
+        float s = quant_fold16(acc); /* the F32 dot order's fold, as hsum_ps(acc0 + acc1) */
         for (; i < hd; i++) s += fp16_to_f32(kr[i]) * q[i];
         scores[c] = s;
     }
@@ -48,7 +40,7 @@ static void mix_scalar(const float *p, const uint16_t *v, size_t v_stride, const
         float acc[16] = {0};
         for (int64_t c = 0; c < n16; c++)
             acc[c % 16] = fmaf(fp16_to_f32(v[(size_t)cells[c] * v_stride + d]), p[c], acc[c % 16]);
-        float s = fold16(acc);
+        float s = quant_fold16(acc);
         for (int64_t c = n16; c < n_c; c++) s += fp16_to_f32(v[(size_t)cells[c] * v_stride + d]) * p[c];
         out[d] = s;
     }
@@ -101,7 +93,7 @@ AVX2 static void mix_avx2(const float *p, const uint16_t *v, size_t v_stride, co
 AVX512 static inline __m512 h16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* The F32 dot order's fold of four cells' 16-lane accumulators at once, as vector operations
- * that pair the same lanes as fold16 does: (k, k+8), then (k, k+4), then (0, 2) and (1, 3), then
+ * that pair the same lanes as quant_fold16 does: (k, k+8), then (k, k+4), then (0, 2) and (1, 3), then
  * the two. Returns the four sums. */
 AVX512 static inline __m128 fold16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
     /* [a lo | b lo] + [a hi | b hi]: lanes 0-7 a's t, 8-15 b's t */
@@ -166,20 +158,30 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
 
 /* ---- dispatch --------------------------------------------------------------------------- */
 
-void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
-                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
-    ASSERT(simd_level_supported(level));
+static inline void scores_at(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
+                             const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
     if (level == SIMD_AVX512) scores_avx512(q, k, k_stride, cells, n_c, hd, scores);
     else if (level == SIMD_AVX2) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
     else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
 }
 
-void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
-                        const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
-    ASSERT(simd_level_supported(level));
+static inline void mix_at(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     if (level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
     else if (level >= SIMD_AVX2 && hd % 8 == 0) mix_avx2(p, v, v_stride, cells, n_c, hd, out);
     else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
+}
+
+void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
+                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
+    ASSERT(simd_level_supported(level));
+    scores_at(level, q, k, k_stride, cells, n_c, hd, scores);
+}
+
+void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
+                        const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
+    ASSERT(simd_level_supported(level));
+    mix_at(level, p, v, v_stride, cells, n_c, hd, out);
 }
 
 /* Resolved once before main (as quant.c's kernels): these run per attention row. */
@@ -191,14 +193,10 @@ __attribute__((constructor)) static void attn_resolve_level(void) {
 
 void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                      int32_t hd, float *scores) {
-    if (best_level == SIMD_AVX512) scores_avx512(q, k, k_stride, cells, n_c, hd, scores);
-    else if (best_level == SIMD_AVX2) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
-    else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
+    scores_at(best_level, q, k, k_stride, cells, n_c, hd, scores);
 }
 
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out) {
-    if (best_level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
-    else if (best_level >= SIMD_AVX2 && hd % 8 == 0) mix_avx2(p, v, v_stride, cells, n_c, hd, out);
-    else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
+    mix_at(best_level, p, v, v_stride, cells, n_c, hd, out);
 }

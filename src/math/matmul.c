@@ -146,7 +146,7 @@ struct matmul_job {
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4; /* NULL when the type has no 4-token kernel */
-    quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel */
+    quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel or dot4 takes the tokens */
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
 };
@@ -183,7 +183,7 @@ static void vec_rows(void *job) {
         int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *wr = j->w + (size_t)r * j->w_stride;
-            if (j->dotr && r + QUANT_DOT_WROWS <= r1 && (!j->dot4 || j->n_tok < QUANT_DOT_ROWS)) {
+            if (j->dotr && r + QUANT_DOT_WROWS <= r1) {
                 /* few tokens: several weight rows per pass share each activation load */
                 for (int64_t t = 0; t < j->n_tok; t++) {
                     float out[QUANT_DOT_WROWS];
@@ -336,6 +336,8 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
          * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
          * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped. */
         if (wtype == GGML_TYPE_Q8_0 && w_stride > 1024) j.dotr = NULL;
+        /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
+        if (j.dot4 && n_tok >= QUANT_DOT_ROWS) j.dotr = NULL;
     }
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;

@@ -514,7 +514,7 @@ static void to_float_q6_K(const void *src, float *y, int64_t n) {
 /* ---- dot products (scalar): integer inner sums per block, as the reference ------------ */
 
 /* GCC's _mm512_reduce_add_ps: halves, quarters, then (t0 + t2) + (t1 + t3). */
-static inline float hsum16(const float *l) {
+float quant_fold16(const float l[16]) {
     float t8[8], t4[4];
     for (int i = 0; i < 8; i++) t8[i] = l[i + 8] + l[i];
     for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
@@ -525,19 +525,17 @@ static inline float hsum16(const float *l) {
  * one rounded product at a time. */
 static float dot_f32(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
-    float acc[16] = {0}, t[8], u[4];
+    float acc[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int l = 0; l < 16; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
-    for (int k = 0; k < 8; k++) t[k] = acc[k] + acc[k + 8];
-    for (int k = 0; k < 4; k++) u[k] = t[k] + t[k + 4];
-    float s = (u[0] + u[2]) + (u[1] + u[3]);
+    float s = quant_fold16(acc);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
 
 /* The reference's ggml_vec_dot_f16 of an AVX-512 build: four accumulators of 16 lanes over
- * steps of 64 elements, accumulators (0+2) + (1+3), hsum16, the tail (n % 64) added in double. */
+ * steps of 64 elements, accumulators (0+2) + (1+3), quant_fold16, the tail (n % 64) added in double. */
 static float dot_f16(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w, *b = x;
     int64_t np = n & ~(int64_t)63;
@@ -548,7 +546,7 @@ static float dot_f16(int64_t n, const void *w, const void *x) {
             for (int j = 0; j < 4; j++)
                 for (int k = 0; k < 16; k++) acc[j][k] = fmaf(H2F(a[i + 16 * j + k]), H2F(b[i + 16 * j + k]), acc[j][k]);
         for (int k = 0; k < 16; k++) x0[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
-        s = hsum16(x0);
+        s = quant_fold16(x0);
     }
     for (int64_t i = np; i < n; i++) s += (double)(H2F(a[i]) * H2F(b[i]));
     return (float)s;
@@ -696,7 +694,7 @@ static float dot_q6_K(int64_t n, const void *w, const void *x) {
 float quant_dot_f32_lanes16(int64_t n, const float *a, const float *b) {
     float acc[16] = {0};
     for (int64_t l = 0; l < n; l++) acc[l % 16] = fmaf(a[l], b[l], acc[l % 16]);
-    return hsum16(acc);
+    return quant_fold16(acc);
 }
 
 float quant_dot_f32_vec_f16(int64_t n, int64_t n_pad, const float *a, const float *b) {
@@ -711,7 +709,7 @@ float quant_dot_f32_vec_f16(int64_t n, int64_t n_pad, const float *a, const floa
                     if (e < n) acc[j][k] = fmaf(a[e], b[e], acc[j][k]);
                 }
         for (int k = 0; k < 16; k++) x0[k] = (acc[0][k] + acc[2][k]) + (acc[1][k] + acc[3][k]);
-        sum = hsum16(x0);
+        sum = quant_fold16(x0);
     }
     for (int64_t i = np; i < n; i++) sum += (double)(a[i] * b[i]);
     return (float)sum;
@@ -722,7 +720,7 @@ float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w, *b = x;
     float acc[16] = {0};
     for (int64_t l = 0; l < n; l++) acc[l % 16] = fmaf(H2F(a[l]), H2F(b[l]), acc[l % 16]);
-    return hsum16(acc);
+    return quant_fold16(acc);
 }
 
 /* ggml's vectorized expf of an AVX-512 build, one lane: n = round(x / ln 2), a degree-5

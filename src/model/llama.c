@@ -64,18 +64,16 @@ struct forward_scratch {
     float *vf;          /* [n_head_kv][n_ctx][head_dim] its V, F32 */
     float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk */
     int32_t *order;     /* [n_ctx] scratch of the position sort */
-    float *qg;          /* [att_rows][head_dim] queries of one kv head's group */
-    float *sc;          /* [att_rows][n_ctx] scores, then probabilities */
-    uint16_t *h16;      /* [att_rows][max(n_ctx, head_dim)] F16 staging for rounding */
+    /* qg, sc, h16: att_rows rows for a chunk of the gathered path, or one row per compute thread
+     * (slot) for direct_rows; they have qg_rows >= both. */
+    float *qg;          /* [qg_rows][head_dim] queries of one kv head's group */
+    float *sc;          /* [qg_rows][n_ctx] scores, then probabilities */
+    uint16_t *h16;      /* [qg_rows][max(n_ctx, head_dim)] F16 staging for rounding */
     float *og;          /* [att_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
     bool reference;     /* cfg.reference */
-    /* Direct attention (attend_direct): one slot per compute thread, claimed per range. */
-    int32_t n_slots;
-    int32_t n_ctx;
-    float *dq;          /* [n_slots][head_dim] a query row rounded through F16 */
-    float *dsc;         /* [n_slots][n_ctx] its scores, then probabilities */
-    uint16_t *dh16;     /* [n_slots][n_ctx] F16 staging of the probabilities */
+    int32_t n_slots;    /* direct_rows: one slot (row of qg, sc, h16) per compute thread */
+    size_t sc_stride, h16_stride; /* a slot's row: n_ctx, max(n_ctx, head_dim) */
 };
 
 static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
@@ -91,8 +89,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
-                        s->dq, s->dsc, s->dh16};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -141,9 +138,6 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->vf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
     s->vt = scratch_alloc(s, ctx * hd, sizeof(float), &ok);
     s->order = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
-    s->qg = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
-    s->sc = scratch_alloc(s, (size_t)s->att_rows * ctx, sizeof(float), &ok);
-    s->h16 = scratch_alloc(s, (size_t)s->att_rows * (ctx > hd ? ctx : hd), sizeof(uint16_t), &ok);
     s->og = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
@@ -155,10 +149,12 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     }
     if (rc == 0) {
         s->n_slots = compute_n_threads(s->c);
-        s->n_ctx = c.n_ctx;
-        s->dq = scratch_alloc(s, (size_t)s->n_slots * hd, sizeof(float), &ok);
-        s->dsc = scratch_alloc(s, (size_t)s->n_slots * ctx, sizeof(float), &ok);
-        s->dh16 = scratch_alloc(s, (size_t)s->n_slots * ctx, sizeof(uint16_t), &ok);
+        size_t qg_rows = (size_t)(s->n_slots > s->att_rows ? s->n_slots : s->att_rows);
+        s->sc_stride = ctx;
+        s->h16_stride = ctx > hd ? ctx : hd;
+        s->qg = scratch_alloc(s, qg_rows * hd, sizeof(float), &ok);
+        s->sc = scratch_alloc(s, qg_rows * s->sc_stride, sizeof(float), &ok);
+        s->h16 = scratch_alloc(s, qg_rows * s->h16_stride, sizeof(uint16_t), &ok);
         if (!ok) rc = -ERR_NOMEM;
     }
     if (rc < 0) {
@@ -296,14 +292,12 @@ struct softmax_job {
 static double softmax_exp_sum(float *row, int64_t n, float mx) {
     double sum = 0;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
-        float v[16] = {0}, t8[8], t4[4];
+        float v[16] = {0};
         for (int64_t c = c0; c < n && c < c0 + 16; c++) {
             row[c] = row[c] == -INFINITY ? 0.0f : quant_expf(row[c] - mx);
             v[c - c0] = row[c];
         }
-        for (int i = 0; i < 8; i++) t8[i] = v[i + 8] + v[i];
-        for (int i = 0; i < 4; i++) t4[i] = t8[i + 4] + t8[i];
-        sum += (double)((t4[0] + t4[2]) + (t4[1] + t4[3]));
+        sum += (double)quant_fold16(v);
     }
     return sum;
 }
@@ -428,8 +422,8 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
     ASSERT(slot < s->n_slots);
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
-    float *q = s->dq + (size_t)slot * hd, *sc = s->dsc + (size_t)slot * s->n_ctx;
-    uint16_t *h16 = s->dh16 + (size_t)slot * s->n_ctx;
+    float *q = s->qg + (size_t)slot * hd, *sc = s->sc + (size_t)slot * s->sc_stride;
+    uint16_t *h16 = s->h16 + (size_t)slot * s->h16_stride;
     const uint16_t *k0 = kv_k_row(j->kv, j->layer, 0), *v0 = kv_v_row(j->kv, j->layer, 0);
     size_t k_stride = (size_t)j->kv->shape.n_embd_k, v_stride = (size_t)j->kv->shape.n_embd_v;
     for (int64_t r = r0; r < r1; r++) {

@@ -174,6 +174,34 @@ TEST(model_forward_shared_prefix_and_save_restore_give_identical_logits) {
     teardown(&f);
 }
 
+/* A forward context whose n_ctx is below head_dim (kjv-tiny: 32): a decode step's direct
+ * attention rounds the query through F16 scratch whose rows must hold head_dim halfs (under
+ * `make check` an overflow there fails this test), with the numbers of a context of 256. */
+TEST(model_forward_n_ctx_below_head_dim) {
+    struct fixture f;
+    if (setup(t, &f, 1) < 0) { teardown(&f); CHECK(t->skipped); return; }
+    int32_t V = f.m->hp.n_vocab;
+    CHECK(f.m->hp.head_dim > 16 && NA + 1 <= 16);
+    struct forward_ctx *small = NULL;
+    CHECK_EQ_INT(forward_ctx_create(&small, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 16, .n_threads = 1}), 0);
+    float *want = malloc(sizeof(float) * V);
+    CHECK(want);
+    batch_clear(&f.b);
+    for (int32_t i = 0; i < NA; i++) batch_add(&f.b, prompt_a[i], i, 0, false);
+    CHECK_EQ_INT(run(&f), 0);
+    batch_clear(&f.b);
+    batch_add(&f.b, 278, NA, 0, true);
+    CHECK_EQ_INT(run(&f), 0);
+    memcpy(want, f.fc->logits, sizeof(float) * V);
+    CHECK_EQ_INT(memory_seq_rm(f.mem, 0, NA, -1), 0);
+    CHECK_EQ_INT(memory_reserve(f.mem, &f.b), 0);
+    CHECK_EQ_INT(model_forward(f.m, small, f.mem, &f.b), 0);
+    CHECK(max_diff(small->logits, want, V) == 0);
+    free(want);
+    forward_ctx_destroy(small);
+    teardown(&f);
+}
+
 TEST(model_forward_checks_its_inputs) {
     struct fixture f;
     if (setup(t, &f, 1) < 0) { teardown(&f); CHECK(t->skipped); return; }
