@@ -64,9 +64,12 @@ float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x);
 float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 
-/* The tables (quant.c, quant_avx2.c, quant_avx512.c). */
+/* The tables (quant.c, quant_avx2.c, quant_avx512.c). quant_kernels_avx512_k (kquant_avx512.c)
+ * holds the AVX-512 Q4_K and Q6_K kernels, every one equal to the scalar kernel bit for bit; the
+ * AVX-512 level looks there before quant_kernels_avx512. */
 extern const struct quant_kernels quant_kernels_scalar;
 extern const struct quant_kernels quant_kernels_avx2;
 extern const struct quant_kernels quant_kernels_avx512;
+extern const struct quant_kernels quant_kernels_avx512_k;
 
 #endif

@@ -766,11 +766,22 @@ const struct quant_kernels quant_kernels_scalar = {
 
 /* ---- dispatch -------------------------------------------------------------------------- */
 
-static const struct quant_kernels *const level_tables[SIMD_LEVEL_COUNT] = {
-    [SIMD_SCALAR] = &quant_kernels_scalar,
-    [SIMD_AVX2] = &quant_kernels_avx2,
-    [SIMD_AVX512] = &quant_kernels_avx512,
+/* A level's tables, earlier ones first: AVX-512 has the K-quant kernels of kquant_avx512.c in a
+ * table of their own (kernels.h), ahead of quant_avx512.c's. */
+#define TABLES_PER_LEVEL 2
+static const struct quant_kernels *const level_tables[SIMD_LEVEL_COUNT][TABLES_PER_LEVEL] = {
+    [SIMD_SCALAR] = {&quant_kernels_scalar},
+    [SIMD_AVX2] = {&quant_kernels_avx2},
+    [SIMD_AVX512] = {&quant_kernels_avx512_k, &quant_kernels_avx512},
 };
+
+/* The entry `field` of type t at exactly level l, or NULL. */
+#define LEVEL_ENTRY(l, field, t, out)                                          \
+    do {                                                                       \
+        (out) = NULL;                                                          \
+        for (int k_ = 0; k_ < TABLES_PER_LEVEL && !(out); k_++)                \
+            if (level_tables[l][k_]) (out) = level_tables[l][k_]->field[t];    \
+    } while (0)
 
 const char *simd_level_name(enum simd_level level) {
     static const char *const names[SIMD_LEVEL_COUNT] = {"scalar", "avx2", "avx512"};
@@ -799,32 +810,45 @@ enum simd_level simd_level_best(void) {
 
 quant_vec_dot_fn quant_get_vec_dot(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
-    for (int l = level; l >= SIMD_SCALAR; l--) /* a level's table may defer to a narrower one */
-        if (level_tables[l]->vec_dot[t]) return level_tables[l]->vec_dot[t];
+    quant_vec_dot_fn f;
+    for (int l = level; l >= SIMD_SCALAR; l--) /* a level's table may defer to a narrower one */ {
+        LEVEL_ENTRY(l, vec_dot, t, f);
+        if (f) return f;
+    }
     return NULL;
 }
 
 quant_from_float_fn quant_get_from_float(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
-    for (int l = level; l >= SIMD_SCALAR; l--)
-        if (level_tables[l]->from_float[t]) return level_tables[l]->from_float[t];
+    quant_from_float_fn f;
+    for (int l = level; l >= SIMD_SCALAR; l--) {
+        LEVEL_ENTRY(l, from_float, t, f);
+        if (f) return f;
+    }
     return NULL;
 }
 
 quant_vec_dot4_fn quant_get_vec_dot4(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
-    return level_tables[level]->vec_dot4[t];
+    quant_vec_dot4_fn f;
+    LEVEL_ENTRY(level, vec_dot4, t, f);
+    return f;
 }
 
 quant_vec_dotr_fn quant_get_vec_dotr(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
-    return level_tables[level]->vec_dotr[t];
+    quant_vec_dotr_fn f;
+    LEVEL_ENTRY(level, vec_dotr, t, f);
+    return f;
 }
 
 quant_to_float_fn quant_get_to_float(enum simd_level level, enum ggml_type t) {
     if (t >= GGML_TYPE_COUNT || level >= SIMD_LEVEL_COUNT) return NULL;
-    for (int l = level; l >= SIMD_SCALAR; l--)
-        if (level_tables[l]->to_float[t]) return level_tables[l]->to_float[t];
+    quant_to_float_fn f;
+    for (int l = level; l >= SIMD_SCALAR; l--) {
+        LEVEL_ENTRY(l, to_float, t, f);
+        if (f) return f;
+    }
     return NULL;
 }
 

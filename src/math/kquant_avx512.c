@@ -1,0 +1,325 @@
+/* kquant_avx512.c: AVX-512 VNNI kernels of the Q4_K_M weight types, Q4_K and Q6_K (against Q8_K
+ * activations): the one-row dot, the 4-token dot4 (one weight row decoded once for four tokens),
+ * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, with
+ * prefetch of the next rows) and kquant_gemm_rows for prompts (the dot4 kernel over tokens in
+ * blocks that stay in the caches). Registered as quant_kernels_avx512_k (kernels.h), which takes
+ * precedence over quant_kernels_avx512 for these two types.
+ *
+ * Every kernel here returns bit for bit the scalar kernel of quant.c, i.e. the reference's
+ * orders:
+ *   Q4_K: per super-block the integers A = sum_j sc_j * (q . q8 over sub-block j) and
+ *     M = sum_j m_j * (bsums of sub-block j), then a = fma((float)A, d_w * d_x, a) and
+ *     m = fma((float)M, dmin_w * d_x, m) in one float chain each; the result a - m.
+ *   Q6_K: 8 lanes, lane k the integer sum over groups g of sc[2g + k/4] * (q . q8 over elements
+ *     32g + 4k .. +3) (levels q - 32), lane_k = fma(d_w * d_x, (float)lane, lane_k) super-block
+ *     after super-block, then hsum_ps.
+ * Integer sums do not depend on the order they are added in, so the SIMD code only has to form
+ * the same integers before each float step. Four weight rows (or four tokens) share the
+ * horizontal reduction of a Q4_K super-block: its A and M of four rows end up side by side in
+ * one vector of 8 float lanes [A_0 M_0 A_1 M_1 ...], and one fma steps all eight chains.
+ */
+#include "math/kernels.h"
+#include "math/blocks.h"
+#include "math/simd_avx2.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* ---- Q4_K ------------------------------------------------------------------------------- */
+
+/* The first 4 bytes of a Q4_K block: its fp16 d and dmin. */
+static inline uint32_t k4_d_dmin(const block_q4_K *b) {
+    uint32_t u;
+    memcpy(&u, b, 4);
+    return u;
+}
+
+/* A Q4_K super-block decoded: levels of elements 64k..64k+63 (k < 4) as bytes, in element
+ * order ([32 low nibbles | 32 high nibbles] of qs[32k..32k+31]), the int16 scale of each pair of
+ * products (lanes 0-15 sub-block 2k, 16-31 sub-block 2k+1) and the 8 mins as bytes. */
+struct k4_dec {
+    __m512i q[4], scale[4];
+    uint64_t mn;
+};
+
+AVX512 INLINE void k4_decode(const block_q4_K *b, struct k4_dec *o) {
+    uint64_t sc;
+    k4_scales_mins(b->scales, &sc, &o->mn);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * k)));
+        o->q[k] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
+        const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))),
+                                               _mm256_set1_epi16((short)(2 * k + 1)), 1);
+        o->scale[k] = _mm512_permutexvar_epi16(idx, sc16);
+    }
+}
+
+/* 16 int32 lanes summing to A (the scaled integer dot of the super-block) of levels q and
+ * activation block x. */
+AVX512 INLINE __m512i k4_sums(const struct k4_dec *w, const block_q8_K *x) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i p16 = _mm512_maddubs_epi16(w->q[k], _mm512_loadu_si512(x->qs + 64 * k));
+        if (k & 1) s1 = _mm512_dpwssd_epi32(s1, p16, w->scale[k]);
+        else s0 = _mm512_dpwssd_epi32(s0, p16, w->scale[k]);
+    }
+    return _mm512_add_epi32(s0, s1);
+}
+
+/* The 8 activation sums of 32 elements (bsums[2j] + bsums[2j+1]) as int16 (|.| <= 4064). */
+AVX512 INLINE __m128i k4_xsums(const block_q8_K *x) {
+    __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_epi16(s);
+}
+
+/* Four units u (rows or tokens): a[u] the 16 lanes of A_u, mm 16 int32 lanes whose 128-bit lane
+ * u sums to M_u. Returns [A_0 M_0 A_1 M_1 A_2 M_2 A_3 M_3] as floats (exact integers). */
+AVX512 INLINE __m256 k4_reduce4(const __m512i a[4], __m512i mm) {
+    /* 128-bit lanes: [a0.0+a0.2, a0.1+a0.3, a1.0+a1.2, a1.1+a1.3], likewise a2/a3 */
+    __m512i a01 = _mm512_add_epi32(_mm512_shuffle_i64x2(a[0], a[1], 0x44), _mm512_shuffle_i64x2(a[0], a[1], 0xEE));
+    __m512i a23 = _mm512_add_epi32(_mm512_shuffle_i64x2(a[2], a[3], 0x44), _mm512_shuffle_i64x2(a[2], a[3], 0xEE));
+    /* 128-bit lane u: four partial sums of A_u */
+    __m512i a4 = _mm512_add_epi32(_mm512_shuffle_i64x2(a01, a23, 0x88), _mm512_shuffle_i64x2(a01, a23, 0xDD));
+    /* per 128-bit lane [A A M M] */
+    __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(a4, mm), _mm512_unpackhi_epi64(a4, mm));
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+    const __m512i pick = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm256_cvtepi32_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi32(pick, t)));
+}
+
+/* out[u] = a_u - m_u from the 8 chains [a_0 m_0 a_1 m_1 ...]. */
+AVX512 INLINE void k4_finish4(__m256 acc, float *out) {
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (int u = 0; u < 4; u++) out[u] = l[2 * u] - l[2 * u + 1];
+}
+
+AVX512 static float dot_q4_K(int64_t n, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float fa = 0, fm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct k4_dec dec;
+        k4_decode(&a[i], &dec);
+        int A = _mm512_reduce_add_epi32(k4_sums(&dec, &b[i]));
+        int M = hsum_epi32(k4_mins_dot(dec.mn, b[i].bsums));
+        fa = fmaf((float)A, h2f(a[i].d) * b[i].d, fa);
+        fm = fmaf((float)M, h2f(a[i].dmin) * b[i].d, fm);
+    }
+    return fa - fm;
+}
+
+/* One weight row, four tokens (x_stride bytes apart): the row decoded once per super-block. */
+AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    const block_q4_K *a = w;
+    const block_q8_K *b[QUANT_DOT_ROWS];
+    for (int t = 0; t < QUANT_DOT_ROWS; t++) b[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct k4_dec dec;
+        k4_decode(&a[i], &dec);
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) s[t] = k4_sums(&dec, &b[t][i]);
+        __m512i xs = _mm512_castsi128_si512(k4_xsums(&b[0][i]));
+        xs = _mm512_inserti32x4(xs, k4_xsums(&b[1][i]), 1);
+        xs = _mm512_inserti32x4(xs, k4_xsums(&b[2][i]), 2);
+        xs = _mm512_inserti32x4(xs, k4_xsums(&b[3][i]), 3);
+        __m512i mm = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_set1_epi64x((long long)dec.mn)), xs);
+        __m256 dd = _mm256_cvtph_ps(_mm_set1_epi32((int)k4_d_dmin(&a[i])));
+        __m256 dx = _mm256_setr_ps(b[0][i].d, b[0][i].d, b[1][i].d, b[1][i].d, b[2][i].d, b[2][i].d, b[3][i].d, b[3][i].d);
+        acc = _mm256_fmadd_ps(k4_reduce4(s, mm), _mm256_mul_ps(dd, dx), acc);
+    }
+    k4_finish4(acc, out);
+}
+
+/* The multi-row kernels walk QUANT_DOT_WROWS rows side by side, which the hardware prefetcher
+ * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so the
+ * next group of rows is the next QUANT_DOT_WROWS * row bytes: super-block step i fetches its
+ * share of them, one group ahead. */
+AVX512 INLINE void prefetch_next_rows(const uint8_t *next, int64_t i, size_t block_bytes) {
+    const uint8_t *p = next + (size_t)i * QUANT_DOT_WROWS * block_bytes;
+    for (size_t off = 0; off < QUANT_DOT_WROWS * block_bytes + 63; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
+}
+
+/* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. */
+AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q4_K reduces four rows at a time");
+    const block_q4_K *a[4];
+    const block_q8_K *b = x;
+    for (int r = 0; r < 4; r++) a[r] = (const block_q4_K *)((const uint8_t *)w + r * w_stride);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q4_K));
+        __m512i s[4];
+        uint64_t mn[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            struct k4_dec dec;
+            k4_decode(&a[r][i], &dec);
+            s[r] = k4_sums(&dec, &b[i]);
+            mn[r] = dec.mn;
+        }
+        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
+        __m512i mm = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[i])));
+        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
+                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
+        acc = _mm256_fmadd_ps(k4_reduce4(s, mm), _mm256_mul_ps(dd, _mm256_set1_ps(b[i].d)), acc);
+    }
+    k4_finish4(acc, out);
+}
+
+/* ---- Q6_K ------------------------------------------------------------------------------- */
+
+/* A Q6_K super-block decoded: unsigned levels (q + 32, 0..63) of elements 64m..64m+63 and the
+ * int16 scale of each pair of products (8 pairs, 16 elements, per scale: scales 4m..4m+3). */
+struct q6_dec {
+    __m512i q[4], scale[4];
+};
+
+AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        /* elements 0-63 of the half: low nibbles of ql + qh bits 0-1 | 2-3;
+         * elements 64-127: high nibbles + qh bits 4-5 | 6-7 */
+        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+        o->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
+        o->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const __m512i idx = _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
+                                             4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2,
+                                             4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1,
+                                             4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
+        o->scale[m] = _mm512_permutexvar_epi16(idx, sc16);
+    }
+}
+
+/* An activation block as Q6_K's products need it: its 4 chunks and 32 * (pair sums) of each
+ * (the "- 32" of the levels, subtracted in int16 as the reference does: |.| <= 16128 + 8192). */
+struct q6_x {
+    __m512i x[4], off[4];
+};
+
+AVX512 INLINE void q6_xload(const block_q8_K *b, struct q6_x *o) {
+    const __m512i c32 = _mm512_set1_epi8(32);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        o->x[m] = _mm512_loadu_si512(b->qs + 64 * m);
+        o->off[m] = _mm512_maddubs_epi16(c32, o->x[m]);
+    }
+}
+
+/* 16 int32 lanes; lane L (and L + 8) belongs to the reference's lane L % 8. */
+AVX512 INLINE __m512i q6_sums(const struct q6_dec *w, const struct q6_x *x) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(w->q[m], x->x[m]), x->off[m]);
+        if (m & 1) s1 = _mm512_dpwssd_epi32(s1, p16, w->scale[m]);
+        else s0 = _mm512_dpwssd_epi32(s0, p16, w->scale[m]);
+    }
+    return _mm512_add_epi32(s0, s1);
+}
+
+/* Two units' 16 lanes folded to the reference's 8 each: [lanes of a | lanes of b] as floats. */
+AVX512 INLINE __m512 q6_fold_pair(__m512i a, __m512i b) {
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE)));
+}
+
+/* [d_a * dx_a x 8 | d_b * dx_b x 8] */
+AVX512 INLINE __m512 q6_scale_pair(float da, float db) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(da)), _mm256_set1_ps(db), 1);
+}
+
+AVX512 INLINE void q6_finish_pair(__m512 acc, float *out) {
+    out[0] = hsum_ps(_mm512_castps512_ps256(acc));
+    out[1] = hsum_ps(_mm512_extractf32x8_ps(acc, 1));
+}
+
+AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct q6_dec dec;
+        struct q6_x xs;
+        q6_decode(&a[i], &dec);
+        q6_xload(&b[i], &xs);
+        __m512i s = q6_sums(&dec, &xs);
+        __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(a[i].d)), _mm256_cvtepi32_ps(l8), acc);
+    }
+    return hsum_ps(acc);
+}
+
+AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
+    const block_q6_K *a = w;
+    const block_q8_K *b[QUANT_DOT_ROWS];
+    for (int t = 0; t < QUANT_DOT_ROWS; t++) b[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        struct q6_dec dec;
+        q6_decode(&a[i], &dec);
+        const float dw = h2f(a[i].d);
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            struct q6_x xs;
+            q6_xload(&b[t][i], &xs);
+            s[t] = q6_sums(&dec, &xs);
+        }
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++)
+            acc[p] = _mm512_fmadd_ps(q6_scale_pair(b[2 * p][i].d * dw, b[2 * p + 1][i].d * dw), q6_fold_pair(s[2 * p], s[2 * p + 1]),
+                                     acc[p]);
+    }
+    q6_finish_pair(acc[0], out);
+    q6_finish_pair(acc[1], out + 2);
+}
+
+AVX512 static void dotr_q6_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q6_K pairs four rows");
+    const block_q6_K *a[4];
+    const block_q8_K *b = x;
+    for (int r = 0; r < 4; r++) a[r] = (const block_q6_K *)((const uint8_t *)w + r * w_stride);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q6_K));
+        struct q6_x xs;
+        q6_xload(&b[i], &xs);
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            struct q6_dec dec;
+            q6_decode(&a[r][i], &dec);
+            s[r] = q6_sums(&dec, &xs);
+        }
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++)
+            acc[p] = _mm512_fmadd_ps(q6_scale_pair(b[i].d * h2f(a[2 * p][i].d), b[i].d * h2f(a[2 * p + 1][i].d)),
+                                     q6_fold_pair(s[2 * p], s[2 * p + 1]), acc[p]);
+    }
+    q6_finish_pair(acc[0], out);
+    q6_finish_pair(acc[1], out + 2);
+}
+
+const struct quant_kernels quant_kernels_avx512_k = {
+    .vec_dot = {[GGML_TYPE_Q4_K] = dot_q4_K, [GGML_TYPE_Q6_K] = dot_q6_K},
+    .vec_dot4 = {[GGML_TYPE_Q4_K] = dot4_q4_K, [GGML_TYPE_Q6_K] = dot4_q6_K},
+    .vec_dotr = {[GGML_TYPE_Q4_K] = dotr_q4_K, [GGML_TYPE_Q6_K] = dotr_q6_K},
+};
