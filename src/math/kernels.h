@@ -64,6 +64,13 @@ float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x);
 float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 
+/* AVX-512 VNNI only (simd_level_supported(SIMD_AVX512)): y[t * n_out + o] = the vec_dot of Q4_K
+ * weight row o (rows w_stride bytes apart) with Q8_K token t (xq_stride bytes apart), for o in
+ * [r0, r1) and t < n_tok, bit for bit (kquant_avx512.c: rows four at a time against four tokens,
+ * tokens in blocks that stay in L2). matmul.c runs it on Q4_K prompts. */
+void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
+                           size_t xq_stride, int64_t n_tok, float *y, int64_t n_out);
+
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). quant_kernels_avx512_k (kquant_avx512.c)
  * holds the AVX-512 Q4_K and Q6_K kernels, every one equal to the scalar kernel bit for bit; the
  * AVX-512 level looks there before quant_kernels_avx512. */

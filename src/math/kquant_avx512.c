@@ -177,6 +177,119 @@ AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const vo
     k4_finish4(acc, out);
 }
 
+/* Tokens per pass of kquant_gemm_q4_K_rows: their activations (292 bytes per 256 inputs) stay in
+ * L2 while every row of the range passes over them. */
+#define GEMM_TOKEN_BLOCK 32
+
+/* The 16 int32 vectors v[u] (u = 4t + r) reduced: lane 4r + t of the result is the sum of v[4t + r]. */
+AVX512 INLINE __m512i reduce16(const __m512i v[16]) {
+    __m512i l1[8], l2[4];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) /* 128-bit lanes [a.0+a.2, a.1+a.3, b.0+b.2, b.1+b.3] */
+        l1[p] = _mm512_add_epi32(_mm512_shuffle_i64x2(v[2 * p], v[2 * p + 1], 0x44),
+                                 _mm512_shuffle_i64x2(v[2 * p], v[2 * p + 1], 0xEE));
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) /* 128-bit lane i: the partials of unit 4q + i */
+        l2[q] = _mm512_add_epi32(_mm512_shuffle_i64x2(l1[2 * q], l1[2 * q + 1], 0x88),
+                                 _mm512_shuffle_i64x2(l1[2 * q], l1[2 * q + 1], 0xDD));
+    /* per 128-bit lane i: [a0+a2, b0+b2, a1+a3, b1+b3] of units a = i, b = 4 + i (c, d: 8 + i, 12 + i) */
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(l2[0], l2[1]), _mm512_unpackhi_epi32(l2[0], l2[1]));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(l2[2], l2[3]), _mm512_unpackhi_epi32(l2[2], l2[3]));
+    /* lane 4i + j: unit 4j + i */
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+/* Four partial vectors p[t] whose 128-bit lane r holds four partials of unit (r, t): lane 4r + t
+ * of the result is their sum (the last two steps of reduce16). */
+AVX512 INLINE __m512i reduce4x4(const __m512i p[4]) {
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+/* Four weight rows a[r] against four tokens b[t]: out[r][t] (y + t * n_out + r), each the scalar
+ * dot of quant.c bit for bit. Per 64-element chunk the rows' levels and scales are decoded once
+ * for all four tokens and the tokens' activations loaded once for all four rows; the 16 chains
+ * of A (and of M) are stepped with one fma per super-block. */
+AVX512 static void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], const block_q8_K *const b[4], float *y,
+                                  int64_t n_out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i pick_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    __m512 acc_a = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i sc16[4];
+        uint64_t mn[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            uint64_t sc;
+            k4_scales_mins(a[r][i].scales, &sc, &mn[r]);
+            sc16[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        }
+        __m512i acc[16];
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i x[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) x[t] = _mm512_loadu_si512(b[t][i].qs + 64 * k);
+            const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))),
+                                                   _mm256_set1_epi16((short)(2 * k + 1)), 1);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r][i].qs + 32 * k)));
+                __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
+                __m512i scale = _mm512_permutexvar_epi16(idx, sc16[r]);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    acc[4 * t + r] = _mm512_dpwssd_epi32(acc[4 * t + r], _mm512_maddubs_epi16(q, x[t]), scale);
+            }
+        }
+        __m512i va = reduce16(acc);
+        /* M: the mins of the four rows (128-bit lane r) against each token's 32-element sums */
+        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
+        __m512i pm[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) pm[t] = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[t][i])));
+        __m512i vm = reduce4x4(pm);
+        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
+                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
+        __m512 dx = _mm512_broadcast_f32x4(_mm_setr_ps(b[0][i].d, b[1][i].d, b[2][i].d, b[3][i].d));
+        __m512 dw = _mm512_permutexvar_ps(pick_d, _mm512_castps256_ps512(dd));
+        __m512 dm = _mm512_permutexvar_ps(pick_m, _mm512_castps256_ps512(dd));
+        acc_a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(va), _mm512_mul_ps(dw, dx), acc_a);
+        acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vm), _mm512_mul_ps(dm, dx), acc_m);
+    }
+    float o[16];
+    _mm512_storeu_ps(o, _mm512_sub_ps(acc_a, acc_m));
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) y[t * n_out + r] = o[4 * r + t];
+}
+
+AVX512 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y, int64_t n_out) {
+    const int64_t nb = n_in / QK_K;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += GEMM_TOKEN_BLOCK) {
+        const int64_t t1 = t0 + GEMM_TOKEN_BLOCK < n_tok ? t0 + GEMM_TOKEN_BLOCK : n_tok;
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int64_t nr = r1 - r < 4 ? r1 - r : 4;
+            const block_q4_K *a[4];
+            for (int k = 0; k < 4; k++) a[k] = (const block_q4_K *)((const uint8_t *)w + (size_t)(r + (k < nr ? k : 0)) * w_stride);
+            int64_t t = t0;
+            if (nr == 4)
+                for (; t + 4 <= t1; t += 4) {
+                    const block_q8_K *b[4];
+                    for (int k = 0; k < 4; k++) b[k] = (const block_q8_K *)((const uint8_t *)xq + (size_t)(t + k) * xq_stride);
+                    gemm_tile_q4_K(nb, a, b, y + t * n_out + r, n_out);
+                }
+            for (; t < t1; t++) /* the last tokens of a block, or rows past a multiple of four */
+                for (int k = 0; k < nr; k++)
+                    y[t * n_out + r + k] = dot_q4_K(n_in, a[k], (const uint8_t *)xq + (size_t)t * xq_stride);
+        }
+    }
+}
+
 /* ---- Q6_K ------------------------------------------------------------------------------- */
 
 /* A Q6_K super-block decoded: unsigned levels (q + 32, 0..63) of elements 64m..64m+63 and the

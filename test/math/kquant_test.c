@@ -5,6 +5,7 @@
 #include "test.h"
 #include "math/blocks.h"
 #include "math/kernels.h"
+#include "math/matmul.h"
 #include "math/quant.h"
 
 #include <math.h>
@@ -118,4 +119,45 @@ TEST(kquant_avx512_kernels_equal_scalar_bit_for_bit) {
             }
     }
     CHECK(compared == 2 * 4 * 3 * ROWS * ROWS);
+}
+
+/* Q4_K prompts on AVX-512 take the 4 x 4 integer tiles of kquant_gemm_q4_K_rows through matmul's
+ * automatic path, at every batch size (over one token block of the tile loop, token and row
+ * counts not multiples of 4, 1 to 3 threads): every output is the scalar kernel's dot bit for
+ * bit, so a Q4_K token's numbers do not depend on its batch. */
+TEST(kquant_q4_K_matmul_equals_scalar_dots_at_every_batch_size) {
+    if (!simd_level_supported(SIMD_AVX512)) SKIP("this CPU has no AVX-512 VNNI");
+    enum { N_IN = 512, N_OUT = 133, MAX_TOK = 75 };
+    static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
+    static uint8_t w[N_OUT * N_IN], xq[MAX_TOK][N_IN * 2];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = urand() * (1 + i % 5);
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = urand() * 3;
+    const size_t row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
+    quant_from_float(GGML_TYPE_Q4_K, wf, w, (int64_t)N_IN * N_OUT);
+    for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(GGML_TYPE_Q8_K, x + tk * N_IN, xq[tk], N_IN);
+    quant_vec_dot_fn scalar = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q4_K);
+    int checked = 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        const int n_toks[] = {4, 7, 33, 64, 75};
+        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+            int n_tok = n_toks[ti];
+            for (int i = 0; i < n_tok * N_OUT; i++) y[i] = NAN;
+            matmul(c, GGML_TYPE_Q4_K, w, N_IN, N_OUT, x, n_tok, y);
+            for (int tk = 0; tk < n_tok; tk++)
+                for (int o = 0; o < N_OUT; o++) {
+                    float want = scalar(N_IN, w + row * (size_t)o, xq[tk]);
+                    if (y[tk * N_OUT + o] != want) {
+                        fprintf(stderr, "  threads %d n_tok %d y[%d][%d] = %.9g, scalar %.9g\n", nt, n_tok, tk, o,
+                                y[tk * N_OUT + o], want);
+                        compute_destroy(c);
+                        CHECK(!"Q4_K matmul differs from the scalar dot");
+                    }
+                    checked++;
+                }
+        }
+        compute_destroy(c);
+    }
+    CHECK_EQ_INT(checked, 3 * (4 + 7 + 33 + 64 + 75) * N_OUT);
 }
