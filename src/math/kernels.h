@@ -64,12 +64,14 @@ float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x);
 float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 
-/* AVX-512 VNNI only (simd_level_supported(SIMD_AVX512)): y[t * n_out + o] = the vec_dot of Q4_K
+/* AVX-512 VNNI only (simd_level_supported(SIMD_AVX512)): y[t * n_out + o] = the dot of Q4_K
  * weight row o (rows w_stride bytes apart) with Q8_K token t (xq_stride bytes apart), for o in
- * [r0, r1) and t < n_tok, bit for bit (kquant_avx512.c: rows four at a time against four tokens,
- * tokens in blocks that stay in L2). matmul.c runs it on Q4_K prompts. */
+ * [r0, r1) and t < n_tok (kquant_avx512.c: rows four at a time against four tokens, tokens in
+ * blocks that stay in L2). Bit for bit the scalar vec_dot; with grouped, the reference's batched
+ * order instead, as MATMUL_REFERENCE has it: quant_dot_q4_K_gemm for tokens below
+ * n_tok - n_tok % 4, the scalar vec_dot for the rest. matmul.c runs it on Q4_K batches. */
 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
-                           size_t xq_stride, int64_t n_tok, float *y, int64_t n_out);
+                           size_t xq_stride, int64_t n_tok, float *y, int64_t n_out, bool grouped);
 
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). quant_kernels_avx512_k (kquant_avx512.c)
  * holds the AVX-512 Q4_K and Q6_K kernels, every one equal to the scalar kernel bit for bit; the

@@ -207,15 +207,19 @@ AVX512 INLINE __m512i reduce4x4(const __m512i p[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
 }
 
-/* Four weight rows a[r] against four tokens b[t]: out[r][t] (y + t * n_out + r), each the scalar
- * dot of quant.c bit for bit. Per 64-element chunk the rows' levels and scales are decoded once
- * for all four tokens and the tokens' activations loaded once for all four rows; the 16 chains
- * of A (and of M) are stepped with one fma per super-block. */
-AVX512 static void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], const block_q8_K *const b[4], float *y,
-                                  int64_t n_out) {
+/* Four weight rows a[r] against four tokens b[t]: out[r][t] (y + t * n_out + r). Per 64-element
+ * chunk the rows' levels and scales are decoded once for all four tokens and the tokens'
+ * activations loaded once for all four rows; the 16 chains of A (and of M) step with one fma.
+ * grouped = 0: the scalar dot of quant.c bit for bit (one step per super-block);
+ * grouped = 1: quant_dot_q4_K_gemm bit for bit (the reference's GEMM: a step per chunk). */
+AVX512 INLINE void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], const block_q8_K *const b[4], float *y,
+                                  int64_t n_out, const int grouped) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
     const __m512i pick_m = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+    /* grouped: lane 4r + t picks int32 pair k of row r's mins (lane 4r + k) and of token t's sums (4t + k) */
+    const __m512i pick_mn = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m512i pick_xs = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
     __m512 acc_a = _mm512_setzero_ps(), acc_m = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         __m512i sc16[4];
@@ -226,11 +230,25 @@ AVX512 static void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], cons
             k4_scales_mins(a[r][i].scales, &sc, &mn[r]);
             sc16[r] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         }
+        /* the mins of the four rows (128-bit lane r, as int16) */
+        const __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
+        __m128i xs[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) xs[t] = k4_xsums(&b[t][i]);
+        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
+                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
+        __m512 dx = _mm512_broadcast_f32x4(_mm_setr_ps(b[0][i].d, b[1][i].d, b[2][i].d, b[3][i].d));
+        const __m512 dwx = _mm512_mul_ps(_mm512_permutexvar_ps(pick_d, _mm512_castps256_ps512(dd)), dx);
+        const __m512 dmx = _mm512_mul_ps(_mm512_permutexvar_ps(pick_m, _mm512_castps256_ps512(dd)), dx);
+        __m512i xs4 = _mm512_castsi128_si512(xs[0]); /* 128-bit lane t: token t's sums */
+        xs4 = _mm512_inserti32x4(xs4, xs[1], 1);
+        xs4 = _mm512_inserti32x4(xs4, xs[2], 2);
+        xs4 = _mm512_inserti32x4(xs4, xs[3], 3);
         __m512i acc[16];
-#pragma GCC unroll 16
-        for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
+            if (k == 0 || grouped)
+                for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_si512();
             __m512i x[4];
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) x[t] = _mm512_loadu_si512(b[t][i].qs + 64 * k);
@@ -245,21 +263,21 @@ AVX512 static void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], cons
                 for (int t = 0; t < 4; t++)
                     acc[4 * t + r] = _mm512_dpwssd_epi32(acc[4 * t + r], _mm512_maddubs_epi16(q, x[t]), scale);
             }
+            if (grouped) { /* A and M of sub-blocks 2k, 2k + 1 */
+                const __m512i kk = _mm512_set1_epi32(k);
+                __m512i mk = _mm512_permutexvar_epi32(_mm512_add_epi32(pick_mn, kk), m16);
+                __m512i sk = _mm512_permutexvar_epi32(_mm512_add_epi32(pick_xs, kk), xs4);
+                acc_a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(acc)), dwx, acc_a);
+                acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mk, sk)), dmx, acc_m);
+            }
         }
-        __m512i va = reduce16(acc);
-        /* M: the mins of the four rows (128-bit lane r) against each token's 32-element sums */
-        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
-        __m512i pm[4];
+        if (!grouped) {
+            __m512i pm[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) pm[t] = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[t][i])));
-        __m512i vm = reduce4x4(pm);
-        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
-                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
-        __m512 dx = _mm512_broadcast_f32x4(_mm_setr_ps(b[0][i].d, b[1][i].d, b[2][i].d, b[3][i].d));
-        __m512 dw = _mm512_permutexvar_ps(pick_d, _mm512_castps256_ps512(dd));
-        __m512 dm = _mm512_permutexvar_ps(pick_m, _mm512_castps256_ps512(dd));
-        acc_a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(va), _mm512_mul_ps(dw, dx), acc_a);
-        acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vm), _mm512_mul_ps(dm, dx), acc_m);
+            for (int t = 0; t < 4; t++) pm[t] = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(xs[t]));
+            acc_a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(acc)), dwx, acc_a);
+            acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce4x4(pm)), dmx, acc_m);
+        }
     }
     float o[16];
     _mm512_storeu_ps(o, _mm512_sub_ps(acc_a, acc_m));
@@ -267,9 +285,11 @@ AVX512 static void gemm_tile_q4_K(int64_t nb, const block_q4_K *const a[4], cons
         for (int t = 0; t < 4; t++) y[t * n_out + r] = o[4 * r + t];
 }
 
-AVX512 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
-                                  size_t xq_stride, int64_t n_tok, float *y, int64_t n_out) {
+AVX512 INLINE void gemm_rows_q4_K(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y, int64_t n_out, const int grouped) {
     const int64_t nb = n_in / QK_K;
+    /* grouped: tokens [0, n_grouped) in whole groups of four take the GEMM order, the rest the GEMV one */
+    const int64_t n_grouped = grouped ? n_tok - n_tok % 4 : 0;
     for (int64_t t0 = 0; t0 < n_tok; t0 += GEMM_TOKEN_BLOCK) {
         const int64_t t1 = t0 + GEMM_TOKEN_BLOCK < n_tok ? t0 + GEMM_TOKEN_BLOCK : n_tok;
         for (int64_t r = r0; r < r1; r += 4) {
@@ -281,13 +301,21 @@ AVX512 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, 
                 for (; t + 4 <= t1; t += 4) {
                     const block_q8_K *b[4];
                     for (int k = 0; k < 4; k++) b[k] = (const block_q8_K *)((const uint8_t *)xq + (size_t)(t + k) * xq_stride);
-                    gemm_tile_q4_K(nb, a, b, y + t * n_out + r, n_out);
+                    gemm_tile_q4_K(nb, a, b, y + t * n_out + r, n_out, grouped);
                 }
             for (; t < t1; t++) /* the last tokens of a block, or rows past a multiple of four */
-                for (int k = 0; k < nr; k++)
-                    y[t * n_out + r + k] = dot_q4_K(n_in, a[k], (const uint8_t *)xq + (size_t)t * xq_stride);
+                for (int k = 0; k < nr; k++) {
+                    const void *xt = (const uint8_t *)xq + (size_t)t * xq_stride;
+                    y[t * n_out + r + k] = t < n_grouped ? quant_dot_q4_K_gemm(n_in, a[k], xt) : dot_q4_K(n_in, a[k], xt);
+                }
         }
     }
+}
+
+AVX512 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y, int64_t n_out, bool grouped) {
+    if (grouped) gemm_rows_q4_K(n_in, w, w_stride, r0, r1, xq, xq_stride, n_tok, y, n_out, 1);
+    else gemm_rows_q4_K(n_in, w, w_stride, r0, r1, xq, xq_stride, n_tok, y, n_out, 0);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------------- */

@@ -242,7 +242,8 @@ static void gemm_q4_K_rows(void *job) {
     struct matmul_job *j = job;
     for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
         int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
-        kquant_gemm_q4_K_rows(j->n_in, j->w, j->w_stride, r0, r1, j->xq, j->xq_stride, j->n_tok, j->y, j->n_out);
+        kquant_gemm_q4_K_rows(j->n_in, j->w, j->w_stride, r0, r1, j->xq, j->xq_stride, j->n_tok, j->y, j->n_out,
+                              j->dot_grouped != NULL);
     }
 }
 
@@ -355,6 +356,13 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         if (wtype == GGML_TYPE_F16 && n_tok >= 2) j.dot = quant_dot_f16_tinyblas;
         if (wtype == GGML_TYPE_Q4_0) j.dot = quant_dot_q4_0_reference;
         if (wtype == GGML_TYPE_Q4_K) j.dot_grouped = quant_dot_q4_K_gemm;
+        /* AVX-512's Q4_K and Q6_K kernels give the scalar ones' numbers (kquant_avx512.c), and
+         * the Q4_K GEMM below the grouped order too: the reference's numbers at SIMD speed. */
+        if (c->level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K)) {
+            j.dot = quant_get_vec_dot(c->level, wtype);
+            if (wtype == GGML_TYPE_Q6_K) j.dot4 = quant_get_vec_dot4(c->level, wtype);
+            j.dotr = n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(c->level, wtype) : NULL;
+        }
     } else {
         j.dot = quant_get_vec_dot(c->level, wtype);
         j.dot4 = quant_get_vec_dot4(c->level, wtype);
@@ -373,8 +381,9 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     } else {
         quantize_all(&j);
     }
-    if (path != MATMUL_REFERENCE && wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS) {
-        /* the same numbers as vec_rows, weights and activations shared by 4 x 4 tiles */
+    if (wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS) {
+        /* vec_rows' numbers (MATMUL_REFERENCE: with its grouped order), weights and activations
+         * shared by 4 x 4 tiles */
         j.chunk_rows = div_up(div_up(n_out, 2 * (int64_t)c->n_threads), 4) * 4;
         if (j.chunk_rows > GEMM_CHUNK_ROWS) j.chunk_rows = GEMM_CHUNK_ROWS;
         j.n_chunks = div_up(n_out, j.chunk_rows);

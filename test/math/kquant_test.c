@@ -161,3 +161,50 @@ TEST(kquant_q4_K_matmul_equals_scalar_dots_at_every_batch_size) {
     }
     CHECK_EQ_INT(checked, 3 * (4 + 7 + 33 + 64 + 75) * N_OUT);
 }
+
+/* MATMUL_REFERENCE on AVX-512 runs Q4_K and Q6_K on these kernels too (the golden tests' speed):
+ * still the scalar orders exactly: Q4_K tokens in whole groups of four the reference's GEMM order
+ * (quant_dot_q4_K_gemm), the rest its GEMV order (the scalar vec_dot); Q6_K the scalar vec_dot. */
+TEST(kquant_reference_path_equals_scalar_orders) {
+    if (!simd_level_supported(SIMD_AVX512)) SKIP("this CPU has no AVX-512 VNNI");
+    enum { N_IN = 512, N_OUT = 70, MAX_TOK = 75 };
+    static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
+    static uint8_t w[N_OUT * N_IN], xq[MAX_TOK][N_IN * 2];
+    for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = urand() * (1 + i % 3);
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = urand() * 3;
+    for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(GGML_TYPE_Q8_K, x + tk * N_IN, xq[tk], N_IN);
+    const enum ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    int grouped_seen = 0, checked = 0;
+    for (int nt = 1; nt <= 2; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        for (int k = 0; k < 2; k++) {
+            enum ggml_type ty = types[k];
+            const size_t row = ggml_row_size(ty, N_IN);
+            quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+            quant_vec_dot_fn scalar = quant_get_vec_dot(SIMD_SCALAR, ty);
+            const int n_toks[] = {1, 3, 4, 7, 33, 75};
+            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+                int n_tok = n_toks[ti];
+                matmul_path(c, MATMUL_REFERENCE, ty, w, N_IN, N_OUT, x, n_tok, y);
+                for (int tk = 0; tk < n_tok; tk++) {
+                    bool grouped = ty == GGML_TYPE_Q4_K && tk < n_tok - n_tok % 4;
+                    grouped_seen += grouped;
+                    for (int o = 0; o < N_OUT; o++) {
+                        const uint8_t *wr = w + row * (size_t)o;
+                        float want = grouped ? quant_dot_q4_K_gemm(N_IN, wr, xq[tk]) : scalar(N_IN, wr, xq[tk]);
+                        if (y[tk * N_OUT + o] != want) {
+                            fprintf(stderr, "  %s threads %d n_tok %d y[%d][%d] = %.9g, scalar %.9g\n", ggml_type_info(ty)->name,
+                                    nt, n_tok, tk, o, y[tk * N_OUT + o], want);
+                            compute_destroy(c);
+                            CHECK(!"the reference path differs from the scalar order");
+                        }
+                        checked++;
+                    }
+                }
+            }
+        }
+        compute_destroy(c);
+    }
+    CHECK(grouped_seen > 0 && checked == 2 * 2 * (1 + 3 + 4 + 7 + 33 + 75) * N_OUT);
+}
