@@ -21,6 +21,9 @@
  *       nor on the thread count: every output is exactly its single-row vec_dot.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value.
+ *   Q4_K and Q6_K weights, AVX-512 VNNI: the vector path at every batch size (kquant_avx512.c:
+ *       Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its 4-token kernel), every
+ *       output exactly the scalar vec_dot.
  *   n_tok >= MATMUL_BLAS_MIN_TOKENS (other cases): the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
@@ -35,7 +38,8 @@
  *       Dequantized tiles + sgemm measured up to 3.5% of the largest logit off the reference
  *       (over the README's 3% bar); this path is 0. It is scalar, so slow, except for Q8_0 where
  *       the SIMD kernels and the integer GEMM compute the reference's order exactly (used when
- *       the CPU has the GEMM). Q4_0's reference order (one float chain per row, its repacked
+ *       the CPU has the GEMM), and for Q4_K and Q6_K on AVX-512 VNNI (kquant_avx512.c; the
+ *       Q4_K tiles compute the grouped order too). Q4_0's reference order (one float chain per row, its repacked
  *       GEMV) differs from the 8-lane order of our Q4_0 SIMD kernels: quant_dot_q4_0_reference.
  *
  *   struct compute *c;
