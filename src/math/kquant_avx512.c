@@ -303,11 +303,17 @@ AVX512 INLINE void gemm_rows_q4_K(int64_t n_in, const void *w, size_t w_stride, 
                     for (int k = 0; k < 4; k++) b[k] = (const block_q8_K *)((const uint8_t *)xq + (size_t)(t + k) * xq_stride);
                     gemm_tile_q4_K(nb, a, b, y + t * n_out + r, n_out, grouped);
                 }
-            for (; t < t1; t++) /* the last tokens of a block, or rows past a multiple of four */
-                for (int k = 0; k < nr; k++) {
-                    const void *xt = (const uint8_t *)xq + (size_t)t * xq_stride;
-                    y[t * n_out + r + k] = t < n_grouped ? quant_dot_q4_K_gemm(n_in, a[k], xt) : dot_q4_K(n_in, a[k], xt);
+            for (; t < t1; t++) { /* the last tokens of a block, or rows past a multiple of four */
+                const void *xt = (const uint8_t *)xq + (size_t)t * xq_stride;
+                if (nr == 4 && t >= n_grouped) {
+                    float out[4];
+                    dotr_q4_K(n_in, a[0], w_stride, xt, out);
+                    for (int k = 0; k < 4; k++) y[t * n_out + r + k] = out[k];
+                    continue;
                 }
+                for (int k = 0; k < nr; k++)
+                    y[t * n_out + r + k] = t < n_grouped ? quant_dot_q4_K_gemm(n_in, a[k], xt) : dot_q4_K(n_in, a[k], xt);
+            }
         }
     }
 }
