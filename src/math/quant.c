@@ -734,6 +734,15 @@ float quant_expf(float x) {
     float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
                    fmaf(0x1.ffffecp-1f, b, 1.0f));
     if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : INFINITY; /* also x = -inf (NaN n) -> 0 */
+    /* j is in [0.70, 1.42]: for -125 <= n <= 127, j * 2^n is a normal float, so multiplying by
+     * the power of two is exact, the very value of ldexpf, without its libm call (which was
+     * ~9% of a decode step's CPU through the softmax and SiLU). */
+    if (n >= -125 && n <= 127) {
+        uint32_t bits = (uint32_t)((int)n + 127) << 23;
+        float p2;
+        memcpy(&p2, &bits, sizeof p2);
+        return j * p2;
+    }
     return ldexpf(j, (int)n);
 }
 
