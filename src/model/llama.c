@@ -282,9 +282,12 @@ static void rope_tables(const struct model_hparams *hp, struct forward_scratch *
 
 static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
-    for (int64_t i = r0 * j->n; i < r1 * j->n; i++) {
-        float g = j->x[i];
-        j->x[i] = g / (1.0f + quant_expf(0.0f - g)) * j->y[i];
+    float e[256];
+    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += 256) {
+        int64_t m = r1 * j->n - i0 < 256 ? r1 * j->n - i0 : 256;
+        for (int64_t k = 0; k < m; k++) e[k] = 0.0f - j->x[i0 + k];
+        quant_expf_n(e, e, m);
+        for (int64_t k = 0; k < m; k++) j->x[i0 + k] = j->x[i0 + k] / (1.0f + e[k]) * j->y[i0 + k];
     }
 }
 
@@ -324,13 +327,13 @@ struct softmax_job {
  * elements in float (GCC's 512-bit reduction order), the chunks added in double; the row is
  * zero-padded to REF_KV_PAD, so every chunk is whole. */
 static double softmax_exp_sum(float *row, int64_t n, float mx) {
+    /* masked cells stay -inf, whose quant_expf is 0 (also when mx is -inf) */
+    for (int64_t c = 0; c < n; c++) row[c] = row[c] == -INFINITY ? -INFINITY : row[c] - mx;
+    quant_expf_n(row, row, n);
     double sum = 0;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
         float v[16] = {0};
-        for (int64_t c = c0; c < n && c < c0 + 16; c++) {
-            row[c] = row[c] == -INFINITY ? 0.0f : quant_expf(row[c] - mx);
-            v[c - c0] = row[c];
-        }
+        for (int64_t c = c0; c < n && c < c0 + 16; c++) v[c - c0] = row[c];
         sum += (double)quant_fold16(v);
     }
     return sum;

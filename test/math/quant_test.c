@@ -409,3 +409,33 @@ TEST(quant_expf_scales_as_ldexpf) {
     }
     CHECK(n > 300000);
 }
+
+/* quant_expf_n is quant_expf over an array, bit for bit: normal, subnormal and overflowing
+ * results, -inf, NaN, and a length that is not a multiple of the 16-lane blocks. */
+TEST(quant_expf_n_equals_quant_expf) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -140.0f + 230.0f * (float)i / N + 0.0001f * (float)(i % 7);
+    x[5] = -INFINITY;
+    x[77] = NAN;
+    x[300] = INFINITY;
+    x[301] = -87.3f;
+    x[302] = 88.7f;
+    quant_expf_n(x, y, N);
+    for (int i = 0; i < N; i++) {
+        float want = quant_expf(x[i]);
+        if (memcmp(&want, &y[i], sizeof want) != 0) {
+            fprintf(stderr, "  x=%a: %a vs quant_expf %a\n", x[i], y[i], want);
+            CHECK(!"quant_expf_n differs from quant_expf");
+            return;
+        }
+    }
+    CHECK(y[5] == 0.0f && y[4098] > 1e30f);
+    memcpy(y, x, sizeof x); /* in place */
+    quant_expf_n(y, y, N);
+    for (int i = 0; i < N; i++) {
+        float want = quant_expf(x[i]);
+        CHECK(memcmp(&want, &y[i], sizeof want) == 0);
+        if (memcmp(&want, &y[i], sizeof want) != 0) return;
+    }
+}
