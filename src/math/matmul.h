@@ -62,9 +62,10 @@
 #define MATMUL_BLAS_MIN_TOKENS 32
 /* Q8_0 batches of at least this many tokens take the integer GEMM where there is one (see
  * MATMUL_GEMM_Q8; its numbers are the vector path's, so only the speed depends on this).
- * Measured (one thread, 2048 -> 5632): 4 tokens 0.84 ms against 1.42 on the vector kernels,
- * 16 tokens 2.1 against 6.6; 2 tokens 0.84 against 0.76. */
-#define MATMUL_GEMM_Q8_MIN_TOKENS 4
+ * Measured (one thread, weights streamed from memory, CPU time), GEMM against the vector kernels:
+ * 2048 -> 5632, 2 tokens 0.41 ms against 0.74, 3 tokens 0.48 against 1.14; SmolLM2's 576 -> 49152
+ * output matrix, 2 tokens 1.06 against 1.24, 3 tokens 1.34 against 1.83 (one token 0.88). */
+#define MATMUL_GEMM_Q8_MIN_TOKENS 2
 
 struct compute;
 

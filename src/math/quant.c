@@ -734,7 +734,53 @@ float quant_expf(float x) {
     float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
                    fmaf(0x1.ffffecp-1f, b, 1.0f));
     if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : INFINITY; /* also x = -inf (NaN n) -> 0 */
+    /* j is in [0.70, 1.42]: for -125 <= n <= 127, j * 2^n is a normal float, so multiplying by
+     * the power of two is exact, the very value of ldexpf, without its libm call (which was
+     * ~9% of a decode step's CPU through the softmax and SiLU). */
+    if (n >= -125 && n <= 127) {
+        uint32_t bits = (uint32_t)((int)n + 127) << 23;
+        float p2;
+        memcpy(&p2, &bits, sizeof p2);
+        return j * p2;
+    }
     return ldexpf(j, (int)n);
+}
+
+/* y[i] = quant_expf(x[i]), bit for bit, 16 at a time: the same operations written so that the
+ * compiler vectorizes them (fmaf -> vfmadd, the power of two from integer bits); lanes outside
+ * the exact-scaling range, rare (results below 2^-125, overflow, -inf, NaN), are redone by
+ * quant_expf. x and y may be the same array. */
+void quant_expf_n(const float *x, float *y, int64_t n) {
+    const float r = 0x1.8p23f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float nn[16], out[16];
+        int32_t odd = 0;
+        for (int k = 0; k < 16; k++) {
+            float xv = x[i + k];
+            float z = fmaf(xv, 0x1.715476p+0f, r);
+            float e = z - r;
+            float b = fmaf(-e, 0x1.7f7d1cp-20f, fmaf(-e, 0x1.62e4p-1f, xv));
+            float u = b * b;
+            float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+            bool in = e >= -125.0f && e <= 127.0f;
+            float ec = in ? e : 0.0f;
+            int32_t bits = ((int32_t)ec + 127) << 23;
+            float p2;
+            memcpy(&p2, &bits, sizeof p2);
+            out[k] = j * p2;
+            nn[k] = e;
+            odd |= !in;
+        }
+        float xs[16];
+        memcpy(xs, x + i, sizeof xs);
+        memcpy(y + i, out, sizeof out);
+        if (odd)
+            for (int k = 0; k < 16; k++)
+                if (!(nn[k] >= -125.0f && nn[k] <= 127.0f)) y[i + k] = quant_expf(xs[k]);
+    }
+    for (; i < n; i++) y[i] = quant_expf(x[i]);
 }
 
 const struct quant_kernels quant_kernels_scalar = {

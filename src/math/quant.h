@@ -43,12 +43,15 @@ float quant_vec_dot(enum ggml_type w, int64_t n, const void *w_row, const void *
  *   elements, then (0+2) + (1+3), the 16-lane reduction, and the elements from there to n
  *   added in double.
  * quant_expf: ggml's vectorized expf of an AVX-512 build (within 2 ulp of expf; exp(-inf) = 0).
+ *   quant_expf_n: the same over an array (y[i] = quant_expf(x[i]) bit for bit, vectorized;
+ *   y may be x).
  * quant_fold16: the sum of 16 float lanes in the order that ends all of these and the F32 dot
  *   order of our SIMD kernels (math/attn.h): t[k] = l[k] + l[k+8], u[k] = t[k] + t[k+4], then
  *   (u0 + u2) + (u1 + u3) (GCC's _mm512_reduce_add_ps, hsum_ps of the two 8-lane halves' sum). */
 float quant_dot_f32_lanes16(int64_t n, const float *a, const float *b);
 float quant_dot_f32_vec_f16(int64_t n, int64_t n_pad, const float *a, const float *b);
 float quant_expf(float x);
+void quant_expf_n(const float *x, float *y, int64_t n);
 float quant_fold16(const float l[16]);
 
 /* fp16 / bf16 scalar conversions (IEEE half, round-to-nearest-even). */

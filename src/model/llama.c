@@ -21,8 +21,9 @@
  * (quant_dot_f32_lanes16), of a single token as ggml_vec_dot_f16 (quant_dot_f32_vec_f16, P.V
  * over the padded row); otherwise they are two sgemm/SIMD matmuls, and
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
- * run on math/attn.h's kernels straight from the F16 cells, all heads in one parallel job, with
- * the very numbers the vector path would give.
+ * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
+ * would give: every such sequence of the batch (a decode step's) has its cells listed once per
+ * pass (plan_attention), and all their heads run in one parallel job per layer.
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -40,6 +41,13 @@
 enum { ATT_CHUNK_ENTRIES = 64 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
+
+/* One planned decode-sized sequence: entries dent[e0 .. e0 + ne), cells acells[off .. off + nv)
+ * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head). */
+struct direct_seq {
+    int32_t e0, ne;
+    int64_t off, nv, row0;
+};
 
 struct forward_scratch {
     struct compute *c;
@@ -71,6 +79,21 @@ struct forward_scratch {
     uint16_t *h16;      /* [qg_rows][max(n_ctx, head_dim)] F16 staging for rounding */
     float *og;          /* [att_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
+    /* Decode-sized sequences of the step (all their entries in one direct chunk), planned once
+     * per forward pass (their cells do not change between layers) and attended in one parallel
+     * job per layer: a step of k decode rows used to list k sequences' cells and dispatch k
+     * small jobs on every layer. */
+    struct direct_seq *dseq; /* [max_tokens] */
+    int32_t n_dseq;
+    int64_t n_drows;    /* sum of the planned sequences' n_ent * n_head */
+    int32_t *dent;      /* [T] their entries, grouped by sequence */
+    int32_t *gent;      /* [T] entries of the other sequences, grouped by sequence */
+    int32_t *gseq;      /* [T] (first entry index in gent, count) pairs' sequence ids, see gcount */
+    int32_t *gcount;    /* [T] */
+    int32_t n_gseq;
+    int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
+    int32_t *acpos;     /* [arena_n] their positions */
+    int64_t arena_n;
     bool reference;     /* cfg.reference */
     int32_t n_slots;    /* direct_rows: one slot (row of qg, sc, h16) per compute thread */
     size_t sc_stride, h16_stride; /* a slot's row: n_ctx, max(n_ctx, head_dim) */
@@ -89,7 +112,8 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
-                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo};
+                        s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
+                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -139,6 +163,16 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->vt = scratch_alloc(s, ctx * hd, sizeof(float), &ok);
     s->order = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->og = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
+    s->dseq = scratch_alloc(s, T, sizeof *s->dseq, &ok);
+    s->dent = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->gent = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->gseq = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->gcount = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    /* room for the cells of 8 full-context sequences, or of many shorter ones; a step whose
+     * decode sequences hold more falls back to per-sequence attention for the rest */
+    s->arena_n = 8 * (int64_t)ctx;
+    s->acells = scratch_alloc(s, (size_t)s->arena_n, sizeof(int32_t), &ok);
+    s->acpos = scratch_alloc(s, (size_t)s->arena_n, sizeof(int32_t), &ok);
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
     int rc = ok ? 0 : -ERR_NOMEM;
@@ -248,9 +282,12 @@ static void rope_tables(const struct model_hparams *hp, struct forward_scratch *
 
 static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
-    for (int64_t i = r0 * j->n; i < r1 * j->n; i++) {
-        float g = j->x[i];
-        j->x[i] = g / (1.0f + quant_expf(0.0f - g)) * j->y[i];
+    float e[256];
+    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += 256) {
+        int64_t m = r1 * j->n - i0 < 256 ? r1 * j->n - i0 : 256;
+        for (int64_t k = 0; k < m; k++) e[k] = 0.0f - j->x[i0 + k];
+        quant_expf_n(e, e, m);
+        for (int64_t k = 0; k < m; k++) j->x[i0 + k] = j->x[i0 + k] / (1.0f + e[k]) * j->y[i0 + k];
     }
 }
 
@@ -290,13 +327,13 @@ struct softmax_job {
  * elements in float (GCC's 512-bit reduction order), the chunks added in double; the row is
  * zero-padded to REF_KV_PAD, so every chunk is whole. */
 static double softmax_exp_sum(float *row, int64_t n, float mx) {
+    /* masked cells stay -inf, whose quant_expf is 0 (also when mx is -inf) */
+    for (int64_t c = 0; c < n; c++) row[c] = row[c] == -INFINITY ? -INFINITY : row[c] - mx;
+    quant_expf_n(row, row, n);
     double sum = 0;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
         float v[16] = {0};
-        for (int64_t c = c0; c < n && c < c0 + 16; c++) {
-            row[c] = row[c] == -INFINITY ? 0.0f : quant_expf(row[c] - mx);
-            v[c - c0] = row[c];
-        }
+        for (int64_t c = c0; c < n && c < c0 + 16; c++) v[c - c0] = row[c];
         sum += (double)quant_fold16(v);
     }
     return sum;
@@ -348,17 +385,18 @@ static int cmp_by_pos(const void *a, const void *b, void *arg) {
 
 /* Order the sequence's cells by position (cells are usually taken in order, so usually they
  * already are): then a chunk of entries sees exactly a prefix of them. */
-static void sort_cells_by_pos(struct forward_scratch *s, const struct kv_memory *kv, int64_t n_c) {
+static void sort_cells_by_pos(struct forward_scratch *s, const struct kv_memory *kv, int32_t *cells, int32_t *cpos,
+                              int64_t n_c) {
     bool sorted = true;
     for (int64_t c = 0; c < n_c; c++) {
-        s->cpos[c] = kv->pos[s->cells[c]];
-        if (c && s->cpos[c] < s->cpos[c - 1]) sorted = false;
+        cpos[c] = kv->pos[cells[c]];
+        if (c && cpos[c] < cpos[c - 1]) sorted = false;
     }
     if (sorted) return;
-    memcpy(s->order, s->cells, (size_t)n_c * sizeof *s->order);
+    memcpy(s->order, cells, (size_t)n_c * sizeof *s->order);
     qsort_r(s->order, (size_t)n_c, sizeof *s->order, cmp_by_pos, kv->pos);
-    memcpy(s->cells, s->order, (size_t)n_c * sizeof *s->cells);
-    for (int64_t c = 0; c < n_c; c++) s->cpos[c] = kv->pos[s->cells[c]];
+    memcpy(cells, s->order, (size_t)n_c * sizeof *cells);
+    for (int64_t c = 0; c < n_c; c++) cpos[c] = kv->pos[cells[c]];
 }
 
 /* Cells at positions <= p: the length of the prefix of the sorted cpos. */
@@ -406,36 +444,60 @@ struct direct_job {
     struct forward_scratch *s;
     const struct kv_memory *kv;
     const struct batch *b;
-    int32_t layer, e0;  /* entries s->ent[e0 ..] */
+    int32_t layer;
+    /* direct_rows: one chunk, entries ent[0 ..], cells[0 .. nv) at positions cpos */
+    const int32_t *ent, *cells, *cpos;
     int64_t nv;         /* cells every row multiplies (the chunk's last entry sees them all) */
     _Atomic int slot;   /* scratch slots handed out */
 };
+
+/* One attention row (entry i, query head qh) over cells[0 .. nv), in slot `slot`'s scratch. */
+static void direct_row(const struct direct_job *j, int slot, int32_t i, int32_t qh, const int32_t *cells,
+                       const int32_t *cpos, int64_t nv) {
+    const struct model_hparams *hp = j->hp;
+    struct forward_scratch *s = j->s;
+    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, kvh = qh / group;
+    int64_t nq = (int64_t)hp->n_head * hd;
+    float *q = s->qg + (size_t)slot * hd, *sc = s->sc + (size_t)slot * s->sc_stride;
+    uint16_t *h16 = s->h16 + (size_t)slot * s->h16_stride;
+    const uint16_t *k0 = kv_k_row(j->kv, j->layer, 0), *v0 = kv_v_row(j->kv, j->layer, 0);
+    size_t k_stride = (size_t)j->kv->shape.n_embd_k, v_stride = (size_t)j->kv->shape.n_embd_v;
+    memcpy(q, s->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
+    round_f16(q, h16, hd);
+    attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, cells, nv, hd, sc);
+    int32_t pos = j->b->pos[i];
+    struct softmax_job sj = {.sc = sc, .h16 = h16, .n_c = nv, .cpos = cpos, .row_pos = &pos,
+                             .group = 1, .scale = 1.0f / sqrtf((float)hd)};
+    softmax_rows(&sj, 0, 1);
+    attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, cells, nv, hd, s->att + i * nq + (int64_t)qh * hd);
+}
 
 /* Rows [r0, r1) of a direct chunk, row r = entry e0 + r / n_head, query head r % n_head: the
  * scores and the mix exactly as the matmuls of the gathered path's vector kernels compute them,
  * on the same F16-rounded query and probabilities. */
 static void direct_rows(void *arg, int64_t r0, int64_t r1) {
     struct direct_job *j = arg;
-    const struct model_hparams *hp = j->hp;
+    int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
+    ASSERT(slot < j->s->n_slots);
+    int32_t n_head = j->hp->n_head;
+    for (int64_t r = r0; r < r1; r++)
+        direct_row(j, slot, j->ent[r / n_head], (int32_t)(r % n_head), j->cells, j->cpos, j->nv);
+}
+
+/* Rows [r0, r1) of all the planned sequences (s->dseq, rows numbered across them in order). */
+static void direct_seq_rows(void *arg, int64_t r0, int64_t r1) {
+    struct direct_job *j = arg;
     struct forward_scratch *s = j->s;
     int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
     ASSERT(slot < s->n_slots);
-    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    int64_t nq = (int64_t)hp->n_head * hd;
-    float *q = s->qg + (size_t)slot * hd, *sc = s->sc + (size_t)slot * s->sc_stride;
-    uint16_t *h16 = s->h16 + (size_t)slot * s->h16_stride;
-    const uint16_t *k0 = kv_k_row(j->kv, j->layer, 0), *v0 = kv_v_row(j->kv, j->layer, 0);
-    size_t k_stride = (size_t)j->kv->shape.n_embd_k, v_stride = (size_t)j->kv->shape.n_embd_v;
+    int32_t n_head = j->hp->n_head, d = 0;
+    while (s->dseq[d].row0 + (int64_t)s->dseq[d].ne * n_head <= r0) d++;
     for (int64_t r = r0; r < r1; r++) {
-        int32_t i = s->ent[j->e0 + r / hp->n_head], qh = (int32_t)(r % hp->n_head), kvh = qh / group;
-        memcpy(q, s->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
-        round_f16(q, h16, hd);
-        attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, s->cells, j->nv, hd, sc);
-        int32_t pos = j->b->pos[i];
-        struct softmax_job sj = {.sc = sc, .h16 = h16, .n_c = j->nv, .cpos = s->cpos, .row_pos = &pos,
-                                 .group = 1, .scale = 1.0f / sqrtf((float)hd)};
-        softmax_rows(&sj, 0, 1);
-        attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, s->cells, j->nv, hd, s->att + i * nq + (int64_t)qh * hd);
+        if (r >= s->dseq[d].row0 + (int64_t)s->dseq[d].ne * n_head) d++;
+        const struct direct_seq *ds = &s->dseq[d];
+        int64_t k = r - ds->row0;
+        direct_row(j, slot, s->dent[ds->e0 + k / n_head], (int32_t)(k % n_head), s->acells + ds->off,
+                   s->acpos + ds->off, ds->nv);
     }
 }
 
@@ -448,7 +510,7 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
-    sort_cells_by_pos(s, kv, n_c);
+    sort_cells_by_pos(s, kv, s->cells, s->cpos, n_c);
     int32_t chunk = s->att_rows / group;
     bool gathered = false;
     int32_t row_pos[ATT_CHUNK_ENTRIES];
@@ -458,7 +520,8 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
         /* Entries come in increasing positions: the chunk's last one sees the most cells. */
         int64_t nv = n_visible(s->cpos, n_c, b->pos[s->ent[e0 + ne - 1]]);
         if (rows < MATMUL_BLAS_MIN_TOKENS && !s->reference) {
-            struct direct_job dj = {.hp = hp, .s = s, .kv = kv, .b = b, .layer = layer, .e0 = e0, .nv = nv};
+            struct direct_job dj = {.hp = hp, .s = s, .kv = kv, .b = b, .layer = layer, .ent = s->ent + e0,
+                                    .cells = s->cells, .cpos = s->cpos, .nv = nv};
             compute_parallel_for(s->c, (int64_t)ne * hp->n_head, direct_rows, &dj);
             continue;
         }
@@ -497,10 +560,20 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     }
 }
 
-/* Every entry's attention, one sequence at a time (entries keep their batch order). */
-static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
-                      const struct batch *b, int32_t layer) {
+/* Once per forward pass: the entries grouped by sequence (batch order within each); a sequence
+ * whose entries make one direct chunk (fewer rows than sgemm takes: decode steps) gets its
+ * cells listed and sorted into the arena, while it has room; the others are attended per layer
+ * by attend_seq. */
+static void plan_attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
+                           const struct batch *b) {
+    const struct model_hparams *hp = &m->hp;
+    int32_t group = hp->n_head / hp->n_head_kv;
     memset(s->done, 0, (size_t)b->n_tokens);
+    s->n_dseq = 0;
+    s->n_gseq = 0;
+    s->n_drows = 0;
+    int32_t n_dent = 0, n_gent = 0;
+    int64_t used = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         if (s->done[i]) continue;
         int32_t n_ent = 0;
@@ -509,7 +582,40 @@ static void attention(const struct model *m, struct forward_scratch *s, const st
                 s->ent[n_ent++] = j;
                 s->done[j] = 1;
             }
-        attend_seq(m, s, kv, b, layer, b->seq[i], n_ent);
+        int64_t n_c = kv->seq_n_cells[b->seq[i]];
+        if (!s->reference && (int64_t)n_ent * group < MATMUL_BLAS_MIN_TOKENS && n_ent <= ATT_CHUNK_ENTRIES &&
+            used + n_c <= s->arena_n) {
+            int32_t *cells = s->acells + used, *cpos = s->acpos + used;
+            int64_t got = kv_seq_cell_list(kv, b->seq[i], cells);
+            ASSERT(got == n_c);
+            sort_cells_by_pos(s, kv, cells, cpos, n_c);
+            struct direct_seq *ds = &s->dseq[s->n_dseq++];
+            *ds = (struct direct_seq){.e0 = n_dent, .ne = n_ent, .off = used, .row0 = s->n_drows,
+                                      .nv = n_visible(cpos, n_c, b->pos[s->ent[n_ent - 1]])};
+            memcpy(s->dent + n_dent, s->ent, (size_t)n_ent * sizeof *s->ent);
+            n_dent += n_ent;
+            used += n_c;
+            s->n_drows += (int64_t)n_ent * hp->n_head;
+        } else {
+            s->gseq[s->n_gseq] = b->seq[i];
+            s->gcount[s->n_gseq++] = n_ent;
+            memcpy(s->gent + n_gent, s->ent, (size_t)n_ent * sizeof *s->ent);
+            n_gent += n_ent;
+        }
+    }
+}
+
+/* Every entry's attention: the planned decode-sized sequences in one parallel job, the others
+ * one sequence at a time (entries keep their batch order). */
+static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
+                      const struct batch *b, int32_t layer) {
+    if (s->n_drows > 0) {
+        struct direct_job dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer};
+        compute_parallel_for(s->c, s->n_drows, direct_seq_rows, &dj);
+    }
+    for (int32_t g = 0, e = 0; g < s->n_gseq; e += s->gcount[g++]) {
+        memcpy(s->ent, s->gent + e, (size_t)s->gcount[g] * sizeof *s->ent);
+        attend_seq(m, s, kv, b, layer, s->gseq[g], s->gcount[g]);
     }
 }
 
@@ -544,6 +650,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
                        s->x + i * E, E);
     rope_tables(hp, s, b);
+    plan_attention(m, s, kv, b);
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];

@@ -157,26 +157,38 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Move the k best candidates to the front, sorted. Quickselect then sort k. */
-static void top_k_sorted(struct cand *c, int32_t n, int32_t k) {
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        struct cand pivot = c[(lo + hi) / 2];
-        int32_t i = lo, j = hi;
-        while (i <= j) {
-            while (cand_cmp(&c[i], &pivot) < 0) i++;
-            while (cand_cmp(&c[j], &pivot) > 0) j--;
-            if (i <= j) {
-                struct cand t = c[i];
-                c[i++] = c[j];
-                c[j--] = t;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+/* Whether candidate (la, ia) ranks before (lb, ib): cand_cmp's order (higher logit, then lower id). */
+static bool ranks_before(float la, int32_t ia, float lb, int32_t ib) { return la > lb || (la == lb && ia < ib); }
+
+/* Sift the heap root (the worst kept candidate) down: a min-heap in ranking order. */
+static void sift_down(struct cand *h, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && ranks_before(h[w].logit, h[w].id, h[l].logit, h[l].id)) w = l;
+        if (r < k && ranks_before(h[w].logit, h[w].id, h[r].logit, h[r].id)) w = r;
+        if (w == i) return;
+        struct cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
     }
-    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+}
+
+/* out[0..k) = the k best of the n logits as candidates, sorted by cand_cmp (0 < k <= n): one
+ * pass with a heap of k, where most logits cost one comparison with the worst kept one (the
+ * quickselect over all n candidates it replaces was ~8% of a serving step's CPU at top_k 40
+ * over a 49152-token vocabulary). The k best under cand_cmp's total order are one set, so the
+ * result is the same. */
+static void top_k_sorted(const float *logits, int32_t n, int32_t k, struct cand *out) {
+    for (int32_t i = 0; i < k; i++) out[i] = (struct cand){i, logits[i]};
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(out, k, i);
+    for (int32_t i = k; i < n; i++) {
+        /* ids grow: an equal logit ranks after every kept one */
+        if (!(logits[i] > out[0].logit)) continue;
+        out[0] = (struct cand){i, logits[i]};
+        sift_down(out, k, 0);
+    }
+    qsort(out, (size_t)k, sizeof *out, cand_cmp);
 }
 
 static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob *probs, int32_t *n_out) {
@@ -188,9 +200,8 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
     double sum = 0;
     for (int32_t i = 0; i < nv; i++) sum += exp((double)s->sc->work[i] - mx);
     double lse = mx + log(sum);
-    for (int32_t i = 0; i < nv; i++) s->sc->cand[i] = (struct cand){i, s->sc->work[i]};
     int32_t k = n < nv ? n : nv;
-    if (k > 0) top_k_sorted(s->sc->cand, nv, k);
+    if (k > 0) top_k_sorted(s->sc->work, nv, k, s->sc->cand);
     bool have_chosen = false;
     for (int32_t i = 0; i < k; i++) {
         probs[i] = (struct sampler_prob){s->sc->cand[i].id, (float)(s->sc->cand[i].logit - lse)};
@@ -209,12 +220,13 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
             if (s->sc->work[i] > s->sc->work[chosen]) chosen = i;
     } else {
         int32_t n = nv;
-        for (int32_t i = 0; i < nv; i++) s->sc->cand[i] = (struct cand){i, s->sc->work[i]};
         bool sorted = false;
         if (p->top_k > 0 && p->top_k < n) {
-            top_k_sorted(s->sc->cand, n, p->top_k);
+            top_k_sorted(s->sc->work, n, p->top_k, s->sc->cand);
             n = p->top_k;
             sorted = true;
+        } else {
+            for (int32_t i = 0; i < nv; i++) s->sc->cand[i] = (struct cand){i, s->sc->work[i]};
         }
         if (p->top_p > 0 && p->top_p < 1) {
             if (!sorted) qsort(s->sc->cand, (size_t)n, sizeof *s->sc->cand, cand_cmp);

@@ -9,6 +9,13 @@
  *                                                  decode steps at 512..575; prints "tg64 T
  *                                                  fastest_step_ms S", S robust to a busy machine)
  *   build/bench/forward_bench MODEL --pp-only R    (for profiling prompts: R prompts of 512; "pp512 T")
+ *   build/bench/forward_bench MODEL --rows K [--reps R]  (a server's decode steps: K sequences at
+ *                                                  different positions (prompts of 40 + 13 s tokens),
+ *                                                  R x 64 steps of one token each, every row wanting
+ *                                                  logits; prints "rows K step_ms S per_row_ms P
+ *                                                  mean_step_ms M cpu_step_ms C", S the fastest step,
+ *                                                  C the least process CPU time of a step: with
+ *                                                  --threads 1, robust to a busy machine)
  * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T weights_mb M" or "bandwidth G".
  */
 #include "common/err.h"
@@ -21,6 +28,12 @@
 #include <time.h>
 
 #define BW_BYTES ((size_t)1 << 30)
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -85,6 +98,39 @@ static int run(const struct model *m, struct forward_ctx *fc, struct memory *mem
     return rc;
 }
 
+/* K sequences' prompts (sequence s: 40 + 13 s tokens, so positions differ), then reps x 64 steps
+ * of one decode token per sequence, each wanting logits (the server's decode step). */
+static int run_rows(const struct model *m, struct forward_ctx *fc, struct memory *mem, struct batch *b, int k,
+                    int reps, double *best_step, double *mean_step, double *cpu_step) {
+    int rc = 0;
+    *best_step = 1e9;
+    *cpu_step = 1e9;
+    int32_t len[64];
+    for (int s = 0; s < k && rc == 0; s++) {
+        len[s] = 40 + 13 * s;
+        batch_clear(b);
+        for (int32_t i = 0; i < len[s]; i++) batch_add(b, (int32_t)((i * 31 + s * 7) % m->hp.n_vocab), i, s, false);
+        rc = memory_reserve(mem, b);
+        if (rc == 0) rc = model_forward(m, fc, mem, b);
+    }
+    double t0 = now();
+    for (int r = 0; r < reps && rc == 0; r++) {
+        for (int32_t i = 0; i < 64 && rc == 0; i++) {
+            double s0 = now(), c0 = cpu_now();
+            batch_clear(b);
+            for (int s = 0; s < k; s++) batch_add(b, (int32_t)((i * 97 + s) % m->hp.n_vocab), len[s] + i, s, true);
+            rc = memory_reserve(mem, b);
+            if (rc == 0) rc = model_forward(m, fc, mem, b);
+            double ds = now() - s0, dc = cpu_now() - c0;
+            if (ds < *best_step) *best_step = ds;
+            if (dc < *cpu_step) *cpu_step = dc;
+        }
+        for (int s = 0; s < k; s++) memory_seq_rm(mem, s, len[s], -1);
+    }
+    *mean_step = (now() - t0) / (64.0 * reps);
+    return rc;
+}
+
 /* The prompt once, then reps times 64 decode steps at positions 512..575 (their cells removed
  * after each round): a profile of this is a profile of decode. */
 static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct memory *mem, struct batch *b, int reps,
@@ -114,7 +160,7 @@ static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct mem
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0;
+    int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0, rows = 0;
     bool bw_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
@@ -122,6 +168,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--bandwidth")) bw_only = true;
         else if (!strcmp(argv[i], "--tg-only") && i + 1 < argc) tg_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pp-only") && i + 1 < argc) pp_only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoi(argv[++i]);
         else path = argv[i];
     }
     if (bw_only) {
@@ -141,14 +188,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", path, why);
         return 1;
     }
-    if (model_memory_create(m, 1024, 1, &mem) < 0 ||
-        forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .max_outputs = 1, .n_ctx = 1024,
+    if (rows < 0 || rows > 64) {
+        fprintf(stderr, "--rows: 1..64\n");
+        return 2;
+    }
+    if (model_memory_create(m, rows ? 8192 : 1024, rows ? rows : 1, &mem) < 0 ||
+        forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .max_outputs = rows ? rows : 1,
+                                                             .n_ctx = 1024,
                                                              .n_threads = n_threads}) < 0 ||
         batch_init(&b, 512) < 0) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
     double pp_best = 0, tg_best = 0, pp, tg;
+    if (rows > 0) {
+        double best, mean, cpu;
+        int rc = run_rows(m, fc, mem, &b, rows, reps, &best, &mean, &cpu);
+        if (rc < 0) fprintf(stderr, "forward failed: %s\n", err_str(rc));
+        else printf("rows %d step_ms %.3f per_row_ms %.3f mean_step_ms %.3f cpu_step_ms %.3f\n", rows, best * 1e3,
+                    best * 1e3 / rows, mean * 1e3, cpu * 1e3);
+        return rc < 0;
+    }
     if (tg_only > 0) {
         double best_step;
         int rc = run_tg_only(m, fc, mem, &b, tg_only, &tg, &best_step);

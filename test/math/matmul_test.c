@@ -241,7 +241,8 @@ TEST(matmul_vector_path_equals_single_dots) {
 }
 
 /* With AVX-512 VNNI, Q8_0 batches of MATMUL_GEMM_Q8_MIN_TOKENS and more take the integer GEMM:
- * every output exactly the single-token vec_dot (odd token counts, row counts not a multiple of
+ * every output exactly the single-token vec_dot (odd token counts, 1-3 pairs and more (tiles of
+ * 1, 2 and 4 pairs), row counts not a multiple of
  * the 4-row tile, token counts over one pass of the tile loop; 1 to 3 threads). */
 TEST(matmul_q8_0_gemm_equals_single_dots) {
     if (!simd_level_supported(SIMD_AVX512)) SKIP("no AVX-512 VNNI: Q8_0 batches take sgemm");
@@ -256,7 +257,7 @@ TEST(matmul_q8_0_gemm_equals_single_dots) {
     for (int nt = 1; nt <= 3; nt++) {
         struct compute *c;
         CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
-        const int n_toks[] = {MATMUL_GEMM_Q8_MIN_TOKENS, MATMUL_GEMM_Q8_MIN_TOKENS + 1, 9, MATMUL_BLAS_MIN_TOKENS,
+        const int n_toks[] = {MATMUL_GEMM_Q8_MIN_TOKENS, MATMUL_GEMM_Q8_MIN_TOKENS + 1, 4, 5, 6, 9, MATMUL_BLAS_MIN_TOKENS,
                               MATMUL_BLAS_MIN_TOKENS + 1, 75};
         for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
             int n_tok = n_toks[ti];

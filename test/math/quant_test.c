@@ -381,3 +381,61 @@ TEST(quant_expf_tracks_expf) {
         CHECK(fabsf(got - want) <= 4 * FLT_EPSILON * want);
     }
 }
+
+/* quant_expf's result is j * 2^n of its polynomial j; it scales by an exact power of two where
+ * the result is a normal float and by ldexpf elsewhere: every x from the subnormal range to the
+ * overflow gives the bits of ldexpf(j, n) (the formula is repeated here as the test's oracle). */
+static float expf_by_ldexpf(float x) {
+    const float r = 0x1.8p23f;
+    float z = fmaf(x, 0x1.715476p+0f, r);
+    float n = z - r;
+    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    float u = b * b;
+    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                   fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n);
+}
+
+TEST(quant_expf_scales_as_ldexpf) {
+    int n = 0;
+    for (float x = -135.0f; x < 89.0f; x += 0.000731f, n++) {
+        float want = expf_by_ldexpf(x), got = quant_expf(x);
+        if (memcmp(&want, &got, sizeof got) != 0) {
+            fprintf(stderr, "  x=%a: %a vs ldexpf %a\n", x, got, want);
+            CHECK(!"quant_expf differs from ldexpf scaling");
+            return;
+        }
+    }
+    CHECK(n > 300000);
+}
+
+/* quant_expf_n is quant_expf over an array, bit for bit: normal, subnormal and overflowing
+ * results, -inf, NaN, and a length that is not a multiple of the 16-lane blocks. */
+TEST(quant_expf_n_equals_quant_expf) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -140.0f + 230.0f * (float)i / N + 0.0001f * (float)(i % 7);
+    x[5] = -INFINITY;
+    x[77] = NAN;
+    x[300] = INFINITY;
+    x[301] = -87.3f;
+    x[302] = 88.7f;
+    quant_expf_n(x, y, N);
+    for (int i = 0; i < N; i++) {
+        float want = quant_expf(x[i]);
+        if (memcmp(&want, &y[i], sizeof want) != 0) {
+            fprintf(stderr, "  x=%a: %a vs quant_expf %a\n", x[i], y[i], want);
+            CHECK(!"quant_expf_n differs from quant_expf");
+            return;
+        }
+    }
+    CHECK(y[5] == 0.0f && y[4098] > 1e30f);
+    memcpy(y, x, sizeof x); /* in place */
+    quant_expf_n(y, y, N);
+    for (int i = 0; i < N; i++) {
+        float want = quant_expf(x[i]);
+        CHECK(memcmp(&want, &y[i], sizeof want) == 0);
+        if (memcmp(&want, &y[i], sizeof want) != 0) return;
+    }
+}

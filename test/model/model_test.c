@@ -174,6 +174,47 @@ TEST(model_forward_shared_prefix_and_save_restore_give_identical_logits) {
     teardown(&f);
 }
 
+/* A server's decode step: one token of each of 5 sequences at different positions (with a
+ * shared prefix) in one batch gives each the very logits of its step alone (fewer than 32 rows:
+ * every matmul and the attention take paths whose numbers do not depend on the batch). */
+TEST(model_forward_decode_step_of_many_sequences_equals_solo_steps) {
+    enum { K = 5 };
+    struct fixture f;
+    if (setup(t, &f, K) < 0) { teardown(&f); CHECK(t->skipped); return; }
+    int32_t V = f.m->hp.n_vocab;
+    float *solo = malloc(sizeof(float) * V * K);
+    int32_t len[K];
+    for (int32_t s = 0; s < K; s++) { /* prompts of 3..9 tokens; sequence 4 shares 2's cells */
+        len[s] = s == 4 ? len[2] : 3 + (s * 5) % 7;
+        if (s == 4) {
+            CHECK_EQ_INT(memory_seq_cp(f.mem, 2, 4, 0, -1), 0);
+            continue;
+        }
+        batch_clear(&f.b);
+        for (int32_t i = 0; i < len[s]; i++) batch_add(&f.b, s % 2 ? prompt_b[i % NB] : prompt_a[i], i, s, false);
+        CHECK_EQ_INT(run(&f), 0);
+    }
+    for (int32_t s = 0; s < K; s++) {
+        batch_clear(&f.b);
+        batch_add(&f.b, 278 + 7 * s, len[s], s, true);
+        CHECK_EQ_INT(run(&f), 0);
+        memcpy(solo + (size_t)s * V, f.fc->logits, sizeof(float) * V);
+        CHECK_EQ_INT(memory_seq_rm(f.mem, s, len[s], -1), 0);
+    }
+    batch_clear(&f.b);
+    for (int32_t s = K - 1; s >= 0; s--) batch_add(&f.b, 278 + 7 * s, len[s], s, true);
+    CHECK_EQ_INT(run(&f), 0);
+    CHECK_EQ_INT(f.fc->n_outputs, K);
+    for (int32_t s = 0; s < K; s++) {
+        float d = max_diff(f.fc->logits + (size_t)(K - 1 - s) * V, solo + (size_t)s * V, V);
+        if (d != 0) fprintf(stderr, "  sequence %d: max diff %g\n", s, d);
+        CHECK(d == 0);
+    }
+    CHECK(max_diff(solo, solo + V, V) > 0.1f); /* the sequences do differ */
+    free(solo);
+    teardown(&f);
+}
+
 /* A forward context whose n_ctx is below head_dim (kjv-tiny: 32): a decode step's direct
  * attention rounds the query through F16 scratch whose rows must hold head_dim halfs (under
  * `make check` an overflow there fails this test), with the numbers of a context of 256. */

@@ -224,3 +224,37 @@ TEST(sampler_shared_scratch_gives_the_same_tokens_as_own_buffers) {
     }
     sampler_scratch_destroy(sc);
 }
+
+/* The k best candidates (top_k, n_probs) are those of a full sort by logit then id, also with
+ * many tied logits: the reported top 20 of a 3000-token vocabulary of 7 distinct values in a
+ * shuffled order, against the oracle; and top_k = 1 draws the oracle's first. */
+static int cmp_oracle(const void *a, const void *b) {
+    const struct sampler_prob *x = a, *y = b;
+    if (x->logprob != y->logprob) return x->logprob > y->logprob ? -1 : 1;
+    return x->token - y->token;
+}
+
+TEST(sampler_top_k_equals_a_full_sort_with_ties) {
+    enum { V = 3000, K = SAMPLER_MAX_PROBS };
+    static float l[V];
+    static struct sampler_prob all[V];
+    uint32_t x = 12345;
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < V; i++) {
+            x = x * 1664525u + 1013904223u;
+            l[i] = (float)((x >> 16) % 7) - (rep % 3 == 0 && i % 500 == 3 ? -10.0f : 0.0f);
+            all[i] = (struct sampler_prob){i, l[i]};
+        }
+        qsort(all, V, sizeof *all, cmp_oracle);
+        struct sampler *s = make(t, V, &(struct sampler_params){.temperature = 0, .n_probs = K});
+        CHECK(s);
+        struct sampler_prob probs[K + 1];
+        int32_t n = 0;
+        CHECK_EQ_INT(sampler_sample(s, l, probs, &n), all[0].token);
+        CHECK_EQ_INT(n, K);
+        for (int i = 0; i < K && i < n; i++) CHECK_EQ_INT(probs[i].token, all[i].token);
+        CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 1, .top_k = 1, .seed = (uint64_t)rep}), 0);
+        CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), all[0].token);
+        sampler_destroy(s);
+    }
+}
