@@ -371,6 +371,7 @@ static void dispatch_or_hold(struct conn *c) {
     c->state = C_HELD;
     uv_timer_stop(&c->timer); /* it is complete: no read timeout while it waits its turn */
     app->counters.requests_inflight++;
+    app->counters.requests_held++;
     c->held_next = NULL;
     if (app->held_tail) app->held_tail->held_next = c;
     else app->held_head = c;

@@ -107,12 +107,12 @@ static void stats_handle(struct http_request *req, void *data) {
     int n = snprintf(body, sizeof body,
              "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,"
              "\"requests_total\":%llu,\"requests_inflight\":%d,\"requests_cancelled\":%llu,"
-             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu",
+             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu,\"requests_held\":%llu",
              app_state_name(app->state), (unsigned long long)k->connections_total,
              (unsigned long long)k->connections_rejected, (unsigned long long)k->connections_dropped, k->connections_open, k->rejects_open, (unsigned long long)k->requests_total,
              k->requests_inflight, (unsigned long long)k->requests_cancelled,
              (unsigned long long)k->backpressure_closes, (unsigned long long)k->timeouts,
-             (unsigned long long)k->bad_requests);
+             (unsigned long long)k->bad_requests, (unsigned long long)k->requests_held);
     /* the loop's iterations by busy time: "le_ms" bounds (the last is +inf) and counts */
     n += snprintf(body + n, sizeof body - (size_t)n,
                   ",\"loop\":{\"iterations\":%llu,\"busy_ms_sum\":%.3f,\"busy_ms_max\":%.3f,\"cpu_ms_sum\":%.3f,"

@@ -63,6 +63,7 @@ struct app_counters {
     uint64_t backpressure_closes;   /* streams closed because the client read too slowly */
     uint64_t timeouts;              /* 408s */
     uint64_t bad_requests;          /* 400/413/417/431 from the parser */
+    uint64_t requests_held;         /* complete, over an iteration's dispatch budget: held (conn.c) */
     int connections_open;           /* counted against --max-connections */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
