@@ -33,6 +33,10 @@
  * and go in the next iterations (app->dispatch_idle), each after a poll: a /health request
  * (a GET: never held) is answered in between instead of after all of them. */
 #define CONN_DISPATCH_PER_ITERATION 4
+/* Likewise, most closed connections per iteration whose request's cancel callback runs (freeing
+ * the request's scheduler state and sampler): when a step's worth of clients leave at once, the
+ * others are finished in the next iterations. While the app stops they all go at once. */
+#define CONN_CANCELS_PER_ITERATION 8
 
 enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
@@ -116,11 +120,9 @@ static void held_unlink(struct conn *c) {
     c->held_next = NULL;
 }
 
-static void on_handle_closed(uv_handle_t *h) {
-    struct conn *c = h->data;
-    if (--c->handles_open) return;
+/* Both handles are closed: tell the request's owner (if it died unfinished) and free. */
+static void conn_finish(struct conn *c) {
     struct app *app = c->app;
-    uint64_t t0 = app_work_begin(app);
     if (c->cancel_cb) { /* the request died unfinished: tell its owner, exactly once */
         http_cancel_cb cb = c->cancel_cb;
         c->cancel_cb = NULL;
@@ -135,7 +137,41 @@ static void on_handle_closed(uv_handle_t *h) {
     if (c->refused) app->counters.rejects_open--;
     free(c);
     app_conn_closed(app);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    struct conn *c = h->data;
+    if (--c->handles_open) return;
+    struct app *app = c->app;
+    if (c->cancel_cb && !app->stopping) { /* a cancel has work: paced like requests */
+        if (app->cancels_head || app->cancel_budget == 0) {
+            c->held_next = NULL;
+            if (app->cancels_tail) app->cancels_tail->held_next = c;
+            else app->cancels_head = c;
+            app->cancels_tail = c;
+            if (!uv_is_active((uv_handle_t *)&app->dispatch_idle))
+                uv_idle_start(&app->dispatch_idle, conn_dispatch_held);
+            return;
+        }
+        app->cancel_budget--;
+    }
+    uint64_t t0 = app_work_begin(app);
+    conn_finish(c);
     app_work_end(app, APP_WORK_CLOSE, t0);
+}
+
+/* Up to max (< 0: all) closed connections whose cancel callbacks were held over. */
+static void finish_held_cancels(struct app *app, int max) {
+    for (int n = 0; (max < 0 || n < max) && app->cancels_head; n++) {
+        struct conn *c = app->cancels_head;
+        app->cancels_head = c->held_next;
+        if (!app->cancels_head) app->cancels_tail = NULL;
+        conn_finish(c);
+    }
+}
+
+void conn_finish_held_cancels(struct app *app) {
+    finish_held_cancels(app, -1);
 }
 
 static void conn_close(struct conn *c, const char *why) {
@@ -387,12 +423,14 @@ void conn_dispatch_held(uv_idle_t *h) {
         held_unlink(c);
         dispatch(c); /* may finish at once and process c's pipelined bytes: held again at the tail */
     }
-    if (!app->held_head) uv_idle_stop(h);
+    finish_held_cancels(app, CONN_CANCELS_PER_ITERATION);
+    if (!app->held_head && !app->cancels_head) uv_idle_stop(h);
     app_work_end(app, APP_WORK_FLUSH, t0);
 }
 
 void conn_dispatch_budget_reset(struct app *app) {
     app->dispatch_budget = CONN_DISPATCH_PER_ITERATION;
+    app->cancel_budget = CONN_CANCELS_PER_ITERATION;
 }
 
 /* Parse what is buffered, dispatching complete requests one at a time. */

@@ -47,6 +47,7 @@ int app_on_stop(struct app *app, app_stop_fn fn, void *data) {
 static void app_stop(struct app *app) {
     if (app->stopping) return;
     app->stopping = true;
+    conn_finish_held_cancels(app); /* their owners hear of it before the stop hooks run */
     conn_close_all(app);
     for (int i = 0; i < app->n_stop_hooks; i++) app->stop_hooks[i].fn(app, app->stop_hooks[i].data);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);

@@ -151,7 +151,8 @@ struct app {
      * heavy requests are dispatched per iteration), oldest first; dispatch_idle runs while any
      * wait, dispatch_pace restores the budget before every poll. */
     struct conn *held_head, *held_tail;
-    int dispatch_budget;
+    struct conn *cancels_head, *cancels_tail; /* closed, cancel callback not run yet (paced too) */
+    int dispatch_budget, cancel_budget;
     uv_idle_t dispatch_idle;
     uv_prepare_t dispatch_pace;
     /* A connection with no memory for it must still be taken from libuv (which otherwise stops
@@ -198,7 +199,9 @@ size_t conn_memory_bytes(const struct app *app);
 void conn_close_all(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */
 void conn_dispatch_held(uv_idle_t *h);
-/* dispatch_pace's: a new iteration's budget of heavy requests. */
+/* dispatch_pace's: a new iteration's budget of heavy requests and cancels. */
 void conn_dispatch_budget_reset(struct app *app);
+/* Run every held-over cancel callback now (the app is stopping). */
+void conn_finish_held_cancels(struct app *app);
 
 #endif
