@@ -207,7 +207,7 @@ struct loop_sched_attr {
     uint64_t sched_runtime, sched_deadline, sched_period;
 };
 
-/* Ask for a short time slice for the loop thread (APP_LOOP_SLICE_NS). The fair scheduler of Linux
+/* Ask for a short time slice for the loop thread (--loop-slice-us). The fair scheduler of Linux
  * 6.12 and later (EEVDF) takes sched_runtime as the slice a SCHED_OTHER task wants, and a waking
  * task with a shorter slice preempts the running one at once: when a socket becomes readable
  * while the compute threads hold both cores, the loop runs now instead of after their slice
@@ -216,12 +216,13 @@ struct loop_sched_attr {
  * from here on (libuv's threadpool, and through it the compute threads) keep the default slice.
  * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency. */
 static void loop_short_slice(struct app *app) {
+    if (app->cfg->loop_slice_us <= 0) return;
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, (id_t)gettid());
     if (nice == -1 && errno) nice = 0;
     struct loop_sched_attr a = {.size = sizeof a, .sched_policy = 0 /* SCHED_OTHER */,
                                 .sched_flags = 1 /* SCHED_FLAG_RESET_ON_FORK */, .sched_nice = nice,
-                                .sched_runtime = APP_LOOP_SLICE_NS};
+                                .sched_runtime = (uint64_t)app->cfg->loop_slice_us * 1000};
     if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
         log_debug(&app->log, "loop thread: no short time slice (%s)", strerror(errno));
 }

@@ -114,10 +114,6 @@ struct app_loop_stats {
 uint64_t app_work_begin(const struct app *app);
 void app_work_end(struct app *app, enum app_work kind, uint64_t t0);
 
-/* The time slice app_start asks the kernel for on the loop thread (server.c: loop_short_slice):
- * 0.1 ms, the least Linux accepts, so the loop preempts compute threads as soon as it wakes. */
-#define APP_LOOP_SLICE_NS 100000u
-
 /* Test-only fault injection for conn.c, zero (off) in a real server: while a counter is above
  * zero, the next conn.c allocation (a connection, a write buffer) or uv_write fails as if out
  * of memory / as if the socket had failed, and the counter goes down by one. Tests set it on the
