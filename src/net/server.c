@@ -214,7 +214,9 @@ struct loop_sched_attr {
  * (about 3 ms, the tail of /health's latency). Unprivileged: same policy, same nice; it changes
  * only when this thread gets a core, not how much CPU it gets. RESET_ON_FORK: threads created
  * from here on (libuv's threadpool, and through it the compute threads) keep the default slice.
- * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency. */
+ * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
+ * Off by default: on a loaded machine the loop was also preempted that much more often in the
+ * middle of its iterations (README "Reliability"). */
 static void loop_short_slice(struct app *app) {
     if (app->cfg->loop_slice_us <= 0) return;
     errno = 0;
