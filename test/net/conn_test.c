@@ -378,7 +378,7 @@ TEST(conn_requests_with_work_are_paced_and_keep_their_order) {
     CHECK_EQ_INT(f.events_sent, 10);
     const char *at = f.reply;
     for (int i = 0; i < 10; i++) { /* every answer, in request order */
-        char want[8];
+        char want[16];
         snprintf(want, sizeof want, "<%d>", i);
         const char *next = strstr(at, want);
         CHECK(next != NULL);
