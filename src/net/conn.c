@@ -7,7 +7,9 @@
  *          any ──error / Connection: close──> LINGER (response flushed within --idle-timeout,
  *          write side shut, input drained for a moment so the client sees the response, not a
  *          reset) ──> CLOSED
- * While a request is HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
+ *          READING ──complete, over this iteration's dispatch budget──> HELD ──next iterations──>
+ *          HANDLING (the request counts as in flight from HELD on: a drain waits for it)
+ * While a request is HELD/HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
  */
@@ -25,7 +27,18 @@
 #define CONN_EXTRA_BYTES 2048
 #define LINGER_MS 2000
 
-enum conn_state { C_IDLE, C_READING, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
+/* Most requests with model work (anything but GET, HEAD, OPTIONS: parsing a JSON body,
+ * tokenizing, submitting) dispatched per loop iteration. When many arrive at once (a step's worth
+ * of clients sending their next request), the rest wait complete in C_HELD, in arrival order,
+ * and go in the next iterations (app->dispatch_idle), each after a poll: a /health request
+ * (a GET: never held) is answered in between instead of after all of them. */
+#define CONN_DISPATCH_PER_ITERATION 4
+/* Likewise, most closed connections per iteration whose request's cancel callback runs (freeing
+ * the request's scheduler state and sampler): when a step's worth of clients leave at once, the
+ * others are finished in the next iterations. While the app stops they all go at once. */
+#define CONN_CANCELS_PER_ITERATION 8
+
+enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
 struct conn {
     uv_tcp_t tcp;
@@ -33,6 +46,7 @@ struct conn {
     uv_shutdown_t shutdown;
     struct app *app;
     struct conn *prev, *next;
+    struct conn *held_next;  /* in app->held_head's list while HELD */
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
@@ -91,12 +105,23 @@ static void access_log(struct conn *c, const char *reason) {
 }
 
 static bool request_open(const struct conn *c) {
-    return c->state == C_HANDLING || c->state == C_STREAMING;
+    return c->state == C_HELD || c->state == C_HANDLING || c->state == C_STREAMING;
 }
 
-static void on_handle_closed(uv_handle_t *h) {
-    struct conn *c = h->data;
-    if (--c->handles_open) return;
+static void held_unlink(struct conn *c) {
+    struct app *app = c->app;
+    struct conn **p = &app->held_head, *prev = NULL;
+    while (*p != c) {
+        prev = *p;
+        p = &(*p)->held_next;
+    }
+    *p = c->held_next;
+    if (app->held_tail == c) app->held_tail = prev;
+    c->held_next = NULL;
+}
+
+/* Both handles are closed: tell the request's owner (if it died unfinished) and free. */
+static void conn_finish(struct conn *c) {
     struct app *app = c->app;
     if (c->cancel_cb) { /* the request died unfinished: tell its owner, exactly once */
         http_cancel_cb cb = c->cancel_cb;
@@ -114,8 +139,44 @@ static void on_handle_closed(uv_handle_t *h) {
     app_conn_closed(app);
 }
 
+static void on_handle_closed(uv_handle_t *h) {
+    struct conn *c = h->data;
+    if (--c->handles_open) return;
+    struct app *app = c->app;
+    if (c->cancel_cb && !app->stopping) { /* a cancel has work: paced like requests */
+        if (app->cancels_head || app->cancel_budget == 0) {
+            c->held_next = NULL;
+            if (app->cancels_tail) app->cancels_tail->held_next = c;
+            else app->cancels_head = c;
+            app->cancels_tail = c;
+            if (!uv_is_active((uv_handle_t *)&app->dispatch_idle))
+                uv_idle_start(&app->dispatch_idle, conn_dispatch_held);
+            return;
+        }
+        app->cancel_budget--;
+    }
+    uint64_t t0 = app_work_begin(app);
+    conn_finish(c);
+    app_work_end(app, APP_WORK_CLOSE, t0);
+}
+
+/* Up to max (< 0: all) closed connections whose cancel callbacks were held over. */
+static void finish_held_cancels(struct app *app, int max) {
+    for (int n = 0; (max < 0 || n < max) && app->cancels_head; n++) {
+        struct conn *c = app->cancels_head;
+        app->cancels_head = c->held_next;
+        if (!app->cancels_head) app->cancels_tail = NULL;
+        conn_finish(c);
+    }
+}
+
+void conn_finish_held_cancels(struct app *app) {
+    finish_held_cancels(app, -1);
+}
+
 static void conn_close(struct conn *c, const char *why) {
     if (c->state == C_CLOSED) return;
+    if (c->state == C_HELD) held_unlink(c);
     if (request_open(c)) {
         c->status = 499;
         access_log(c, why ? why : "closed");
@@ -278,6 +339,7 @@ static void request_finished(struct conn *c) {
 static void dispatch(struct conn *c) {
     struct app *app = c->app;
     struct http_request *req = &c->parse.req;
+    bool counted = c->state == C_HELD; /* in flight since it was held */
     c->state = C_HANDLING;
     uv_timer_stop(&c->timer);
     c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
@@ -289,7 +351,8 @@ static void dispatch(struct conn *c) {
     c->continue_sent = false;
     req->remote = c->remote;
     app->counters.requests_total++;
-    app->counters.requests_inflight++;
+    if (!counted) app->counters.requests_inflight++;
+    app->loop_stats.requests_iter++;
     router_dispatch(&app->router, req);
 }
 
@@ -318,7 +381,56 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     if (c->state == C_LINGER || c->state == C_CLOSED) return;
     c->in_len += (size_t)nread;
+    struct app *app = c->app;
+    uint64_t t0 = app_work_begin(app);
     conn_process(c);
+    app_work_end(app, APP_WORK_READ, t0);
+}
+
+/* A request without model work: answered at once whatever the budget (/health, /metrics). */
+static bool request_light(const struct http_request *r) {
+    return !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD") || !strcmp(r->method, "OPTIONS");
+}
+
+/* Dispatch now, or hold the complete request for a later iteration (behind those already held). */
+static void dispatch_or_hold(struct conn *c) {
+    struct app *app = c->app;
+    if (request_light(&c->parse.req)) {
+        dispatch(c);
+        return;
+    }
+    if (!app->held_head && app->dispatch_budget > 0) {
+        app->dispatch_budget--;
+        dispatch(c);
+        return;
+    }
+    c->state = C_HELD;
+    uv_timer_stop(&c->timer); /* it is complete: no read timeout while it waits its turn */
+    app->counters.requests_inflight++;
+    app->counters.requests_held++;
+    c->held_next = NULL;
+    if (app->held_tail) app->held_tail->held_next = c;
+    else app->held_head = c;
+    app->held_tail = c;
+    if (!uv_is_active((uv_handle_t *)&app->dispatch_idle)) uv_idle_start(&app->dispatch_idle, conn_dispatch_held);
+}
+
+void conn_dispatch_held(uv_idle_t *h) {
+    struct app *app = h->data;
+    uint64_t t0 = app_work_begin(app);
+    for (int n = 0; n < CONN_DISPATCH_PER_ITERATION && app->held_head; n++) {
+        struct conn *c = app->held_head;
+        held_unlink(c);
+        dispatch(c); /* may finish at once and process c's pipelined bytes: held again at the tail */
+    }
+    finish_held_cancels(app, CONN_CANCELS_PER_ITERATION);
+    if (!app->held_head && !app->cancels_head) uv_idle_stop(h);
+    app_work_end(app, APP_WORK_FLUSH, t0);
+}
+
+void conn_dispatch_budget_reset(struct app *app) {
+    app->dispatch_budget = CONN_DISPATCH_PER_ITERATION;
+    app->cancel_budget = CONN_CANCELS_PER_ITERATION;
 }
 
 /* Parse what is buffered, dispatching complete requests one at a time. */
@@ -344,7 +456,7 @@ static void conn_process(struct conn *c) {
             c->continue_sent = true;
             conn_write(c, cont, sizeof cont - 1, NULL);
         }
-        if (rc == HTTP_PARSE_DONE) dispatch(c);
+        if (rc == HTTP_PARSE_DONE) dispatch_or_hold(c);
     }
     c->in_process = false;
     if (c->state == C_CLOSED || c->state == C_LINGER) return;

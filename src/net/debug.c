@@ -103,16 +103,16 @@ static void stats_handle(struct http_request *req, void *data) {
     const struct app *app = data;
     const struct app_counters *k = &app->counters;
     const struct app_loop_stats *ls = &app->loop_stats;
-    char body[2048];
+    char body[4096];
     int n = snprintf(body, sizeof body,
              "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,"
              "\"requests_total\":%llu,\"requests_inflight\":%d,\"requests_cancelled\":%llu,"
-             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu",
+             "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu,\"requests_held\":%llu",
              app_state_name(app->state), (unsigned long long)k->connections_total,
              (unsigned long long)k->connections_rejected, (unsigned long long)k->connections_dropped, k->connections_open, k->rejects_open, (unsigned long long)k->requests_total,
              k->requests_inflight, (unsigned long long)k->requests_cancelled,
              (unsigned long long)k->backpressure_closes, (unsigned long long)k->timeouts,
-             (unsigned long long)k->bad_requests);
+             (unsigned long long)k->bad_requests, (unsigned long long)k->requests_held);
     /* the loop's iterations by busy time: "le_ms" bounds (the last is +inf) and counts */
     n += snprintf(body + n, sizeof body - (size_t)n,
                   ",\"loop\":{\"iterations\":%llu,\"busy_ms_sum\":%.3f,\"busy_ms_max\":%.3f,\"cpu_ms_sum\":%.3f,"
@@ -131,7 +131,20 @@ static void stats_handle(struct http_request *req, void *data) {
         }
         n += snprintf(body + n, sizeof body - (size_t)n, "]");
     }
-    snprintf(body + n, sizeof body - (size_t)n, "}}");
+    /* what the loop's CPU went to, by kind of callback, and in the bursts (> 5 ms of CPU) */
+    n += snprintf(body + n, sizeof body - (size_t)n,
+                  ",\"bursts\":%llu,\"burst_cpu_ms\":%.3f,\"requests_per_iteration_max\":%llu,\"work\":{",
+                  (unsigned long long)ls->burst_iters, (double)ls->burst_cpu_ns / 1e6,
+                  (unsigned long long)ls->requests_iter_max);
+    for (int k = 0; k < APP_WORK_N; k++) {
+        const struct app_work_stats *w = &ls->work[k];
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "%s\"%s\":{\"calls\":%llu,\"cpu_ms_sum\":%.3f,\"cpu_ms_max\":%.3f,\"burst_cpu_ms\":%.3f,"
+                      "\"bursts_led\":%llu}",
+                      k ? "," : "", app_work_names[k], (unsigned long long)w->calls, (double)w->cpu_ns_sum / 1e6,
+                      (double)w->cpu_ns_max / 1e6, (double)w->burst_ns / 1e6, (unsigned long long)w->burst_iters);
+    }
+    snprintf(body + n, sizeof body - (size_t)n, "}}}");
     http_respond_json(req, 200, body);
 }
 

@@ -13,6 +13,11 @@
 #include <unistd.h>
 
 #define TICK_MS 50
+/* Most sequences whose tokens a step's completion hands to the clients (detokenize, render, write)
+ * in one loop iteration; the rest follow in the next iterations (the `resume` idle handle), each
+ * after a poll, so a /health request never waits behind a whole step's output (64 sequences of
+ * JSON and writes: several ms under ASan). */
+#define STEP_OUTPUTS_PER_ITERATION 16
 
 /* Put the calling (threadpool) thread at the compute threads' nice level. Any threadpool thread may
  * run a step, so every step does it (one cheap syscall per step, on the worker). Threads created
@@ -34,16 +39,35 @@ static void step_work_cb(uv_work_t *w) {
 }
 
 static void try_step(struct engine_driver *d);
+static void resume_cb(uv_idle_t *h);
+
+/* Hand one part of the completed step's output to the clients; the next step is built once the
+ * last part is done. Between parts the loop polls (the idle handle makes that poll not wait). */
+static void complete_part(struct engine_driver *d, double now) {
+    if (sched_step_complete_some(d->srv.sched, d->step, now, STEP_OUTPUTS_PER_ITERATION)) {
+        if (!uv_is_active((uv_handle_t *)&d->resume)) uv_idle_start(&d->resume, resume_cb);
+        return;
+    }
+    uv_idle_stop(&d->resume);
+    d->step = NULL;
+    try_step(d); /* the next step at once, not at the next tick */
+}
+
+static void resume_cb(uv_idle_t *h) {
+    struct engine_driver *d = h->data;
+    uint64_t t0 = app_work_begin(d->app);
+    complete_part(d, serving_now_ms());
+    app_work_end(d->app, APP_WORK_FLUSH, t0);
+}
 
 static void step_after_cb(uv_work_t *w, int status) {
     struct engine_driver *d = w->data;
-    struct sched_step *step = d->step;
+    uint64_t t0 = app_work_begin(d->app);
     (void)status; /* steps are never cancelled: uv_cancel is not used on them */
     double now = serving_now_ms();
-    log_debug(&d->app->log, "step: %d tokens, %.1f ms", sched_step_batch(step)->n_tokens, now - d->step_built_ms);
-    sched_step_complete(d->srv.sched, step, now);
-    d->step = NULL;
-    try_step(d); /* the next step at once, not at the next tick */
+    log_debug(&d->app->log, "step: %d tokens, %.1f ms", sched_step_batch(d->step)->n_tokens, now - d->step_built_ms);
+    complete_part(d, now);
+    app_work_end(d->app, APP_WORK_STEP, t0);
 }
 
 static void try_step(struct engine_driver *d) {
@@ -60,7 +84,12 @@ static void try_step(struct engine_driver *d) {
     ASSERT(rc == 0); /* uv_queue_work fails only without a work callback */
 }
 
-static void tick_cb(uv_timer_t *t) { try_step(t->data); }
+static void tick_cb(uv_timer_t *t) {
+    struct engine_driver *d = t->data;
+    uint64_t t0 = app_work_begin(d->app);
+    try_step(d);
+    app_work_end(d->app, APP_WORK_BUILD, t0);
+}
 
 /* POST /debug/slow-step?ms=N (--debug-endpoints): the next step sleeps N ms before computing. */
 static void slow_step_handle(struct http_request *req, void *data) {
@@ -147,7 +176,8 @@ static int start_engine(struct engine_driver *d) {
     snprintf(d->srv.model_name, sizeof d->srv.model_name, "%s", basename(base));
 
     uv_timer_init(d->app->loop, &d->tick);
-    d->tick.data = d;
+    uv_idle_init(d->app->loop, &d->resume);
+    d->tick.data = d->resume.data = d;
     d->tick_open = true;
     uv_unref((uv_handle_t *)&d->tick); /* never what keeps the loop running */
     uv_timer_start(&d->tick, tick_cb, TICK_MS, TICK_MS);
@@ -208,7 +238,11 @@ int engine_driver_init(struct engine_driver *d, struct app *app) {
 }
 
 void engine_driver_close(struct engine_driver *d) {
-    if (d->tick_open) uv_close((uv_handle_t *)&d->tick, NULL);
+    ASSERT(!d->step); /* a step's parts keep the loop running (resume is referenced) */
+    if (d->tick_open) {
+        uv_close((uv_handle_t *)&d->tick, NULL);
+        uv_close((uv_handle_t *)&d->resume, NULL);
+    }
     d->tick_open = false;
 }
 

@@ -7,8 +7,10 @@
  *   load_after: sched_create, app_loaded (ready) <─┘
  *   kick (a request came or went) / tick timer
  *     sched_build_step ─────────────────────────>  sched_step_compute (forward + sampling)
- *     step_after: sched_step_complete (sink    <─┘
- *       callbacks stream tokens), build the next step at once
+ *     step_after: sched_step_complete_some    <─┘
+ *       (sink callbacks stream tokens, at most STEP_OUTPUTS_PER_ITERATION sequences' per loop
+ *       iteration; the rest from the `resume` idle handle after a poll), then build the next
+ *       step at once
  *
  * Exactly one step is in flight; while it computes the loop thread keeps serving /health,
  * /metrics and new requests. With --compute-nice N > 0, compute runs N nice levels below the loop
@@ -53,7 +55,8 @@ struct engine_driver {
     int compute_nice;        /* nice level of the compute threads (the loop's + --compute-nice) */
     /* steps */
     uv_timer_t tick;
-    bool tick_open;
+    uv_idle_t resume;        /* active while a completed step's output is handed out in parts */
+    bool tick_open;          /* tick and resume are initialized (closed by engine_driver_close) */
     uv_work_t step_work;
     struct sched_step *step; /* in flight, or NULL */
     double step_built_ms;    /* when it was built (for the debug log line per step) */

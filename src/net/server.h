@@ -63,6 +63,7 @@ struct app_counters {
     uint64_t backpressure_closes;   /* streams closed because the client read too slowly */
     uint64_t timeouts;              /* 408s */
     uint64_t bad_requests;          /* 400/413/417/431 from the parser */
+    uint64_t requests_held;         /* complete, over an iteration's dispatch budget: held (conn.c) */
     int connections_open;           /* counted against --max-connections */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
@@ -76,6 +77,25 @@ struct app_counters {
  * reads per iteration), only with --debug-endpoints: /debug/stats is what reads them. */
 #define APP_LOOP_BUCKETS 7
 extern const double app_loop_bounds_ms[APP_LOOP_BUCKETS]; /* upper bounds; the last is +inf */
+/* What the loop's CPU time goes to, by the callback it is spent in (the rest, "other": timers,
+ * write and close callbacks, libuv itself). Measured only with --debug-endpoints, like the rest. */
+enum app_work {
+    APP_WORK_ACCEPT,  /* a new connection */
+    APP_WORK_READ,    /* bytes arrived: parsing, routing, the handlers (tokenizing, submitting) */
+    APP_WORK_STEP,    /* a step completed: tokens to the clients, the next step built */
+    APP_WORK_BUILD,   /* the tick timer: building a step (admission, prompt-cache matching) */
+    APP_WORK_CLOSE,   /* a connection closed: cancel callbacks (requests cancelled), freeing */
+    APP_WORK_FLUSH,   /* continuations: work held over from a previous iteration */
+    APP_WORK_N
+};
+extern const char *const app_work_names[APP_WORK_N];
+#define APP_BURST_NS 5000000u /* an iteration with more loop CPU than this is a burst */
+struct app_work_stats {
+    uint64_t calls, cpu_ns_sum, cpu_ns_max; /* per callback */
+    uint64_t iter_ns;                       /* in the current iteration */
+    uint64_t burst_ns;                      /* summed over the burst iterations */
+    uint64_t burst_iters;                   /* burst iterations in which this kind took the most */
+};
 struct app_loop_stats {
     uint64_t iterations;
     uint64_t busy_ns_sum, cpu_ns_sum;
@@ -84,7 +104,15 @@ struct app_loop_stats {
     uint64_t cpu_hist[APP_LOOP_BUCKETS]; /* by the loop thread's CPU time in them: busy but not
                                           * on a CPU is the thread waiting for a core */
     uint64_t last_ns, last_idle_ns, last_cpu_ns; /* at the previous prepare callback */
+    struct app_work_stats work[APP_WORK_N];
+    uint64_t burst_iters, burst_cpu_ns;     /* iterations over APP_BURST_NS of loop CPU */
+    uint64_t requests_iter, requests_iter_max; /* requests dispatched per iteration */
 };
+
+/* Account a callback's CPU time to a kind of work: t0 = app_work_begin(app); ...;
+ * app_work_end(app, APP_WORK_READ, t0). Free (no clock read) without --debug-endpoints. */
+uint64_t app_work_begin(const struct app *app);
+void app_work_end(struct app *app, enum app_work kind, uint64_t t0);
 
 /* Test-only fault injection for conn.c, zero (off) in a real server: while a counter is above
  * zero, the next conn.c allocation (a connection, a write buffer) or uv_write fails as if out
@@ -115,6 +143,14 @@ struct app {
     uv_timer_t timer;        /* ready delay, then drain timeout */
     uv_prepare_t loop_probe; /* loop_stats */
     struct conn *conns;      /* every open connection (doubly linked) */
+    /* Complete requests waiting for a later loop iteration (conn.c: CONN_DISPATCH_PER_ITERATION
+     * heavy requests are dispatched per iteration), oldest first; dispatch_idle runs while any
+     * wait, dispatch_pace restores the budget before every poll. */
+    struct conn *held_head, *held_tail;
+    struct conn *cancels_head, *cancels_tail; /* closed, cancel callback not run yet (paced too) */
+    int dispatch_budget, cancel_budget;
+    uv_idle_t dispatch_idle;
+    uv_prepare_t dispatch_pace;
     /* A connection with no memory for it must still be taken from libuv (which otherwise stops
      * watching the listener): it is accepted into `spare` and closed. While the spare closes,
      * one more such connection waits in libuv (accept_waiting) and is taken when it is free. */
@@ -157,5 +193,11 @@ void conn_accept(struct app *app);
 size_t conn_memory_bytes(const struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
+/* dispatch_idle's callback: dispatch the next held requests. */
+void conn_dispatch_held(uv_idle_t *h);
+/* dispatch_pace's: a new iteration's budget of heavy requests and cancels. */
+void conn_dispatch_budget_reset(struct app *app);
+/* Run every held-over cancel callback now (the app is stopping). */
+void conn_finish_held_cancels(struct app *app);
 
 #endif

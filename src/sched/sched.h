@@ -249,6 +249,15 @@ void sched_step_compute(struct sched *s, struct sched_step *step);
 /* Take the step's results: append tokens, stop choices, call sinks, keep or free cells, learn the
  * step's cost from now_ms - the build's now_ms. After it a new step may be built. */
 void sched_step_complete(struct sched *s, struct sched_step *step, double now_ms);
+/* The same in parts, so that one step's output does not hold the loop thread for long: takes
+ * the results of at most max_outputs entries that produce tokens (<= 0: all), in entry order,
+ * and returns 1 while entries remain (call again, with the same step; now_ms of later calls is
+ * ignored: the first call's is the step's end) or 0 once the step is complete. Between parts the
+ * step is still in flight: sched_build_step must wait; submit, cancel and stats may run (a
+ * request cancelled in between gets no more callbacks). The first part also learns the step's
+ * cost and takes what does not call a sink (memory positions, a preemption's save); a failed
+ * step's on_error callbacks all come in the first part. */
+int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_ms, int32_t max_outputs);
 
 /* The step's batch (for tests and logs). */
 const struct batch *sched_step_batch(const struct sched_step *step);

@@ -105,6 +105,10 @@ struct sched_step {
     int64_t number;
     double started_ms, expected_ms;
     int err;
+    /* completion in parts (sched_step_complete_some): entries before next_entry are taken */
+    bool completing;
+    int32_t next_entry;
+    double completed_ms;    /* the now_ms of the first part: every part takes results at it */
 };
 
 struct rate_window {

@@ -587,43 +587,68 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     s->totals.prompt_tokens += prompt;
 }
 
-void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) {
+int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_ms, int32_t max_outputs) {
     ASSERT(s->in_flight && st == &s->step);
-    learn(s, st, now_ms);
-    if (st->has_save) /* a failed save falls back to recomputing */
-        preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells, st->save.sliced);
-    s->in_callbacks++;
-    if (st->err) {
-        fail_batch(s, st->err);
-    } else {
-        /* first what the memory now holds, then the tokens (a finishing choice caches n_past) */
-        for (int32_t i = 0; i < st->n_entries; i++) {
-            struct seq *q = &s->seqs[st->entries[i].seq];
-            q->n_past += st->entries[i].n_new;
-            q->last_served = st->number;
-            if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
-                if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
-                    sched_cache_checkpoint(s, st->entries[i].seq);
-                q->checkpoint_at = 0;
-            }
-        }
-        for (int32_t i = 0; i < st->n_entries; i++) {
-            const struct step_entry *e = &st->entries[i];
-            struct seq *q = &s->seqs[e->seq];
-            if (e->n_samples == 0 || q->kind != SEQ_LIVE || q->req->cancelled) continue;
-            struct sched_req *r = q->req;
-            if (!r->forked && r->n_predict != 0) fork_choices(s, r);
-            for (int32_t k = 0; k < e->n_samples; k++) {
-                const struct step_sample *sm = &st->samples[e->first_sample + k];
-                int32_t id = r->seqs[sm->choice];
-                if (id < 0 || r->cancelled) continue;
-                take_token(s, id, &sm->out, now_ms);
-                if (r->state == REQ_FREE) break; /* its last choice ended */
+    if (!st->completing) { /* the first part: what does not call a sink */
+        st->completing = true;
+        st->next_entry = 0;
+        st->completed_ms = now_ms;
+        learn(s, st, now_ms);
+        if (st->has_save) /* a failed save falls back to recomputing */
+            preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells, st->save.sliced);
+        if (st->err) {
+            s->in_callbacks++;
+            fail_batch(s, st->err);
+            s->in_callbacks--;
+            st->next_entry = st->n_entries;
+        } else {
+            /* first what the memory now holds, then the tokens (a finishing choice caches n_past) */
+            for (int32_t i = 0; i < st->n_entries; i++) {
+                struct seq *q = &s->seqs[st->entries[i].seq];
+                q->n_past += st->entries[i].n_new;
+                q->last_served = st->number;
+                if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
+                    if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
+                        sched_cache_checkpoint(s, st->entries[i].seq);
+                    q->checkpoint_at = 0;
+                }
             }
         }
     }
+    now_ms = st->completed_ms;
+    /* the sinks, in entry order, at most max_outputs entries with tokens this time; a request
+     * cancelled between two parts is skipped (in_flight still defers its freeing to the sweep) */
+    s->in_callbacks++;
+    for (int32_t served = 0; st->next_entry < st->n_entries;) {
+        const struct step_entry *e = &st->entries[st->next_entry];
+        struct seq *q = &s->seqs[e->seq];
+        if (e->n_samples == 0 || q->kind != SEQ_LIVE || q->req->cancelled) {
+            st->next_entry++;
+            continue;
+        }
+        if (max_outputs > 0 && served == max_outputs) break;
+        st->next_entry++;
+        served++;
+        struct sched_req *r = q->req;
+        if (!r->forked && r->n_predict != 0) fork_choices(s, r);
+        for (int32_t k = 0; k < e->n_samples; k++) {
+            const struct step_sample *sm = &st->samples[e->first_sample + k];
+            int32_t id = r->seqs[sm->choice];
+            if (id < 0 || r->cancelled) continue;
+            take_token(s, id, &sm->out, now_ms);
+            if (r->state == REQ_FREE) break; /* its last choice ended */
+        }
+    }
     s->in_callbacks--;
+    if (st->next_entry < st->n_entries) return 1;
+    st->completing = false;
     s->in_flight = false;
     sched_sweep_cancelled(s);
     sched_cache_refresh_usage(s);
+    return 0;
+}
+
+void sched_step_complete(struct sched *s, struct sched_step *st, double now_ms) {
+    while (sched_step_complete_some(s, st, now_ms, 0)) {
+    }
 }

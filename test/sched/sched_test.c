@@ -1421,3 +1421,57 @@ TEST(sched_cache_eviction_skips_entries_that_free_no_cells) {
     CHECK_EQ_INT(re.n_tokens[0], 1);
     CHECK_EQ_INT(fx_free(&f), 0);
 }
+
+/* The loop driver hands a step's output out in parts (engine_driver.c): the same tokens, stops and
+ * counts as completing it at once; the step stays in flight between parts; and a request
+ * cancelled between two parts gets no callback after the cancel. */
+TEST(sched_step_completes_in_parts_like_at_once) {
+    enum { N = 6 };
+    struct fx a, b;
+    CHECK_EQ_INT(fx_init(&a, 1024, 16, MEM_KV, NULL), 0);
+    CHECK_EQ_INT(fx_init(&b, 1024, 16, MEM_KV, NULL), 0);
+    int32_t prompts[N + 1][12];
+    struct recorder ra[N], rb[N + 1];
+    struct sched_req *victim;
+    for (int i = 0; i < N; i++) {
+        struct sched_request q = prompt_request(prompts[i], 4 + i, 100 + (uint32_t)i, 3 + i);
+        CHECK_EQ_INT(submit(&a, &ra[i], &q, NULL), 0);
+        CHECK_EQ_INT(submit(&b, &rb[i], &q, NULL), 0);
+    }
+    struct sched_request qv = prompt_request(prompts[N], 5, 200, 50);
+    CHECK_EQ_INT(submit(&b, &rb[N], &qv, &victim), 0);
+    fake_run(a.s, &a.now, 1, 1000);
+    struct sched_step *step;
+    int parts_max = 0, victim_tokens = -1;
+    while (sched_build_step(b.s, b.now, &step) > 0) {
+        sched_step_compute(b.s, step);
+        b.now += 1;
+        int parts = 1;
+        while (sched_step_complete_some(b.s, step, b.now, 2)) {
+            struct sched_stats st;
+            sched_stats(b.s, b.now, &st);
+            CHECK(st.step_in_flight); /* no step may be built between parts */
+            if (victim_tokens < 0 && rb[N].n_tokens[0] >= 2) { /* cancel it between two parts */
+                sched_cancel(b.s, victim);
+                victim_tokens = rb[N].n_tokens[0];
+            }
+            parts++;
+        }
+        if (parts > parts_max) parts_max = parts;
+    }
+    CHECK(parts_max >= 4); /* 7 sequences with tokens, 2 per part */
+    CHECK(victim_tokens >= 2);
+    CHECK_EQ_INT(rb[N].n_tokens[0], victim_tokens);
+    CHECK_EQ_INT(rb[N].done[0], 0);
+    for (int i = 0; i < N; i++) {
+        CHECK(same_output(&ra[i], &rb[i], 0));
+        CHECK_EQ_INT(rb[i].done[0], 1 + SCHED_STOP_LIMIT);
+        CHECK_EQ_INT(rb[i].counts[0].n_generated, 3 + i);
+    }
+    struct sched_stats st;
+    sched_stats(b.s, b.now, &st);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(st.requests_cancelled, 1);
+    CHECK_EQ_INT(fx_free(&a), 0);
+    CHECK_EQ_INT(fx_free(&b), 0);
+}
