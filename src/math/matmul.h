@@ -92,6 +92,19 @@ enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, M
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
 
+/* Several matrices with the same input: mats[m].y = W_m . x for each m, exactly as n_mats matmul
+ * calls give them (same n_in and weight type for all; each y n_tok x n_out, none overlapping x).
+ * On the vector path they share one quantization of x and one dispatch to the threads (a
+ * decode step's Q/K/V and gate/up: fewer barriers); elsewhere it is n_mats matmul calls. */
+#define MATMUL_MULTI_MAX 4
+struct matmul_out {
+    const void *w;
+    int64_t n_out;
+    float *y;
+};
+void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const float *x, int64_t n_tok, int n_mats,
+                  const struct matmul_out *mats);
+
 /* Run fn(arg, i0, i1) over [0, n) split into at most n_threads contiguous non-empty ranges,
  * each run by whichever compute thread claims it first (the caller's thread takes part; a busy
  * machine may leave it doing all of them); returns when all are done. fn must not assume which
