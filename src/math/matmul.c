@@ -22,9 +22,7 @@
  * that the threads finish together, large enough that claiming one is free. */
 #define VEC_CHUNK_ROWS 32
 /* Q8_0 rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
-#ifndef VEC_Q8_0_DOTR_MAX_STRIDE
 #define VEC_Q8_0_DOTR_MAX_STRIDE 1024
-#endif
 /* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
  * (64 KB per 1024 inputs) they stay in L2 together. */
 #define GEMM_CHUNK_ROWS 64
@@ -315,7 +313,9 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
      * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
      * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
-     * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped. */
+     * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped.
+     * Measured again with contiguous shares per thread (2 threads, busy machine): grouped rows
+     * had the better best case but the worse median on 1632- to 5984-byte rows. */
     if (wtype == GGML_TYPE_Q8_0 && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
     /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
     if (j->dot4 && j->n_tok >= QUANT_DOT_ROWS) j->dotr = NULL;

@@ -10,7 +10,10 @@
  *
  * Between calls the workers spin briefly (so the many matmuls of one decode step dispatch in
  * well under a microsecond) and then sleep on a futex; an idle compute costs nothing. Work is
- * handed out in small items, so a worker the OS has preempted does not hold up the others.
+ * handed out in small items, so a worker the OS has preempted does not hold up the others; on
+ * the vector path each thread first takes the items of a contiguous share of the rows (one
+ * memory stream per thread: measured on 2048 -> 5632 Q8_0 from memory, 2 threads, 51 GB/s
+ * against 33 for items interleaved across the matrix), then helps with what is left.
  *
  * How matmul computes (the numbers match the reference's):
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
