@@ -24,6 +24,8 @@
 /* Tokens per pass over a chunk of rows with the 4-token kernels (a multiple of QUANT_DOT_ROWS):
  * 32 tokens of Q8_K activations are 200 KB for 5632 inputs. */
 #define VEC_TOKEN_BLOCK 32
+/* Q8_0 rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
+#define VEC_Q8_0_DOTR_MAX_STRIDE 1024
 /* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
  * (64 KB per 1024 inputs) they stay in L2 together. */
 #define GEMM_CHUNK_ROWS 64
@@ -134,6 +136,24 @@ void compute_parallel_for(struct compute *c, int64_t n,
 
 /* ---- matmul ----------------------------------------------------------------------------- */
 
+/* The vector path splits the rows into one contiguous part per thread (MAX_PARTS at most), each
+ * handed out in chunks by a counter of its own line: a thread streams through its own region
+ * first (the hardware prefetcher follows one stream; interleaved small chunks of two threads
+ * across the matrix ran slower), then helps with the chunks left in the others. */
+#define MAX_PARTS 16
+struct part_counter {
+    _Alignas(64) _Atomic int64_t next; /* the part's next chunk (absolute index) */
+    int64_t end;                       /* its end */
+};
+
+/* One matrix of a matmul_multi (or of a plain matmul: one of them). */
+struct mat_desc {
+    const uint8_t *w;
+    int64_t n_out;
+    float *y;
+    int64_t chunk0; /* its first chunk in the job's chunk numbering */
+};
+
 struct matmul_job {
     struct compute *c;
     enum ggml_type wtype, xtype;
@@ -152,6 +172,13 @@ struct matmul_job {
     quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel or dot4 takes the tokens */
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
+    /* vector path: the matrices sharing the job (same n_in, type and activations), their rows
+     * numbered one after the other in chunks that never straddle two, and the parts */
+    int n_mats;
+    struct mat_desc mats[MATMUL_MULTI_MAX];
+    int n_parts;
+    _Atomic int part_slot; /* parts handed out to joining threads */
+    struct part_counter parts[MAX_PARTS];
 };
 
 static void quantize_rows(void *job) {
@@ -177,44 +204,59 @@ static void quantize_all(struct matmul_job *j) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 }
 
+/* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
+static void vec_chunk(const struct matmul_job *j, const uint8_t *w, float *y, int64_t n_out, int64_t r0, int64_t r1) {
+    /* With the 4-token kernel, tokens in blocks: the chunk's rows and a block's activations stay
+     * in L2 together (a prompt's whole activations would be re-read from L3 per row). */
+    const int64_t tb = j->dot4 ? VEC_TOKEN_BLOCK : j->n_tok;
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += tb) {
+        const int64_t t1 = t0 + tb < j->n_tok ? t0 + tb : j->n_tok;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = w + (size_t)r * j->w_stride;
+            if (j->dotr && r + QUANT_DOT_WROWS <= r1) {
+                /* few tokens: several weight rows per pass share each activation load */
+                for (int64_t t = t0; t < t1; t++) {
+                    float out[QUANT_DOT_WROWS];
+                    j->dotr(j->n_in, wr, j->w_stride, j->xq + (size_t)t * j->xq_stride, out);
+                    for (int k = 0; k < QUANT_DOT_WROWS; k++) y[t * n_out + r + k] = out[k];
+                }
+                r += QUANT_DOT_WROWS - 1;
+                continue;
+            }
+            int64_t t = t0;
+            if (j->dot4) /* decode the weight row once for four tokens */
+                for (; t + QUANT_DOT_ROWS <= t1; t += QUANT_DOT_ROWS) {
+                    float out[QUANT_DOT_ROWS];
+                    j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
+                    for (int k = 0; k < QUANT_DOT_ROWS; k++) y[(t + k) * n_out + r] = out[k];
+                }
+            if (j->dot_grouped) /* no dot4 here: one block of all tokens */
+                for (; t < t1 - t1 % 4; t++)
+                    y[t * n_out + r] = j->dot_grouped(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+            for (; t < t1; t++) y[t * n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+        }
+    }
+}
+
+static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
+    int m = 0;
+    while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
+    const struct mat_desc *d = &j->mats[m];
+    int64_t r0 = (chunk - d->chunk0) * j->chunk_rows;
+    int64_t r1 = r0 + j->chunk_rows < d->n_out ? r0 + j->chunk_rows : d->n_out;
+    vec_chunk(j, d->w, d->y, d->n_out, r0, r1);
+}
+
 static void vec_rows(void *job) {
     struct matmul_job *j = job;
-    for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (chunk >= j->n_chunks) break;
-        int64_t r0 = chunk * j->chunk_rows;
-        int64_t r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
-        /* With the 4-token kernel, tokens in blocks: the chunk's rows and a block's activations
-         * stay in L2 together (a prompt's whole activations would be re-read from L3 per row). */
-        const int64_t tb = j->dot4 ? VEC_TOKEN_BLOCK : j->n_tok;
-        for (int64_t t0 = 0; t0 < j->n_tok; t0 += tb) {
-            const int64_t t1 = t0 + tb < j->n_tok ? t0 + tb : j->n_tok;
-            for (int64_t r = r0; r < r1; r++) {
-                const uint8_t *wr = j->w + (size_t)r * j->w_stride;
-                if (j->dotr && r + QUANT_DOT_WROWS <= r1) {
-                    /* few tokens: several weight rows per pass share each activation load */
-                    for (int64_t t = t0; t < t1; t++) {
-                        float out[QUANT_DOT_WROWS];
-                        j->dotr(j->n_in, wr, j->w_stride, j->xq + (size_t)t * j->xq_stride, out);
-                        for (int k = 0; k < QUANT_DOT_WROWS; k++) j->y[t * j->n_out + r + k] = out[k];
-                    }
-                    r += QUANT_DOT_WROWS - 1;
-                    continue;
-                }
-                int64_t t = t0;
-                if (j->dot4) /* decode the weight row once for four tokens */
-                    for (; t + QUANT_DOT_ROWS <= t1; t += QUANT_DOT_ROWS) {
-                        float out[QUANT_DOT_ROWS];
-                        j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
-                        for (int k = 0; k < QUANT_DOT_ROWS; k++) j->y[(t + k) * j->n_out + r] = out[k];
-                    }
-                if (j->dot_grouped) /* no dot4 here: one block of all tokens */
-                    for (; t < t1 - t1 % 4; t++)
-                        j->y[t * j->n_out + r] = j->dot_grouped(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
-                for (; t < t1; t++)
-                    j->y[t * j->n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
-            }
-        }
+    /* Each joining thread takes a part of its own (if any is left), then sweeps all parts for
+     * chunks nobody has claimed yet, starting with its own. */
+    int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
+    if (first >= j->n_parts) first = 0;
+    for (int k = 0; k < j->n_parts; k++) {
+        struct part_counter *pc = &j->parts[(first + k) % j->n_parts];
+        for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&pc->next, 1, memory_order_relaxed)) < pc->end;)
+            vec_run_chunk(j, chunk);
     }
 }
 
@@ -288,6 +330,54 @@ static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
     return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
 }
 
+/* The vector path's kernels for the job's type and token count (MATMUL_VEC or MATMUL_REFERENCE). */
+static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
+    enum ggml_type wtype = j->wtype;
+    if (path == MATMUL_REFERENCE) {
+        j->dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
+        if (wtype == GGML_TYPE_F16 && j->n_tok >= 2) j->dot = quant_dot_f16_tinyblas;
+        if (wtype == GGML_TYPE_Q4_0) j->dot = quant_dot_q4_0_reference;
+        if (wtype == GGML_TYPE_Q4_K) j->dot_grouped = quant_dot_q4_K_gemm;
+        /* AVX-512's Q4_K and Q6_K kernels give the scalar ones' numbers (kquant_avx512.c), and
+         * the Q4_K GEMM (matmul_path) the grouped order too: the reference's numbers at SIMD speed. */
+        if (j->c->level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K)) {
+            j->dot = quant_get_vec_dot(j->c->level, wtype);
+            if (wtype == GGML_TYPE_Q6_K) j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
+            j->dotr = j->n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(j->c->level, wtype) : NULL;
+        }
+        return;
+    }
+    j->dot = quant_get_vec_dot(j->c->level, wtype);
+    j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
+    j->dotr = quant_get_vec_dotr(j->c->level, wtype);
+    /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
+     * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
+     * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
+     * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped.
+     * Measured again with contiguous shares per thread (2 threads, busy machine): grouped rows
+     * had the better best case but the worse median on 1632- to 5984-byte rows. */
+    if (wtype == GGML_TYPE_Q8_0 && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
+    /* Q6_K likewise (one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29
+     * for one); Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
+    if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
+    /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
+    if (j->dot4 && j->n_tok >= QUANT_DOT_ROWS) j->dotr = NULL;
+}
+
+/* Run the vector path's chunks [0, n_chunks) of j (chunk_rows, mats set) on the pool: one
+ * contiguous part per thread (see struct part_counter). */
+static void vec_dispatch(struct compute *c, struct matmul_job *j) {
+    int parts = c->n_threads < MAX_PARTS ? c->n_threads : MAX_PARTS;
+    if (parts > j->n_chunks) parts = (int)j->n_chunks;
+    j->n_parts = parts;
+    for (int p = 0; p < parts; p++) {
+        atomic_store_explicit(&j->parts[p].next, j->n_chunks * p / parts, memory_order_relaxed);
+        j->parts[p].end = j->n_chunks * (p + 1) / parts;
+    }
+    if (parts <= 1) vec_rows(j);
+    else pool_run(c->pool, vec_rows, j);
+}
+
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y) {
     matmul_path(c, MATMUL_AUTO, wtype, w, n_in, n_out, x, n_tok, y);
@@ -355,33 +445,7 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         pool_run(c->pool, sgemm_tiles, &j);
         return;
     }
-    if (path == MATMUL_REFERENCE) {
-        j.dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
-        if (wtype == GGML_TYPE_F16 && n_tok >= 2) j.dot = quant_dot_f16_tinyblas;
-        if (wtype == GGML_TYPE_Q4_0) j.dot = quant_dot_q4_0_reference;
-        if (wtype == GGML_TYPE_Q4_K) j.dot_grouped = quant_dot_q4_K_gemm;
-        /* AVX-512's Q4_K and Q6_K kernels give the scalar ones' numbers (kquant_avx512.c), and
-         * the Q4_K GEMM below the grouped order too: the reference's numbers at SIMD speed. */
-        if (c->level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K)) {
-            j.dot = quant_get_vec_dot(c->level, wtype);
-            if (wtype == GGML_TYPE_Q6_K) j.dot4 = quant_get_vec_dot4(c->level, wtype);
-            j.dotr = n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(c->level, wtype) : NULL;
-        }
-    } else {
-        j.dot = quant_get_vec_dot(c->level, wtype);
-        j.dot4 = quant_get_vec_dot4(c->level, wtype);
-        j.dotr = quant_get_vec_dotr(c->level, wtype);
-        /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
-         * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
-         * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
-         * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped. */
-        if (wtype == GGML_TYPE_Q8_0 && w_stride > 1024) j.dotr = NULL;
-        /* Q6_K likewise (one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows,
-         * 29 for one); Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
-        if (wtype == GGML_TYPE_Q6_K && w_stride > 1024) j.dotr = NULL;
-        /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
-        if (j.dot4 && n_tok >= QUANT_DOT_ROWS) j.dotr = NULL;
-    }
+    vec_kernels(&j, path);
     if (j.xtype == GGML_TYPE_F32) {
         j.xq = (const uint8_t *)x;
         j.xq_stride = (size_t)n_in * sizeof(float);
@@ -398,6 +462,38 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         return;
     }
     j.chunk_rows = VEC_CHUNK_ROWS;
+    j.n_mats = 1;
+    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0};
     j.n_chunks = div_up(n_out, j.chunk_rows);
-    pool_run(c->pool, vec_rows, &j);
+    vec_dispatch(c, &j);
+}
+
+void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const float *x, int64_t n_tok, int n_mats,
+                  const struct matmul_out *mats) {
+    ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
+    if (n_tok <= 0) return;
+    enum ggml_type xtype = quant_vec_dot_type(wtype);
+    /* The shared dispatch is the vector path with quantized activations; elsewhere (or where
+     * matmul would take another path) one matmul per matrix, which gives the same numbers. */
+    bool vec = n_tok < MATMUL_BLAS_MIN_TOKENS && xtype != GGML_TYPE_F32 &&
+               !(wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS) &&
+               !(wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS);
+    if (!vec || n_mats == 1) {
+        for (int m = 0; m < n_mats; m++) matmul(c, wtype, mats[m].w, n_in, mats[m].n_out, x, n_tok, mats[m].y);
+        return;
+    }
+    ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);
+    size_t w_stride = ggml_row_size(wtype, (uint64_t)n_in);
+    struct matmul_job j = {
+        .c = c, .wtype = wtype, .xtype = xtype, .w_stride = w_stride, .n_in = n_in, .n_tok = n_tok, .x = x,
+    };
+    vec_kernels(&j, MATMUL_VEC);
+    quantize_all(&j);
+    j.chunk_rows = VEC_CHUNK_ROWS;
+    j.n_mats = n_mats;
+    for (int m = 0; m < n_mats; m++) {
+        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks};
+        j.n_chunks += div_up(mats[m].n_out, j.chunk_rows);
+    }
+    vec_dispatch(c, &j);
 }

@@ -303,6 +303,22 @@ static void mm(struct forward_scratch *s, const struct model_weight *w, const fl
                 y);
 }
 
+/* Matrices with the same input x (Q/K/V, gate/up): one shared dispatch where they have the same
+ * type (matmul_multi gives each the numbers mm would), else one mm each. */
+static void mm_multi(struct forward_scratch *s, int n, const struct model_weight *const *w, const float *x,
+                     int64_t n_tok, float *const *y) {
+    bool same = !s->reference;
+    for (int i = 1; i < n; i++) same = same && w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
+    if (!same) {
+        for (int i = 0; i < n; i++) mm(s, w[i], x, n_tok, y[i]);
+        return;
+    }
+    struct matmul_out outs[MATMUL_MULTI_MAX];
+    ASSERT(n <= MATMUL_MULTI_MAX);
+    for (int i = 0; i < n; i++) outs[i] = (struct matmul_out){.w = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
+    matmul_multi(s->c, w[0]->type, w[0]->n_in, x, n_tok, n, outs);
+}
+
 /* ---- attention ---- */
 
 /* x = (float)(f16)x through tmp: the reference multiplies Q by the F16 K cells, and the
@@ -655,9 +671,8 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         rmsnorm(c, hp, s->x, s->xn, L->attn_norm, n);
-        mm(s, &L->wq, s->xn, n, s->q);
-        mm(s, &L->wk, s->xn, n, s->k);
-        mm(s, &L->wv, s->xn, n, s->v);
+        mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
+                 (float *const[]){s->q, s->k, s->v});
         add_bias(s->q, L->bq, L->wq.n_out, n);
         add_bias(s->k, L->bk, nkv, n);
         add_bias(s->v, L->bv, nkv, n);
@@ -673,8 +688,8 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
 
         rmsnorm(c, hp, s->x, s->xn, L->ffn_norm, n);
-        mm(s, &L->w_gate, s->xn, n, s->gate);
-        mm(s, &L->w_up, s->xn, n, s->up);
+        mm_multi(s, 2, (const struct model_weight *const[]){&L->w_gate, &L->w_up}, s->xn, n,
+                 (float *const[]){s->gate, s->up});
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
         rows_for(c, n, 8 * (int64_t)hp->n_ff, swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
