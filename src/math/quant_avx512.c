@@ -2,10 +2,9 @@
  * its time in. They process 64 weights per instruction where the AVX2 ones process 32, and fold
  * the int16 -> int32 widening and the accumulation into one VNNI instruction (vpdpwssd). Types
  * without an entry here use the AVX2 kernels. Selected at run time (simd_level_supported).
+ * Q4_K and Q6_K live in kquant_avx512.c (looked up before this table); dot_k45_n below serves Q5_K.
  *
- * Integer inner sums are the scalar kernels' exactly. One reordering: Q6_K's "-32" offset is
- * applied once per super-block as 32 * sum_j scale_j * bsums_j (the activation's 16-element sums)
- * instead of per element; the integer result is the same.
+ * Integer inner sums are the scalar kernels' exactly.
  */
 #include "math/kernels.h"
 #include "math/blocks.h"
@@ -213,100 +212,22 @@ AVX512 static inline __attribute__((always_inline)) void dot_k45_n(int64_t n, co
     for (int t = 0; t < nx; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum_ps(acc_m[t]);
 }
 
-AVX512 static float dot_q4_K(int64_t n, const void *w, const void *x) {
-    float out;
-    dot_k45_n(n, w, x, 0, 1, 0, &out);
-    return out;
-}
-
 AVX512 static float dot_q5_K(int64_t n, const void *w, const void *x) {
     float out;
     dot_k45_n(n, w, x, 0, 1, 1, &out);
     return out;
 }
 
-AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
-    dot_k45_n(n, w, x, x_stride, QUANT_DOT_ROWS, 0, out);
-}
-
 AVX512 static void dot4_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
     dot_k45_n(n, w, x, x_stride, QUANT_DOT_ROWS, 1, out);
 }
 
-/* int16 lane selectors for Q6_K: 64 elements as 32 pair-sums, 8 lanes (16 elements) per scale,
- * scales 4m..4m+3. */
-AVX512 static inline __m512i q6_scale_index(int m) {
-    return _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
-                            4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2,
-                            4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1,
-                            4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
-}
-
-/* Q6_K . Q8_K of one weight row with nx activation rows (see dot_k45_n): the levels (0..63,
- * i.e. level + 32) and the scale vectors are decoded once; the -32 is applied per row through
- * the activation's bsums. */
-AVX512 static inline __attribute__((always_inline)) void dot_q6_K_n(int64_t n, const void *w, const void *x,
-                                                                    size_t x_stride, const int nx, float *out) {
-    const block_q6_K *a = w;
-    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
-    __m512 acc[QUANT_DOT_ROWS];
-    __m256 acc_off[QUANT_DOT_ROWS];
-    for (int t = 0; t < nx; t++) {
-        acc[t] = _mm512_setzero_ps();
-        acc_off[t] = _mm256_setzero_ps();
-    }
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
-        __m512i sc16 = _mm512_castsi256_si512(sc);
-        __m512i q[4], scale[4]; /* elements 64m .. 64m+63 */
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i l = _mm512_loadu_si512(a[i].ql + 64 * h);
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            /* elements 0-63 of the half: low nibbles of ql + qh bits 0-1 | 2-3;
-             * elements 64-127: high nibbles + qh bits 4-5 | 6-7 */
-            __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
-            q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(hz, m2), 4));
-            q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
-            scale[2 * h] = _mm512_permutexvar_epi16(q6_scale_index(2 * h), sc16);
-            scale[2 * h + 1] = _mm512_permutexvar_epi16(q6_scale_index(2 * h + 1), sc16);
-        }
-        const float dw = h2f(a[i].d);
-        for (int t = 0; t < nx; t++) {
-            const block_q8_K *b = (const block_q8_K *)((const uint8_t *)x + t * x_stride) + i;
-            __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)b->bsums));
-            float d = dw * b->d;
-            acc_off[t] = _mm256_fmadd_ps(_mm256_set1_ps(32 * d), _mm256_cvtepi32_ps(off), acc_off[t]);
-            __m512i sumi[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 4
-            for (int m = 0; m < 4; m++)
-                sumi[m & 1] = _mm512_dpwssd_epi32(sumi[m & 1], _mm512_maddubs_epi16(q[m], _mm512_loadu_si512(b->qs + 64 * m)),
-                                                  scale[m]);
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_add_epi32(sumi[0], sumi[1])), acc[t]);
-        }
-    }
-    for (int t = 0; t < nx; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum_ps(acc_off[t]);
-}
-
-AVX512 static float dot_q6_K(int64_t n, const void *w, const void *x) {
-    float out;
-    dot_q6_K_n(n, w, x, 0, 1, &out);
-    return out;
-}
-
-AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
-    dot_q6_K_n(n, w, x, x_stride, QUANT_DOT_ROWS, out);
-}
-
 const struct quant_kernels quant_kernels_avx512 = {
     .vec_dot = {
-        [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q4_K] = dot_q4_K,
-        [GGML_TYPE_Q5_K] = dot_q5_K, [GGML_TYPE_Q6_K] = dot_q6_K,
+        [GGML_TYPE_F16] = dot_f16, [GGML_TYPE_Q5_K] = dot_q5_K,
     },
     .vec_dot4 = {
-        [GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K, [GGML_TYPE_Q5_K] = dot4_q5_K,
-        [GGML_TYPE_Q6_K] = dot4_q6_K,
+        [GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q5_K] = dot4_q5_K,
     },
     .vec_dotr = {[GGML_TYPE_Q8_0] = dotr_q8_0, [GGML_TYPE_Q4_0] = dotr_q4_0, [GGML_TYPE_Q5_0] = dotr_q5_0},
 };
