@@ -325,7 +325,7 @@ static void request_finished(struct conn *c) {
     c->app->counters.requests_inflight--;
     c->cancel_cb = NULL;
     uv_timer_stop(&c->timer);
-    bool keep = c->keep_alive;
+    bool keep = c->keep_alive && !(c->eof && c->in_len == 0); /* half-closed: nothing more comes */
     http_parse_next(&c->parse);
     if (!keep) {
         conn_linger(c);
@@ -371,6 +371,15 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         uv_read_stop(s);
         c->reading = false;
         conn_linger(c);
+        return;
+    }
+    if (nread == UV_EOF && c->state == C_HELD && !c->shut_down) {
+        /* A complete request waits its turn (paced): the client is done sending but is owed its
+         * answer, and those of any requests pipelined behind it (request_finished lingers after
+         * the last). */
+        c->eof = true;
+        uv_read_stop(s);
+        c->reading = false;
         return;
     }
     if (nread < 0) { /* EOF or error: the client is gone (or done, when lingering) */
@@ -461,7 +470,7 @@ static void conn_process(struct conn *c) {
     c->in_process = false;
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
     /* Pause reading only when the buffer is full (a pipelining client racing ahead). */
-    bool want = c->in_len < sizeof c->in;
+    bool want = c->in_len < sizeof c->in && !c->eof;
     if (want && !c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (!want && c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = want;

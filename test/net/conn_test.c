@@ -391,3 +391,30 @@ TEST(conn_requests_with_work_are_paced_and_keep_their_order) {
     CHECK_EQ_INT(f.send_rc, 1); /* the 6th, dispatched from the hold, was still in flight */
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }
+
+/* Pipelined POSTs followed by a half-close (shutdown(SHUT_WR), e.g. `printf ... | nc -N`): the EOF
+ * finds requests HELD by the pacing; they are still owed their answers (it once closed the
+ * connection as "client gone" and requests 4..9 got none). */
+
+static void pipelined_posts_then_half_close(struct fixture *f) {
+    char all[2048];
+    size_t n = 0;
+    for (int i = 0; i < 10; i++)
+        n += (size_t)snprintf(all + n, sizeof all - n, "POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n<%d>", i);
+    int s = client_connect(f, 0);
+    client_send(s, all);
+    shutdown(s, SHUT_WR); /* done sending; still reading the answers */
+    client_read_until(f, s, NULL); /* until the server closes */
+    close(s);
+}
+
+TEST(conn_half_close_after_held_requests_answers_all) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, echo_order_route, pipelined_posts_then_half_close, NULL, NULL), 0);
+    fprintf(stderr, "  handled %d of 10, held %llu, reply has <3>: %d, <9>: %d\n", f.events_sent,
+            (unsigned long long)f.app.counters.requests_held, strstr(f.reply, "<3>") != NULL,
+            strstr(f.reply, "<9>") != NULL);
+    CHECK_EQ_INT(f.events_sent, 10);
+    CHECK(strstr(f.reply, "<9>") != NULL);
+}
