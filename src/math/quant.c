@@ -843,7 +843,7 @@ bool simd_level_supported(enum simd_level level) {
     case SIMD_AVX512:
         return simd_level_supported(SIMD_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512vnni");
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     default: return false;
     }
 }
