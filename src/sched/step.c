@@ -354,7 +354,10 @@ static void fail_batch(struct sched *s, int err) {
 
 /* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
  * fits in max_step_ms after the decodes; a prompt alone gets batch_tokens, cut to what fits in
- * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. */
+ * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. The cost counts
+ * attention (step_cost.h): the decodes' contexts, and the prompt tokens as if they all went to the
+ * prompt furthest along (over-estimates when several prompts share the step: errs on the side of
+ * a responsive loop). */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
     bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
     *prompt_cap = s->cfg.batch_tokens;
@@ -363,13 +366,19 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     if (others) *chunk_cap = s->cfg.chunk_tokens;
     else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
     else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;
-    int32_t within = step_cost_tokens_within(&s->cost, target_ms);
-    if (within < 0) {
+    int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
+    double decode_attn = 0;
+    for (int32_t i = 0; i < decodes; i++) decode_attn += s->seqs[s->decode_order[i]].n_past + 1;
+    int32_t start = 0;
+    for (int32_t i = 0; i < s->n_prompt; i++) {
+        int32_t past = s->seqs[s->prompt_order[i]].n_past;
+        if (past > start) start = past;
+    }
+    int32_t cap = step_cost_tokens_within(&s->cost, target_ms, decodes, decode_attn, start);
+    if (cap < 0) {
         *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
         return;
     }
-    int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
-    int32_t cap = within - decodes;
     /* alone, never below the probe: smaller prefill steps cost several times more per token
      * (below 32 rows the matmuls take the per-row path, which reads the weights once per 4
      * tokens), and a machine that slow misses the time target with a few tokens more or less */
@@ -465,7 +474,9 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     }
     st->err = -ERR_CANCELLED; /* until sched_step_compute runs: a step that never ran fails */
     st->started_ms = now_ms;
-    st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
+    st->attn = 0;
+    for (int32_t i = 0; i < st->batch.n_tokens; i++) st->attn += st->batch.pos[i] + 1;
+    st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens, st->attn);
     s->in_flight = true;
     *out = st;
     return st->batch.n_tokens > 0 ? st->batch.n_tokens : 1;
@@ -575,7 +586,7 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     if (st->batch.n_tokens == 0) return; /* a save-only step says nothing about forward speed */
     double ms = now_ms - st->started_ms;
     if (ms < 0) ms = 0;
-    step_cost_observe(&s->cost, st->batch.n_tokens, ms);
+    step_cost_observe(&s->cost, st->batch.n_tokens, st->attn, ms);
     int b = 0;
     while (ms > sched_step_hist_bounds_ms[b]) b++;
     s->totals.step_hist[b]++;
