@@ -10,14 +10,15 @@
  *     is a pure function of the arrival order and the step times reported to
  *     sched_step_complete (no clock, no randomness, ties broken by admission order);
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
- *     config.max_step_ms, from a cost line learned from measured step times (step_cost.h);
+ *     config.max_step_ms, from a cost model learned from measured step times (step_cost.h:
+ *     fixed + per token + per attended cell, so chunks shrink as a long prompt's context grows);
  *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (200 ms,
  *     never below max_step_ms; 0: no time cap, batch_tokens only). The two promises together:
  *     a request that arrives while a long prompt is read alone waits for the step in flight
  *     (<= solo_step_ms) and then for its own step (<= max_step_ms), so its first token comes
  *     after about solo_step_ms + max_step_ms at worst, while the lone prompt still runs in steps
  *     2x longer than shared ones (the fixed cost per step is amortized over more tokens).
- *     Before any step was measured there is no cost line: a step's prompt budget is then a
+ *     Before any step was measured there is no cost model: a step's prompt budget is then a
  *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds; a
  *     prompt alone never gets less than that probe (smaller prefill steps cost several times
  *     more per token: below 32 rows the matmuls take the per-row path, math/matmul.h);

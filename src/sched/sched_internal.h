@@ -103,6 +103,7 @@ struct sched_step {
     int32_t n_prompt_tokens, n_decode_tokens;
     int32_t n_prompt_tails; /* of the decode tokens, prompts' last tokens (counted as prompt) */
     int64_t number;
+    double attn;            /* attention cells of the batch: sum of pos + 1 over its rows (step_cost.h) */
     double started_ms, expected_ms;
     int err;
     /* completion in parts (sched_step_complete_some): entries before next_entry are taken */

@@ -354,7 +354,9 @@ static void fail_batch(struct sched *s, int err) {
 
 /* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
  * fits in max_step_ms after the decodes; a prompt alone gets batch_tokens, cut to what fits in
- * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. */
+ * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. The cost counts
+ * attention (step_cost.h): the decodes' contexts, then the prompts' chunks at their positions in
+ * the order fill() takes them, so a chunk late in a long prompt gets fewer tokens. */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
     bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
     *prompt_cap = s->cfg.batch_tokens;
@@ -363,13 +365,26 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     if (others) *chunk_cap = s->cfg.chunk_tokens;
     else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
     else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;
-    int32_t within = step_cost_tokens_within(&s->cost, target_ms);
-    if (within < 0) {
+    if (s->cost.observed == 0) {
         *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
         return;
     }
-    int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
-    int32_t cap = within - decodes;
+    int32_t rows = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
+    double attn = 0;
+    for (int32_t i = 0; i < rows; i++) attn += s->seqs[s->decode_order[i]].n_past + 1;
+    int32_t cap = 0;
+    for (int32_t i = 0; i < s->n_prompt && cap < *prompt_cap; i++) {
+        const struct seq *q = &s->seqs[s->prompt_order[i]];
+        int32_t chunk = q->n_tokens - q->n_past < *chunk_cap ? q->n_tokens - q->n_past : *chunk_cap;
+        int32_t fit = step_cost_tokens_within(&s->cost, target_ms, rows, attn, q->n_past);
+        if (fit < chunk) { /* the budget ends inside this chunk (fit is at least 1: check it) */
+            if (fit > 1 || step_cost_predict_ms(&s->cost, rows + 1, attn + q->n_past + 1) <= target_ms) cap += fit;
+            break;
+        }
+        cap += chunk;
+        rows += chunk;
+        attn += step_cost_attn(q->n_past, chunk);
+    }
     /* alone, never below the probe: smaller prefill steps cost several times more per token
      * (below 32 rows the matmuls take the per-row path, which reads the weights once per 4
      * tokens), and a machine that slow misses the time target with a few tokens more or less */
@@ -465,7 +480,9 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     }
     st->err = -ERR_CANCELLED; /* until sched_step_compute runs: a step that never ran fails */
     st->started_ms = now_ms;
-    st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens);
+    st->attn = 0;
+    for (int32_t i = 0; i < st->batch.n_tokens; i++) st->attn += st->batch.pos[i] + 1;
+    st->expected_ms = step_cost_predict_ms(&s->cost, st->batch.n_tokens, st->attn);
     s->in_flight = true;
     *out = st;
     return st->batch.n_tokens > 0 ? st->batch.n_tokens : 1;
@@ -575,7 +592,7 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     if (st->batch.n_tokens == 0) return; /* a save-only step says nothing about forward speed */
     double ms = now_ms - st->started_ms;
     if (ms < 0) ms = 0;
-    step_cost_observe(&s->cost, st->batch.n_tokens, ms);
+    step_cost_observe(&s->cost, st->batch.n_tokens, st->attn, ms);
     int b = 0;
     while (ms > sched_step_hist_bounds_ms[b]) b++;
     s->totals.step_hist[b]++;

@@ -7,6 +7,7 @@
 #include "sched/step_cost.h"
 #include "test.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -603,11 +604,12 @@ TEST(sched_prompt_budget_follows_the_learned_step_time) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
-/* Steps of a lone prompt, each "taking" 5 ms + ms_per_token per token; a second request arrives
- * once the first has read `arrive_after` tokens. sizes[] gets every step's token count; returns
- * the steps. */
-static int solo_steps(struct test_case *t, double ms_per_token, double solo_ms, double max_ms, int arrive_after,
-                      int *sizes, int cap) {
+/* Steps of a lone prompt of n_long tokens, each "taking" 5 ms + ms_per_token per token +
+ * ms_per_cell per attended cell (the sum of pos + 1 over the batch); a second request arrives
+ * once the first has read `arrive_after` tokens. sizes[] gets every step's token count, costs[]
+ * (when not NULL) its time; returns the steps. */
+static int solo_run(struct test_case *t, int32_t n_long, double ms_per_token, double ms_per_cell, double solo_ms,
+                    double max_ms, int arrive_after, int *sizes, double *costs, int cap) {
     struct fx f;
     struct sched_config c = base_config();
     c.n_ctx = 1024;
@@ -615,22 +617,29 @@ static int solo_steps(struct test_case *t, double ms_per_token, double solo_ms, 
     c.chunk_tokens = 128;
     c.max_step_ms = max_ms;
     c.solo_step_ms = solo_ms;
-    if (fx_init(&f, 4096, 4, MEM_KV, &c) != 0) return -1;
-    static int32_t longp[400], shortp[6];
-    fake_prompt(longp, 400, 31, VOCAB);
+    if (n_long > 500 || fx_init(&f, 4096, 4, MEM_KV, &c) != 0) return -1;
+    static int32_t longp[500], shortp[6];
+    fake_prompt(longp, n_long, 31, VOCAB);
     fake_prompt(shortp, 6, 32, VOCAB);
     struct recorder a, b;
-    struct sched_request qa = request(longp, 400, 1), qb = request(shortp, 6, 1);
+    struct sched_request qa = request(longp, n_long, 1), qb = request(shortp, 6, 1);
     if (submit(&f, &a, &qa, NULL) != 0) return -1;
     int steps = 0, read = 0;
     bool sent = false;
     struct sched_step *step;
     int n;
     while ((n = sched_build_step(f.s, f.now, &step)) > 0) {
-        if (steps < cap) sizes[steps] = n;
+        const struct batch *bt = sched_step_batch(step);
+        double attn = 0;
+        for (int32_t i = 0; i < bt->n_tokens; i++) attn += bt->pos[i] + 1;
+        double ms = 5 + ms_per_token * n + ms_per_cell * attn;
+        if (steps < cap) {
+            sizes[steps] = n;
+            if (costs) costs[steps] = ms;
+        }
         steps++;
         sched_step_compute(f.s, step);
-        sched_step_complete(f.s, step, f.now += 5 + ms_per_token * n);
+        sched_step_complete(f.s, step, f.now += ms);
         read += n;
         if (!sent && arrive_after >= 0 && read >= arrive_after) {
             if (submit(&f, &b, &qb, NULL) != 0) return -1;
@@ -640,6 +649,38 @@ static int solo_steps(struct test_case *t, double ms_per_token, double solo_ms, 
     if (a.done[0] != 1 + SCHED_STOP_LIMIT || (sent && b.done[0] != 1 + SCHED_STOP_LIMIT)) steps = -1;
     if (fx_free(&f)) steps = -1;
     return steps;
+}
+
+static int solo_steps(struct test_case *t, double ms_per_token, double solo_ms, double max_ms, int arrive_after,
+                      int *sizes, int cap) {
+    return solo_run(t, 400, ms_per_token, 0, solo_ms, max_ms, arrive_after, sizes, NULL, cap);
+}
+
+TEST(sched_a_lone_long_prompt_stays_within_solo_step_ms_as_its_context_grows) {
+    /* attention dominates late in the prompt: at 400 a 40-token chunk costs 5 + 4 + 67 ms (the
+     * fake engine holds 512 tokens of context: the targets are scaled down to 80 and 40 ms) */
+    int sizes[128];
+    double costs[128];
+    int steps = solo_run(t, 500, 0.1, 4e-3, 80, 40, -1, sizes, costs, 128);
+    CHECK(steps > 5 && steps <= 128);
+    int total = 0, over = 0;
+    for (int i = 0; i < steps; i++) {
+        total += sizes[i];
+        if (i >= 3) over += costs[i] > 80 * 1.02; /* the probe and two steps learn */
+    }
+    CHECK_EQ_INT(total, 500);
+    CHECK_EQ_INT(over, 0);
+    CHECK(sizes[2] > sizes[3] && sizes[3] > sizes[steps - 2]); /* chunks shrink as the context grows */
+    for (int i = 3; i < steps - 1; i++) CHECK(costs[i] > 70);  /* but still fill most of the target */
+    /* someone arriving late in the prompt waits for at most the step in flight, then gets a step
+     * within max_step_ms although the long prompt's chunk attends 350+ cells per row */
+    steps = solo_run(t, 500, 0.1, 4e-3, 80, 40, 350, sizes, costs, 128);
+    CHECK(steps > 0 && steps <= 128);
+    int read = 0, i = 0;
+    while (read < 350) read += sizes[i++];
+    CHECK(i >= 4 && costs[i - 1] <= 80 * 1.02);
+    CHECK(costs[i] <= 40 * 1.02);
+    CHECK(sizes[i] > 6);
 }
 
 TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
@@ -685,24 +726,89 @@ TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
 }
 
 TEST(sched_step_cost_fits_a_line) {
-    double fixed, per;
+    double fixed, per, cell;
     struct step_cost k;
     step_cost_init(&k);
-    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), -1);
-    for (int i = 0; i < 30; i++) step_cost_observe(&k, 10 + (i % 5) * 20, 5 + 2.0 * (10 + (i % 5) * 20));
-    step_cost_line(&k, &fixed, &per);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100, 0, 0, 0), -1);
+    /* steps from position 0 whose time does not depend on the attention */
+    for (int i = 0; i < 30; i++) {
+        int n = 10 + (i % 5) * 20;
+        step_cost_observe(&k, n, step_cost_attn(0, n), 5 + 2.0 * n);
+    }
+    step_cost_model(&k, &fixed, &per, &cell);
     CHECK(fixed > 4.9 && fixed < 5.1);
     CHECK(per > 1.99 && per < 2.01);
-    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), 47);
-    CHECK(step_cost_predict_ms(&k, 100) > 204.9 && step_cost_predict_ms(&k, 100) < 205.1);
-    /* the machine gets twice as slow: the line follows within a few dozen steps */
-    for (int i = 0; i < 60; i++) step_cost_observe(&k, 10 + (i % 5) * 20, 10 + 4.0 * (10 + (i % 5) * 20));
-    step_cost_line(&k, &fixed, &per);
+    CHECK(cell >= 0 && cell < 1e-9);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100, 0, 0, 0), 47);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100, 0, 0, 3000), 47); /* the position does not matter */
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100, 7, 7 * 500, 0), 40); /* after 7 decodes */
+    CHECK(step_cost_predict_ms(&k, 100, 5050) > 204.9 && step_cost_predict_ms(&k, 100, 5050) < 205.1);
+    /* the machine gets twice as slow: the fit follows within a few dozen steps */
+    for (int i = 0; i < 60; i++) {
+        int n = 10 + (i % 5) * 20;
+        step_cost_observe(&k, n, step_cost_attn(0, n), 10 + 4.0 * n);
+    }
+    step_cost_model(&k, &fixed, &per, &cell);
     CHECK(per > 3.9 && per < 4.1);
     /* one size only: cost per token */
     step_cost_init(&k);
-    step_cost_observe(&k, 1, 20);
-    CHECK_EQ_INT(step_cost_tokens_within(&k, 100), 5);
+    step_cost_observe(&k, 1, 1, 20);
+    CHECK_EQ_INT(step_cost_tokens_within(&k, 100, 0, 0, 0), 5);
+    CHECK(step_cost_predict_ms(&k, 3, 100) > 59.9 && step_cost_predict_ms(&k, 3, 100) < 60.1);
+}
+
+/* A synthetic machine where attention is a large share: 4 ms + 0.5 ms per token + 0.2 us per
+ * attended cell, with +-3 % of deterministic noise. */
+static double attn_cost(int32_t n, double attn, int i) { return (4 + 0.5 * n + 2e-4 * attn) * (1 + 0.03 * ((i * 7 % 5) - 2) / 2.0); }
+
+TEST(sched_step_cost_learns_the_attention_term) {
+    struct step_cost k;
+    step_cost_init(&k);
+    /* a lone 6000-token prompt in chunks of what fits in 200 ms, the first a 32-token probe */
+    int32_t pos = 0, steps = 0, over = 0, first = 0, last = 0;
+    while (pos < 6000) {
+        int32_t n = k.observed == 0 ? 32 : step_cost_tokens_within(&k, 200, 0, 0, pos);
+        CHECK(n >= 1);
+        if (n > 6000 - pos) n = 6000 - pos;
+        double attn = step_cost_attn(pos, n), ms = attn_cost(n, attn, steps);
+        if (steps >= 3 && pos + n < 6000) { /* learned, and not the leftover */
+            over += ms > 200 * 1.05;
+            if (!first) first = n;
+            last = n;
+        }
+        step_cost_observe(&k, n, attn, ms);
+        pos += n;
+        steps++;
+    }
+    CHECK_EQ_INT(over, 0);           /* every learned step within its target (and the noise) */
+    CHECK(first > 2 * last);         /* chunks shrink as the context grows */
+    CHECK(last > 100 && steps < 60); /* but stay as big as fit: at 5800, 4 + 0.5 n + 2e-4 n (5800 + n / 2) = 200 at n = 116 */
+    /* the model predicts steps it has not seen, of sizes it has, within 5 % (the fixed 4 ms
+     * drowns in the noise of 200 ms steps: far smaller steps are not predicted as well) */
+    double fixed, per, cell;
+    step_cost_model(&k, &fixed, &per, &cell);
+    CHECK(cell > 1.5e-4 && cell < 2.5e-4);
+    for (int32_t p0 = 0; p0 <= 8000; p0 += 2000) {
+        double attn = step_cost_attn(p0, 150), want = 4 + 0.5 * 150 + 2e-4 * attn;
+        double got = step_cost_predict_ms(&k, 150, attn);
+        CHECK(got > want * 0.95 && got < want * 1.05);
+    }
+    /* decodes with long contexts take their share: 16 decodes at 4000 leave fewer prompt tokens */
+    double decode_attn = 16 * 4001.0;
+    int32_t with = step_cost_tokens_within(&k, 100, 16, decode_attn, 1000);
+    int32_t without = step_cost_tokens_within(&k, 100, 0, 0, 1000);
+    CHECK(with < without);
+    CHECK(step_cost_predict_ms(&k, 16 + with, decode_attn + step_cost_attn(1000, with)) <= 100);
+    CHECK(step_cost_predict_ms(&k, 16 + with + 1, decode_attn + step_cost_attn(1000, with + 1)) > 100);
+    /* the same sizes at constant positions give no spread in attention apart from n: the fit
+     * falls back and still predicts the steps it saw */
+    step_cost_init(&k);
+    for (int i = 0; i < 40; i++) {
+        double attn = step_cost_attn(2000, 100);
+        step_cost_observe(&k, 100, attn, attn_cost(100, attn, 0));
+    }
+    double want = attn_cost(100, step_cost_attn(2000, 100), 0);
+    CHECK(fabs(step_cost_predict_ms(&k, 100, step_cost_attn(2000, 100)) - want) < 0.01 * want);
 }
 
 TEST(sched_stall_detection) {
