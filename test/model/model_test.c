@@ -66,10 +66,10 @@ struct fixture {
 };
 
 static int setup(struct test_case *t, struct fixture *f, int32_t n_seq) {
+    *f = (struct fixture){0}; /* callers tear down after a failed setup too */
     const char *path = shared_path(t, "models/kjv-tiny-q8_0.gguf");
     if (!path) return -1;
     char why[256];
-    *f = (struct fixture){0};
     if (model_load(&f->m, path, NULL, why, sizeof why) < 0 || model_memory_create(f->m, 256, n_seq, &f->mem) < 0 ||
         forward_ctx_create(&f->fc, f->m, &(struct forward_config){.max_tokens = 64, .n_ctx = 256, .n_threads = 2}) < 0 ||
         batch_init(&f->b, 64) < 0)
