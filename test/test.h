@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct test_case {
     const char *name;
@@ -60,5 +61,19 @@ const char *shared_path(struct test_case *t, const char *rel);
 
 /* shared_path or skip the test loudly. */
 #define SHARED(var, rel) const char *var = shared_path(t, rel); if (!var) return
+
+/* Deterministic test numbers from a caller-owned xorshift64 state: uniform in [0, 1), and
+ * pseudo-normal (mean 0, variance 1) as a scaled sum of four uniforms. */
+static inline float test_urand(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (float)(*state >> 40) / (float)(1 << 24);
+}
+static inline float test_nrand(uint64_t *state) {
+    float s = 0;
+    for (int k = 0; k < 4; k++) s += test_urand(state);
+    return (s - 2.0f) * 1.7320508f;
+}
 
 #endif

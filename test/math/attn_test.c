@@ -12,16 +12,7 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static float nrand(void) {
-    float s = 0;
-    for (int k = 0; k < 4; k++) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        s += (float)(rng_state >> 40) / (float)(1 << 24);
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
+static float nrand(void) { return test_nrand(&rng_state); }
 
 enum { POOL = 300, HD_MAX = 128, STRIDE = 3 * HD_MAX };
 

@@ -16,16 +16,7 @@
 #include <unistd.h>
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float nrand(void) {
-    float s = 0;
-    for (int k = 0; k < 4; k++) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        s += (float)(rng_state >> 40) / (float)(1 << 24);
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
+static float nrand(void) { return test_nrand(&rng_state); }
 
 /* matmul of a random W (type ty) with n_tok random rows vs the double product of dequantized W
  * with the activations as matmul sees them (quantized on the vector path, F32 on the sgemm one).

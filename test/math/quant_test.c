@@ -19,13 +19,7 @@ static const enum ggml_type weight_types[] = {
 
 /* Deterministic pseudo-normal numbers (xorshift + sum of uniforms). */
 static uint64_t rng_state = 88172645463325252ull;
-static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)(rng_state >> 40) / (float)(1 << 24);
-}
-static float nrand(void) { return (frand() + frand() + frand() + frand() - 2.0f) * 1.7320508f; }
+static float nrand(void) { return test_nrand(&rng_state); }
 
 TEST(quant_fp16_known_values) {
     CHECK_EQ_INT(f32_to_fp16(1.0f), 0x3c00);
