@@ -330,6 +330,25 @@ static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
     return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
 }
 
+/* Chunks of whole 4-row tiles for the integer GEMMs, at least two per thread (a 192-row matrix
+ * made 3 chunks of 64 on 2 threads), at most GEMM_CHUNK_ROWS rows. */
+static void gemm_chunks(struct matmul_job *j) {
+    j->chunk_rows = div_up(div_up(j->n_out, 2 * (int64_t)j->c->n_threads), 4) * 4;
+    if (j->chunk_rows > GEMM_CHUNK_ROWS) j->chunk_rows = GEMM_CHUNK_ROWS;
+    j->n_chunks = div_up(j->n_out, j->chunk_rows);
+}
+
+/* The path matmul takes for MATMUL_AUTO (matmul_multi asks it too, so the two cannot drift). */
+static enum matmul_path auto_path(const struct compute *c, enum ggml_type wtype, int64_t n_tok) {
+    if (wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS) return MATMUL_GEMM_Q8;
+    return n_tok < MATMUL_BLAS_MIN_TOKENS || matmul_vec_prompts(c->level, wtype) ? MATMUL_VEC : MATMUL_BLAS;
+}
+
+/* Whether the vector path runs Q4_K on the 4 x 4 tiles of kquant_gemm_q4_K_rows (same numbers). */
+static bool q4_K_tiles(const struct compute *c, enum ggml_type wtype, int64_t n_tok) {
+    return wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS;
+}
+
 /* The vector path's kernels for the job's type and token count (MATMUL_VEC or MATMUL_REFERENCE). */
 static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     enum ggml_type wtype = j->wtype;
@@ -397,19 +416,14 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
      * integer GEMM exists the fast paths give its numbers at every batch size. */
     if (path == MATMUL_REFERENCE && wtype == GGML_TYPE_Q8_0 && c->packed)
         path = n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS ? MATMUL_GEMM_Q8 : MATMUL_VEC;
-    if (path == MATMUL_AUTO)
-        path = wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS ? MATMUL_GEMM_Q8
-               : n_tok < MATMUL_BLAS_MIN_TOKENS || matmul_vec_prompts(c->level, wtype) ? MATMUL_VEC : MATMUL_BLAS;
+    if (path == MATMUL_AUTO) path = auto_path(c, wtype, n_tok);
     if (path == MATMUL_GEMM_Q8) {
         /* integers on VNNI, each output exactly its vector-path value */
         ASSERT(c->packed && wtype == GGML_TYPE_Q8_0);
         quantize_all(&j);
         pool_run(c->pool, pack_pairs, &j);
         atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-        /* at least two chunks per thread (a 192-row matrix made 3 chunks of 64 on 2 threads) */
-        j.chunk_rows = div_up(div_up(n_out, 2 * (int64_t)c->n_threads), 4) * 4;
-        if (j.chunk_rows > GEMM_CHUNK_ROWS) j.chunk_rows = GEMM_CHUNK_ROWS;
-        j.n_chunks = div_up(n_out, j.chunk_rows);
+        gemm_chunks(&j);
         pool_run(c->pool, gemm_q8_rows, &j);
         return;
     }
@@ -452,12 +466,10 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     } else {
         quantize_all(&j);
     }
-    if (wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS) {
+    if (q4_K_tiles(c, wtype, n_tok)) {
         /* vec_rows' numbers (MATMUL_REFERENCE: with its grouped order), weights and activations
          * shared by 4 x 4 tiles */
-        j.chunk_rows = div_up(div_up(n_out, 2 * (int64_t)c->n_threads), 4) * 4;
-        if (j.chunk_rows > GEMM_CHUNK_ROWS) j.chunk_rows = GEMM_CHUNK_ROWS;
-        j.n_chunks = div_up(n_out, j.chunk_rows);
+        gemm_chunks(&j);
         pool_run(c->pool, gemm_q4_K_rows, &j);
         return;
     }
@@ -476,8 +488,7 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     /* The shared dispatch is the vector path with quantized activations; elsewhere (or where
      * matmul would take another path) one matmul per matrix, which gives the same numbers. */
     bool vec = n_tok < MATMUL_BLAS_MIN_TOKENS && xtype != GGML_TYPE_F32 &&
-               !(wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS) &&
-               !(wtype == GGML_TYPE_Q4_K && c->level == SIMD_AVX512 && n_tok >= QUANT_DOT_ROWS);
+               auto_path(c, wtype, n_tok) == MATMUL_VEC && !q4_K_tiles(c, wtype, n_tok);
     if (!vec || n_mats == 1) {
         for (int m = 0; m < n_mats; m++) matmul(c, wtype, mats[m].w, n_in, mats[m].n_out, x, n_tok, mats[m].y);
         return;
