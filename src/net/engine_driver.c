@@ -19,23 +19,21 @@
  * JSON and writes: several ms under ASan). */
 #define STEP_OUTPUTS_PER_ITERATION 16
 
-/* Put the calling (threadpool) thread at the compute threads' nice level. Any threadpool thread may
- * run a step, so every step does it (one cheap syscall per step, on the worker). Threads created
- * by this thread afterwards (the forward pass's pool, while loading) inherit the level. A failure
- * (e.g. a seccomp filter) leaves the thread as it was: only latency depends on it. */
-static void compute_priority(const struct engine_driver *d) {
-    if (d->app->cfg->compute_nice > 0) setpriority(PRIO_PROCESS, (id_t)gettid(), d->compute_nice);
-}
-
 /* --- steps ----------------------------------------------------------------------------------- */
 
-static void step_work_cb(uv_work_t *w) {
-    struct engine_driver *d = w->data;
-    compute_priority(d);
+/* On the compute thread. */
+static void step_compute(void *arg) {
+    struct engine_driver *d = arg;
     if (d->step_sleep_ms > 0) /* --debug-endpoints' /debug/slow-step only */
         nanosleep(&(struct timespec){.tv_sec = d->step_sleep_ms / 1000,
                                      .tv_nsec = d->step_sleep_ms % 1000 * 1000000}, NULL);
     sched_step_compute(d->srv.sched, d->step);
+}
+
+/* On a threadpool thread, which waits at the loop's priority (see compute_thread.h). */
+static void step_work_cb(uv_work_t *w) {
+    struct engine_driver *d = w->data;
+    compute_thread_call(&d->compute, step_compute, d);
 }
 
 static void try_step(struct engine_driver *d);
@@ -124,10 +122,15 @@ static void default_model_path(char *out, size_t cap) {
     snprintf(out, cap, "%s", ENGINE_DEFAULT_MODEL); /* the error names the expected place */
 }
 
+/* On the compute thread: the forward pass's threads created here inherit its nice level. */
+static void load_compute(void *arg) {
+    struct engine_driver *d = arg;
+    d->load_rc = model_engine_load(&d->loaded, &d->ec, d->load_why, sizeof d->load_why);
+}
+
 static void load_work_cb(uv_work_t *w) {
     struct engine_driver *d = w->data;
-    compute_priority(d); /* before the forward pass's threads are created: they inherit it */
-    d->load_rc = model_engine_load(&d->loaded, &d->ec, d->load_why, sizeof d->load_why);
+    compute_thread_call(&d->compute, load_compute, d);
 }
 
 static int start_engine(struct engine_driver *d) {
@@ -187,6 +190,9 @@ static int start_engine(struct engine_driver *d) {
 static void load_after_cb(uv_work_t *w, int status) {
     struct engine_driver *d = w->data;
     int rc = status < 0 ? -ERR_STATE : d->load_rc;
+    if (d->compute.nice_rc < 0)
+        log_warn(&d->app->log, "--compute-nice: could not lower the compute threads' priority: %s",
+                 strerror(-d->compute.nice_rc));
     if (rc < 0) log_error(&d->app->log, "loading %s: %s", d->model_path, d->load_why[0] ? d->load_why : err_str(rc));
     else rc = start_engine(d);
     app_loaded(d->app, rc);
@@ -206,8 +212,11 @@ static int driver_load(struct app *app, void *data) {
         .n_threads = (int)cfg->threads,
     };
     log_info(&app->log, "loading %s", d->model_path);
+    int rc = compute_thread_start(&d->compute, d->compute_nice);
+    if (rc < 0) return rc;
+    d->compute_started = true;
     d->load_work.data = d;
-    int rc = uv_queue_work(app->loop, &d->load_work, load_work_cb, load_after_cb);
+    rc = uv_queue_work(app->loop, &d->load_work, load_work_cb, load_after_cb);
     return rc ? -ERR_STATE : 0;
 }
 
@@ -253,4 +262,6 @@ void engine_driver_free(struct engine_driver *d) {
     model_engine_free(d->srv.engine);
     model_engine_free(d->loaded);
     d->srv.engine = d->loaded = NULL;
+    if (d->compute_started) compute_thread_stop(&d->compute);
+    d->compute_started = false;
 }

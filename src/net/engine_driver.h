@@ -13,11 +13,13 @@
  *       step at once
  *
  * Exactly one step is in flight; while it computes the loop thread keeps serving /health,
- * /metrics and new requests. With --compute-nice N > 0, compute runs N nice levels below the loop
- * thread: the threadpool thread that loads or steps lowers itself first, and the forward pass's
- * own worker threads (math/pool.h), created while loading, inherit that level. The loop then
- * preempts them as soon as a socket is ready instead of waiting out their time slice; the price
- * is that they also yield to every other process of the machine (0, the default, changes nothing). The tick timer (unreferenced: it never keeps the loop alive) retries
+ * /metrics and new requests. The threadpool thread of a load or a step hands the work to the
+ * compute thread (compute_thread.h) and waits for it, so it reports back at the loop's priority.
+ * With --compute-nice N > 0, the compute thread runs N nice levels below the loop thread, and the
+ * forward pass's own worker threads (math/pool.h), created by it while loading, inherit that
+ * level. The loop then preempts them as soon as a socket is ready instead of waiting out their
+ * time slice; the price is that they also yield to every other process of the machine (0, the
+ * default, changes nothing). The tick timer (unreferenced: it never keeps the loop alive) retries
  * building when a step could not be built (e.g. everything waits for memory) and nothing else
  * would wake the driver.
  *
@@ -36,6 +38,7 @@
 #include <uv.h>
 
 #include "api/serving.h"
+#include "net/compute_thread.h"
 #include "net/server.h"
 #include "sched/model_engine.h"
 
@@ -53,6 +56,8 @@ struct engine_driver {
     int load_rc;
     char load_why[256];
     int compute_nice;        /* nice level of the compute threads (the loop's + --compute-nice) */
+    struct compute_thread compute; /* runs the load and every step (started by the load) */
+    bool compute_started;
     /* steps */
     uv_timer_t tick;
     uv_idle_t resume;        /* active while a completed step's output is handed out in parts */

@@ -1,0 +1,50 @@
+/* compute_thread.h: one long-lived thread that runs the model work (loading, every step) at the
+ * compute threads' priority, for uv threadpool work callbacks that wait for it.
+ *
+ * Why not compute on the threadpool thread itself: libuv (1.44, Debian 12's) reports a finished
+ * work item with uv_async_send from the threadpool thread, and the loop thread, woken by that
+ * very send, spins (pause x 997, then sched_yield, again) until the sender has marked the send
+ * done. A sender niced below the loop (--compute-nice) and preempted inside that window is not
+ * handed the CPU back by sched_yield, so the loop spun for milliseconds with sockets waiting
+ * (measured: a quarter of the loop thread's CPU time in a 500-connection soak at --compute-nice
+ * 10 was that spin). So the threadpool threads keep the loop's priority and only wait here; the
+ * compute runs on this thread, and the forward pass's own workers (math/pool.h), created from
+ * it while loading, inherit its nice level.
+ *
+ * Ownership: the caller owns the struct (it must not move while started). One call at a time
+ * (the engine has one load or one step in flight); fn runs on this thread, never concurrently
+ * with another fn.
+ *
+ *   struct compute_thread ct;
+ *   if (compute_thread_start(&ct, 10) < 0) ...;   // nice level of the thread (0..19, absolute)
+ *   compute_thread_call(&ct, fn, arg);            // in a uv work callback: fn(arg) there, then returns
+ *   compute_thread_stop(&ct);                     // joins (no call in progress)
+ */
+#ifndef UVLM_NET_COMPUTE_THREAD_H
+#define UVLM_NET_COMPUTE_THREAD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+struct compute_thread {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* signalled when `fn` is posted, when it is done and at stop */
+    void (*fn)(void *arg);  /* posted work, NULL when none (under mu) */
+    void *arg;
+    bool done;              /* the posted work has returned (under mu) */
+    bool stop;              /* under mu */
+    int nice;               /* the level the thread puts itself at */
+    int nice_rc;            /* 0, or -errno of the setpriority that failed (read after a call) */
+};
+
+/* Starts the thread, which sets its own nice level to `nice` when that lowers its priority
+ * (a failure, e.g. under a seccomp filter, leaves it at the caller's level: only latency depends
+ * on it; see nice_rc). 0 or -ERR_NOMEM. */
+int compute_thread_start(struct compute_thread *ct, int nice);
+/* Runs fn(arg) on the thread and returns after it has returned. */
+void compute_thread_call(struct compute_thread *ct, void (*fn)(void *arg), void *arg);
+/* Stops and joins the thread. No call may be in progress. */
+void compute_thread_stop(struct compute_thread *ct);
+
+#endif
