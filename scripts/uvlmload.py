@@ -432,8 +432,9 @@ async def run_mix(host, port, kinds, connections, duration, disconnect_rate=0.0,
 
 # --- /health latency, measured from a process of its own ------------------------------------------
 
-def probe(host, port, interval, until):
-    """GET /health every `interval` seconds until the wall-clock time `until` on a keep-alive connection (a new one
+def probe(host, port, interval, until, stop_path=None):
+    """GET /health every `interval` seconds until the wall-clock time `until` (or until the file
+    stop_path exists, when given) on a keep-alive connection (a new one
     when the server closes it); returns (latencies in seconds of 200 answers, non-200 count,
     errors, send times of those 200 answers in time.monotonic() seconds, which is the same clock
     in every process of the machine). Run it in its own process (probe_process) so the load
@@ -441,7 +442,7 @@ def probe(host, port, interval, until):
     import http.client
     lat, at, bad, errors = [], [], 0, 0
     conn = None
-    while time.time() < until:
+    while time.time() < until and not (stop_path and os.path.exists(stop_path)):
         t0 = time.monotonic()
         try:
             if conn is None:
@@ -481,14 +482,15 @@ def windows(lat, at, t0, width):
             for k, v in sorted(out.items())]
 
 
-def probe_process(host, port, interval, duration):
-    """Starts probe() in a child Python process for `duration` seconds from now; .result() waits
-    and returns its figures."""
+def probe_process(host, port, interval, duration, stop_path=None):
+    """Starts probe() in a child Python process for `duration` seconds from now (or until the file
+    stop_path exists); .result() waits and returns its figures."""
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     code = ("import json,sys; sys.path.insert(0, %r); import uvlmload; "
-            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f)))" % (here, host, port, interval, time.time() + duration))
+            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f, %r)))" % (here, host, port, interval, time.time() + duration,
+                                                                   stop_path))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
 
     class Handle:
