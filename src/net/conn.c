@@ -37,6 +37,11 @@
  * the request's scheduler state and sampler): when a step's worth of clients leave at once, the
  * others are finished in the next iterations. While the app stops they all go at once. */
 #define CONN_CANCELS_PER_ITERATION 8
+/* Once a drain begins, how long a connection without a request (kept alive, or accepted and still
+ * silent) has to send one (answered "shutting down", Connection: close) before it is closed. A
+ * connection is never closed under a request its client is sending at that moment: a client that
+ * connected just before the listener closed, slower than the drain, gets an answer, not an EOF. */
+#define DRAIN_IDLE_MS 1000
 
 enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
@@ -315,9 +320,16 @@ static void read_timeout_cb(uv_timer_t *t) {
     conn_send_error(c, 408, "request not received in time");
 }
 
+/* How long a connection without a request stays open: --idle-timeout, or DRAIN_IDLE_MS once the
+ * drain began (also after a response that announced keep-alive before it). */
+static uint64_t idle_ms(const struct app *app) {
+    uint64_t ms = (uint64_t)app->cfg->idle_timeout_ms;
+    return app->state == APP_DRAINING && ms > DRAIN_IDLE_MS ? DRAIN_IDLE_MS : ms;
+}
+
 static void conn_idle(struct conn *c) {
     c->state = C_IDLE;
-    uv_timer_start(&c->timer, idle_timeout_cb, (uint64_t)c->app->cfg->idle_timeout_ms, 0);
+    uv_timer_start(&c->timer, idle_timeout_cb, idle_ms(c->app), 0);
 }
 
 static void request_finished(struct conn *c) {
@@ -568,6 +580,11 @@ void conn_accept(struct app *app) {
 
 size_t conn_memory_bytes(const struct app *app) {
     return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
+}
+
+void conn_drain(struct app *app) {
+    for (struct conn *c = app->conns; c; c = c->next)
+        if (c->state == C_IDLE) conn_idle(c);
 }
 
 void conn_close_all(struct app *app) {

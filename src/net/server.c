@@ -64,7 +64,9 @@ static void app_stop(struct app *app) {
 }
 
 static void maybe_finish_drain(struct app *app) {
-    if (app->state == APP_DRAINING && app->counters.requests_inflight == 0 && !app->stopping) {
+    const struct app_counters *n = &app->counters;
+    if (app->state == APP_DRAINING && n->requests_inflight == 0 && n->connections_open + n->rejects_open == 0 &&
+        !app->stopping) {
         log_info(&app->log, "drained: exiting");
         app_stop(app);
     }
@@ -80,7 +82,8 @@ void app_request_finished(struct app *app) {
 
 static void drain_timeout_cb(uv_timer_t *t) {
     struct app *app = t->data;
-    log_warn(&app->log, "drain timeout: cancelling %d request(s)", app->counters.requests_inflight);
+    log_warn(&app->log, "drain timeout: cancelling %d request(s), closing %d connection(s)",
+             app->counters.requests_inflight, app->counters.connections_open + app->counters.rejects_open);
     app_stop(app);
 }
 
@@ -93,6 +96,7 @@ void app_drain(struct app *app) {
              app->cfg->drain_timeout_ms);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);
     app->listening = false;
+    conn_drain(app);
     uv_timer_start(&app->timer, drain_timeout_cb, (uint64_t)app->cfg->drain_timeout_ms, 0);
     maybe_finish_drain(app);
 }

@@ -177,7 +177,10 @@ int app_on_stop(struct app *app, app_stop_fn fn, void *data);
  * a model or setting that cannot be used, 1 for -ERR_NOMEM / -ERR_IO). */
 void app_loaded(struct app *app, int status);
 
-/* Begin the graceful drain (what SIGTERM does). */
+/* Begin the graceful drain (what SIGTERM does): stop listening, answer what was accepted, and stop
+ * once no request is in flight and every connection has closed (a response is flushed and its
+ * client has closed, or a connection without a request has had its moment to send one), or at
+ * --drain-timeout. */
 void app_drain(struct app *app);
 
 /* After uv_run returned: close whatever is still open and run the loop until it is closed. */
@@ -191,6 +194,8 @@ void app_request_finished(struct app *app);
 void conn_accept(struct app *app);
 /* Memory of one connection, bodies and queued writes aside (for the startup log). */
 size_t conn_memory_bytes(const struct app *app);
+/* The drain began: connections without a request get a short while to send one (conn.c). */
+void conn_drain(struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */

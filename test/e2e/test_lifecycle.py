@@ -60,6 +60,27 @@ def test_drain_finishes_in_flight_then_exits_0(start_server):
     assert "drained: exiting" in srv.log()
 
 
+def test_drain_answers_a_connection_that_was_silent_when_it_began(start_server):
+    """A client that connected just before the drain and sends its request during it gets an
+    answer (503 shutting down), not a closed connection; one that never sends is closed about a
+    second into the drain, and the server then exits 0 (it does not wait --idle-timeout)."""
+    from conftest import read_until_close
+    srv = start_server("--debug-endpoints", "--drain-timeout", "20s", "--idle-timeout", "60s")
+    late, silent = srv.socket(), srv.socket()
+    srv.wait_stat("connections_open", 2)
+    t0 = time.monotonic()
+    srv.signal(signal.SIGTERM)
+    srv.wait_log("draining")
+    time.sleep(0.3)
+    late.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = read_until_close(late).split(b"\r\n")
+    assert head[0] == b"HTTP/1.1 503 Service Unavailable" and b"Connection: close" in head, head
+    assert read_until_close(silent) == b""  # closed by the server, unanswered: it asked nothing
+    assert srv.proc.wait(5) == 0
+    assert 0.9 < time.monotonic() - t0 < 4, time.monotonic() - t0
+    assert "drained: exiting" in srv.log()
+
+
 def test_drain_timeout_cancels_and_exits_0(start_server):
     srv = start_server("--debug-endpoints", "--drain-timeout", "300ms")
     s = srv.socket()
