@@ -27,6 +27,7 @@ struct fixture {
     size_t reply_len;
     int read_end;           /* how the client's last read ended: 0 the server closed, else errno */
     struct app_faults faults; /* armed before the server starts */
+    int in_drain;           /* requests handled inside app_drain */
 };
 
 static int client_connect(struct fixture *f, int rcvbuf) {
@@ -522,7 +523,9 @@ TEST(conn_failing_finish_calls_no_abort) {
 static void drain_route(struct http_request *req, void *data) {
     struct fixture *f = data;
     if (!strcmp(req->method, "GET")) { /* the drain, as SIGTERM does it */
+        int before = f->events_sent;
         app_drain(&f->app);
+        f->in_drain = f->events_sent - before;
         http_respond(req, 200, "text/plain", "drain!", 6);
         return;
     }
@@ -561,11 +564,42 @@ TEST(conn_drain_keeps_pacing_held_requests_and_serves_them_with_close) {
             (unsigned long long)f.app.counters.requests_held,
             (unsigned long long)f.app.loop_stats.requests_iter_max, f.send_rc, f.end_rc);
     CHECK(f.app.counters.requests_held >= 10); /* the drain found them held */
+    CHECK_EQ_INT(f.in_drain, 0);               /* not all of them in the signal's callback */
     CHECK_EQ_INT(f.send_rc, DRAIN_POSTS - 1);  /* every one served, none refused as draining */
     /* those answered after the drain began (all held ones) say close: they once said keep-alive */
     CHECK(f.end_rc >= (int)f.app.counters.requests_held);
-    /* paced: 4 from the hold plus what one iteration reads; once all of them in the signal's */
+    /* paced: 4 from the hold plus what one iteration reads */
     CHECK(f.app.loop_stats.requests_iter_max <= 10);
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
     CHECK_EQ_INT(f.stops, 1);
+}
+
+/* A request dispatched before the drain and answered during it: Connection: close (the head once
+ * said keep-alive, decided at dispatch, and the connection was then closed under the client). */
+static void drain_then_late_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->req = req;
+    http_on_cancel(req, counting_cancel_cb, f);
+    uv_timer_start(&f->timer, late_cb, 50, 0);
+    app_drain(&f->app);
+}
+
+static void keep_alive_request(struct fixture *f) {
+    int s = client_connect(f, 0);
+    client_send(s, "GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    client_read_until(f, s, "{\"late\":true}");
+    client_read_until(f, s, NULL); /* then the server closes */
+    close(s);
+}
+
+TEST(conn_answer_during_a_drain_says_close) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, drain_then_late_route, keep_alive_request, NULL, NULL), 0);
+    CHECK_EQ_INT(f.end_rc, 0);
+    CHECK(strstr(f.reply, "HTTP/1.1 201 Created\r\n"));
+    CHECK(strstr(f.reply, "Connection: close\r\n"));
+    CHECK(!strstr(f.reply, "keep-alive"));
+    CHECK_EQ_INT(f.read_end, 0);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }
