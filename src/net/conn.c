@@ -186,9 +186,9 @@ static void conn_close(struct conn *c, const char *why) {
         /* The cancel callback follows once the handles are closed, paced (on_handle_closed): its
          * owner stops the work now (e.g. no more steps for a client that is gone). */
         if (c->cancel_cb && c->abort_cb && !c->finishing) {
-            http_cancel_cb abort = c->abort_cb;
+            http_cancel_cb cb = c->abort_cb;
             c->abort_cb = NULL;
-            abort(&c->parse.req, c->cancel_data);
+            cb(&c->parse.req, c->cancel_data);
         }
     }
     /* A place under --max-connections is free from now on, whenever its memory is. */
