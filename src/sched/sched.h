@@ -65,7 +65,7 @@
  *     prompt_tokens counts that last token as prompt although it rides with the decodes.
  *
  * Threading contract (exactly one step in flight at a time):
- *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,
+ *   loop thread:   sched_create, sched_submit, sched_cancel(_deferred), sched_build_step,
  *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
  *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
  *   sched_step_compute touches only the step, the memory (the engine's forward, and
