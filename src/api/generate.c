@@ -307,6 +307,19 @@ static void gen_on_error(void *owner, int err) {
 
 static const struct sched_sink gen_sink = {gen_on_token, gen_on_done, gen_on_error};
 
+/* The connection died; gen_cancel_cb follows, maybe some loop iterations later (the server paces
+ * them). Take the request out of the scheduler at once (a mark: no step built from now on holds its
+ * sequences; the scheduler frees them at its next sweep); the job is freed in gen_cancel_cb. It may
+ * run inside our own sink callbacks (a send that found the client gone). */
+static void gen_abort_cb(struct http_request *req, void *data) {
+    struct gen_job *job = data;
+    struct serving *srv = job->srv;
+    if (!job->handle) return;
+    sched_cancel_deferred(srv->sched, job->handle);
+    job->handle = NULL;
+    if (srv->kick) srv->kick(srv->driver); /* the sweep frees its cells: waiting work may fit */
+}
+
 static void gen_cancel_cb(struct http_request *req, void *data) {
     struct gen_job *job = data;
     struct serving *srv = job->srv;
@@ -460,6 +473,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     }
     if (p->stream) rc = http_sse_start(req, gen_cancel_cb, job);
     else http_on_cancel(req, gen_cancel_cb, job);
+    if (rc == 0) http_on_abort(req, gen_abort_cb);
     if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
         sched_cancel(srv->sched, job->handle);
         job_free(job);

@@ -59,6 +59,7 @@
 #ifndef UVLM_API_HTTP_H
 #define UVLM_API_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct http_header {
@@ -76,6 +77,8 @@ struct http_request {
     const char *body;     /* NUL-terminated for convenience; body_len excludes the NUL */
     size_t body_len;
     const char *remote;   /* peer "ip:port" */
+    bool before_drain;    /* complete before the server began draining (held by its pacing until
+                           * now): answer it as if the drain had not begun, not with 503 */
     void *route_data;     /* the data registered with the route (router.h) */
 };
 
@@ -107,6 +110,15 @@ int http_respond_error(struct http_request *req, int status, const char *message
 
 /* Register the cancel callback of a request answered later (way 2 above). */
 void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data);
+
+/* Optional, after the cancel callback is registered: `cb`, called with the cancel callback's data,
+ * runs at once when the connection dies, before the cancel callback, which can come some loop
+ * iterations later (the server paces cancel callbacks: a few per iteration). It runs only when the
+ * cancel callback will follow (not for a finishing call that fails), possibly inside an http_*
+ * call of the owner or inside the owner's own callbacks further up the stack: it must only stop
+ * the work cheaply (mark it abandoned: no freeing, no http_* calls). E.g. no more model steps for
+ * a client that is gone while its cancel callback waits its turn. */
+void http_on_abort(struct http_request *req, http_cancel_cb cb);
 
 /* Start a text/event-stream response (status 200) and register the cancel callback. The server
  * sends ": ping" comments while the stream is open (--sse-ping). Returns 0, -ERR_STATE, or

@@ -30,7 +30,8 @@ int serving_respond_json(struct serving *srv, struct http_request *req, int stat
 }
 
 bool serving_not_ready(struct serving *srv, struct http_request *req) {
-    if (srv->sched && *srv->state == APP_READY) return false;
+    /* a request held by the server's pacing when a drain began arrived before it: it is served */
+    if (srv->sched && (*srv->state == APP_READY || (*srv->state == APP_DRAINING && req->before_drain))) return false;
     char body[160];
     int status = 503;
     api_error_json(body, sizeof body, status,

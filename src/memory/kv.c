@@ -167,10 +167,13 @@ static void kv_usage(const struct memory *m, struct memory_usage *u) {
     u->bytes = kv_bytes(&kv->shape, kv->n_cells, kv->n_words, kv->base.n_seq_max);
 }
 
-int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out) {
+int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, int64_t cap) {
     int64_t n = 0;
-    for (int64_t c = 0; c < kv->n_cells; c++)
-        if (kv->pos[c] >= 0 && kv_cell_has_seq(kv, c, seq)) out[n++] = (int32_t)c;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (kv->pos[c] < 0 || !kv_cell_has_seq(kv, c, seq)) continue;
+        if (n == cap) return -ERR_TOOBIG; /* checked before the write: out[cap] is not ours */
+        out[n++] = (int32_t)c;
+    }
     return n;
 }
 

@@ -93,9 +93,12 @@ static inline uint16_t *kv_v_row(const struct kv_memory *kv, int32_t layer, int6
     return kv->v + ((int64_t)layer * kv->n_cells + cell) * kv->shape.n_embd_v;
 }
 
-/* Write to out[] the cells holding seq (ascending cell order); returns their count
- * (<= n_cells). The forward pass gathers each batch sequence's cells once with this. */
-int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out);
+/* Write to out[0..cap) the cells holding seq (ascending cell order); returns their count
+ * (<= n_cells), or -ERR_TOOBIG when more than cap cells hold seq: then out[0..cap) holds the
+ * first cap of them and nothing past out[cap - 1] was written (a caller that sized out from
+ * seq_n_cells asserts the count it expected instead of finding the overrun later). The forward
+ * pass gathers each batch sequence's cells once with this. */
+int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, int64_t cap);
 
 /* Keep only seq: every other sequence leaves every cell (like llama.cpp's seq_keep). */
 void kv_seq_keep(struct kv_memory *kv, int32_t seq);

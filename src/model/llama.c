@@ -525,7 +525,8 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
     const struct model_hparams *hp = &m->hp;
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
-    int64_t n_c = kv_seq_cell_list(kv, seq, s->cells);
+    int64_t n_c = kv_seq_cell_list(kv, seq, s->cells, (int64_t)s->sc_stride); /* cells: [n_ctx] */
+    ASSERT(n_c >= 0); /* check_batch: no sequence holds more than n_ctx cells */
     sort_cells_by_pos(s, kv, s->cells, s->cpos, n_c);
     int32_t chunk = s->att_rows / group;
     bool gathered = false;
@@ -602,7 +603,7 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
         if (!s->reference && (int64_t)n_ent * group < MATMUL_BLAS_MIN_TOKENS && n_ent <= ATT_CHUNK_ENTRIES &&
             used + n_c <= s->arena_n) {
             int32_t *cells = s->acells + used, *cpos = s->acpos + used;
-            int64_t got = kv_seq_cell_list(kv, b->seq[i], cells);
+            int64_t got = kv_seq_cell_list(kv, b->seq[i], cells, s->arena_n - used); /* stops at the room */
             ASSERT(got == n_c);
             sort_cells_by_pos(s, kv, cells, cpos, n_c);
             struct direct_seq *ds = &s->dseq[s->n_dseq++];

@@ -8,7 +8,8 @@
  *          write side shut, input drained for a moment so the client sees the response, not a
  *          reset) ──> CLOSED
  *          READING ──complete, over this iteration's dispatch budget──> HELD ──next iterations──>
- *          HANDLING (the request counts as in flight from HELD on: a drain waits for it)
+ *          HANDLING (the request counts as in flight from HELD on: a drain waits for it; requests
+ *          held when a drain begins are still paced, and served, not refused as draining)
  * While a request is HELD/HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
@@ -51,11 +52,14 @@ struct conn {
     uv_shutdown_t shutdown;
     struct app *app;
     struct conn *prev, *next;
-    struct conn *held_next;  /* in app->held_head's list while HELD */
+    struct conn *held_prev, *held_next; /* app->held_head's list while HELD (unlinked in O(1) when
+                                          * the client leaves); held_next alone: app->cancels_head's */
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
     bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
+    bool before_drain;      /* HELD when the drain began: served as if it had not (req.before_drain) */
+    bool finishing;         /* in a finishing http_* call: a close there is its -ERR_CANCELLED, no abort */
     bool eof;               /* the client finished sending (it may still read) */
     bool shut_down;         /* our write side is shut: everything queued was written */
 
@@ -66,6 +70,7 @@ struct conn {
     /* the request being answered */
     http_cancel_cb cancel_cb;
     void *cancel_data;
+    http_cancel_cb abort_cb; /* http_on_abort: at once when the connection dies (cancel_data) */
     char extra[CONN_EXTRA_BYTES]; /* "Name: value\r\n" headers added by http_add_header */
     size_t extra_len;
     int status;
@@ -115,14 +120,11 @@ static bool request_open(const struct conn *c) {
 
 static void held_unlink(struct conn *c) {
     struct app *app = c->app;
-    struct conn **p = &app->held_head, *prev = NULL;
-    while (*p != c) {
-        prev = *p;
-        p = &(*p)->held_next;
-    }
-    *p = c->held_next;
-    if (app->held_tail == c) app->held_tail = prev;
-    c->held_next = NULL;
+    if (c->held_prev) c->held_prev->held_next = c->held_next;
+    else app->held_head = c->held_next;
+    if (c->held_next) c->held_next->held_prev = c->held_prev;
+    else app->held_tail = c->held_prev;
+    c->held_prev = c->held_next = NULL;
 }
 
 /* Both handles are closed: tell the request's owner (if it died unfinished) and free. */
@@ -138,7 +140,6 @@ static void conn_finish(struct conn *c) {
     if (c->prev) c->prev->next = c->next;
     else app->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    if (!c->rejected) app->counters.connections_open--;
     if (c->refused) app->counters.rejects_open--;
     free(c);
     app_conn_closed(app);
@@ -181,12 +182,22 @@ void conn_finish_held_cancels(struct app *app) {
 
 static void conn_close(struct conn *c, const char *why) {
     if (c->state == C_CLOSED) return;
+    struct app *app = c->app;
     if (c->state == C_HELD) held_unlink(c);
     if (request_open(c)) {
         c->status = 499;
         access_log(c, why ? why : "closed");
-        c->app->counters.requests_inflight--; /* the app hears of it once the handles closed */
+        app->counters.requests_inflight--; /* the app hears of it once the handles closed */
+        /* The cancel callback follows once the handles are closed, paced (on_handle_closed): its
+         * owner stops the work now (e.g. no more steps for a client that is gone). */
+        if (c->cancel_cb && c->abort_cb && !c->finishing) {
+            http_cancel_cb cb = c->abort_cb;
+            c->abort_cb = NULL;
+            cb(&c->parse.req, c->cancel_data);
+        }
     }
+    /* A place under --max-connections is free from now on, whenever its memory is. */
+    if (!c->rejected) app->counters.connections_open--;
     c->state = C_CLOSED;
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -288,6 +299,9 @@ static size_t format_head(struct conn *c, char *out, size_t cap, int status, con
         n += snprintf(out + n, cap - (size_t)n, "Content-Type: %.200s\r\nCache-Control: no-cache\r\n%s", content_type,
                       c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
     }
+    /* decided when the head goes out: a request dispatched before a drain began, answered during
+     * it, says close too (and request_finished closes after it) */
+    if (c->app->state == APP_DRAINING) c->keep_alive = false;
     n += snprintf(out + n, cap - (size_t)n, "Connection: %s\r\n%.*s\r\n", c->keep_alive ? "keep-alive" : "close",
                   (int)c->extra_len, c->extra);
     return (size_t)n < cap ? (size_t)n : cap - 1;
@@ -336,8 +350,10 @@ static void request_finished(struct conn *c) {
     access_log(c, NULL);
     c->app->counters.requests_inflight--;
     c->cancel_cb = NULL;
+    c->abort_cb = NULL;
     uv_timer_stop(&c->timer);
-    bool keep = c->keep_alive && !(c->eof && c->in_len == 0); /* half-closed: nothing more comes */
+    /* half-closed: nothing more comes; draining: a stream whose head said keep-alive ends here */
+    bool keep = c->keep_alive && !(c->eof && c->in_len == 0) && c->app->state != APP_DRAINING;
     http_parse_next(&c->parse);
     if (!keep) {
         conn_linger(c);
@@ -355,8 +371,11 @@ static void dispatch(struct conn *c) {
     c->state = C_HANDLING;
     uv_timer_stop(&c->timer);
     c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
+    req->before_drain = c->before_drain;
+    c->before_drain = false;
     c->chunked = llhttp_get_http_major(&c->parse.parser) == 1 && llhttp_get_http_minor(&c->parse.parser) >= 1;
     c->cancel_cb = NULL;
+    c->abort_cb = NULL;
     c->extra_len = 0;
     c->status = 0;
     c->bytes_out = 0;
@@ -430,6 +449,7 @@ static void dispatch_or_hold(struct conn *c) {
     app->counters.requests_inflight++;
     app->counters.requests_held++;
     c->held_next = NULL;
+    c->held_prev = app->held_tail;
     if (app->held_tail) app->held_tail->held_next = c;
     else app->held_head = c;
     app->held_tail = c;
@@ -447,6 +467,10 @@ void conn_dispatch_held(uv_idle_t *h) {
     finish_held_cancels(app, CONN_CANCELS_PER_ITERATION);
     if (!app->held_head && !app->cancels_head) uv_idle_stop(h);
     app_work_end(app, APP_WORK_FLUSH, t0);
+}
+
+void conn_drain_begin(struct app *app) {
+    for (struct conn *c = app->held_head; c; c = c->held_next) c->before_drain = true;
 }
 
 void conn_dispatch_budget_reset(struct app *app) {
@@ -620,8 +644,10 @@ int http_respond(struct http_request *req, int status, const char *content_type,
     c->status = status;
     size_t hlen = format_head(c, head, sizeof head, status, content_type ? content_type : "application/json",
                               (long long)len);
+    c->finishing = true;
     int rc = strcmp(req->method, "HEAD") ? conn_write(c, head, hlen, body, len, NULL)
                                           : conn_write(c, head, hlen, NULL);
+    c->finishing = false;
     if (rc) return finish_dead(c); /* the write closed the connection */
     request_finished(c);
     return 0;
@@ -642,6 +668,12 @@ void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data) {
     ASSERT(request_open(c) || c->state == C_CLOSED);
     c->cancel_cb = cb;
     c->cancel_data = data;
+}
+
+void http_on_abort(struct http_request *req, http_cancel_cb cb) {
+    struct conn *c = conn_of(req);
+    ASSERT(request_open(c) || c->state == C_CLOSED);
+    if (c->state != C_CLOSED) c->abort_cb = cb; /* already dead: the cancel callback still comes */
 }
 
 static int sse_write(struct conn *c, const char *prefix, const char *data, size_t len) {
@@ -673,7 +705,10 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
     char head[CONN_EXTRA_BYTES + 512];
     c->status = 200;
     size_t hlen = format_head(c, head, sizeof head, 200, "text/event-stream", -1);
-    if (conn_write(c, head, hlen, NULL)) return finish_dead(c); /* the write closed the connection */
+    c->finishing = true; /* failing, it finishes the request */
+    int rc = conn_write(c, head, hlen, NULL);
+    c->finishing = false;
+    if (rc) return finish_dead(c); /* the write closed the connection */
     c->state = C_STREAMING;
     c->cancel_cb = cb;
     c->cancel_data = data;
@@ -691,7 +726,10 @@ int http_sse_end(struct http_request *req) {
     struct conn *c = conn_of(req);
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_STREAMING) return -ERR_STATE;
-    if (c->chunked && conn_write(c, "0\r\n\r\n", (size_t)5, NULL)) return finish_dead(c); /* closed */
+    c->finishing = true;
+    int rc = c->chunked ? conn_write(c, "0\r\n\r\n", (size_t)5, NULL) : 0;
+    c->finishing = false;
+    if (rc) return finish_dead(c); /* closed */
     request_finished(c);
     return 0;
 }

@@ -89,8 +89,10 @@ static void drain_timeout_cb(uv_timer_t *t) {
 
 void app_drain(struct app *app) {
     if (app->state == APP_DRAINING) return;
-    /* requests held for a later iteration arrived before the drain: they are served, not 503'd */
-    while (app->held_head) conn_dispatch_held(&app->dispatch_idle);
+    /* Requests held for a later iteration arrived before the drain: they are served, not 503'd,
+     * and still paced (dispatch_idle goes on: hundreds of them in this one callback would hold
+     * the loop as long as the pacing exists to avoid); they count in flight, so the drain waits. */
+    conn_drain_begin(app);
     app->state = APP_DRAINING;
     log_info(&app->log, "draining: %d request(s) in flight, up to %lld ms", app->counters.requests_inflight,
              app->cfg->drain_timeout_ms);

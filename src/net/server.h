@@ -64,7 +64,8 @@ struct app_counters {
     uint64_t timeouts;              /* 408s */
     uint64_t bad_requests;          /* 400/413/417/431 from the parser */
     uint64_t requests_held;         /* complete, over an iteration's dispatch budget: held (conn.c) */
-    int connections_open;           /* counted against --max-connections */
+    int connections_open;           /* counted against --max-connections; down when one closes (its
+                                     * paced cancel callback and memory may follow later) */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
@@ -144,8 +145,9 @@ struct app {
     uv_prepare_t loop_probe; /* loop_stats */
     struct conn *conns;      /* every open connection (doubly linked) */
     /* Complete requests waiting for a later loop iteration (conn.c: CONN_DISPATCH_PER_ITERATION
-     * heavy requests are dispatched per iteration), oldest first; dispatch_idle runs while any
-     * wait, dispatch_pace restores the budget before every poll. */
+     * heavy requests are dispatched per iteration), oldest first, doubly linked; dispatch_idle
+     * runs while any wait (during a drain too), dispatch_pace restores the budget before every
+     * poll. */
     struct conn *held_head, *held_tail;
     struct conn *cancels_head, *cancels_tail; /* closed, cancel callback not run yet (paced too) */
     int dispatch_budget, cancel_budget;
@@ -198,6 +200,9 @@ size_t conn_memory_bytes(const struct app *app);
 void conn_drain(struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
+/* A drain begins: the requests held now were complete before it, so they are served when their
+ * turn comes (paced as before: req->before_drain), not refused as draining. */
+void conn_drain_begin(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */
 void conn_dispatch_held(uv_idle_t *h);
 /* dispatch_pace's: a new iteration's budget of heavy requests and cancels. */

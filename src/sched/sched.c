@@ -117,7 +117,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
     if (n_choices > s->n_seq || in->n_prompt > sched_max_prompt_tokens(s)) return -ERR_TOOBIG;
     if (memory_cells_needed(s->mem, 0, in->n_prompt) > s->usage.cells_total) return -ERR_TOOBIG;
     int32_t queued = 0;
-    for (struct sched_req *q = s->queue_head; q; q = q->next) queued++;
+    for (struct sched_req *q = s->queue_head; q; q = q->next) queued += !q->cancelled;
     if (queued >= s->cfg.max_queue || !s->free_reqs) {
         s->totals.requests_rejected++;
         return -ERR_BUSY;
@@ -179,6 +179,17 @@ void sched_cancel(struct sched *s, struct sched_req *r) {
     sched_cache_refresh_usage(s);
 }
 
+void sched_cancel_deferred(struct sched *s, struct sched_req *r) {
+    ASSERT(r->state != REQ_FREE);
+    if (r->cancelled) return;
+    s->totals.requests_cancelled++;
+    /* Queued, it stays in the queue until the sweep (taking it out is a walk of the queue, and
+     * its samplers are the expensive part): admission always sweeps first, and the queue's
+     * length in stats, slots and submit's max_queue check leaves it out. */
+    r->cancelled = true;
+    s->n_cancel_pending++;
+}
+
 /* ---------------------------------------------------------------- introspection */
 
 void sched_rate_add(struct rate_window *w, double now_ms, int64_t n) {
@@ -209,7 +220,7 @@ int32_t sched_req_seq(const struct sched_req *r, int32_t choice) {
 
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) {
     *out = s->totals;
-    for (const struct sched_req *q = s->queue_head; q; q = q->next) out->queued++;
+    for (const struct sched_req *q = s->queue_head; q; q = q->next) out->queued += !q->cancelled;
     for (int32_t i = 0; i < s->n_reqs; i++) out->active_requests += s->reqs[i].state == REQ_ACTIVE;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
@@ -238,13 +249,16 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
 
 int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max) {
     int32_t n = 0;
-    for (const struct sched_req *r = s->queue_head; r; r = r->next, n++)
+    for (const struct sched_req *r = s->queue_head; r; r = r->next) {
+        if (r->cancelled) continue; /* sched_cancel_deferred: gone, freed at the next sweep */
         if (n < max)
             out[n] = (struct sched_slot){.request_id = r->id, .seq = -1, .state = SCHED_QUEUED,
                                          .n_prompt = r->n_prompt};
+        n++;
+    }
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
-        if (q->kind != SEQ_LIVE) continue;
+        if (q->kind != SEQ_LIVE || q->req->cancelled) continue; /* cancelled: freed at the sweep */
         if (n < max) {
             enum sched_seq_state st = q->forking ? SCHED_FORKING
                                       : !q->in_memory ? SCHED_PREEMPTED

@@ -65,7 +65,7 @@
  *     prompt_tokens counts that last token as prompt although it rides with the decodes.
  *
  * Threading contract (exactly one step in flight at a time):
- *   loop thread:   sched_create, sched_submit, sched_cancel, sched_build_step,
+ *   loop thread:   sched_create, sched_submit, sched_cancel(_deferred), sched_build_step,
  *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
  *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
  *   sched_step_compute touches only the step, the memory (the engine's forward, and
@@ -235,6 +235,13 @@ int sched_submit(struct sched *s, const struct sched_request *req, const struct 
 /* The owner went away: no more callbacks; its sequences stop and their cells are freed now, or at
  * the end of the step in flight (within one step). The handle is invalid afterwards. */
 void sched_cancel(struct sched *s, struct sched_req *handle);
+/* The same, but never frees anything now, so it is cheap enough to call the moment the owner is
+ * known to be gone, and from anywhere on the loop thread (also from inside this request's own sink
+ * callbacks): no more callbacks, no step built from now on holds its sequences (nor is it
+ * admitted, resumed or saved), and its samplers and cells are freed by the next sched_build_step
+ * (or the end of the step in flight). The handle is invalid afterwards. For an owner whose
+ * own teardown comes later (net paces cancel callbacks): mark at once, free in the sweep. */
+void sched_cancel_deferred(struct sched *s, struct sched_req *handle);
 
 /* The longest prompt sched_submit accepts (for the 400 message: prompt n vs this). */
 int32_t sched_max_prompt_tokens(const struct sched *s);

@@ -174,7 +174,16 @@ TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
     memory_usage(m, &u);
     CHECK_EQ_INT(u.cells_used, 7);
     int32_t list[32];
-    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list), 7);
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 32), 7);
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 7), 7); /* exactly the room */
+    /* Less room than cells: an error, and nothing written past the room (it used to write all 7
+     * and leave the check to the caller, after the overrun). */
+    for (int i = 0; i < 32; i++) list[i] = -7;
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 4), -ERR_TOOBIG);
+    CHECK(list[3] >= 0);
+    for (int i = 4; i < 32; i++) CHECK_EQ_INT(list[i], -7);
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 0), -ERR_TOOBIG);
+    CHECK_EQ_INT(kv_seq_cell_list(kv, 1, list, 0), 0); /* seq 1 holds nothing: no room needed */
     batch_free(&b);
     memory_destroy(m);
 }

@@ -27,6 +27,7 @@ struct fixture {
     size_t reply_len;
     int read_end;           /* how the client's last read ended: 0 the server closed, else errno */
     struct app_faults faults; /* armed before the server starts */
+    int in_drain;           /* requests handled inside app_drain */
 };
 
 static int client_connect(struct fixture *f, int rcvbuf) {
@@ -417,4 +418,189 @@ TEST(conn_half_close_after_held_requests_answers_all) {
             strstr(f.reply, "<9>") != NULL);
     CHECK_EQ_INT(f.events_sent, 10);
     CHECK(strstr(f.reply, "<9>") != NULL);
+}
+
+/* --- clients that leave: their place is free at once, and the owner hears of it before its
+ * (paced) cancel callback: it can stop the work at once ------------------------------------ */
+
+#define LEAVERS 12 /* more than the cancel callbacks run per iteration (8) */
+
+struct leaver {
+    struct fixture *f;
+    struct http_request *req;
+    int aborted, cancelled;
+    int open_at_cancel;      /* connections_open when its cancel callback ran */
+};
+static struct leaver leavers[LEAVERS];
+static int n_leavers;
+
+static void leaver_abort_cb(struct http_request *req, void *data) {
+    struct leaver *l = data;
+    l->aborted++;
+    l->f->events_sent++; /* aborts seen */
+}
+
+static void leaver_cancel_cb(struct http_request *req, void *data) {
+    struct leaver *l = data;
+    l->cancelled += 1 + l->aborted * 10; /* 11: its abort came first */
+    l->open_at_cancel = l->f->app.counters.connections_open;
+    l->f->send_rc = l->open_at_cancel; /* the last one's stays */
+    l->f->cancels++;
+}
+
+static void leaver_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    ASSERT(n_leavers < LEAVERS);
+    struct leaver *l = &leavers[n_leavers++];
+    *l = (struct leaver){.f = f, .req = req, .open_at_cancel = -1};
+    if (http_sse_start(req, leaver_cancel_cb, l)) return;
+    http_on_abort(req, leaver_abort_cb);
+    http_sse_send(req, "{\"first\":true}", 14);
+}
+
+static void streams_then_all_leave(struct fixture *f) {
+    int s[LEAVERS];
+    for (int i = 0; i < LEAVERS; i++) {
+        s[i] = client_connect(f, 0);
+        client_send(s[i], "GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+        f->reply_len = 0;
+        client_read_until(f, s[i], "data: {\"first\":true}\n\n");
+    }
+    for (int i = 0; i < LEAVERS; i++) close(s[i]); /* all at once */
+    usleep(200 * 1000); /* let the server notice before the drain starts */
+}
+
+TEST(conn_clients_leaving_free_their_place_at_once_and_abort_before_cancel) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    n_leavers = 0;
+    f.send_rc = -1;
+    CHECK_EQ_INT(run_server(&f, leaver_route, streams_then_all_leave, NULL, NULL), 0);
+    CHECK_EQ_INT(n_leavers, LEAVERS);
+    CHECK_EQ_INT(f.cancels, LEAVERS);
+    CHECK_EQ_INT(f.events_sent, LEAVERS);
+    for (int i = 0; i < n_leavers; i++) {
+        CHECK_EQ_INT(leavers[i].cancelled, 11); /* one cancel, after one abort */
+        /* its own connection no longer counted (it was until its paced cancel had run: the
+         * first cancel saw all twelve) */
+        CHECK(leavers[i].open_at_cancel >= 0 && leavers[i].open_at_cancel < LEAVERS);
+    }
+    CHECK_EQ_INT(f.send_rc, 0); /* the last cancel: every one of them had closed */
+    CHECK_EQ_INT(f.app.counters.connections_open, 0);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+    CHECK_EQ_INT(f.stops, 1);
+}
+
+/* A finishing call whose write fails: no abort (nor cancel) follows, the owner knows from the
+ * return code. */
+static void abort_counting_cb(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->stops += 1000;
+}
+
+static void failing_end_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    if (http_sse_start(req, counting_cancel_cb, f)) return;
+    http_on_abort(req, abort_counting_cb);
+    http_sse_send(req, "{\"first\":true}", 14);
+    f->app.faults.writes = 1;
+    f->end_rc = http_sse_end(req);
+}
+
+TEST(conn_failing_finish_calls_no_abort) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, failing_end_route, read_whole_response, NULL, NULL), 0);
+    CHECK_EQ_INT(f.end_rc, -ERR_CANCELLED);
+    CHECK_EQ_INT(f.cancels, 0);
+    CHECK_EQ_INT(f.stops, 1); /* the stop hook once, no abort */
+}
+
+/* --- a drain that finds many requests held: they are still paced (a few per iteration), served
+ * (not refused as draining), and their responses say Connection: close --------------------- */
+
+#define DRAIN_POSTS 24
+
+static void drain_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    if (!strcmp(req->method, "GET")) { /* the drain, as SIGTERM does it */
+        int before = f->events_sent;
+        app_drain(&f->app);
+        f->in_drain = f->events_sent - before;
+        http_respond(req, 200, "text/plain", "drain!", 6);
+        return;
+    }
+    if (f->events_sent++ == 0) usleep(300 * 1000); /* the loop is busy while the others arrive */
+    /* what serving_not_ready does: 503 when draining, unless held before the drain began */
+    if (f->app.state == APP_DRAINING && !req->before_drain) http_respond(req, 503, "text/plain", "late!", 5);
+    else http_respond(req, 200, "text/plain", "done!", 5);
+}
+
+static void posts_held_then_drain(struct fixture *f) {
+    static const char post[] = "POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    int s[DRAIN_POSTS + 1];
+    for (int i = 0; i <= DRAIN_POSTS; i++) s[i] = client_connect(f, 0);
+    client_send(s[0], post);
+    usleep(100 * 1000); /* the server is in the first handler now */
+    for (int i = 1; i < DRAIN_POSTS; i++) client_send(s[i], post);
+    usleep(20 * 1000);
+    client_send(s[DRAIN_POSTS], "GET /t HTTP/1.1\r\nHost: x\r\n\r\n"); /* after them: the drain */
+    int ok = 0, closing = 0;
+    for (int i = 1; i < DRAIN_POSTS; i++) {
+        f->reply_len = 0;
+        client_read_until(f, s[i], "!");
+        ok += strstr(f->reply, "HTTP/1.1 200 ") && strstr(f->reply, "done!");
+        closing += strstr(f->reply, "Connection: close\r\n") != NULL;
+    }
+    f->send_rc = ok;
+    f->end_rc = closing;
+    for (int i = 0; i <= DRAIN_POSTS; i++) close(s[i]);
+}
+
+TEST(conn_drain_keeps_pacing_held_requests_and_serves_them_with_close) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, drain_route, posts_held_then_drain, "--debug-endpoints", "true"), 0);
+    fprintf(stderr, "  held %llu, most requests in one iteration %llu, served %d, with close %d\n",
+            (unsigned long long)f.app.counters.requests_held,
+            (unsigned long long)f.app.loop_stats.requests_iter_max, f.send_rc, f.end_rc);
+    CHECK(f.app.counters.requests_held >= 10); /* the drain found them held */
+    CHECK_EQ_INT(f.in_drain, 0);               /* not all of them in the signal's callback */
+    CHECK_EQ_INT(f.send_rc, DRAIN_POSTS - 1);  /* every one served, none refused as draining */
+    /* those answered after the drain began (all held ones) say close: they once said keep-alive */
+    CHECK(f.end_rc >= (int)f.app.counters.requests_held);
+    /* paced: 4 from the hold plus what one iteration reads */
+    CHECK(f.app.loop_stats.requests_iter_max <= 10);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+    CHECK_EQ_INT(f.stops, 1);
+}
+
+/* A request dispatched before the drain and answered during it: Connection: close (the head once
+ * said keep-alive, decided at dispatch, and the connection was then closed under the client). */
+static void drain_then_late_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->req = req;
+    http_on_cancel(req, counting_cancel_cb, f);
+    uv_timer_start(&f->timer, late_cb, 50, 0);
+    app_drain(&f->app);
+}
+
+static void keep_alive_request(struct fixture *f) {
+    int s = client_connect(f, 0);
+    client_send(s, "GET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    client_read_until(f, s, "{\"late\":true}");
+    client_read_until(f, s, NULL); /* then the server closes */
+    close(s);
+}
+
+TEST(conn_answer_during_a_drain_says_close) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(run_server(&f, drain_then_late_route, keep_alive_request, NULL, NULL), 0);
+    CHECK_EQ_INT(f.end_rc, 0);
+    CHECK(strstr(f.reply, "HTTP/1.1 201 Created\r\n"));
+    CHECK(strstr(f.reply, "Connection: close\r\n"));
+    CHECK(!strstr(f.reply, "keep-alive"));
+    CHECK_EQ_INT(f.read_end, 0);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }

@@ -464,6 +464,68 @@ TEST(sched_cancel_frees_cells_within_one_step) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+/* The owner is known to be gone before it can run its (paced, later) teardown: a deferred cancel
+ * frees nothing now, but from then on no step holds the request's sequences, nothing is called
+ * back, a queued one is neither admitted nor counted, and the next build frees it all. */
+TEST(sched_cancel_deferred_leaves_every_later_step_and_frees_at_the_next_build) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t pa[20], pb[20], pq[5];
+    fake_prompt(pa, 20, 22, VOCAB);
+    fake_prompt(pb, 20, 23, VOCAB);
+    fake_prompt(pq, 5, 24, VOCAB);
+    struct recorder a, b, qd;
+    struct sched_req *ha, *hb, *hq;
+    struct sched_request qa = request(pa, 20, 50), qb = request(pb, 20, 50), qq = request(pq, 5, 5);
+    qa.cache_prompt = qb.cache_prompt = false; /* a's cells go when it does, not to the cache */
+    CHECK_EQ_INT(submit(&f, &a, &qa, &ha), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, &hb), 0);
+    fake_run(f.s, &f.now, 1, 3);
+    int32_t seq_a = sched_req_seq(ha, 0), seq_b = sched_req_seq(hb, 0);
+    CHECK(seq_a >= 0 && seq_b >= 0 && a.n_tokens[0] > 0);
+    int64_t cells_a = memory_seq_cells(f.mem, seq_a);
+    int32_t a_tokens = a.n_tokens[0];
+    /* no step in flight: nothing is freed now (sched_cancel would free at once) */
+    sched_cancel_deferred(f.s, ha);
+    CHECK_EQ_INT(memory_seq_cells(f.mem, seq_a), cells_a);
+    CHECK_EQ_INT(f.eng.samplers_live, 2);
+    struct sched_slot slots[8];
+    CHECK_EQ_INT(sched_slots(f.s, slots, 8), 1); /* gone from /slots at once */
+    /* a queued request cancelled the same way is not admitted, and not counted as queued */
+    CHECK_EQ_INT(submit(&f, &qd, &qq, &hq), 0);
+    sched_cancel_deferred(f.s, hq);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.queued, 0);
+    CHECK_EQ_INT(st.requests_cancelled, 2);
+    /* the next step holds b alone, and its build freed a's cells and samplers */
+    struct sched_step *step;
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    const struct batch *bt = sched_step_batch(step);
+    CHECK_EQ_INT(tokens_of_seq(bt, seq_a), 0);
+    CHECK(tokens_of_seq(bt, seq_b) > 0);
+    CHECK_EQ_INT(bt->n_tokens, tokens_of_seq(bt, seq_b)); /* nor the queued one */
+    CHECK_EQ_INT(memory_seq_cells(f.mem, seq_a), 0);
+    CHECK_EQ_INT(f.eng.samplers_live, 1);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 1);
+    /* during a step: the same as sched_cancel */
+    CHECK(sched_build_step(f.s, f.now, &step) > 0);
+    sched_cancel_deferred(f.s, hb);
+    int32_t b_tokens = b.n_tokens[0];
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 1);
+    CHECK_EQ_INT(b.n_tokens[0], b_tokens); /* no callback after it */
+    CHECK_EQ_INT(memory_seq_cells(f.mem, seq_b), 0);
+    fake_run(f.s, &f.now, 1, 10);
+    CHECK_EQ_INT(a.n_tokens[0], a_tokens);
+    CHECK_EQ_INT(a.done[0] + b.done[0] + qd.done[0] + qd.n_tokens[0], 0);
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.active_requests + st.queued, 0);
+    CHECK_EQ_INT(st.cells_used, 0);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
 /* A sink that cancels its own request from on_token: the handle stays usable until the call
  * returns, and nothing is called afterwards. */
 static struct sched *cancel_sched;
