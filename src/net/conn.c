@@ -470,7 +470,10 @@ void conn_dispatch_held(uv_idle_t *h) {
 }
 
 void conn_drain_begin(struct app *app) {
+    ASSERT(app->state == APP_DRAINING); /* idle_ms() reads it */
     for (struct conn *c = app->held_head; c; c = c->held_next) c->before_drain = true;
+    for (struct conn *c = app->conns; c; c = c->next)
+        if (c->state == C_IDLE) conn_idle(c);
 }
 
 void conn_dispatch_budget_reset(struct app *app) {
@@ -604,11 +607,6 @@ void conn_accept(struct app *app) {
 
 size_t conn_memory_bytes(const struct app *app) {
     return sizeof(struct conn) + app->limits.max_header_bytes + app->limits.max_headers * sizeof(struct http_header);
-}
-
-void conn_drain(struct app *app) {
-    for (struct conn *c = app->conns; c; c = c->next)
-        if (c->state == C_IDLE) conn_idle(c);
 }
 
 void conn_close_all(struct app *app) {

@@ -92,13 +92,12 @@ void app_drain(struct app *app) {
     /* Requests held for a later iteration arrived before the drain: they are served, not 503'd,
      * and still paced (dispatch_idle goes on: hundreds of them in this one callback would hold
      * the loop as long as the pacing exists to avoid); they count in flight, so the drain waits. */
-    conn_drain_begin(app);
     app->state = APP_DRAINING;
+    conn_drain_begin(app);
     log_info(&app->log, "draining: %d request(s) in flight, up to %lld ms", app->counters.requests_inflight,
              app->cfg->drain_timeout_ms);
     if (app->listening) close_handle((uv_handle_t *)&app->listener);
     app->listening = false;
-    conn_drain(app);
     uv_timer_start(&app->timer, drain_timeout_cb, (uint64_t)app->cfg->drain_timeout_ms, 0);
     maybe_finish_drain(app);
 }

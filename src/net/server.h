@@ -196,12 +196,11 @@ void app_request_finished(struct app *app);
 void conn_accept(struct app *app);
 /* Memory of one connection, bodies and queued writes aside (for the startup log). */
 size_t conn_memory_bytes(const struct app *app);
-/* The drain began: connections without a request get a short while to send one (conn.c). */
-void conn_drain(struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
-/* A drain begins: the requests held now were complete before it, so they are served when their
- * turn comes (paced as before: req->before_drain), not refused as draining. */
+/* A drain began (app->state is APP_DRAINING): the requests held now were complete before it, so
+ * they are served when their turn comes (paced as before: req->before_drain), not refused as
+ * draining; connections without a request get DRAIN_IDLE_MS to send one. */
 void conn_drain_begin(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */
 void conn_dispatch_held(uv_idle_t *h);
