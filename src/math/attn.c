@@ -12,6 +12,7 @@
 #include "math/simd_avx2.h"
 #include "common/err.h"
 
+#include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -364,6 +365,18 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
                         const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     ASSERT(simd_level_supported(level));
     mix_at(level, p, v, v_stride, cells, n_c, hd, out);
+}
+
+/* ---- F32 row blocks through sgemm ---------------------------------------------------------- */
+
+void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
+                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out) {
+    if (n_rows <= 0 || nv <= 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_rows, (blasint)nv, (blasint)hd, 1.0f, q,
+                (blasint)hd, k, (blasint)hd, 0.0f, sc, (blasint)nv);
+    for (int64_t r = 0; r < n_rows; r++) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n_rows, (blasint)hd, (blasint)nv, 1.0f, sc,
+                (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
 }
 
 /* Resolved once before main (as quant.c's kernels): these run per attention row. */

@@ -51,6 +51,17 @@ void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int3
  * promised for them). */
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale);
 
+/* The attention of n_rows query rows over nv cells given as F32 copies, on the calling thread
+ * (a prompt chunk's rows, a block per compute thread; OpenBLAS runs single-threaded, see
+ * compute_create):
+ *   sc[r][c] = q[r] . k[c]   (sgemm; q: n_rows x hd, k: nv x hd, row-major)
+ *   attn_softmax_row(sc[r], nv, cpos, row_pos[r], scale)
+ *   out[r] = sum_c sc[r][c] * v[c]   (sgemm; v: nv x hd, row-major as stored: no transpose)
+ * sc is n_rows x nv scratch (rows nv apart); out is n_rows x hd. The products have sgemm's
+ * rounding (that of matmul's sgemm path on the same operands, not of its vector path). */
+void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
+                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out);
+
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores);
