@@ -289,6 +289,16 @@ AVX512 static inline __mmask16 live16(int64_t m) {
     return m >= 16 ? (__mmask16)0xffff : m <= 0 ? (__mmask16)0 : (__mmask16)((1u << m) - 1);
 }
 
+/* x - m of 16 cells (c0 on, lanes from n on zero) and their exps, stored. */
+AVX512 static inline __m512 softmax_exp16(float *row, int64_t c0, int64_t n, __m512 vm) {
+    __mmask16 live = live16(n - c0);
+    __m512 x = _mm512_maskz_loadu_ps(live, row + c0);
+    __mmask16 fin = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    __m512 e = _mm512_maskz_mov_ps(live, expf16(_mm512_mask_sub_ps(_mm512_set1_ps(-INFINITY), fin, x, vm)));
+    _mm512_mask_storeu_ps(row + c0, live, e);
+    return e;
+}
+
 AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), vscale = _mm512_set1_ps(scale);
     const __m512i vpos = _mm512_set1_epi32(pos);
@@ -303,23 +313,26 @@ AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, in
     }
     /* which of +0 / -0 is the max does not matter: x - m then differs only in a zero's sign */
     const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+    /* Four chunks at a time (their folds share shuffles); the double sum is one chain in chunk
+     * order, chunks past n adding 0. */
     double sum = 0;
     for (int64_t c = 0; c < n; c += 64) {
-        __m512 e[4];
-        for (int k = 0; k < 4; k++) {
-            __mmask16 live = live16(n - c - 16 * k);
-            __m512 x = _mm512_maskz_loadu_ps(live, row + c + 16 * k);
-            __mmask16 fin = _mm512_cmp_ps_mask(x, ninf, _CMP_NEQ_UQ);
-            __m512 d = _mm512_mask_sub_ps(ninf, fin, x, vm);
-            e[k] = _mm512_maskz_mov_ps(live, expf16(d)); /* zero padding */
-            _mm512_mask_storeu_ps(row + c + 16 * k, live, e[k]);
-        }
-        float f[4];
-        _mm_storeu_ps(f, fold16x4(e[0], e[1], e[2], e[3])); /* quant_fold16 of each chunk */
-        for (int k = 0; k < 4; k++) sum += (double)f[k]; /* chunks past n add 0 */
+        __m512 e0 = softmax_exp16(row, c, n, vm), e1 = softmax_exp16(row, c + 16, n, vm);
+        __m512 e2 = softmax_exp16(row, c + 32, n, vm), e3 = softmax_exp16(row, c + 48, n, vm);
+        __m256d f = _mm256_cvtps_pd(fold16x4(e0, e1, e2, e3)); /* quant_fold16 of each chunk */
+        __m128d lo = _mm256_castpd256_pd128(f), hi = _mm256_extractf128_pd(f, 1);
+        sum += _mm_cvtsd_f64(lo);
+        sum += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
+        sum += _mm_cvtsd_f64(hi);
+        sum += _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
     }
     const __m512 vinv = _mm512_set1_ps((float)(1.0 / sum));
-    for (int64_t c = 0; c < n; c += 16) {
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row + c), vinv);
+        _mm512_storeu_ps(row + c, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    if (c < n) {
         __mmask16 live = live16(n - c);
         __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row + c), vinv);
         _mm512_mask_storeu_ps(row + c, live, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));

@@ -6,11 +6,12 @@
  * then logits = Wout · norm(x) for the entries that want them.
  *
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
- * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two matmuls
+ * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two products
  * over that sequence's cells gathered to F32: scores = Q·Kᵀ, masked by the cells' positions and
- * softmaxed, then out = P·V. The cells are ordered by position, so a chunk of entries (in
- * increasing positions) only multiplies the prefix of cells its last entry sees. K and V are
- * read back from the F16 cells (also for the batch's own tokens), as the reference does.
+ * softmaxed (math/attn.h's attn_softmax_row), then out = P·V. The cells are ordered by position,
+ * so a chunk of entries (in increasing positions) only multiplies the prefix of cells its last
+ * entry sees. K and V are read back from the F16 cells (also for the batch's own tokens), as the
+ * reference does.
  *
  * The element-wise steps follow the reference's x86 (AVX-512) build: RoPE as a C++ compiler
  * contracts it (fma(x0, cos, -(x1*sin)), fma(x0, sin, x1*cos)), SiLU and the softmax with its
@@ -19,7 +20,9 @@
  * With cfg.reference the attention dots also follow it (measured: the golden tests then match
  * to the printed precision): Q.K and P.V of a batch of 2+ tokens in tinyBLAS's 16-lane order
  * (quant_dot_f32_lanes16), of a single token as ggml_vec_dot_f16 (quant_dot_f32_vec_f16, P.V
- * over the padded row); otherwise they are two sgemm/SIMD matmuls, and
+ * over the padded row). Otherwise a prompt chunk runs as blocks of query rows (a kv head's, up to
+ * ATT_BLOCK_ROWS) shared by the compute threads, each block two sgemm calls around its softmax
+ * (attn_rows_f32, V multiplied as stored), and
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
  * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
  * would give: every such sequence of the batch (a decode step's) has its cells listed once per
@@ -39,9 +42,10 @@
 
 /* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
-/* Query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item, so a
- * chunk of one kv head is shared by the threads; its scores stay in L2). */
-enum { ATT_BLOCK_ROWS = 32 };
+/* Most query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item,
+ * so a chunk of one kv head is shared by the threads). Every block packs its kv head's K and V
+ * again for sgemm, so bigger blocks cost less CPU; see chunk_blocks for how a chunk is split. */
+enum { ATT_BLOCK_ROWS = 96 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
 
@@ -500,12 +504,16 @@ struct chunk_job {
     const int32_t *ent;
     int64_t rows;       /* per kv head: ne * group */
     int64_t n_c, nv;    /* cells gathered; cells the chunk's last entry sees */
+    int64_t block_rows, n_blocks; /* per kv head: n_blocks blocks of block_rows rows (the last fewer) */
+    int64_t n_items;    /* n_head_kv * n_blocks */
+    _Atomic int64_t next; /* items handed out */
     _Atomic int slot;   /* scratch slots handed out */
 };
 
-/* Items [i0, i1) of a chunk: item = (kv head, block of ATT_BLOCK_ROWS rows), each computed whole
- * by attn_rows_f32 in this thread's slot (queries rounded to F16 as the reference's product with
- * the F16 cells sees them). */
+/* The items of a chunk, item = (kv head, block of rows), each computed whole by attn_rows_f32 in
+ * this thread's slot (queries rounded to F16 as the reference's product with the F16 cells sees
+ * them); every thread that joins takes items until none is left, so one the OS preempts does not
+ * hold the chunk up. */
 static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
     struct chunk_job *j = arg;
     struct forward_scratch *s = j->s;
@@ -513,14 +521,14 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
     int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
     ASSERT(slot < s->n_slots);
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    int64_t nq = (int64_t)hp->n_head * hd, n_blocks = (j->rows + ATT_BLOCK_ROWS - 1) / ATT_BLOCK_ROWS;
+    int64_t nq = (int64_t)hp->n_head * hd;
     float *qg = s->qg + (size_t)slot * ATT_BLOCK_ROWS * hd, *og = s->og + (size_t)slot * ATT_BLOCK_ROWS * hd;
     float *sc = s->sc + (size_t)slot * ATT_BLOCK_ROWS * s->sc_stride;
     uint16_t *h16 = s->h16 + (size_t)slot * ATT_BLOCK_ROWS * hd;
     int32_t row_pos[ATT_BLOCK_ROWS];
-    for (int64_t it = i0; it < i1; it++) {
-        int32_t h = (int32_t)(it / n_blocks);
-        int64_t r0 = it % n_blocks * ATT_BLOCK_ROWS, n = j->rows - r0 < ATT_BLOCK_ROWS ? j->rows - r0 : ATT_BLOCK_ROWS;
+    for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        int32_t h = (int32_t)(it / j->n_blocks);
+        int64_t r0 = it % j->n_blocks * j->block_rows, n = j->rows - r0 < j->block_rows ? j->rows - r0 : j->block_rows;
         for (int64_t r = 0; r < n; r++) {
             int32_t i = j->ent[(r0 + r) / group];
             int64_t qh = (int64_t)h * group + (r0 + r) % group;
@@ -536,6 +544,22 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
             memcpy(s->att + i * nq + qh * hd, og + r * hd, (size_t)hd * sizeof(float));
         }
     }
+}
+
+/* Blocks of at most ATT_BLOCK_ROWS rows, of equal sizes, and (where that leaves blocks of 16 rows
+ * or more) as many items as a multiple of the thread count: 3 kv heads x 192 rows on 2 threads
+ * make 6 blocks of 96 rows, x 96 rows 6 blocks of 48 (3 blocks of 96 kept one thread idle for a
+ * third of the chunk). */
+static void split_chunk(struct chunk_job *j, int32_t n_head_kv, int n_threads) {
+    int64_t n_blocks = (j->rows + ATT_BLOCK_ROWS - 1) / ATT_BLOCK_ROWS;
+    for (int64_t k = n_blocks; k * 16 <= j->rows && k <= 4 * n_blocks; k++)
+        if (n_head_kv * k % n_threads == 0) {
+            n_blocks = k;
+            break;
+        }
+    j->block_rows = (j->rows + n_blocks - 1) / n_blocks;
+    j->n_blocks = (j->rows + j->block_rows - 1) / j->block_rows;
+    j->n_items = n_head_kv * j->n_blocks;
 }
 
 /* cfg.reference: the same chunk per kv head, the dots in the reference's orders (ref_dots_job). */
@@ -601,8 +625,8 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
             continue;
         }
         struct chunk_job cj = {.hp = hp, .s = s, .b = b, .ent = s->ent + e0, .rows = rows, .n_c = n_c, .nv = nv};
-        int64_t items = hp->n_head_kv * ((rows + ATT_BLOCK_ROWS - 1) / ATT_BLOCK_ROWS);
-        compute_parallel_for(s->c, items, chunk_blocks, &cj);
+        split_chunk(&cj, hp->n_head_kv, s->n_slots);
+        compute_parallel_for(s->c, s->n_slots, chunk_blocks, &cj);
     }
 }
 
