@@ -206,3 +206,60 @@ TEST(attn_softmax_exp_equals_quant_expf) {
     }
     CHECK(levels >= 64);
 }
+
+/* attn_rows_f32 (sgemm, softmax, sgemm) against the same attention in double: the
+ * probabilities it leaves in sc within F16 rounding of the softmax of exact scores, masked
+ * cells 0, and its output the P.V of those probabilities to float accuracy. */
+TEST(attn_rows_f32_matches_double_attention) {
+    enum { R = 96, NV = 300, HD = 80 };
+    static float q[R * HD], k[NV * HD], v[NV * HD], sc[R * NV], out[R * HD], ex[NV];
+    static int32_t cpos[NV], row_pos[R];
+    const int64_t rows_[] = {1, 7, 32, 96}, nvs[] = {1, 17, 300};
+    const int32_t hds[] = {64, 80};
+    for (size_t hi = 0; hi < 2; hi++)
+        for (size_t ri = 0; ri < 4; ri++)
+            for (size_t ni = 0; ni < 3; ni++) {
+                int32_t hd = hds[hi];
+                int64_t n_rows = rows_[ri], nv = nvs[ni];
+                for (int64_t i = 0; i < n_rows * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                for (int64_t i = 0; i < nv * hd; i++) {
+                    k[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                    v[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                }
+                for (int64_t c = 0; c < nv; c++) cpos[c] = (int32_t)c;
+                for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv); /* causal-like */
+                float scale = 1.0f / sqrtf((float)hd);
+                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, scale, sc, out);
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float *p = sc + r * nv;
+                    double mx = -INFINITY, sum = 0;
+                    for (int64_t c = 0; c <= row_pos[r]; c++) {
+                        double d = 0;
+                        for (int32_t i = 0; i < hd; i++) d += (double)q[r * hd + i] * k[c * hd + i];
+                        ex[c] = (float)(d * scale);
+                        if (ex[c] > mx) mx = ex[c];
+                    }
+                    for (int64_t c = 0; c <= row_pos[r]; c++) sum += exp(ex[c] - mx);
+                    for (int64_t c = 0; c < nv; c++) {
+                        double want = c <= row_pos[r] ? exp(ex[c] - mx) / sum : 0.0;
+                        if (!(fabs(p[c] - want) <= 2e-3 * want + 1e-6)) {
+                            fprintf(stderr, "  rows=%lld nv=%lld hd=%d p[%lld][%lld] = %.7g, want %.7g\n",
+                                    (long long)n_rows, (long long)nv, hd, (long long)r, (long long)c, p[c], want);
+                            CHECK(!"attn_rows_f32 probabilities off");
+                        }
+                    }
+                    for (int32_t d = 0; d < hd; d++) {
+                        double want = 0, mag = 0;
+                        for (int64_t c = 0; c < nv; c++) {
+                            want += (double)p[c] * v[c * hd + d];
+                            mag += fabs((double)p[c] * v[c * hd + d]);
+                        }
+                        if (!(fabs(out[r * hd + d] - want) <= 1e-5 * mag + 1e-30)) {
+                            fprintf(stderr, "  rows=%lld nv=%lld hd=%d out[%lld][%d] = %.7g, want %.7g\n",
+                                    (long long)n_rows, (long long)nv, hd, (long long)r, d, out[r * hd + d], want);
+                            CHECK(!"attn_rows_f32 output off");
+                        }
+                    }
+                }
+            }
+}
