@@ -44,8 +44,11 @@
 enum { ATT_CHUNK_ENTRIES = 64 };
 /* Most query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item,
  * so a chunk of one kv head is shared by the threads). Every block packs its kv head's K and V
- * again for sgemm, so bigger blocks cost less CPU; see chunk_blocks for how a chunk is split. */
-enum { ATT_BLOCK_ROWS = 96 };
+ * again for sgemm, so bigger blocks cost less CPU (SmolLM2 shape, 3000-token prompt, one thread:
+ * 16 rows 8.3 s, 32 7.5-7.9 s, 64 7.1-7.5 s, 96 6.8-7.0 s); see split_chunk for how a chunk is
+ * split. Each thread that takes part has scores for a block (ATT_BLOCK_ROWS x n_ctx floats), so
+ * at most ATT_CHUNK_SLOTS threads do. */
+enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
 
@@ -80,8 +83,8 @@ struct forward_scratch {
     float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk (cfg.reference) */
     int32_t *order;     /* [n_ctx] scratch of the position sort */
     /* qg, sc, h16, og: att_rows rows for a chunk of the reference path, ATT_BLOCK_ROWS rows per
-     * compute thread (slot) for chunk_blocks, or one row per slot for direct_rows; they have
-     * qg_rows >= all three. */
+     * slot (< chunk_slots) for chunk_blocks, or one row per slot (< n_slots) for direct_rows;
+     * they have qg_rows >= all three. */
     float *qg;          /* [qg_rows][head_dim] queries of one kv head's group */
     float *sc;          /* [qg_rows][n_ctx] scores, then probabilities */
     uint16_t *h16;      /* [qg_rows][head_dim] F16 staging for rounding the queries */
@@ -104,6 +107,7 @@ struct forward_scratch {
     int64_t arena_n;
     bool reference;     /* cfg.reference */
     int32_t n_slots;    /* direct_rows: one slot (row of qg, sc, h16) per compute thread */
+    int32_t chunk_slots; /* chunk_blocks: min(n_slots, ATT_CHUNK_SLOTS) slots of ATT_BLOCK_ROWS rows */
     size_t sc_stride;   /* a row of sc: n_ctx */
 };
 
@@ -190,7 +194,8 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     }
     if (rc == 0) {
         s->n_slots = compute_n_threads(s->c);
-        size_t qg_rows = (size_t)max64(s->n_slots * (int64_t)ATT_BLOCK_ROWS, s->att_rows);
+        s->chunk_slots = s->n_slots < ATT_CHUNK_SLOTS ? s->n_slots : ATT_CHUNK_SLOTS;
+        size_t qg_rows = (size_t)max64(max64(s->chunk_slots * (int64_t)ATT_BLOCK_ROWS, s->att_rows), s->n_slots);
         s->sc_stride = ctx;
         s->qg = scratch_alloc(s, qg_rows * hd, sizeof(float), &ok);
         s->sc = scratch_alloc(s, qg_rows * s->sc_stride, sizeof(float), &ok);
@@ -519,7 +524,7 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
     struct forward_scratch *s = j->s;
     const struct model_hparams *hp = j->hp;
     int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
-    ASSERT(slot < s->n_slots);
+    ASSERT(slot < s->chunk_slots);
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     int64_t nq = (int64_t)hp->n_head * hd;
     float *qg = s->qg + (size_t)slot * ATT_BLOCK_ROWS * hd, *og = s->og + (size_t)slot * ATT_BLOCK_ROWS * hd;
@@ -625,8 +630,8 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
             continue;
         }
         struct chunk_job cj = {.hp = hp, .s = s, .b = b, .ent = s->ent + e0, .rows = rows, .n_c = n_c, .nv = nv};
-        split_chunk(&cj, hp->n_head_kv, s->n_slots);
-        compute_parallel_for(s->c, s->n_slots, chunk_blocks, &cj);
+        split_chunk(&cj, hp->n_head_kv, s->chunk_slots);
+        compute_parallel_for(s->c, s->chunk_slots, chunk_blocks, &cj); /* one call per slot */
     }
 }
 
