@@ -12,6 +12,7 @@
 #include "math/simd_avx2.h"
 #include "common/err.h"
 
+#include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -44,6 +45,26 @@ static void mix_scalar(const float *p, const uint16_t *v, size_t v_stride, const
         for (int64_t c = n16; c < n_c; c++) s += fp16_to_f32(v[(size_t)cells[c] * v_stride + d]) * p[c];
         out[d] = s;
     }
+}
+
+/* The softmax's definition (today's reference numbers, see attn.h). */
+static void softmax_scalar(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n; c++) {
+        row[c] = cpos[c] <= pos ? row[c] * scale : -INFINITY;
+        if (row[c] > mx) mx = row[c];
+    }
+    /* masked cells stay -inf, whose quant_expf is 0 (also when mx is -inf) */
+    for (int64_t c = 0; c < n; c++) row[c] = row[c] == -INFINITY ? -INFINITY : row[c] - mx;
+    quant_expf_n(row, row, n);
+    double sum = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += 16) {
+        float v[16];
+        for (int64_t l = 0; l < 16; l++) v[l] = c0 + l < n ? row[c0 + l] : 0.0f;
+        sum += (double)quant_fold16(v);
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t c = 0; c < n; c++) row[c] = fp16_to_f32(f32_to_fp16(row[c] * inv));
 }
 
 /* ---- AVX2 ------------------------------------------------------------------------------- */
@@ -86,6 +107,88 @@ AVX2 static void mix_avx2(const float *p, const uint16_t *v, size_t v_stride, co
             s = _mm256_add_ps(s, _mm256_mul_ps(h8(vd + (size_t)cells[c] * v_stride), _mm256_set1_ps(p[c])));
         _mm256_storeu_ps(out + d, s);
     }
+}
+
+/* quant_expf of 8 lanes, bit for bit: the same operations; lanes whose power of two is not a
+ * normal float (rare: results below 2^-125, overflow, NaN) are redone by quant_expf, except
+ * x - ln2 * n far below (n < -192, also -inf: masked cells), which is 0 there too. */
+AVX2 static inline __m256 expf8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r), r);
+    __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    __m256 u = _mm256_mul_ps(b, b);
+    __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    __m256 in = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-125.0f), _CMP_GE_OQ),
+                              _mm256_cmp_ps(n, _mm256_set1_ps(127.0f), _CMP_LE_OQ));
+    __m256i e = _mm256_cvttps_epi32(_mm256_and_ps(n, in)); /* 0 outside */
+    __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_and_ps(_mm256_mul_ps(j, p2), in); /* 0 outside */
+    __m256 zero = _mm256_cmp_ps(n, _mm256_set1_ps(-192.0f), _CMP_LT_OQ);
+    int odd = ~_mm256_movemask_ps(_mm256_or_ps(in, zero)) & 0xff;
+    if (odd) {
+        float xs[8], ys[8];
+        _mm256_storeu_ps(xs, x);
+        _mm256_storeu_ps(ys, y);
+        for (int l = 0; l < 8; l++)
+            if (odd >> l & 1) ys[l] = quant_expf(xs[l]);
+        y = _mm256_loadu_ps(ys);
+    }
+    return y;
+}
+
+AVX2 static void expf_n_avx2(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = quant_expf(x[i]);
+}
+
+/* Lanes [0, m) of 8 set (m may be <= 0 or >= 8). */
+AVX2 static inline __m256i live8(int64_t m) {
+    int32_t k = m < 0 ? 0 : m > 8 ? 8 : (int32_t)m;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AVX2 static void softmax_avx2(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), vscale = _mm256_set1_ps(scale);
+    const __m256i vpos = _mm256_set1_epi32(pos);
+    __m256 vmx = ninf;
+    for (int64_t c = 0; c < n; c += 8) {
+        __m256i live = live8(n - c);
+        __m256 x = _mm256_maskload_ps(row + c, live);
+        __m256i cp = _mm256_maskload_epi32(cpos + c, live);
+        /* visible: live and cpos <= pos */
+        __m256 vis = _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(cp, vpos), live));
+        __m256 y = _mm256_blendv_ps(ninf, _mm256_mul_ps(x, vscale), vis);
+        _mm256_maskstore_ps(row + c, live, y);
+        vmx = _mm256_max_ps(y, vmx); /* y > vmx ? y : vmx, as the scalar compare (NaN never taken) */
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmx), _mm256_extractf128_ps(vmx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    /* which of +0 / -0 is the max does not matter: x - m then differs only in a zero's sign */
+    const __m256 vm = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    double sum = 0;
+    for (int64_t c = 0; c < n; c += 16) {
+        __m256 e[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i live = live8(n - c - 8 * h);
+            __m256 x = _mm256_maskload_ps(row + c + 8 * h, live);
+            __m256 d = _mm256_blendv_ps(_mm256_sub_ps(x, vm), ninf, _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ));
+            e[h] = _mm256_and_ps(expf8(d), _mm256_castsi256_ps(live)); /* zero padding */
+            _mm256_maskstore_ps(row + c + 8 * h, live, e[h]);
+        }
+        sum += (double)hsum_ps(_mm256_add_ps(e[0], e[1])); /* quant_fold16 */
+    }
+    const __m256 vinv = _mm256_set1_ps((float)(1.0 / sum));
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        _mm256_storeu_ps(row + c, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(row + c), vinv),
+                                                                   _MM_FROUND_TO_NEAREST_INT)));
+    for (; c < n; c++) row[c] = h2f(_cvtss_sh(row[c] * _mm256_cvtss_f32(vinv), _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
@@ -156,6 +259,86 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
     }
 }
 
+/* quant_expf of 16 lanes, bit for bit: its j * 2^n is scalef's (exact while normal; ldexpf's
+ * correctly rounded result below), and lanes with |n| > 192 (or NaN) take its special values. */
+AVX512 static inline __m512 expf16(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r), r);
+    __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    __m512 u = _mm512_mul_ps(b, b);
+    __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    __m512 y = _mm512_scalef_ps(j, n);
+    __mmask16 ok = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_LE_OQ);
+    __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    /* !(|n| <= 192): n <= 0 ? 0 : inf (NaN n: inf) */
+    y = _mm512_mask_mov_ps(y, (__mmask16)(~ok & ~neg), _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(y, (__mmask16)(~ok & neg), _mm512_setzero_ps());
+}
+
+AVX512 static void expf_n_avx512(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = quant_expf(x[i]);
+}
+
+AVX512 static inline __mmask16 live16(int64_t m) {
+    return m >= 16 ? (__mmask16)0xffff : m <= 0 ? (__mmask16)0 : (__mmask16)((1u << m) - 1);
+}
+
+/* x - m of 16 cells (c0 on, lanes from n on zero) and their exps, stored. */
+AVX512 static inline __m512 softmax_exp16(float *row, int64_t c0, int64_t n, __m512 vm) {
+    __mmask16 live = live16(n - c0);
+    __m512 x = _mm512_maskz_loadu_ps(live, row + c0);
+    __mmask16 fin = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    __m512 e = _mm512_maskz_mov_ps(live, expf16(_mm512_mask_sub_ps(_mm512_set1_ps(-INFINITY), fin, x, vm)));
+    _mm512_mask_storeu_ps(row + c0, live, e);
+    return e;
+}
+
+AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), vscale = _mm512_set1_ps(scale);
+    const __m512i vpos = _mm512_set1_epi32(pos);
+    __m512 vmx = ninf;
+    for (int64_t c = 0; c < n; c += 16) {
+        __mmask16 live = live16(n - c);
+        __m512 x = _mm512_maskz_loadu_ps(live, row + c);
+        __mmask16 vis = _mm512_mask_cmple_epi32_mask(live, _mm512_maskz_loadu_epi32(live, cpos + c), vpos);
+        __m512 y = _mm512_mask_mul_ps(ninf, vis, x, vscale);
+        _mm512_mask_storeu_ps(row + c, live, y);
+        vmx = _mm512_max_ps(y, vmx); /* y > vmx ? y : vmx, as the scalar compare (NaN never taken) */
+    }
+    /* which of +0 / -0 is the max does not matter: x - m then differs only in a zero's sign */
+    const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+    /* Four chunks at a time (their folds share shuffles); the double sum is one chain in chunk
+     * order, chunks past n adding 0. */
+    double sum = 0;
+    for (int64_t c = 0; c < n; c += 64) {
+        __m512 e0 = softmax_exp16(row, c, n, vm), e1 = softmax_exp16(row, c + 16, n, vm);
+        __m512 e2 = softmax_exp16(row, c + 32, n, vm), e3 = softmax_exp16(row, c + 48, n, vm);
+        __m256d f = _mm256_cvtps_pd(fold16x4(e0, e1, e2, e3)); /* quant_fold16 of each chunk */
+        __m128d lo = _mm256_castpd256_pd128(f), hi = _mm256_extractf128_pd(f, 1);
+        sum += _mm_cvtsd_f64(lo);
+        sum += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
+        sum += _mm_cvtsd_f64(hi);
+        sum += _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
+    }
+    const __m512 vinv = _mm512_set1_ps((float)(1.0 / sum));
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row + c), vinv);
+        _mm512_storeu_ps(row + c, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    if (c < n) {
+        __mmask16 live = live16(n - c);
+        __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row + c), vinv);
+        _mm512_mask_storeu_ps(row + c, live, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));
+    }
+}
+
 /* ---- dispatch --------------------------------------------------------------------------- */
 
 static inline void scores_at(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
@@ -172,6 +355,19 @@ static inline void mix_at(enum simd_level level, const float *p, const uint16_t 
     else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
 }
 
+static inline void softmax_at(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
+                              float scale) {
+    if (level == SIMD_AVX512) softmax_avx512(row, n, cpos, pos, scale);
+    else if (level == SIMD_AVX2) softmax_avx2(row, n, cpos, pos, scale);
+    else softmax_scalar(row, n, cpos, pos, scale);
+}
+
+void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
+                            float scale) {
+    ASSERT(simd_level_supported(level));
+    softmax_at(level, row, n, cpos, pos, scale);
+}
+
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
     ASSERT(simd_level_supported(level));
@@ -182,6 +378,18 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
                         const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     ASSERT(simd_level_supported(level));
     mix_at(level, p, v, v_stride, cells, n_c, hd, out);
+}
+
+/* ---- F32 row blocks through sgemm ---------------------------------------------------------- */
+
+void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
+                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out) {
+    if (n_rows <= 0 || nv <= 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_rows, (blasint)nv, (blasint)hd, 1.0f, q,
+                (blasint)hd, k, (blasint)hd, 0.0f, sc, (blasint)nv);
+    for (int64_t r = 0; r < n_rows; r++) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n_rows, (blasint)hd, (blasint)nv, 1.0f, sc,
+                (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
 }
 
 /* Resolved once before main (as quant.c's kernels): these run per attention row. */
@@ -199,4 +407,16 @@ void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const i
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out) {
     mix_at(best_level, p, v, v_stride, cells, n_c, hd, out);
+}
+
+void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+    softmax_at(best_level, row, n, cpos, pos, scale);
+}
+
+void attn_expf_n_level(enum simd_level level, const float *x, float *y, int64_t n) {
+    ASSERT(simd_level_supported(level));
+    if (level == SIMD_AVX512) expf_n_avx512(x, y, n);
+    else if (level == SIMD_AVX2) expf_n_avx2(x, y, n);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = quant_expf(x[i]);
 }

@@ -15,6 +15,10 @@
  * Rows: cell c's K (V) row starts at k + cells[c] * k_stride (v + cells[c] * v_stride) halfs.
  * None of these allocate or use threads.
  *
+ * Also here: the softmax of one attention row in the reference's numbers (attn_softmax_row,
+ * between the two products), and the attention of a block of query rows over F32 copies of the
+ * cells through two sgemm calls (attn_rows_f32: a prompt chunk's rows, one block per thread).
+ *
  *   attn_scores_f16(q, kv_k_row(kv, layer, 0) + h * hd, n_embd_k, cells, n_c, hd, scores);
  *   ... mask, softmax, round p to F16 ...
  *   attn_mix_f16(p, kv_v_row(kv, layer, 0) + h * hd, n_embd_v, cells, n_c, hd, out);
@@ -34,10 +38,36 @@ void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const i
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out);
 
+/* The softmax of one attention row, in place over row[0 .. n), as the reference (x86 AVX-512
+ * build, its n_kv padded with zeros) computes it; cell c is at position cpos[c]:
+ *   x[c] = cpos[c] <= pos ? row[c] * scale : -inf;  m = the largest x (-inf if all masked);
+ *   e[c] = quant_expf(x[c] - m), 0 where masked;
+ *   sum = the 16-element chunks of e (the last one zero-padded), each folded in float as
+ *         quant_fold16 does, added in double in chunk order;
+ *   row[c] = (float)(f16)(e[c] * (float)(1.0 / sum))  (rounded to F16, round-to-nearest-even,
+ *         as the reference's F16 product with V sees it).
+ * A row with every cell masked gets NaN everywhere (0 * inf), as the scalar definition does.
+ * Every SIMD level gives the scalar result bit for bit (NaN scores excepted: no order is
+ * promised for them). */
+void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale);
+
+/* The attention of n_rows query rows over nv cells given as F32 copies, on the calling thread
+ * (a prompt chunk's rows, a block per compute thread; OpenBLAS runs single-threaded, see
+ * compute_create):
+ *   sc[r][c] = q[r] . k[c]   (sgemm; q: n_rows x hd, k: nv x hd, row-major)
+ *   attn_softmax_row(sc[r], nv, cpos, row_pos[r], scale)
+ *   out[r] = sum_c sc[r][c] * v[c]   (sgemm; v: nv x hd, row-major as stored: no transpose)
+ * sc is n_rows x nv scratch (rows nv apart); out is n_rows x hd. The products have sgemm's
+ * rounding (that of matmul's sgemm path on the same operands, not of its vector path). */
+void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
+                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out);
+
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores);
 void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
                         const int32_t *cells, int64_t n_c, int32_t hd, float *out);
+void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
+                            float scale);
 
 #endif

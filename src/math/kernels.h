@@ -73,6 +73,10 @@ float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 void kquant_gemm_q4_K_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1, const void *xq,
                            size_t xq_stride, int64_t n_tok, float *y, int64_t n_out, bool grouped);
 
+/* The vector exp of attn_softmax_row (attn.c) at a level, over an array: y[i] = quant_expf(x[i])
+ * bit for bit (tests check it on values whose softmax output would round to 0). */
+void attn_expf_n_level(enum simd_level level, const float *x, float *y, int64_t n);
+
 /* The tables (quant.c, quant_avx2.c, quant_avx512.c). quant_kernels_avx512_k (kquant_avx512.c)
  * holds the AVX-512 Q4_K and Q6_K kernels, every one equal to the scalar kernel bit for bit; the
  * AVX-512 level looks there before quant_kernels_avx512. */

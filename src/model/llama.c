@@ -6,11 +6,12 @@
  * then logits = Wout · norm(x) for the entries that want them.
  *
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
- * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two matmuls
+ * dequantized tiles + sgemm for many). Attention is done per (sequence, kv head) as two products
  * over that sequence's cells gathered to F32: scores = Q·Kᵀ, masked by the cells' positions and
- * softmaxed, then out = P·V. The cells are ordered by position, so a chunk of entries (in
- * increasing positions) only multiplies the prefix of cells its last entry sees. K and V are
- * read back from the F16 cells (also for the batch's own tokens), as the reference does.
+ * softmaxed (math/attn.h's attn_softmax_row), then out = P·V. The cells are ordered by position,
+ * so a chunk of entries (in increasing positions) only multiplies the prefix of cells its last
+ * entry sees. K and V are read back from the F16 cells (also for the batch's own tokens), as the
+ * reference does.
  *
  * The element-wise steps follow the reference's x86 (AVX-512) build: RoPE as a C++ compiler
  * contracts it (fma(x0, cos, -(x1*sin)), fma(x0, sin, x1*cos)), SiLU and the softmax with its
@@ -19,7 +20,9 @@
  * With cfg.reference the attention dots also follow it (measured: the golden tests then match
  * to the printed precision): Q.K and P.V of a batch of 2+ tokens in tinyBLAS's 16-lane order
  * (quant_dot_f32_lanes16), of a single token as ggml_vec_dot_f16 (quant_dot_f32_vec_f16, P.V
- * over the padded row); otherwise they are two sgemm/SIMD matmuls, and
+ * over the padded row). Otherwise a prompt chunk runs as blocks of query rows (a kv head's, up to
+ * ATT_BLOCK_ROWS) shared by the compute threads, each block two sgemm calls around its softmax
+ * (attn_rows_f32, V multiplied as stored), and
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
  * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
  * would give: every such sequence of the batch (a decode step's) has its cells listed once per
@@ -39,6 +42,13 @@
 
 /* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
+/* Most query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item,
+ * so a chunk of one kv head is shared by the threads). Every block packs its kv head's K and V
+ * again for sgemm, so bigger blocks cost less CPU (SmolLM2 shape, 3000-token prompt, one thread:
+ * 16 rows 8.3 s, 32 7.5-7.9 s, 64 7.1-7.5 s, 96 6.8-7.0 s); see split_chunk for how a chunk is
+ * split. Each thread that takes part has scores for a block (ATT_BLOCK_ROWS x n_ctx floats), so
+ * at most ATT_CHUNK_SLOTS threads do. */
+enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
 
@@ -70,14 +80,15 @@ struct forward_scratch {
     int32_t *cpos;      /* [n_ctx] their positions */
     float *kf;          /* [n_head_kv][n_ctx][head_dim] its K, F32 */
     float *vf;          /* [n_head_kv][n_ctx][head_dim] its V, F32 */
-    float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk */
+    float *vt;          /* [head_dim][n_visible] V of one kv head, transposed, for one chunk (cfg.reference) */
     int32_t *order;     /* [n_ctx] scratch of the position sort */
-    /* qg, sc, h16: att_rows rows for a chunk of the gathered path, or one row per compute thread
-     * (slot) for direct_rows; they have qg_rows >= both. */
+    /* qg, sc, h16, og: att_rows rows for a chunk of the reference path, ATT_BLOCK_ROWS rows per
+     * slot (< chunk_slots) for chunk_blocks, or one row per slot (< n_slots) for direct_rows;
+     * they have qg_rows >= all three. */
     float *qg;          /* [qg_rows][head_dim] queries of one kv head's group */
     float *sc;          /* [qg_rows][n_ctx] scores, then probabilities */
-    uint16_t *h16;      /* [qg_rows][max(n_ctx, head_dim)] F16 staging for rounding */
-    float *og;          /* [att_rows][head_dim] attention output of the chunk */
+    uint16_t *h16;      /* [qg_rows][head_dim] F16 staging for rounding the queries */
+    float *og;          /* [qg_rows][head_dim] attention output of the chunk */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
     /* Decode-sized sequences of the step (all their entries in one direct chunk), planned once
      * per forward pass (their cells do not change between layers) and attended in one parallel
@@ -96,7 +107,8 @@ struct forward_scratch {
     int64_t arena_n;
     bool reference;     /* cfg.reference */
     int32_t n_slots;    /* direct_rows: one slot (row of qg, sc, h16) per compute thread */
-    size_t sc_stride, h16_stride; /* a slot's row: n_ctx, max(n_ctx, head_dim) */
+    int32_t chunk_slots; /* chunk_blocks: min(n_slots, ATT_CHUNK_SLOTS) slots of ATT_BLOCK_ROWS rows */
+    size_t sc_stride;   /* a row of sc: n_ctx */
 };
 
 static void *scratch_alloc(struct forward_scratch *s, size_t n, size_t elt, bool *ok) {
@@ -160,9 +172,8 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->cpos = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
     s->kf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
     s->vf = scratch_alloc(s, ctx * nkv, sizeof(float), &ok);
-    s->vt = scratch_alloc(s, ctx * hd, sizeof(float), &ok);
+    s->vt = scratch_alloc(s, c.reference ? ctx * hd : 0, sizeof(float), &ok);
     s->order = scratch_alloc(s, ctx, sizeof(int32_t), &ok);
-    s->og = scratch_alloc(s, (size_t)s->att_rows * hd, sizeof(float), &ok);
     s->dseq = scratch_alloc(s, T, sizeof *s->dseq, &ok);
     s->dent = scratch_alloc(s, T, sizeof(int32_t), &ok);
     s->gent = scratch_alloc(s, T, sizeof(int32_t), &ok);
@@ -178,17 +189,18 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     int rc = ok ? 0 : -ERR_NOMEM;
     if (rc == 0) {
         int64_t max_rows = max64(max64(c.max_tokens, s->att_rows), c.max_outputs);
-        int64_t max_in = max64(max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq), c.n_ctx);
+        int64_t max_in = max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq);
         rc = compute_create(&s->c, c.n_threads, max_rows, max_in);
     }
     if (rc == 0) {
         s->n_slots = compute_n_threads(s->c);
-        size_t qg_rows = (size_t)(s->n_slots > s->att_rows ? s->n_slots : s->att_rows);
+        s->chunk_slots = s->n_slots < ATT_CHUNK_SLOTS ? s->n_slots : ATT_CHUNK_SLOTS;
+        size_t qg_rows = (size_t)max64(max64(s->chunk_slots * (int64_t)ATT_BLOCK_ROWS, s->att_rows), s->n_slots);
         s->sc_stride = ctx;
-        s->h16_stride = ctx > hd ? ctx : hd;
         s->qg = scratch_alloc(s, qg_rows * hd, sizeof(float), &ok);
         s->sc = scratch_alloc(s, qg_rows * s->sc_stride, sizeof(float), &ok);
-        s->h16 = scratch_alloc(s, qg_rows * s->h16_stride, sizeof(uint16_t), &ok);
+        s->h16 = scratch_alloc(s, qg_rows * hd, sizeof(uint16_t), &ok);
+        s->og = scratch_alloc(s, qg_rows * hd, sizeof(float), &ok);
         if (!ok) rc = -ERR_NOMEM;
     }
     if (rc < 0) {
@@ -331,7 +343,6 @@ static void round_f16(float *x, uint16_t *tmp, int64_t n) {
 
 struct softmax_job {
     float *sc;           /* rows of n_c scores */
-    uint16_t *h16;       /* rows of n_c F16 staging */
     int64_t n_c;
     const int32_t *cpos; /* [n_c] */
     const int32_t *row_pos; /* position of each row's entry: row r -> row_pos[r / group] */
@@ -339,37 +350,12 @@ struct softmax_job {
     float scale;
 };
 
-/* Softmax sum of one row as the reference: exp per element (0 where masked), summed per 16
- * elements in float (GCC's 512-bit reduction order), the chunks added in double; the row is
- * zero-padded to REF_KV_PAD, so every chunk is whole. */
-static double softmax_exp_sum(float *row, int64_t n, float mx) {
-    /* masked cells stay -inf, whose quant_expf is 0 (also when mx is -inf) */
-    for (int64_t c = 0; c < n; c++) row[c] = row[c] == -INFINITY ? -INFINITY : row[c] - mx;
-    quant_expf_n(row, row, n);
-    double sum = 0;
-    for (int64_t c0 = 0; c0 < n; c0 += 16) {
-        float v[16] = {0};
-        for (int64_t c = c0; c < n && c < c0 + 16; c++) v[c - c0] = row[c];
-        sum += (double)quant_fold16(v);
-    }
-    return sum;
-}
-
+/* The reference's softmax (math/attn.h: exp per element, 0 where masked, summed per 16 elements
+ * in float, the chunks added in double as over its zero-padded row, probabilities rounded to F16). */
 static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
     const struct softmax_job *j = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        float *row = j->sc + r * j->n_c;
-        int32_t p = j->row_pos[r / j->group];
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < j->n_c; c++) {
-            row[c] = j->cpos[c] <= p ? row[c] * j->scale : -INFINITY;
-            if (row[c] > mx) mx = row[c];
-        }
-        double sum = softmax_exp_sum(row, j->n_c, mx);
-        float inv = (float)(1.0 / sum);
-        for (int64_t c = 0; c < j->n_c; c++) row[c] *= inv;
-        round_f16(row, j->h16 + r * j->n_c, j->n_c);
-    }
+    for (int64_t r = r0; r < r1; r++)
+        attn_softmax_row(j->sc + r * j->n_c, j->n_c, j->cpos, j->row_pos[r / j->group], j->scale);
 }
 
 struct gather_job {
@@ -475,16 +461,13 @@ static void direct_row(const struct direct_job *j, int slot, int32_t i, int32_t 
     int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, kvh = qh / group;
     int64_t nq = (int64_t)hp->n_head * hd;
     float *q = s->qg + (size_t)slot * hd, *sc = s->sc + (size_t)slot * s->sc_stride;
-    uint16_t *h16 = s->h16 + (size_t)slot * s->h16_stride;
+    uint16_t *h16 = s->h16 + (size_t)slot * hd;
     const uint16_t *k0 = kv_k_row(j->kv, j->layer, 0), *v0 = kv_v_row(j->kv, j->layer, 0);
     size_t k_stride = (size_t)j->kv->shape.n_embd_k, v_stride = (size_t)j->kv->shape.n_embd_v;
     memcpy(q, s->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
     round_f16(q, h16, hd);
     attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, cells, nv, hd, sc);
-    int32_t pos = j->b->pos[i];
-    struct softmax_job sj = {.sc = sc, .h16 = h16, .n_c = nv, .cpos = cpos, .row_pos = &pos,
-                             .group = 1, .scale = 1.0f / sqrtf((float)hd)};
-    softmax_rows(&sj, 0, 1);
+    attn_softmax_row(sc, nv, cpos, j->b->pos[i], 1.0f / sqrtf((float)hd));
     attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, cells, nv, hd, s->att + i * nq + (int64_t)qh * hd);
 }
 
@@ -517,20 +500,116 @@ static void direct_seq_rows(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
+/* A chunk of one sequence's entries (s->ent[e0 ..][0 .. ne)) on F32 copies of its cells
+ * (gather_kv), rows numbered per kv head: row r = entry r / group, query head h * group + r % group. */
+struct chunk_job {
+    const struct model_hparams *hp;
+    struct forward_scratch *s;
+    const struct batch *b;
+    const int32_t *ent;
+    int64_t rows;       /* per kv head: ne * group */
+    int64_t n_c, nv;    /* cells gathered; cells the chunk's last entry sees */
+    int64_t block_rows, n_blocks; /* per kv head: n_blocks blocks of block_rows rows (the last fewer) */
+    int64_t n_items;    /* n_head_kv * n_blocks */
+    _Atomic int64_t next; /* items handed out */
+    _Atomic int slot;   /* scratch slots handed out */
+};
+
+/* The items of a chunk, item = (kv head, block of rows), each computed whole by attn_rows_f32 in
+ * this thread's slot (queries rounded to F16 as the reference's product with the F16 cells sees
+ * them); every thread that joins takes items until none is left, so one the OS preempts does not
+ * hold the chunk up. */
+static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
+    struct chunk_job *j = arg;
+    struct forward_scratch *s = j->s;
+    const struct model_hparams *hp = j->hp;
+    int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
+    ASSERT(slot < s->chunk_slots);
+    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t nq = (int64_t)hp->n_head * hd;
+    float *qg = s->qg + (size_t)slot * ATT_BLOCK_ROWS * hd, *og = s->og + (size_t)slot * ATT_BLOCK_ROWS * hd;
+    float *sc = s->sc + (size_t)slot * ATT_BLOCK_ROWS * s->sc_stride;
+    uint16_t *h16 = s->h16 + (size_t)slot * ATT_BLOCK_ROWS * hd;
+    int32_t row_pos[ATT_BLOCK_ROWS];
+    for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        int32_t h = (int32_t)(it / j->n_blocks);
+        int64_t r0 = it % j->n_blocks * j->block_rows, n = j->rows - r0 < j->block_rows ? j->rows - r0 : j->block_rows;
+        for (int64_t r = 0; r < n; r++) {
+            int32_t i = j->ent[(r0 + r) / group];
+            int64_t qh = (int64_t)h * group + (r0 + r) % group;
+            memcpy(qg + r * hd, s->q + i * nq + qh * hd, (size_t)hd * sizeof(float));
+            row_pos[r] = j->b->pos[i];
+        }
+        round_f16(qg, h16, n * hd);
+        attn_rows_f32(qg, n, s->kf + (int64_t)h * j->n_c * hd, s->vf + (int64_t)h * j->n_c * hd, j->nv, hd,
+                      s->cpos, row_pos, 1.0f / sqrtf((float)hd), sc, og);
+        for (int64_t r = 0; r < n; r++) {
+            int32_t i = j->ent[(r0 + r) / group];
+            int64_t qh = (int64_t)h * group + (r0 + r) % group;
+            memcpy(s->att + i * nq + qh * hd, og + r * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
+
+/* Blocks of at most ATT_BLOCK_ROWS rows, of equal sizes, and (where that leaves blocks of 16 rows
+ * or more) as many items as a multiple of the thread count: 3 kv heads x 192 rows on 2 threads
+ * make 6 blocks of 96 rows, x 96 rows 6 blocks of 48 (3 blocks of 96 kept one thread idle for a
+ * third of the chunk). */
+static void split_chunk(struct chunk_job *j, int32_t n_head_kv, int n_threads) {
+    int64_t n_blocks = (j->rows + ATT_BLOCK_ROWS - 1) / ATT_BLOCK_ROWS;
+    for (int64_t k = n_blocks; k * 16 <= j->rows && k <= 4 * n_blocks; k++)
+        if (n_head_kv * k % n_threads == 0) {
+            n_blocks = k;
+            break;
+        }
+    j->block_rows = (j->rows + n_blocks - 1) / n_blocks;
+    j->n_blocks = (j->rows + j->block_rows - 1) / j->block_rows;
+    j->n_items = n_head_kv * j->n_blocks;
+}
+
+/* cfg.reference: the same chunk per kv head, the dots in the reference's orders (ref_dots_job). */
+static void chunk_reference(struct forward_scratch *s, const struct model_hparams *hp, const struct batch *b,
+                            const int32_t *ent, int32_t ne, int64_t n_c, int64_t nv) {
+    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t nq = (int64_t)hp->n_head * hd, rows = (int64_t)ne * group;
+    int32_t row_pos[ATT_CHUNK_ENTRIES];
+    for (int32_t e = 0; e < ne; e++) row_pos[e] = b->pos[ent[e]];
+    for (int32_t h = 0; h < hp->n_head_kv; h++) {
+        for (int32_t e = 0; e < ne; e++)
+            memcpy(s->qg + (int64_t)e * group * hd, s->q + ent[e] * nq + (int64_t)h * group * hd,
+                   (size_t)group * hd * sizeof(float));
+        /* V columns contiguous for the reference's P.V dots (a small share of its scalar dots) */
+        const float *vf = s->vf + (int64_t)h * n_c * hd;
+        for (int64_t c = 0; c < nv; c++)
+            for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
+        round_f16(s->qg, s->h16, rows * hd);
+        struct ref_dots_job rj = {.s = s, .kf = s->kf + (int64_t)h * n_c * hd, .hd = hd, .nv = nv,
+                                  .n_pad = (n_c + REF_KV_PAD - 1) / REF_KV_PAD * REF_KV_PAD,
+                                  .batched = b->n_tokens >= 2};
+        rows_for(s->c, rows, 2 * nv * hd, ref_scores, &rj);
+        struct softmax_job sj = {.sc = s->sc, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos, .group = group,
+                                 .scale = 1.0f / sqrtf((float)hd)};
+        rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
+        rows_for(s->c, rows, 2 * nv * hd, ref_outputs, &rj);
+        for (int32_t e = 0; e < ne; e++)
+            memcpy(s->att + ent[e] * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,
+                   (size_t)group * hd * sizeof(float));
+    }
+}
+
 /* Attention of the entries of one sequence (s->ent[0..n_ent)) over that sequence's cells, in
- * chunks of entries: a chunk whose rows would take matmul's sgemm path runs per kv head on F32
- * copies of the cells (gathered once), a smaller one (a decode step) on the F16 cells directly. */
+ * chunks of entries: a chunk whose rows would take matmul's sgemm path runs on F32 copies of the
+ * cells (gathered once), all kv heads in one parallel job of row blocks; a smaller one (a decode
+ * step) on the F16 cells directly. */
 static void attend_seq(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                        const struct batch *b, int32_t layer, int32_t seq, int32_t n_ent) {
     const struct model_hparams *hp = &m->hp;
-    int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    int64_t nq = (int64_t)hp->n_head * hd;
+    int32_t group = hp->n_head / hp->n_head_kv;
     int64_t n_c = kv_seq_cell_list(kv, seq, s->cells, (int64_t)s->sc_stride); /* cells: [n_ctx] */
     ASSERT(n_c >= 0); /* check_batch: no sequence holds more than n_ctx cells */
     sort_cells_by_pos(s, kv, s->cells, s->cpos, n_c);
     int32_t chunk = s->att_rows / group;
     bool gathered = false;
-    int32_t row_pos[ATT_CHUNK_ENTRIES];
     for (int32_t e0 = 0; e0 < n_ent; e0 += chunk) {
         int32_t ne = n_ent - e0 < chunk ? n_ent - e0 : chunk;
         int64_t rows = (int64_t)ne * group;
@@ -544,36 +623,16 @@ static void attend_seq(const struct model *m, struct forward_scratch *s, const s
         }
         if (!gathered) {
             struct gather_job gj = {.kv = kv, .hp = hp, .s = s, .layer = layer, .n_c = n_c};
-            rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hd, gather_kv, &gj);
+            rows_for(s->c, n_c, 2 * (int64_t)hp->n_head_kv * hp->head_dim, gather_kv, &gj);
             gathered = true;
         }
-        for (int32_t e = 0; e < ne; e++) row_pos[e] = b->pos[s->ent[e0 + e]];
-        for (int32_t h = 0; h < hp->n_head_kv; h++) {
-            for (int32_t e = 0; e < ne; e++) {
-                int32_t i = s->ent[e0 + e];
-                memcpy(s->qg + (int64_t)e * group * hd, s->q + i * nq + (int64_t)h * group * hd,
-                       (size_t)group * hd * sizeof(float));
-            }
-            const float *vf = s->vf + (int64_t)h * n_c * hd;
-            for (int64_t c = 0; c < nv; c++)
-                for (int32_t d = 0; d < hd; d++) s->vt[(int64_t)d * nv + c] = vf[c * hd + d];
-            round_f16(s->qg, s->h16, rows * hd);
-            struct ref_dots_job rj = {.s = s, .kf = s->kf + (int64_t)h * n_c * hd, .hd = hd, .nv = nv,
-                                      .n_pad = (n_c + REF_KV_PAD - 1) / REF_KV_PAD * REF_KV_PAD,
-                                      .batched = b->n_tokens >= 2};
-            if (s->reference) rows_for(s->c, rows, 2 * nv * hd, ref_scores, &rj);
-            else matmul(s->c, GGML_TYPE_F32, rj.kf, hd, nv, s->qg, rows, s->sc);
-            struct softmax_job sj = {.sc = s->sc, .h16 = s->h16, .n_c = nv, .cpos = s->cpos, .row_pos = row_pos,
-                                     .group = group, .scale = 1.0f / sqrtf((float)hd)};
-            rows_for(s->c, rows, 4 * nv, softmax_rows, &sj);
-            if (s->reference) rows_for(s->c, rows, 2 * nv * hd, ref_outputs, &rj);
-            else matmul(s->c, GGML_TYPE_F32, s->vt, nv, hd, s->sc, rows, s->og);
-            for (int32_t e = 0; e < ne; e++) {
-                int32_t i = s->ent[e0 + e];
-                memcpy(s->att + i * nq + (int64_t)h * group * hd, s->og + (int64_t)e * group * hd,
-                       (size_t)group * hd * sizeof(float));
-            }
+        if (s->reference) {
+            chunk_reference(s, hp, b, s->ent + e0, ne, n_c, nv);
+            continue;
         }
+        struct chunk_job cj = {.hp = hp, .s = s, .b = b, .ent = s->ent + e0, .rows = rows, .n_c = n_c, .nv = nv};
+        split_chunk(&cj, hp->n_head_kv, s->chunk_slots);
+        compute_parallel_for(s->c, s->chunk_slots, chunk_blocks, &cj); /* one call per slot */
     }
 }
 

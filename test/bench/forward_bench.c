@@ -16,6 +16,12 @@
  *                                                  mean_step_ms M cpu_step_ms C", S the fastest step,
  *                                                  C the least process CPU time of a step: with
  *                                                  --threads 1, robust to a busy machine)
+ *   build/bench/forward_bench MODEL --prefill N [--step S] [--reps R]  (a server reading a long
+ *                                                  prompt: N tokens in steps of S (512), best of R;
+ *                                                  prints "prefill N step S ms T cpu_ms C
+ *                                                  last_step_ms L last_step_cpu_ms LC", with
+ *                                                  --threads 1 the CPU times are robust to a busy
+ *                                                  machine; the context is N)
  * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T weights_mb M" or "bandwidth G".
  */
 #include "common/err.h"
@@ -131,6 +137,27 @@ static int run_rows(const struct model *m, struct forward_ctx *fc, struct memory
     return rc;
 }
 
+/* One prompt of n tokens in steps of `step` (the last token wants logits): wall and process CPU
+ * time of the whole prompt and of its last step. */
+static int run_prefill(const struct model *m, struct forward_ctx *fc, struct memory *mem, struct batch *b, int32_t n,
+                       int32_t step, double *wall, double *cpu, double *last_wall, double *last_cpu) {
+    int rc = 0;
+    double t0 = now(), c0 = cpu_now();
+    for (int32_t p0 = 0; p0 < n && rc == 0; p0 += step) {
+        double s0 = now(), sc0 = cpu_now();
+        batch_clear(b);
+        for (int32_t i = p0; i < n && i < p0 + step; i++) batch_add(b, (int32_t)(i * 31 % m->hp.n_vocab), i, 0, i == n - 1);
+        rc = memory_reserve(mem, b);
+        if (rc == 0) rc = model_forward(m, fc, mem, b);
+        *last_wall = now() - s0;
+        *last_cpu = cpu_now() - sc0;
+    }
+    *wall = now() - t0;
+    *cpu = cpu_now() - c0;
+    memory_seq_rm(mem, 0, 0, -1);
+    return rc;
+}
+
 /* The prompt once, then reps times 64 decode steps at positions 512..575 (their cells removed
  * after each round): a profile of this is a profile of decode. */
 static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct memory *mem, struct batch *b, int reps,
@@ -160,7 +187,7 @@ static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct mem
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0, rows = 0;
+    int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0, rows = 0, prefill = 0, step = 512;
     bool bw_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
@@ -169,6 +196,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tg-only") && i + 1 < argc) tg_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--pp-only") && i + 1 < argc) pp_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) prefill = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--step") && i + 1 < argc) step = atoi(argv[++i]);
         else path = argv[i];
     }
     if (bw_only) {
@@ -192,9 +221,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--rows: 1..64\n");
         return 2;
     }
-    if (model_memory_create(m, rows ? 8192 : 1024, rows ? rows : 1, &mem) < 0 ||
+    if (prefill < 0 || prefill > m->hp.n_ctx_train || step < 1 || step > 512) {
+        fprintf(stderr, "--prefill: 0..the model's context; --step: 1..512\n");
+        return 2;
+    }
+    int32_t n_ctx = prefill > 1024 ? prefill : 1024;
+    if (model_memory_create(m, rows ? 8192 : n_ctx, rows ? rows : 1, &mem) < 0 ||
         forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .max_outputs = rows ? rows : 1,
-                                                             .n_ctx = 1024,
+                                                             .n_ctx = n_ctx,
                                                              .n_threads = n_threads}) < 0 ||
         batch_init(&b, 512) < 0) {
         fprintf(stderr, "out of memory\n");
@@ -207,6 +241,19 @@ int main(int argc, char **argv) {
         if (rc < 0) fprintf(stderr, "forward failed: %s\n", err_str(rc));
         else printf("rows %d step_ms %.3f per_row_ms %.3f mean_step_ms %.3f cpu_step_ms %.3f\n", rows, best * 1e3,
                     best * 1e3 / rows, mean * 1e3, cpu * 1e3);
+        return rc < 0;
+    }
+    if (prefill > 0) {
+        double best[4] = {1e9, 1e9, 1e9, 1e9}, t[4];
+        int rc = 0;
+        for (int r = 0; r < reps && rc == 0; r++) {
+            rc = run_prefill(m, fc, mem, &b, prefill, step, &t[0], &t[1], &t[2], &t[3]);
+            for (int k = 0; k < 4; k++)
+                if (t[k] < best[k]) best[k] = t[k];
+        }
+        if (rc < 0) fprintf(stderr, "forward failed: %s\n", err_str(rc));
+        else printf("prefill %d step %d ms %.1f cpu_ms %.1f last_step_ms %.2f last_step_cpu_ms %.2f\n", prefill, step,
+                    best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, best[3] * 1e3);
         return rc < 0;
     }
     if (tg_only > 0) {

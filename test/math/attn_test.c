@@ -7,6 +7,7 @@
 #include "math/matmul.h"
 #include "math/quant.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,4 +91,175 @@ TEST(attn_f32_dot_is_the_same_at_every_level) {
             if (simd_level_supported((enum simd_level)level))
                 CHECK(quant_get_vec_dot((enum simd_level)level, GGML_TYPE_F32)(ns[i], a, b) == s);
     }
+}
+
+/* ---- the softmax row ---- */
+
+/* A copy of the softmax row of llama.c before attn_softmax_row (the definition the golden tests
+ * were measured with): mask + scale + max, x - max, quant_expf_n, per-16 float folds added in
+ * double, multiply by (float)(1 / sum), round to F16 through quant_from_float / quant_to_float. */
+static void softmax_row_before(float *row, int64_t n, const int32_t *cpos, int32_t p, float scale, uint16_t *h16) {
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n; c++) {
+        row[c] = cpos[c] <= p ? row[c] * scale : -INFINITY;
+        if (row[c] > mx) mx = row[c];
+    }
+    for (int64_t c = 0; c < n; c++) row[c] = row[c] == -INFINITY ? -INFINITY : row[c] - mx;
+    quant_expf_n(row, row, n);
+    double sum = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += 16) {
+        float v[16] = {0};
+        for (int64_t c = c0; c < n && c < c0 + 16; c++) v[c - c0] = row[c];
+        sum += (double)quant_fold16(v);
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t c = 0; c < n; c++) row[c] *= inv;
+    quant_from_float(GGML_TYPE_F16, row, h16, n);
+    quant_to_float(GGML_TYPE_F16, h16, row, n);
+}
+
+static uint32_t urand(uint32_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+/* attn_softmax_row at every level equals the code it replaced, bit for bit (NaN rows as bits):
+ * every length 1..300 (with and without a 16-element tail), random positions and masks (some
+ * rows with only one cell visible, some with none), score spreads from 0.01 to 1000 (so that
+ * exps underflow to subnormals and to 0). */
+TEST(attn_softmax_row_equals_scalar_code_at_every_level) {
+    enum { N = 300 };
+    static float in[N], want[N], got[N];
+    static int32_t cpos[N];
+    static uint16_t h16[N];
+    const float spreads[] = {0.01f, 1.0f, 10.0f, 100.0f, 1000.0f};
+    int rows = 0, levels_run = 0;
+    for (int64_t n = 1; n <= N; n++)
+        for (int trial = 0; trial < 4; trial++) {
+            float spread = spreads[urand(5)], scale = trial == 3 ? 1.0f : 0.125f;
+            for (int64_t c = 0; c < n; c++) {
+                in[c] = nrand() * spread;
+                cpos[c] = (int32_t)urand(2 * N); /* unsorted, repeats */
+            }
+            int32_t pos = (int32_t)urand(2 * N);
+            int kind = (int)urand(8);
+            if (kind == 0) pos = -1; /* every cell masked: NaN row */
+            if (kind == 1) {         /* exactly one visible */
+                for (int64_t c = 0; c < n; c++) cpos[c] = pos + 1 + (int32_t)urand(10);
+                cpos[urand((uint32_t)n)] = pos;
+            }
+            if (kind == 2) pos = 2 * N; /* nothing masked */
+            if (kind == 3) in[urand((uint32_t)n)] = -0.0f;
+            memcpy(want, in, sizeof(float) * (size_t)n);
+            softmax_row_before(want, n, cpos, pos, scale, h16);
+            rows++;
+            for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                if (!simd_level_supported((enum simd_level)level)) continue;
+                levels_run++;
+                memcpy(got, in, sizeof(float) * (size_t)n);
+                attn_softmax_row_level((enum simd_level)level, got, n, cpos, pos, scale);
+                if (memcmp(got, want, sizeof(float) * (size_t)n)) {
+                    for (int64_t c = 0; c < n; c++)
+                        if (memcmp(&got[c], &want[c], sizeof(float)))
+                            fprintf(stderr, "  %s n=%lld kind=%d [%lld]: %.9g vs %.9g\n",
+                                    simd_level_name((enum simd_level)level), (long long)n, kind, (long long)c,
+                                    got[c], want[c]);
+                    CHECK(!"attn_softmax_row differs from the scalar code");
+                }
+            }
+            /* the entry point: the best level */
+            memcpy(got, in, sizeof(float) * (size_t)n);
+            attn_softmax_row(got, n, cpos, pos, scale);
+            CHECK(!memcmp(got, want, sizeof(float) * (size_t)n));
+        }
+    CHECK(rows == 4 * N && levels_run >= rows);
+}
+
+/* The softmax's vector exp is quant_expf bit for bit over its whole range: normal results,
+ * subnormal ones (n in [-192, -126]: scalef against ldexpf), 0, overflow, -inf and NaN. */
+TEST(attn_softmax_exp_equals_quant_expf) {
+    enum { M = 4096 };
+    static float x[M], want[M], got[M];
+    int levels = 0;
+    for (int round = 0; round < 64; round++) {
+        for (int i = 0; i < M; i++) {
+            uint32_t u = (uint32_t)urand(1u << 31) * 2u + (uint32_t)urand(2);
+            float f;
+            memcpy(&f, &u, sizeof f); /* any bit pattern */
+            x[i] = round % 2 ? f : -150.0f + 240.0f * (float)i / M + nrand() * 0.01f;
+        }
+        x[0] = -INFINITY, x[1] = INFINITY, x[2] = NAN, x[3] = -0.0f, x[4] = -87.3f, x[5] = -133.1f, x[6] = 88.7f;
+        for (int i = 0; i < M; i++) want[i] = quant_expf(x[i]);
+        for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+            if (!simd_level_supported((enum simd_level)level)) continue;
+            levels++;
+            attn_expf_n_level((enum simd_level)level, x, got, M);
+            for (int i = 0; i < M; i++)
+                if (memcmp(&got[i], &want[i], sizeof(float))) {
+                    fprintf(stderr, "  %s exp(%.9g): %.9g vs quant_expf %.9g\n", simd_level_name((enum simd_level)level),
+                            x[i], got[i], want[i]);
+                    CHECK(!"the softmax exp differs from quant_expf");
+                }
+        }
+    }
+    CHECK(levels >= 64);
+}
+
+/* attn_rows_f32 (sgemm, softmax, sgemm) against the same attention in double: the
+ * probabilities it leaves in sc within F16 rounding of the softmax of exact scores, masked
+ * cells 0, and its output the P.V of those probabilities to float accuracy. */
+TEST(attn_rows_f32_matches_double_attention) {
+    enum { R = 96, NV = 300, HD = 80 };
+    static float q[R * HD], k[NV * HD], v[NV * HD], sc[R * NV], out[R * HD], ex[NV];
+    static int32_t cpos[NV], row_pos[R];
+    const int64_t rows_[] = {1, 7, 32, 96}, nvs[] = {1, 17, 300};
+    const int32_t hds[] = {64, 80};
+    for (size_t hi = 0; hi < 2; hi++)
+        for (size_t ri = 0; ri < 4; ri++)
+            for (size_t ni = 0; ni < 3; ni++) {
+                int32_t hd = hds[hi];
+                int64_t n_rows = rows_[ri], nv = nvs[ni];
+                for (int64_t i = 0; i < n_rows * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                for (int64_t i = 0; i < nv * hd; i++) {
+                    k[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                    v[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                }
+                for (int64_t c = 0; c < nv; c++) cpos[c] = (int32_t)c;
+                for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv); /* causal-like */
+                float scale = 1.0f / sqrtf((float)hd);
+                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, scale, sc, out);
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float *p = sc + r * nv;
+                    double mx = -INFINITY, sum = 0;
+                    for (int64_t c = 0; c <= row_pos[r]; c++) {
+                        double d = 0;
+                        for (int32_t i = 0; i < hd; i++) d += (double)q[r * hd + i] * k[c * hd + i];
+                        ex[c] = (float)(d * scale);
+                        if (ex[c] > mx) mx = ex[c];
+                    }
+                    for (int64_t c = 0; c <= row_pos[r]; c++) sum += exp(ex[c] - mx);
+                    for (int64_t c = 0; c < nv; c++) {
+                        double want = c <= row_pos[r] ? exp(ex[c] - mx) / sum : 0.0;
+                        if (!(fabs(p[c] - want) <= 2e-3 * want + 1e-6)) {
+                            fprintf(stderr, "  rows=%lld nv=%lld hd=%d p[%lld][%lld] = %.7g, want %.7g\n",
+                                    (long long)n_rows, (long long)nv, hd, (long long)r, (long long)c, p[c], want);
+                            CHECK(!"attn_rows_f32 probabilities off");
+                        }
+                    }
+                    for (int32_t d = 0; d < hd; d++) {
+                        double want = 0, mag = 0;
+                        for (int64_t c = 0; c < nv; c++) {
+                            want += (double)p[c] * v[c * hd + d];
+                            mag += fabs((double)p[c] * v[c * hd + d]);
+                        }
+                        if (!(fabs(out[r * hd + d] - want) <= 1e-5 * mag + 1e-30)) {
+                            fprintf(stderr, "  rows=%lld nv=%lld hd=%d out[%lld][%d] = %.7g, want %.7g\n",
+                                    (long long)n_rows, (long long)nv, hd, (long long)r, d, out[r * hd + d], want);
+                            CHECK(!"attn_rows_f32 output off");
+                        }
+                    }
+                }
+            }
 }
