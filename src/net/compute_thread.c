@@ -3,6 +3,7 @@
 #include "common/err.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,7 +12,11 @@ static void *thread_main(void *arg) {
     errno = 0; /* getpriority may return -1 as a level */
     int now = getpriority(PRIO_PROCESS, (id_t)gettid());
     int rc = 0;
-    if ((now != -1 || !errno) && ct->nice > now && setpriority(PRIO_PROCESS, (id_t)gettid(), ct->nice) < 0) rc = -errno;
+    if (ct->nice >= COMPUTE_THREAD_IDLE) {
+        if (sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0}) < 0) rc = -errno; /* 0: this thread */
+    } else if ((now != -1 || !errno) && ct->nice > now && setpriority(PRIO_PROCESS, (id_t)gettid(), ct->nice) < 0) {
+        rc = -errno;
+    }
     pthread_mutex_lock(&ct->mu);
     ct->nice_rc = rc;
     for (;;) {

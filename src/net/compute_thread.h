@@ -16,7 +16,7 @@
  * with another fn.
  *
  *   struct compute_thread ct;
- *   if (compute_thread_start(&ct, 10) < 0) ...;   // nice level of the thread (0..19, absolute)
+ *   if (compute_thread_start(&ct, 10) < 0) ...;   // nice level of the thread (0..19, absolute), or COMPUTE_THREAD_IDLE
  *   compute_thread_call(&ct, fn, arg);            // in a uv work callback: fn(arg) there, then returns
  *   compute_thread_stop(&ct);                     // joins (no call in progress)
  */
@@ -34,13 +34,18 @@ struct compute_thread {
     void *arg;
     bool done;              /* the posted work has returned (under mu) */
     bool stop;              /* under mu */
-    int nice;               /* the level the thread puts itself at */
-    int nice_rc;            /* 0, or -errno of the setpriority that failed (read after a call) */
+    int nice;               /* the level the thread puts itself at, or COMPUTE_THREAD_IDLE */
+    int nice_rc;            /* 0, or -errno of the setpriority/sched_setscheduler that failed (read after a call) */
 };
 
-/* Starts the thread, which sets its own nice level to `nice` when that lowers its priority
- * (a failure, e.g. under a seccomp filter, leaves it at the caller's level: only latency depends
- * on it; see nice_rc). 0 or -ERR_NOMEM. */
+/* A `nice` of COMPUTE_THREAD_IDLE asks for the SCHED_IDLE policy instead of a nice level: the
+ * thread (and those it creates) runs only when no other thread wants the CPU, and a CPU running
+ * only such threads counts as idle when the kernel places a waking thread (the loop, a client). */
+#define COMPUTE_THREAD_IDLE 20
+
+/* Starts the thread, which sets its own nice level to `nice` when that lowers its priority, or
+ * its policy to SCHED_IDLE (a failure, e.g. under a seccomp filter, leaves it at the caller's
+ * level: only latency depends on it; see nice_rc). 0 or -ERR_NOMEM. */
 int compute_thread_start(struct compute_thread *ct, int nice);
 /* Runs fn(arg) on the thread and returns after it has returned. */
 void compute_thread_call(struct compute_thread *ct, void (*fn)(void *arg), void *arg);

@@ -234,7 +234,7 @@ int engine_driver_init(struct engine_driver *d, struct app *app) {
     int loop_nice = getpriority(PRIO_PROCESS, (id_t)gettid());
     if (loop_nice == -1 && errno) loop_nice = 0;
     long long nice = loop_nice + app->cfg->compute_nice;
-    d->compute_nice = nice > 19 ? 19 : (int)nice;
+    d->compute_nice = app->cfg->compute_nice >= COMPUTE_THREAD_IDLE ? COMPUTE_THREAD_IDLE : nice > 19 ? 19 : (int)nice;
     if (*app->cfg->model) snprintf(d->model_path, sizeof d->model_path, "%s", app->cfg->model);
     else default_model_path(d->model_path, sizeof d->model_path);
     d->srv.model_path = d->model_path;

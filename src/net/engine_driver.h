@@ -15,9 +15,9 @@
  * Exactly one step is in flight; while it computes the loop thread keeps serving /health,
  * /metrics and new requests. The threadpool thread of a load or a step hands the work to the
  * compute thread (compute_thread.h) and waits for it, so it reports back at the loop's priority.
- * With --compute-nice N > 0, the compute thread runs N nice levels below the loop thread, and the
- * forward pass's own worker threads (math/pool.h), created by it while loading, inherit that
- * level. The loop then preempts them as soon as a socket is ready instead of waiting out their
+ * With --compute-nice N > 0, the compute thread runs N nice levels below the loop thread (20: under
+ * the SCHED_IDLE policy), and the forward pass's own worker threads (math/pool.h), created by it
+ * while loading, inherit that. The loop then preempts them as soon as a socket is ready instead of waiting out their
  * time slice; the price is that they also yield to every other process of the machine (0, the
  * default, changes nothing). The tick timer (unreferenced: it never keeps the loop alive) retries
  * building when a step could not be built (e.g. everything waits for memory) and nothing else
@@ -55,7 +55,7 @@ struct engine_driver {
     struct model_engine *loaded;
     int load_rc;
     char load_why[256];
-    int compute_nice;        /* nice level of the compute threads (the loop's + --compute-nice) */
+    int compute_nice;        /* nice level of the compute threads (the loop's + --compute-nice), or COMPUTE_THREAD_IDLE */
     struct compute_thread compute; /* runs the load and every step (started by the load) */
     bool compute_started;
     /* steps */

@@ -4,12 +4,14 @@
 #include "test.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 struct probe {
     pid_t tid;  /* the thread fn ran on */
     int nice;   /* its nice level then */
+    int policy; /* and its scheduling policy */
     int calls;
 };
 
@@ -19,6 +21,7 @@ static void record(void *arg) {
     p->tid = gettid();
     errno = 0;
     p->nice = getpriority(PRIO_PROCESS, (id_t)p->tid);
+    p->policy = sched_getscheduler(0);
     p->calls++;
 }
 
@@ -47,5 +50,16 @@ TEST(compute_thread_never_raises_its_priority_above_the_callers) {
     struct probe p = {0};
     compute_thread_call(&ct, record, &p);
     CHECK_EQ_INT(p.nice, base);
+    compute_thread_stop(&ct);
+}
+
+TEST(compute_thread_idle_runs_calls_under_sched_idle) {
+    struct compute_thread ct;
+    CHECK_EQ_INT(compute_thread_start(&ct, COMPUTE_THREAD_IDLE), 0);
+    struct probe p = {0};
+    compute_thread_call(&ct, record, &p);
+    CHECK_EQ_INT(ct.nice_rc, 0);
+    CHECK_EQ_INT(p.policy, SCHED_IDLE);
+    CHECK_EQ_INT(sched_getscheduler(0), SCHED_OTHER); /* the caller's stays */
     compute_thread_stop(&ct);
 }
