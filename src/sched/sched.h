@@ -12,12 +12,12 @@
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
  *     config.max_step_ms, from a cost model learned from measured step times (step_cost.h:
  *     fixed + per token + per attended cell, so chunks shrink as a long prompt's context grows);
- *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (200 ms,
+ *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (150 ms,
  *     never below max_step_ms; 0: no time cap, batch_tokens only). The two promises together:
  *     a request that arrives while a long prompt is read alone waits for the step in flight
  *     (<= solo_step_ms) and then for its own step (<= max_step_ms), so its first token comes
  *     after about solo_step_ms + max_step_ms at worst, while the lone prompt still runs in steps
- *     2x longer than shared ones (the fixed cost per step is amortized over more tokens).
+ *     1.5x longer than shared ones (the fixed cost per step is amortized over more tokens).
  *     Before any step was measured there is no cost model: a step's prompt budget is then a
  *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds; a
  *     prompt alone never gets less than that probe (smaller prefill steps cost several times
@@ -135,7 +135,7 @@ struct sched_config {
     int32_t batch_tokens;     /* token budget per step (--batch-tokens, 512) */
     int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait (128) */
     double max_step_ms;       /* step time target while others wait (--max-step-ms, 100) */
-    double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 200; 0: none) */
+    double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 150; 0: none) */
     int32_t max_queue;        /* requests waiting for admission, beyond: -ERR_BUSY (--max-queue, 64) */
     int32_t max_n;            /* most choices per request (--max-n, 16) */
     int32_t starve_steps;     /* a sequence not served for this many steps goes first (8) */
