@@ -26,8 +26,7 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&ct->mu);
         fn(ct->arg);
         pthread_mutex_lock(&ct->mu);
-        ct->fn = NULL;
-        ct->done = true;
+        ct->fn = NULL; /* done: the caller waits for this */
         pthread_cond_broadcast(&ct->cv);
     }
     pthread_mutex_unlock(&ct->mu);
@@ -54,9 +53,8 @@ void compute_thread_call(struct compute_thread *ct, void (*fn)(void *arg), void 
     ASSERT(!ct->fn && !ct->stop); /* one call at a time */
     ct->fn = fn;
     ct->arg = arg;
-    ct->done = false;
     pthread_cond_broadcast(&ct->cv);
-    while (!ct->done) pthread_cond_wait(&ct->cv, &ct->mu);
+    while (ct->fn) pthread_cond_wait(&ct->cv, &ct->mu); /* one call at a time: fn is ours until cleared */
     pthread_mutex_unlock(&ct->mu);
 }
 

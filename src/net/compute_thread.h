@@ -30,9 +30,8 @@ struct compute_thread {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* signalled when `fn` is posted, when it is done and at stop */
-    void (*fn)(void *arg);  /* posted work, NULL when none (under mu) */
+    void (*fn)(void *arg);  /* posted work, until it has returned; NULL when none (under mu) */
     void *arg;
-    bool done;              /* the posted work has returned (under mu) */
     bool stop;              /* under mu */
     int nice;               /* the level the thread puts itself at, or COMPUTE_THREAD_IDLE */
     int nice_rc;            /* 0, or -errno of the setpriority/sched_setscheduler that failed (read after a call) */
