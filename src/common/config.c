@@ -38,10 +38,10 @@ const struct config_setting config_settings[] = {
      "most choices per request (n / n_cmpl)"},
     {"threads", 't', CONFIG_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads of the forward pass (0: all cores)"},
-    {"compute-nice", 0, CONFIG_INT, F(compute_nice), "0", 0, 20, NULL,
-     "run the compute threads this many nice levels below the loop thread (the loop, and /health, "
-     "then preempts them at once; they also yield to every other process); 20: the idle scheduling "
-     "policy (SCHED_IDLE), below every nice level"},
+    {"compute-nice", 0, CONFIG_INT, F(compute_nice), "20", 0, 20, NULL,
+     "20: the compute threads run under the idle scheduling policy (SCHED_IDLE): the loop, and "
+     "/health, preempt them at once, and so does every other process; 0..19: this many nice levels "
+     "below the loop thread (0: compete with it and with other processes as equals)"},
     {"loop-slice-us", 0, CONFIG_INT, F(loop_slice_us), "0", 0, 100000, NULL,
      "time slice the loop thread asks the kernel for, in microseconds (Linux 6.12+: a thread with a "
      "shorter slice preempts the compute threads as soon as it wakes, and is preempted as often; "
