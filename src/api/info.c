@@ -41,10 +41,13 @@ void serving_health_handle(struct http_request *req, void *data) {
         return;
     }
     struct sched_stats st;
-    sched_stats(srv->sched, serving_now_ms(), &st);
-    json_t *body = json_pack("{s:s}", "status", st.stalled ? "stalled" : "ok");
     char detail[8];
-    if (http_query(req, "detail", detail, sizeof detail) > 0 && strcmp(detail, "0") && strcmp(detail, "false")) {
+    bool want_detail =
+        http_query(req, "detail", detail, sizeof detail) > 0 && strcmp(detail, "0") && strcmp(detail, "false");
+    if (want_detail) sched_stats(srv->sched, serving_now_ms(), &st);
+    else st.stalled = sched_stalled(srv->sched, serving_now_ms()); /* a load balancer's poll: cheap */
+    json_t *body = json_pack("{s:s}", "status", st.stalled ? "stalled" : "ok");
+    if (want_detail) {
         /* capacity for routing: counts only, never prompt or output text */
         json_object_set_new(body, "queue", json_integer(st.queued + st.preempted));
         json_object_set_new(body, "active_requests", json_integer(st.active_requests));

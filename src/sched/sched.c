@@ -56,6 +56,7 @@ void sched_req_free(struct sched *s, struct sched_req *r) {
     for (int32_t c = 0; c < r->n_choices; c++)
         if (r->samplers[c]) s->ops->sampler_free(s->engine, r->samplers[c]);
     free(r->samplers); /* one allocation starting with samplers holds seqs and prompt too */
+    if (r->state == REQ_ACTIVE) s->n_active_reqs--;
     *r = (struct sched_req){.state = REQ_FREE, .next = s->free_reqs};
     s->free_reqs = r;
 }
@@ -98,10 +99,7 @@ void sched_req_fail(struct sched *s, struct sched_req *r, int err) {
 }
 
 static bool has_work(const struct sched *s) {
-    if (s->queue_head) return true;
-    for (int32_t i = 0; i < s->n_reqs; i++)
-        if (s->reqs[i].state == REQ_ACTIVE) return true;
-    return false;
+    return s->queue_head || s->n_active_reqs > 0;
 }
 
 int32_t sched_max_prompt_tokens(const struct sched *s) { return s->token_cap - 1; }
@@ -218,10 +216,22 @@ int32_t sched_req_seq(const struct sched_req *r, int32_t choice) {
     return q->in_memory ? r->seqs[choice] : -1;
 }
 
+/* waiting: a request is queued (not cancelled) or active. */
+static bool stalled(const struct sched *s, double now_ms, bool waiting) {
+    /* Before the first measured step there is no expectation: a cold first prompt may take
+     * seconds, and calling that a stall would get a healthy server restarted. */
+    double limit_ms = s->cost.observed > 0 ? s->cfg.stall_factor * s->step.expected_ms + s->cfg.stall_grace_ms
+                                           : s->cfg.stall_timeout_ms;
+    bool overdue = s->in_flight && now_ms - s->step.started_ms > limit_ms;
+    /* a step in flight is judged by its own expected time: a legitimately long step is progress */
+    bool idle_too_long = !s->in_flight && waiting && now_ms - s->last_progress_ms > s->cfg.stall_timeout_ms;
+    return overdue || idle_too_long;
+}
+
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) {
     *out = s->totals;
     for (const struct sched_req *q = s->queue_head; q; q = q->next) out->queued += !q->cancelled;
-    for (int32_t i = 0; i < s->n_reqs; i++) out->active_requests += s->reqs[i].state == REQ_ACTIVE;
+    out->active_requests = s->n_active_reqs;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
         if (q->kind == SEQ_CACHE) out->cached_seqs++;
@@ -236,15 +246,13 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
     out->step_started_ms = s->in_flight ? s->step.started_ms : 0;
     out->step_expected_ms = s->in_flight ? s->step.expected_ms : 0;
     out->last_progress_ms = s->last_progress_ms;
-    /* Before the first measured step there is no expectation: a cold first prompt may take
-     * seconds, and calling that a stall would get a healthy server restarted. */
-    double limit_ms = s->cost.observed > 0 ? s->cfg.stall_factor * s->step.expected_ms + s->cfg.stall_grace_ms
-                                           : s->cfg.stall_timeout_ms;
-    bool overdue = s->in_flight && now_ms - s->step.started_ms > limit_ms;
-    bool waiting = out->queued + out->active_requests > 0;
-    /* a step in flight is judged by its own expected time: a legitimately long step is progress */
-    bool idle_too_long = !s->in_flight && waiting && now_ms - s->last_progress_ms > s->cfg.stall_timeout_ms;
-    out->stalled = overdue || idle_too_long;
+    out->stalled = stalled(s, now_ms, out->queued + out->active_requests > 0);
+}
+
+bool sched_stalled(const struct sched *s, double now_ms) {
+    bool queued = false;
+    for (const struct sched_req *q = s->queue_head; q && !queued; q = q->next) queued = !q->cancelled;
+    return stalled(s, now_ms, queued || s->n_active_reqs > 0);
 }
 
 int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max) {

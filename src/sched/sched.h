@@ -310,6 +310,8 @@ struct sched_stats {
  * or active) and nothing progressed for stall_timeout_ms. Safe while a step is in flight (reads nothing the worker
  * writes). */
 void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out);
+/* sched_stats' `stalled` alone, without the counts that walk every sequence: plain /health. */
+bool sched_stalled(const struct sched *s, double now_ms);
 
 enum sched_seq_state { SCHED_QUEUED, SCHED_PREFILL, SCHED_GENERATE, SCHED_PREEMPTED, SCHED_FORKING };
 const char *sched_seq_state_str(enum sched_seq_state st); /* "queued", "prefill", ... */

@@ -130,6 +130,7 @@ struct sched {
     int32_t *tokens_pool;
     struct sched_req *reqs;
     int32_t n_reqs;
+    int32_t n_active_reqs;  /* reqs in REQ_ACTIVE: /health asks every few ms, reqs has n_reqs entries */
     struct sched_req *free_reqs;
     struct sched_req *queue_head, *queue_tail;
 

@@ -60,6 +60,7 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     r->n_cached = shared;
     r->t_admit = now_ms;
     r->state = REQ_ACTIVE;
+    s->n_active_reqs++;
     s->totals.cached_tokens += shared;
     s->last_progress_ms = now_ms;
     return true;

@@ -873,6 +873,13 @@ TEST(sched_step_cost_learns_the_attention_term) {
     CHECK(fabs(step_cost_predict_ms(&k, 100, step_cost_attn(2000, 100)) - want) < 0.01 * want);
 }
 
+/* sched_stats, and sched_stalled (plain /health's cheaper question) must give the same answer. */
+static void stats_checked_at(struct test_case *t, struct sched *s, double now_ms, struct sched_stats *st) {
+    sched_stats(s, now_ms, st);
+    CHECK_EQ_INT(sched_stalled(s, now_ms), st->stalled);
+}
+#define stats_checked(s, now_ms, st) stats_checked_at(t, s, now_ms, st)
+
 TEST(sched_stall_detection) {
     struct fx f;
     struct sched_config c = base_config();
@@ -882,7 +889,7 @@ TEST(sched_stall_detection) {
     CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, &c), 0);
     struct sched_stats st;
     f.now = 100000;
-    sched_stats(f.s, f.now, &st);
+    stats_checked(f.s, f.now, &st);
     CHECK(!st.stalled); /* idle is not stalled, however long */
     int32_t p[8];
     struct recorder r;
@@ -890,34 +897,34 @@ TEST(sched_stall_detection) {
     CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
     struct sched_step *step;
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
-    sched_stats(f.s, f.now + 4000, &st); /* a first, cold step: no expectation to be late for */
+    stats_checked(f.s, f.now + 4000, &st); /* a first, cold step: no expectation to be late for */
     CHECK(!st.stalled);
     CHECK(st.step_in_flight);
-    sched_stats(f.s, f.now + 6000, &st);
+    stats_checked(f.s, f.now + 6000, &st);
     CHECK(st.stalled);
     sched_step_compute(f.s, step);
     sched_step_complete(f.s, step, f.now += 10);
     struct recorder r2;
     CHECK_EQ_INT(submit(&f, &r2, &q, NULL), 0);
-    sched_stats(f.s, f.now + 4000, &st);
+    stats_checked(f.s, f.now + 4000, &st);
     CHECK(!st.stalled);
-    sched_stats(f.s, f.now + 6000, &st); /* queued work, no progress */
+    stats_checked(f.s, f.now + 6000, &st); /* queued work, no progress */
     CHECK(st.stalled);
     f.now += 6000;
     fake_run(f.s, &f.now, 10, 5); /* steps of 10 ms: progress again */
-    sched_stats(f.s, f.now, &st);
+    stats_checked(f.s, f.now, &st);
     CHECK(!st.stalled);
     CHECK(st.tokens_per_s > 0);
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
-    sched_stats(f.s, f.now + 500, &st);
+    stats_checked(f.s, f.now + 500, &st);
     CHECK(st.step_in_flight);
     CHECK(st.step_expected_ms > 9 && st.step_expected_ms < 11);
     CHECK(!st.stalled);
-    sched_stats(f.s, f.now + 1200, &st); /* > 10 x 10 ms + 1000 ms: hung */
+    stats_checked(f.s, f.now + 1200, &st); /* > 10 x 10 ms + 1000 ms: hung */
     CHECK(st.stalled);
     sched_step_compute(f.s, step);
     sched_step_complete(f.s, step, f.now += 1200);
-    sched_stats(f.s, f.now, &st);
+    stats_checked(f.s, f.now, &st);
     CHECK(!st.stalled);
     CHECK_EQ_INT(st.step_hist[SCHED_STEP_HIST_BUCKETS - 2], 1); /* the 1200 ms step: (1000, 2500] */
     uint64_t steps = 0;
@@ -935,7 +942,7 @@ TEST(sched_stall_detection) {
     CHECK_EQ_INT(submit(&f, &r3, &q, NULL), 0);
     fake_run(f.s, &f.now, 100, 3);
     CHECK(sched_build_step(f.s, f.now, &step) > 0);
-    sched_stats(f.s, f.now + 150, &st);
+    stats_checked(f.s, f.now + 150, &st);
     CHECK(!st.stalled);
     sched_step_compute(f.s, step);
     sched_step_complete(f.s, step, f.now += 150);
