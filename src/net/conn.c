@@ -166,14 +166,16 @@ static void on_handle_closed(uv_handle_t *h) {
     app_work_end(app, APP_WORK_CLOSE, t0);
 }
 
-/* Up to max (< 0: all) closed connections whose cancel callbacks were held over. */
-static void finish_held_cancels(struct app *app, int max) {
-    for (int n = 0; (max < 0 || n < max) && app->cancels_head; n++) {
+/* Up to max (< 0: all) closed connections whose cancel callbacks were held over; returns how many. */
+static int finish_held_cancels(struct app *app, int max) {
+    int n = 0;
+    for (; (max < 0 || n < max) && app->cancels_head; n++) {
         struct conn *c = app->cancels_head;
         app->cancels_head = c->held_next;
         if (!app->cancels_head) app->cancels_tail = NULL;
         conn_finish(c);
     }
+    return n;
 }
 
 void conn_finish_held_cancels(struct app *app) {
@@ -459,12 +461,16 @@ static void dispatch_or_hold(struct conn *c) {
 void conn_dispatch_held(uv_idle_t *h) {
     struct app *app = h->data;
     uint64_t t0 = app_work_begin(app);
-    for (int n = 0; n < CONN_DISPATCH_PER_ITERATION && app->held_head; n++) {
+    /* the budgets the reads of the last poll left: between two polls (where /health is
+     * answered) at most CONN_DISPATCH_PER_ITERATION dispatches and CONN_CANCELS_PER_ITERATION
+     * cancels in all, not that many from the reads and as many again from here */
+    while (app->dispatch_budget > 0 && app->held_head) {
         struct conn *c = app->held_head;
         held_unlink(c);
+        app->dispatch_budget--; /* before: c's pipelined requests, processed inside, spend it too */
         dispatch(c); /* may finish at once and process c's pipelined bytes: held again at the tail */
     }
-    finish_held_cancels(app, CONN_CANCELS_PER_ITERATION);
+    app->cancel_budget -= finish_held_cancels(app, app->cancel_budget);
     if (!app->held_head && !app->cancels_head) uv_idle_stop(h);
     app_work_end(app, APP_WORK_FLUSH, t0);
 }

@@ -17,7 +17,7 @@
  * in one loop iteration; the rest follow in the next iterations (the `resume` idle handle), each
  * after a poll, so a /health request never waits behind a whole step's output (64 sequences of
  * JSON and writes: several ms under ASan). */
-#define STEP_OUTPUTS_PER_ITERATION 16
+#define STEP_OUTPUTS_PER_ITERATION 8
 
 /* --- steps ----------------------------------------------------------------------------------- */
 
