@@ -212,29 +212,81 @@ AVX512 static inline __m128 fold16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
 }
 
-/* One zmm holds both AVX2 accumulators: lanes 0-7 are acc0's, 8-15 acc1's. Four cells at a
- * time, so their fma chains overlap and their folds share the shuffles. */
-AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells,
-                                 int64_t n_c, int32_t hd, float *scores) {
-    if (hd % 16) {
-        scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
-        return;
+/* One zmm holds both AVX2 accumulators: lanes 0-7 are acc0's, 8-15 acc1's. R query rows
+ * (R <= 4, a compile-time constant once inlined) against four cells: each K vector is loaded
+ * once for the R rows, the R x 4 fma chains overlap, and every (row, cell) pair sees the very
+ * fmas scores_avx2 does. Written out so that the accumulators stay in registers (as a loop over
+ * an array of them, gcc -O2 kept them on the stack: a store-forward chain per fma). */
+#define SC_FMA(a, kv, qi) a = _mm512_fmadd_ps(kv, qi, a)
+#define SC_ROW(a0, a1, a2, a3, qrow)                                                                 \
+    do {                                                                                             \
+        __m512 qi = _mm512_loadu_ps((qrow) + i);                                                     \
+        SC_FMA(a0, k0, qi);                                                                          \
+        SC_FMA(a1, k1, qi);                                                                          \
+        SC_FMA(a2, k2, qi);                                                                          \
+        SC_FMA(a3, k3, qi);                                                                          \
+    } while (0)
+AVX512 static inline __attribute__((always_inline)) void scores4x4(const float *q, size_t q_stride, int R,
+                                                                   const uint16_t *kr0, const uint16_t *kr1,
+                                                                   const uint16_t *kr2, const uint16_t *kr3,
+                                                                   int32_t hd, float *out, size_t out_stride) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+    __m512 a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    for (int32_t i = 0; i < hd; i += 16) {
+        __m512 k0 = h16(kr0 + i), k1 = h16(kr1 + i), k2 = h16(kr2 + i), k3 = h16(kr3 + i);
+        SC_ROW(a00, a01, a02, a03, q);
+        if (R > 1) SC_ROW(a10, a11, a12, a13, q + q_stride);
+        if (R > 2) SC_ROW(a20, a21, a22, a23, q + 2 * q_stride);
+        if (R > 3) SC_ROW(a30, a31, a32, a33, q + 3 * q_stride);
     }
+    _mm_storeu_ps(out, fold16x4(a00, a01, a02, a03));
+    if (R > 1) _mm_storeu_ps(out + out_stride, fold16x4(a10, a11, a12, a13));
+    if (R > 2) _mm_storeu_ps(out + 2 * out_stride, fold16x4(a20, a21, a22, a23));
+    if (R > 3) _mm_storeu_ps(out + 3 * out_stride, fold16x4(a30, a31, a32, a33));
+}
+#undef SC_ROW
+#undef SC_FMA
+
+enum { SC_PREFETCH = 16 };
+
+/* n_q rows of scores (see attn_scores_f16_rows), hd a multiple of 16; cells in blocks of four,
+ * the rows four at a time inside a block (the block's K rows stay in L1 for the next four). */
+AVX512 static void scores_rows_avx512(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k,
+                                      size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
+                                      size_t sc_stride) {
     int64_t c = 0;
     for (; c + 4 <= n_c; c += 4) {
-        const uint16_t *kr[4];
-        __m512 acc[4];
-        for (int r = 0; r < 4; r++) {
-            kr[r] = k + (size_t)cells[c + r] * k_stride;
-            acc[r] = _mm512_setzero_ps();
+        /* The K rows come from memory (a layer's cells are evicted by the weights streamed since
+         * its last step) and are strided: ask for them SC_PREFETCH cells ahead. */
+        if (c + SC_PREFETCH + 4 <= n_c)
+            for (int r = 0; r < 4; r++) {
+                const char *p = (const char *)(k + (size_t)cells[c + SC_PREFETCH + r] * k_stride);
+                for (int32_t b = 0; b < hd * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+            }
+        const uint16_t *kr0 = k + (size_t)cells[c] * k_stride, *kr1 = k + (size_t)cells[c + 1] * k_stride;
+        const uint16_t *kr2 = k + (size_t)cells[c + 2] * k_stride, *kr3 = k + (size_t)cells[c + 3] * k_stride;
+        for (int32_t r = 0; r < n_q; r += 4) {
+            const float *qr = q + (size_t)r * q_stride;
+            float *out = scores + (size_t)r * sc_stride + c;
+            switch (n_q - r) {
+            case 1: scores4x4(qr, q_stride, 1, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            case 2: scores4x4(qr, q_stride, 2, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            case 3: scores4x4(qr, q_stride, 3, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            default: scores4x4(qr, q_stride, 4, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            }
         }
-        for (int32_t i = 0; i < hd; i += 16) {
-            __m512 qi = _mm512_loadu_ps(q + i);
-            for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(h16(kr[r] + i), qi, acc[r]);
-        }
-        _mm_storeu_ps(scores + c, fold16x4(acc[0], acc[1], acc[2], acc[3]));
     }
-    if (c < n_c) scores_avx2(q, k, k_stride, cells + c, n_c - c, hd, scores + c);
+    if (c < n_c)
+        for (int32_t r = 0; r < n_q; r++)
+            scores_avx2(q + (size_t)r * q_stride, k, k_stride, cells + c, n_c - c, hd,
+                        scores + (size_t)r * sc_stride + c);
+}
+
+AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells,
+                                 int64_t n_c, int32_t hd, float *scores) {
+    if (hd % 16) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
+    else scores_rows_avx512(q, 0, 1, k, k_stride, cells, n_c, hd, scores, 0);
 }
 
 /* hd a multiple of 16. */
@@ -348,6 +400,17 @@ static inline void scores_at(enum simd_level level, const float *q, const uint16
     else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
 }
 
+static inline void scores_rows_at(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                  const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                  float *scores, size_t sc_stride) {
+    if (level == SIMD_AVX512 && hd % 16 == 0) {
+        scores_rows_avx512(q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+        return;
+    }
+    for (int32_t r = 0; r < n_q; r++)
+        scores_at(level, q + (size_t)r * q_stride, k, k_stride, cells, n_c, hd, scores + (size_t)r * sc_stride);
+}
+
 static inline void mix_at(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
                           const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     if (level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
@@ -372,6 +435,13 @@ void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
     ASSERT(simd_level_supported(level));
     scores_at(level, q, k, k_stride, cells, n_c, hd, scores);
+}
+
+void attn_scores_f16_rows_level(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                float *scores, size_t sc_stride) {
+    ASSERT(simd_level_supported(level));
+    scores_rows_at(level, q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
 }
 
 void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
@@ -402,6 +472,11 @@ __attribute__((constructor)) static void attn_resolve_level(void) {
 void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                      int32_t hd, float *scores) {
     scores_at(best_level, q, k, k_stride, cells, n_c, hd, scores);
+}
+
+void attn_scores_f16_rows(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k, size_t k_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride) {
+    scores_rows_at(best_level, q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
 }
 
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,

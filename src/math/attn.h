@@ -34,6 +34,11 @@
 /* scores[c] = dot(K row of cells[c], q) over hd elements, c < n_c. */
 void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                      int32_t hd, float *scores);
+/* The scores of n_q query rows against the same cells (a GQA group's query heads over their kv
+ * head): scores[r * sc_stride + c] = dot(K row of cells[c], q + r * q_stride), r < n_q, c < n_c,
+ * each row exactly what attn_scores_f16 gives it; each K row is read once for all the rows. */
+void attn_scores_f16_rows(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k, size_t k_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride);
 /* out[d] = dot over c < n_c of (V[cells[c]][d], p[c]), d < hd. */
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out);
@@ -65,6 +70,9 @@ void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores);
+void attn_scores_f16_rows_level(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                float *scores, size_t sc_stride);
 void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
                         const int32_t *cells, int64_t n_c, int32_t hd, float *out);
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
