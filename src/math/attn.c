@@ -248,7 +248,7 @@ AVX512 static inline __attribute__((always_inline)) void scores4x4(const float *
 #undef SC_ROW
 #undef SC_FMA
 
-enum { SC_PREFETCH = 16 };
+enum { SC_PREFETCH = 64 }; /* cells ahead: about a memory latency of work (measured 32 / 64 / 128 / 256) */
 
 /* n_q rows of scores (see attn_scores_f16_rows), hd a multiple of 16; cells in blocks of four,
  * the rows four at a time inside a block (the block's K rows stay in L1 for the next four). */
@@ -289,6 +289,8 @@ AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_str
     else scores_rows_avx512(q, 0, 1, k, k_stride, cells, n_c, hd, scores, 0);
 }
 
+enum { MIX_PREFETCH = 32 };
+
 /* hd a multiple of 16. */
 AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                               int32_t hd, float *out) {
@@ -297,10 +299,17 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
         const uint16_t *vd = v + d;
         __m512 acc[16];
         for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < n16; c += 16)
+        /* V rows come from memory, strided, as K's in scores_rows_avx512: ask for the line of
+         * these 16 elements MIX_PREFETCH cells ahead (once per line: 32 halfs) */
+        int pf = (d & 31) == 0;
+        for (int64_t c = 0; c < n16; c += 16) {
+            if (pf && c + MIX_PREFETCH + 16 <= n_c)
+                for (int l = 0; l < 16; l++)
+                    _mm_prefetch((const char *)(vd + (size_t)cells[c + MIX_PREFETCH + l] * v_stride), _MM_HINT_T0);
 #pragma GCC unroll 16
             for (int l = 0; l < 16; l++)
                 acc[l] = _mm512_fmadd_ps(h16(vd + (size_t)cells[c + l] * v_stride), _mm512_set1_ps(p[c + l]), acc[l]);
+        }
         __m512 t[8], u[4];
         for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(acc[l], acc[l + 8]);
         for (int l = 0; l < 4; l++) u[l] = _mm512_add_ps(t[l], t[l + 4]);
@@ -310,6 +319,101 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
         _mm512_storeu_ps(out + d, s);
     }
 }
+
+/* The mix of several probability rows over the same cells (attn_mix_f16_rows), hd a multiple
+ * of 16. Each (row, 16 output elements) has the 16 accumulators of mix_avx512, lane l summing
+ * cells l, l + 16, ... in order; a lane's chain does not depend on the other lanes', so the
+ * lanes are computed one after the other: for lane l the cells l, l + 16, ... each have their V
+ * row loaded and converted once for R rows x D blocks of 16 elements (R * D accumulators in
+ * registers), then the 16 lanes are folded exactly as mix_avx512 folds them. So every V row of
+ * the cells is read once for the whole group (mix_avx512 reads it once per row and 16-element
+ * block) and every output has mix_avx512's very operations. */
+enum { MIX_ROWS_PREFETCH = 4 }; /* lane steps (of 16 cells) ahead */
+AVX512 static inline __attribute__((always_inline)) void mix_rows_tile(const float *p, size_t p_stride, int R, int D,
+                                                                       const uint16_t *v, size_t v_stride,
+                                                                       const int32_t *cells, int64_t n_c,
+                                                                       float *out, size_t out_stride) {
+    int64_t n16 = n_c / 16 * 16;
+    __m512 lanes[4][4][16]; /* [row][block][lane]: each lane's sum */
+    for (int l = 0; l < 16; l++) {
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) acc[r][b] = _mm512_setzero_ps();
+        for (int64_t c = l; c < n16; c += 16) {
+            /* the V rows come from memory: ask for the next lane's cell now (a lane's walk
+             * ahead of its use), and in the first lane also for its own cells ahead */
+            if (c + 1 < n16) {
+                const char *pf = (const char *)(v + (size_t)cells[c + 1] * v_stride);
+                _mm_prefetch(pf, _MM_HINT_T0);
+                if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
+            if (l == 0 && c + 16 * MIX_ROWS_PREFETCH < n16) {
+                const char *pf = (const char *)(v + (size_t)cells[c + 16 * MIX_ROWS_PREFETCH] * v_stride);
+                _mm_prefetch(pf, _MM_HINT_T0);
+                if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
+            const uint16_t *vr = v + (size_t)cells[c] * v_stride;
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) x[b] = h16(vr + 16 * b);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512 pr = _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c]);
+#pragma GCC unroll 4
+                for (int b = 0; b < D; b++) acc[r][b] = _mm512_fmadd_ps(x[b], pr, acc[r][b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) lanes[r][b][l] = acc[r][b];
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < D; b++) {
+            __m512 *a = lanes[r][b], t[8], u[4];
+            for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(a[l], a[l + 8]);
+            for (int l = 0; l < 4; l++) u[l] = _mm512_add_ps(t[l], t[l + 4]);
+            __m512 s = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
+            for (int64_t c = n16; c < n_c; c++)
+                s = _mm512_add_ps(s, _mm512_mul_ps(h16(v + (size_t)cells[c] * v_stride + 16 * b),
+                                                   _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c])));
+            _mm512_storeu_ps(out + (size_t)r * out_stride + 16 * b, s);
+        }
+}
+
+#define MIX_TILE(R, D) mix_rows_tile(p + (size_t)r * p_stride, p_stride, R, D, v + 16 * b, v_stride, cells, n_c, \
+                                     out + (size_t)r * out_stride + 16 * b, out_stride)
+AVX512 static void mix_rows_avx512(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                                   const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    int32_t nb = hd / 16;
+    for (int32_t b = 0; b < nb; b += 4) {
+        int D = nb - b < 4 ? nb - b : 4;
+        int rmax = D >= 3 ? 3 : 4; /* R * D accumulators + D converted rows within the 32 registers */
+        for (int32_t r = 0; r < n_p; r += rmax) {
+            int R = n_p - r < rmax ? n_p - r : rmax;
+            switch (D * 8 + R) {
+            case 8 + 1: MIX_TILE(1, 1); break;
+            case 8 + 2: MIX_TILE(2, 1); break;
+            case 8 + 3: MIX_TILE(3, 1); break;
+            case 8 + 4: MIX_TILE(4, 1); break;
+            case 16 + 1: MIX_TILE(1, 2); break;
+            case 16 + 2: MIX_TILE(2, 2); break;
+            case 16 + 3: MIX_TILE(3, 2); break;
+            case 16 + 4: MIX_TILE(4, 2); break;
+            case 24 + 1: MIX_TILE(1, 3); break;
+            case 24 + 2: MIX_TILE(2, 3); break;
+            case 24 + 3: MIX_TILE(3, 3); break;
+            case 32 + 1: MIX_TILE(1, 4); break;
+            case 32 + 2: MIX_TILE(2, 4); break;
+            case 32 + 3: MIX_TILE(3, 4); break;
+            default: ASSERT(!"mix_rows_avx512: tile");
+            }
+        }
+    }
+}
+#undef MIX_TILE
 
 /* quant_expf of 16 lanes, bit for bit: its j * 2^n is scalef's (exact while normal; ldexpf's
  * correctly rounded result below), and lanes with |n| > 192 (or NaN) take its special values. */
@@ -418,11 +522,29 @@ static inline void mix_at(enum simd_level level, const float *p, const uint16_t 
     else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
 }
 
+static inline void mix_rows_at(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
+                               const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                               float *out, size_t out_stride) {
+    if (level == SIMD_AVX512 && hd % 16 == 0) {
+        mix_rows_avx512(p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
+        return;
+    }
+    for (int32_t r = 0; r < n_p; r++)
+        mix_at(level, p + (size_t)r * p_stride, v, v_stride, cells, n_c, hd, out + (size_t)r * out_stride);
+}
+
 static inline void softmax_at(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                               float scale) {
     if (level == SIMD_AVX512) softmax_avx512(row, n, cpos, pos, scale);
     else if (level == SIMD_AVX2) softmax_avx2(row, n, cpos, pos, scale);
     else softmax_scalar(row, n, cpos, pos, scale);
+}
+
+void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
+                             const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                             float *out, size_t out_stride) {
+    ASSERT(simd_level_supported(level));
+    mix_rows_at(level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
@@ -482,6 +604,11 @@ void attn_scores_f16_rows(const float *q, size_t q_stride, int32_t n_q, const ui
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out) {
     mix_at(best_level, p, v, v_stride, cells, n_c, hd, out);
+}
+
+void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                       const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    mix_rows_at(best_level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {

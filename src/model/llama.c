@@ -52,6 +52,8 @@ enum { ATT_CHUNK_ENTRIES = 64 };
 enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
+/* Fewest cells of a decode attention score item (see plan_attention). */
+enum { ATT_MIN_CELL_BLOCK = 128 };
 
 /* One planned decode-sized sequence: entries dent[e0 .. e0 + ne), cells acells[off .. off + nv)
  * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head)
@@ -108,10 +110,12 @@ struct forward_scratch {
     int32_t n_gseq;
     /* Work items of the planned sequences' attention (dec_items), in three phases: n_ia score
      * items (an entry's kv head's group of query rows over a block of cell_block cells), n_drows
-     * softmax items (a row), n_drows * n_db mix items (a row's db_len output elements). */
+     * softmax items (a row; none when one_block), n_drows / group * n_db mix items (a group's rows
+     * over db_len output elements). */
     float *dsc;         /* [dsc_n] their scores, then probabilities */
     int64_t dsc_n;
     int64_t n_ia, cell_block;
+    bool one_block;     /* every planned row's cells are one score block: no softmax phase */
     int32_t n_db, db_len;
     int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
     int32_t *acpos;     /* [arena_n] their positions */
@@ -542,8 +546,9 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
  *     in place by qk_post) against the block, attn_scores_f16_rows (each K row read once for
  *     the group; row by row exactly attn_scores_f16's numbers);
  *   softmax items: a row (attn_softmax_row);
- *   mix items: (row, db_len output elements): attn_mix_f16 over those elements (each output
- *     element is a dot of its own, so any split gives the numbers of the whole row).
+ *   mix items: (sequence, entry, kv head, db_len output elements): the group's rows over those
+ *     elements, attn_mix_f16_rows (each V row read once for the group; each output element is
+ *     a dot of its own, so any split gives the numbers of the whole row, attn_mix_f16's).
  * So a row's numbers are direct_row's whatever the split, the thread count or the other
  * sequences of the step, and the work splits evenly however few rows there are (one decode
  * row of a 9-head model used to split 5/4 rows over 2 threads, each row reading its K and V). */
@@ -600,10 +605,14 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             int32_t e = (int32_t)(k / per_entry), kvh = (int32_t)(k % per_entry / ds->n_cb);
             int64_t c0 = k % ds->n_cb * s->cell_block, n = ds->nv - c0 < s->cell_block ? ds->nv - c0 : s->cell_block;
             int32_t i = s->dent[ds->e0 + e];
+            float *sc = s->dsc + ds->sc_off + ((int64_t)e * n_head + (int64_t)kvh * group) * ds->nv;
             attn_scores_f16_rows(s->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group,
-                                 k0 + (size_t)kvh * hd, k_stride, s->acells + ds->off + c0, n, hd,
-                                 s->dsc + ds->sc_off + ((int64_t)e * n_head + (int64_t)kvh * group) * ds->nv + c0,
+                                 k0 + (size_t)kvh * hd, k_stride, s->acells + ds->off + c0, n, hd, sc + c0,
                                  (size_t)ds->nv);
+            if (j->end_b == j->end_a) /* no softmax phase: every row is one block */
+                for (int32_t g = 0; g < group; g++)
+                    attn_softmax_row(sc + g * ds->nv, ds->nv, s->acpos + ds->off, j->dj.b->pos[i],
+                                     1.0f / sqrtf((float)hd));
         } else if (it < j->end_b) {
             wait_done(&j->done, j->end_a);
             int64_t r = it - j->end_a;
@@ -613,12 +622,15 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
                              j->dj.b->pos[s->dent[ds->e0 + k / n_head]], 1.0f / sqrtf((float)hd));
         } else {
             wait_done(&j->done, j->end_b);
-            int64_t r = (it - j->end_b) / s->n_db, d0 = (it - j->end_b) % s->n_db * s->db_len;
+            /* a group's rows are consecutive: row r = group index * group */
+            int64_t r = (it - j->end_b) / s->n_db * group, d0 = (it - j->end_b) % s->n_db * s->db_len;
             const struct direct_seq *ds = dseq_of_row(s, r, n_head);
             int64_t k = r - ds->row0;
             int32_t i = s->dent[ds->e0 + k / n_head], qh = (int32_t)(k % n_head), kvh = qh / group;
-            attn_mix_f16(s->dsc + ds->sc_off + k * ds->nv, v0 + (size_t)kvh * hd + (size_t)d0, v_stride,
-                         s->acells + ds->off, ds->nv, s->db_len, s->att + i * nq + (int64_t)qh * hd + d0);
+            attn_mix_f16_rows(s->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
+                              v0 + (size_t)kvh * hd + (size_t)d0, v_stride, s->acells + ds->off, ds->nv,
+                              s->db_len, s->att + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
+            continue; /* nothing waits for the last phase */
         }
         atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
     }
@@ -805,22 +817,27 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
             n_gent += n_ent;
         }
     }
-    /* Item sizes (any split gives the same numbers): score blocks of at least 64 cells, about
-     * four items per thread; mix items halved (in multiples of 16 elements) until there are
-     * eight per thread or they are 16 wide. */
+    /* Item sizes (any split gives the same numbers; every item costs two atomic operations on
+     * shared lines): score blocks of at least ATT_MIN_CELL_BLOCK cells, about four items per
+     * thread; when every row is one block, no softmax phase (the score item does its rows'); mix
+     * items of a group halved (in multiples of 32 elements: the kernel's register tiles) until
+     * there are two per thread. */
     int64_t n_thr = s->n_slots;
     int64_t cb = (cells_heads + 4 * n_thr - 1) / (4 * n_thr);
     cb = (cb + 15) / 16 * 16;
-    s->cell_block = cb < 64 ? 64 : cb;
+    s->cell_block = cb < ATT_MIN_CELL_BLOCK ? ATT_MIN_CELL_BLOCK : cb;
     s->n_ia = 0;
+    s->one_block = true;
     for (int32_t d = 0; d < s->n_dseq; d++) {
         struct direct_seq *ds = &s->dseq[d];
         ds->n_cb = (ds->nv + s->cell_block - 1) / s->cell_block;
+        if (ds->n_cb > 1) s->one_block = false;
         ds->ia = s->n_ia;
         s->n_ia += (int64_t)ds->ne * hp->n_head_kv * ds->n_cb;
     }
+    int64_t n_groups = s->n_drows / group;
     s->db_len = hp->head_dim;
-    while (s->n_drows * (hp->head_dim / s->db_len) < 8 * n_thr && s->db_len % 32 == 0) s->db_len /= 2;
+    while (n_groups * (hp->head_dim / s->db_len) < 2 * n_thr && s->db_len % 64 == 0) s->db_len /= 2;
     s->n_db = hp->head_dim / s->db_len;
 }
 
@@ -830,8 +847,8 @@ static void attention(const struct model *m, struct forward_scratch *s, const st
                       const struct batch *b, int32_t layer) {
     if (s->n_drows > 0) {
         struct dec_job dj = {.dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer},
-                             .end_a = s->n_ia, .end_b = s->n_ia + s->n_drows,
-                             .n_items = s->n_ia + s->n_drows * (1 + s->n_db)};
+                             .end_a = s->n_ia, .end_b = s->n_ia + (s->one_block ? 0 : s->n_drows)};
+        dj.n_items = dj.end_b + s->n_drows / (m->hp.n_head / m->hp.n_head_kv) * s->n_db;
         compute_parallel_for(s->c, s->n_slots, dec_items, &dj); /* one call per thread */
     }
     for (int32_t g = 0, e = 0; g < s->n_gseq; e += s->gcount[g++]) {

@@ -135,6 +135,59 @@ TEST(attn_scores_rows_equal_one_row_scores) {
     CHECK(checked > 0);
 }
 
+/* attn_mix_f16_rows (a GQA group's probability rows over the same cells, each V row read once)
+ * gives every row exactly the scalar attn_mix_f16 (the definition), at every level, for row
+ * counts around the kernel's tiles, head sizes (16-element blocks 1 to 8, and tails), cell counts
+ * with and without a 16-cell tail, over a scattered cell list; within rounding of the double sum. */
+TEST(attn_mix_rows_equal_one_row_mix) {
+    enum { NP_MAX = 9, P_STRIDE = POOL + 3, O_STRIDE = HD_MAX + 5 };
+    static uint16_t v[POOL * STRIDE];
+    static float p[NP_MAX * P_STRIDE], want[HD_MAX], got[NP_MAX * O_STRIDE];
+    static int32_t cells[POOL];
+    for (int i = 0; i < POOL * STRIDE; i++) v[i] = f32_to_fp16(nrand());
+    const int32_t hds[] = {64, 128, 16, 32, 48, 80, 72, 24};
+    const int64_t ncs[] = {1, 5, 16, 17, 37, 100, 257, POOL};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int32_t hd = hds[hi], head = (int32_t)(hi % 3);
+        const uint16_t *v0 = v + head * hd;
+        for (size_t ci = 0; ci < sizeof ncs / sizeof *ncs; ci++) {
+            int64_t n_c = ncs[ci];
+            for (int64_t i = 0; i < n_c; i++) cells[i] = (int32_t)((i * 7 + 3) % POOL);
+            for (int32_t n_p = 1; n_p <= NP_MAX; n_p++) {
+                for (int i = 0; i < NP_MAX * P_STRIDE; i++) p[i] = fp16_to_f32(f32_to_fp16(nrand() * nrand()));
+                for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                    if (!simd_level_supported((enum simd_level)level)) continue;
+                    for (int i = 0; i < NP_MAX * O_STRIDE; i++) got[i] = -1.0f;
+                    attn_mix_f16_rows_level((enum simd_level)level, p, P_STRIDE, n_p, v0, STRIDE, cells, n_c, hd,
+                                            got, O_STRIDE);
+                    for (int32_t r = 0; r < n_p; r++) {
+                        attn_mix_f16_level(SIMD_SCALAR, p + r * P_STRIDE, v0, STRIDE, cells, n_c, hd, want);
+                        for (int32_t d = 0; d < hd; d++) {
+                            if (got[r * O_STRIDE + d] != want[d]) {
+                                fprintf(stderr, "  %s mix rows n_p=%d hd=%d n_c=%lld [%d][%d]: %.9g vs %.9g\n",
+                                        simd_level_name((enum simd_level)level), n_p, hd, (long long)n_c, r, d,
+                                        got[r * O_STRIDE + d], want[d]);
+                                CHECK(!"attn_mix_f16_rows differs from attn_mix_f16");
+                            }
+                            double sum = 0, mag = 0;
+                            for (int64_t c = 0; c < n_c; c++) {
+                                double x = (double)fp16_to_f32(v0[(size_t)cells[c] * STRIDE + d]) * p[r * P_STRIDE + c];
+                                sum += x;
+                                mag += fabs(x);
+                            }
+                            CHECK(fabs(got[r * O_STRIDE + d] - sum) <= 1e-5 * mag + 1e-6);
+                        }
+                        CHECK(got[r * O_STRIDE + hd] == -1.0f); /* nothing past the row's hd */
+                    }
+                    checked++;
+                }
+            }
+        }
+    }
+    CHECK(checked > 0);
+}
+
 /* The scalar F32 dot product (the definition of the order) equals every SIMD level's exactly. */
 TEST(attn_f32_dot_is_the_same_at_every_level) {
     static float a[300], b[300];
