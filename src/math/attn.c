@@ -255,6 +255,12 @@ enum { SC_PREFETCH = 64 }; /* cells ahead: about a memory latency of work (measu
 AVX512 static void scores_rows_avx512(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k,
                                       size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
                                       size_t sc_stride) {
+    /* the first SC_PREFETCH cells, which the loop's prefetches do not cover (a block of a
+     * longer list starts cold too) */
+    for (int64_t c = 0; c < n_c && c < SC_PREFETCH; c++) {
+        const char *p = (const char *)(k + (size_t)cells[c] * k_stride);
+        for (int32_t b = 0; b < hd * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    }
     int64_t c = 0;
     for (; c + 4 <= n_c; c += 4) {
         /* The K rows come from memory (a layer's cells are evicted by the weights streamed since

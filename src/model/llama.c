@@ -26,7 +26,8 @@
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
  * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
  * would give: every such sequence of the batch (a decode step's) has its cells listed once per
- * pass (plan_attention), and all their heads run in one parallel job per layer.
+ * pass (plan_attention), and all their heads run in one parallel job per layer (dec_items: a
+ * GQA group's query rows read each K and V row once, the work split in items of even size).
  */
 #include "model/arch.h"
 #include "common/err.h"
