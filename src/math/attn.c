@@ -212,30 +212,90 @@ AVX512 static inline __m128 fold16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
 }
 
-/* One zmm holds both AVX2 accumulators: lanes 0-7 are acc0's, 8-15 acc1's. Four cells at a
- * time, so their fma chains overlap and their folds share the shuffles. */
-AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells,
-                                 int64_t n_c, int32_t hd, float *scores) {
-    if (hd % 16) {
-        scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
-        return;
+/* One zmm holds both AVX2 accumulators: lanes 0-7 are acc0's, 8-15 acc1's. R query rows
+ * (R <= 4, a compile-time constant once inlined) against four cells: each K vector is loaded
+ * once for the R rows, the R x 4 fma chains overlap, and every (row, cell) pair sees the very
+ * fmas scores_avx2 does. Written out so that the accumulators stay in registers (as a loop over
+ * an array of them, gcc -O2 kept them on the stack: a store-forward chain per fma). */
+#define SC_FMA(a, kv, qi) a = _mm512_fmadd_ps(kv, qi, a)
+#define SC_ROW(a0, a1, a2, a3, qrow)                                                                 \
+    do {                                                                                             \
+        __m512 qi = _mm512_loadu_ps((qrow) + i);                                                     \
+        SC_FMA(a0, k0, qi);                                                                          \
+        SC_FMA(a1, k1, qi);                                                                          \
+        SC_FMA(a2, k2, qi);                                                                          \
+        SC_FMA(a3, k3, qi);                                                                          \
+    } while (0)
+AVX512 static inline __attribute__((always_inline)) void scores4x4(const float *q, size_t q_stride, int R,
+                                                                   const uint16_t *kr0, const uint16_t *kr1,
+                                                                   const uint16_t *kr2, const uint16_t *kr3,
+                                                                   int32_t hd, float *out, size_t out_stride) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+    __m512 a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    for (int32_t i = 0; i < hd; i += 16) {
+        __m512 k0 = h16(kr0 + i), k1 = h16(kr1 + i), k2 = h16(kr2 + i), k3 = h16(kr3 + i);
+        SC_ROW(a00, a01, a02, a03, q);
+        if (R > 1) SC_ROW(a10, a11, a12, a13, q + q_stride);
+        if (R > 2) SC_ROW(a20, a21, a22, a23, q + 2 * q_stride);
+        if (R > 3) SC_ROW(a30, a31, a32, a33, q + 3 * q_stride);
+    }
+    _mm_storeu_ps(out, fold16x4(a00, a01, a02, a03));
+    if (R > 1) _mm_storeu_ps(out + out_stride, fold16x4(a10, a11, a12, a13));
+    if (R > 2) _mm_storeu_ps(out + 2 * out_stride, fold16x4(a20, a21, a22, a23));
+    if (R > 3) _mm_storeu_ps(out + 3 * out_stride, fold16x4(a30, a31, a32, a33));
+}
+#undef SC_ROW
+#undef SC_FMA
+
+enum { SC_PREFETCH = 64 }; /* cells ahead: about a memory latency of work (measured 32 / 64 / 128 / 256) */
+
+/* n_q rows of scores (see attn_scores_f16_rows), hd a multiple of 16; cells in blocks of four,
+ * the rows four at a time inside a block (the block's K rows stay in L1 for the next four). */
+AVX512 static void scores_rows_avx512(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k,
+                                      size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
+                                      size_t sc_stride) {
+    /* the first SC_PREFETCH cells, which the loop's prefetches do not cover (a block of a
+     * longer list starts cold too) */
+    for (int64_t c = 0; c < n_c && c < SC_PREFETCH; c++) {
+        const char *p = (const char *)(k + (size_t)cells[c] * k_stride);
+        for (int32_t b = 0; b < hd * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
     }
     int64_t c = 0;
     for (; c + 4 <= n_c; c += 4) {
-        const uint16_t *kr[4];
-        __m512 acc[4];
-        for (int r = 0; r < 4; r++) {
-            kr[r] = k + (size_t)cells[c + r] * k_stride;
-            acc[r] = _mm512_setzero_ps();
+        /* The K rows come from memory (a layer's cells are evicted by the weights streamed since
+         * its last step) and are strided: ask for them SC_PREFETCH cells ahead. */
+        if (c + SC_PREFETCH + 4 <= n_c)
+            for (int r = 0; r < 4; r++) {
+                const char *p = (const char *)(k + (size_t)cells[c + SC_PREFETCH + r] * k_stride);
+                for (int32_t b = 0; b < hd * 2; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+            }
+        const uint16_t *kr0 = k + (size_t)cells[c] * k_stride, *kr1 = k + (size_t)cells[c + 1] * k_stride;
+        const uint16_t *kr2 = k + (size_t)cells[c + 2] * k_stride, *kr3 = k + (size_t)cells[c + 3] * k_stride;
+        for (int32_t r = 0; r < n_q; r += 4) {
+            const float *qr = q + (size_t)r * q_stride;
+            float *out = scores + (size_t)r * sc_stride + c;
+            switch (n_q - r) {
+            case 1: scores4x4(qr, q_stride, 1, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            case 2: scores4x4(qr, q_stride, 2, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            case 3: scores4x4(qr, q_stride, 3, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            default: scores4x4(qr, q_stride, 4, kr0, kr1, kr2, kr3, hd, out, sc_stride); break;
+            }
         }
-        for (int32_t i = 0; i < hd; i += 16) {
-            __m512 qi = _mm512_loadu_ps(q + i);
-            for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(h16(kr[r] + i), qi, acc[r]);
-        }
-        _mm_storeu_ps(scores + c, fold16x4(acc[0], acc[1], acc[2], acc[3]));
     }
-    if (c < n_c) scores_avx2(q, k, k_stride, cells + c, n_c - c, hd, scores + c);
+    if (c < n_c)
+        for (int32_t r = 0; r < n_q; r++)
+            scores_avx2(q + (size_t)r * q_stride, k, k_stride, cells + c, n_c - c, hd,
+                        scores + (size_t)r * sc_stride + c);
 }
+
+AVX512 static void scores_avx512(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells,
+                                 int64_t n_c, int32_t hd, float *scores) {
+    if (hd % 16) scores_avx2(q, k, k_stride, cells, n_c, hd, scores);
+    else scores_rows_avx512(q, 0, 1, k, k_stride, cells, n_c, hd, scores, 0);
+}
+
+enum { MIX_PREFETCH = 32 };
 
 /* hd a multiple of 16. */
 AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
@@ -245,10 +305,17 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
         const uint16_t *vd = v + d;
         __m512 acc[16];
         for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < n16; c += 16)
+        /* V rows come from memory, strided, as K's in scores_rows_avx512: ask for the line of
+         * these 16 elements MIX_PREFETCH cells ahead (once per line: 32 halfs) */
+        int pf = (d & 31) == 0;
+        for (int64_t c = 0; c < n16; c += 16) {
+            if (pf && c + MIX_PREFETCH + 16 <= n_c)
+                for (int l = 0; l < 16; l++)
+                    _mm_prefetch((const char *)(vd + (size_t)cells[c + MIX_PREFETCH + l] * v_stride), _MM_HINT_T0);
 #pragma GCC unroll 16
             for (int l = 0; l < 16; l++)
                 acc[l] = _mm512_fmadd_ps(h16(vd + (size_t)cells[c + l] * v_stride), _mm512_set1_ps(p[c + l]), acc[l]);
+        }
         __m512 t[8], u[4];
         for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(acc[l], acc[l + 8]);
         for (int l = 0; l < 4; l++) u[l] = _mm512_add_ps(t[l], t[l + 4]);
@@ -258,6 +325,101 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
         _mm512_storeu_ps(out + d, s);
     }
 }
+
+/* The mix of several probability rows over the same cells (attn_mix_f16_rows), hd a multiple
+ * of 16. Each (row, 16 output elements) has the 16 accumulators of mix_avx512, lane l summing
+ * cells l, l + 16, ... in order; a lane's chain does not depend on the other lanes', so the
+ * lanes are computed one after the other: for lane l the cells l, l + 16, ... each have their V
+ * row loaded and converted once for R rows x D blocks of 16 elements (R * D accumulators in
+ * registers), then the 16 lanes are folded exactly as mix_avx512 folds them. So every V row of
+ * the cells is read once for the whole group (mix_avx512 reads it once per row and 16-element
+ * block) and every output has mix_avx512's very operations. */
+enum { MIX_ROWS_PREFETCH = 4 }; /* lane steps (of 16 cells) ahead */
+AVX512 static inline __attribute__((always_inline)) void mix_rows_tile(const float *p, size_t p_stride, int R, int D,
+                                                                       const uint16_t *v, size_t v_stride,
+                                                                       const int32_t *cells, int64_t n_c,
+                                                                       float *out, size_t out_stride) {
+    int64_t n16 = n_c / 16 * 16;
+    __m512 lanes[4][4][16]; /* [row][block][lane]: each lane's sum */
+    for (int l = 0; l < 16; l++) {
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) acc[r][b] = _mm512_setzero_ps();
+        for (int64_t c = l; c < n16; c += 16) {
+            /* the V rows come from memory: ask for the next lane's cell now (a lane's walk
+             * ahead of its use), and in the first lane also for its own cells ahead */
+            if (c + 1 < n16) {
+                const char *pf = (const char *)(v + (size_t)cells[c + 1] * v_stride);
+                _mm_prefetch(pf, _MM_HINT_T0);
+                if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
+            if (l == 0 && c + 16 * MIX_ROWS_PREFETCH < n16) {
+                const char *pf = (const char *)(v + (size_t)cells[c + 16 * MIX_ROWS_PREFETCH] * v_stride);
+                _mm_prefetch(pf, _MM_HINT_T0);
+                if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
+            const uint16_t *vr = v + (size_t)cells[c] * v_stride;
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) x[b] = h16(vr + 16 * b);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512 pr = _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c]);
+#pragma GCC unroll 4
+                for (int b = 0; b < D; b++) acc[r][b] = _mm512_fmadd_ps(x[b], pr, acc[r][b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int b = 0; b < D; b++) lanes[r][b][l] = acc[r][b];
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < D; b++) {
+            __m512 *a = lanes[r][b], t[8], u[4];
+            for (int l = 0; l < 8; l++) t[l] = _mm512_add_ps(a[l], a[l + 8]);
+            for (int l = 0; l < 4; l++) u[l] = _mm512_add_ps(t[l], t[l + 4]);
+            __m512 s = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
+            for (int64_t c = n16; c < n_c; c++)
+                s = _mm512_add_ps(s, _mm512_mul_ps(h16(v + (size_t)cells[c] * v_stride + 16 * b),
+                                                   _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c])));
+            _mm512_storeu_ps(out + (size_t)r * out_stride + 16 * b, s);
+        }
+}
+
+#define MIX_TILE(R, D) mix_rows_tile(p + (size_t)r * p_stride, p_stride, R, D, v + 16 * b, v_stride, cells, n_c, \
+                                     out + (size_t)r * out_stride + 16 * b, out_stride)
+AVX512 static void mix_rows_avx512(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                                   const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    int32_t nb = hd / 16;
+    for (int32_t b = 0; b < nb; b += 4) {
+        int D = nb - b < 4 ? nb - b : 4;
+        int rmax = D >= 3 ? 3 : 4; /* R * D accumulators + D converted rows within the 32 registers */
+        for (int32_t r = 0; r < n_p; r += rmax) {
+            int R = n_p - r < rmax ? n_p - r : rmax;
+            switch (D * 8 + R) {
+            case 8 + 1: MIX_TILE(1, 1); break;
+            case 8 + 2: MIX_TILE(2, 1); break;
+            case 8 + 3: MIX_TILE(3, 1); break;
+            case 8 + 4: MIX_TILE(4, 1); break;
+            case 16 + 1: MIX_TILE(1, 2); break;
+            case 16 + 2: MIX_TILE(2, 2); break;
+            case 16 + 3: MIX_TILE(3, 2); break;
+            case 16 + 4: MIX_TILE(4, 2); break;
+            case 24 + 1: MIX_TILE(1, 3); break;
+            case 24 + 2: MIX_TILE(2, 3); break;
+            case 24 + 3: MIX_TILE(3, 3); break;
+            case 32 + 1: MIX_TILE(1, 4); break;
+            case 32 + 2: MIX_TILE(2, 4); break;
+            case 32 + 3: MIX_TILE(3, 4); break;
+            default: ASSERT(!"mix_rows_avx512: tile");
+            }
+        }
+    }
+}
+#undef MIX_TILE
 
 /* quant_expf of 16 lanes, bit for bit: its j * 2^n is scalef's (exact while normal; ldexpf's
  * correctly rounded result below), and lanes with |n| > 192 (or NaN) take its special values. */
@@ -348,6 +510,17 @@ static inline void scores_at(enum simd_level level, const float *q, const uint16
     else scores_scalar(q, k, k_stride, cells, n_c, hd, scores);
 }
 
+static inline void scores_rows_at(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                  const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                  float *scores, size_t sc_stride) {
+    if (level == SIMD_AVX512 && hd % 16 == 0) {
+        scores_rows_avx512(q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+        return;
+    }
+    for (int32_t r = 0; r < n_q; r++)
+        scores_at(level, q + (size_t)r * q_stride, k, k_stride, cells, n_c, hd, scores + (size_t)r * sc_stride);
+}
+
 static inline void mix_at(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
                           const int32_t *cells, int64_t n_c, int32_t hd, float *out) {
     if (level == SIMD_AVX512 && hd % 16 == 0) mix_avx512(p, v, v_stride, cells, n_c, hd, out);
@@ -355,11 +528,29 @@ static inline void mix_at(enum simd_level level, const float *p, const uint16_t 
     else mix_scalar(p, v, v_stride, cells, n_c, hd, out);
 }
 
+static inline void mix_rows_at(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
+                               const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                               float *out, size_t out_stride) {
+    if (level == SIMD_AVX512 && hd % 16 == 0) {
+        mix_rows_avx512(p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
+        return;
+    }
+    for (int32_t r = 0; r < n_p; r++)
+        mix_at(level, p + (size_t)r * p_stride, v, v_stride, cells, n_c, hd, out + (size_t)r * out_stride);
+}
+
 static inline void softmax_at(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                               float scale) {
     if (level == SIMD_AVX512) softmax_avx512(row, n, cpos, pos, scale);
     else if (level == SIMD_AVX2) softmax_avx2(row, n, cpos, pos, scale);
     else softmax_scalar(row, n, cpos, pos, scale);
+}
+
+void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
+                             const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                             float *out, size_t out_stride) {
+    ASSERT(simd_level_supported(level));
+    mix_rows_at(level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
@@ -372,6 +563,13 @@ void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores) {
     ASSERT(simd_level_supported(level));
     scores_at(level, q, k, k_stride, cells, n_c, hd, scores);
+}
+
+void attn_scores_f16_rows_level(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                float *scores, size_t sc_stride) {
+    ASSERT(simd_level_supported(level));
+    scores_rows_at(level, q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
 }
 
 void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
@@ -404,9 +602,19 @@ void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const i
     scores_at(best_level, q, k, k_stride, cells, n_c, hd, scores);
 }
 
+void attn_scores_f16_rows(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k, size_t k_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride) {
+    scores_rows_at(best_level, q, q_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+}
+
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out) {
     mix_at(best_level, p, v, v_stride, cells, n_c, hd, out);
+}
+
+void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                       const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    mix_rows_at(best_level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {

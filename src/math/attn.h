@@ -34,9 +34,19 @@
 /* scores[c] = dot(K row of cells[c], q) over hd elements, c < n_c. */
 void attn_scores_f16(const float *q, const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c,
                      int32_t hd, float *scores);
+/* The scores of n_q query rows against the same cells (a GQA group's query heads over their kv
+ * head): scores[r * sc_stride + c] = dot(K row of cells[c], q + r * q_stride), r < n_q, c < n_c,
+ * each row exactly what attn_scores_f16 gives it; each K row is read once for all the rows. */
+void attn_scores_f16_rows(const float *q, size_t q_stride, int32_t n_q, const uint16_t *k, size_t k_stride,
+                          const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride);
 /* out[d] = dot over c < n_c of (V[cells[c]][d], p[c]), d < hd. */
 void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
                   int32_t hd, float *out);
+/* The mix of n_p probability rows over the same cells (a GQA group's rows over their kv head):
+ * out[r * out_stride + d] = the mix of row p + r * p_stride, d < hd, each row exactly what
+ * attn_mix_f16 gives it; each V row is read once for all the rows. */
+void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                       const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride);
 
 /* The softmax of one attention row, in place over row[0 .. n), as the reference (x86 AVX-512
  * build, its n_kv padded with zeros) computes it; cell c is at position cpos[c]:
@@ -65,8 +75,14 @@ void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
                            const int32_t *cells, int64_t n_c, int32_t hd, float *scores);
+void attn_scores_f16_rows_level(enum simd_level level, const float *q, size_t q_stride, int32_t n_q,
+                                const uint16_t *k, size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                float *scores, size_t sc_stride);
 void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v, size_t v_stride,
                         const int32_t *cells, int64_t n_c, int32_t hd, float *out);
+void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
+                             const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                             float *out, size_t out_stride);
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                             float scale);
 

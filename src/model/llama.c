@@ -26,7 +26,8 @@
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
  * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
  * would give: every such sequence of the batch (a decode step's) has its cells listed once per
- * pass (plan_attention), and all their heads run in one parallel job per layer.
+ * pass (plan_attention), and all their heads run in one parallel job per layer (dec_items: a
+ * GQA group's query rows read each K and V row once, the work split in items of even size).
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -36,6 +37,7 @@
 #include "memory/kv.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +53,17 @@ enum { ATT_CHUNK_ENTRIES = 64 };
 enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
+/* Fewest cells of a decode attention score item (see plan_attention). */
+enum { ATT_MIN_CELL_BLOCK = 128 };
 
 /* One planned decode-sized sequence: entries dent[e0 .. e0 + ne), cells acells[off .. off + nv)
- * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head). */
+ * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head)
+ * (row k = entry k / n_head, query head k % n_head), their scores dsc[sc_off + k * nv ..], its
+ * score items [ia, ia + ne * n_head_kv * n_cb) (see dec_items). */
 struct direct_seq {
     int32_t e0, ne;
     int64_t off, nv, row0;
+    int64_t sc_off, ia, n_cb;
 };
 
 struct forward_scratch {
@@ -102,6 +109,15 @@ struct forward_scratch {
     int32_t *gseq;      /* [T] (first entry index in gent, count) pairs' sequence ids, see gcount */
     int32_t *gcount;    /* [T] */
     int32_t n_gseq;
+    /* Work items of the planned sequences' attention (dec_items), in three phases: n_ia score
+     * items (an entry's kv head's group of query rows over a block of cell_block cells), n_drows
+     * softmax items (a row; none when one_block), n_drows / group * n_db mix items (a group's rows
+     * over db_len output elements). */
+    float *dsc;         /* [dsc_n] their scores, then probabilities */
+    int64_t dsc_n;
+    int64_t n_ia, cell_block;
+    bool one_block;     /* every planned row's cells are one score block: no softmax phase */
+    int32_t n_db, db_len;
     int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
     int32_t *acpos;     /* [arena_n] their positions */
     int64_t arena_n;
@@ -125,7 +141,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
                         s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
-                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos};
+                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos, s->dsc};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -184,6 +200,12 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->arena_n = 8 * (int64_t)ctx;
     s->acells = scratch_alloc(s, (size_t)s->arena_n, sizeof(int32_t), &ok);
     s->acpos = scratch_alloc(s, (size_t)s->arena_n, sizeof(int32_t), &ok);
+    /* scores of every planned row: the arena's cells for each query head, at most 8 MB beyond
+     * one full-context sequence's (sequences past it take the per-row path, same numbers) */
+    s->dsc_n = (int64_t)hp->n_head * s->arena_n;
+    int64_t dsc_cap = max64((int64_t)hp->n_head * (int64_t)ctx, (int64_t)1 << 21);
+    if (s->dsc_n > dsc_cap) s->dsc_n = dsc_cap;
+    s->dsc = scratch_alloc(s, (size_t)s->dsc_n, sizeof(float), &ok);
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
     int rc = ok ? 0 : -ERR_NOMEM;
@@ -271,11 +293,45 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
-static void rope(struct compute *c, const struct model_hparams *hp, const struct forward_scratch *s, float *x,
-                 int32_t n_heads, int64_t n_rows) {
-    struct rows_job j = {.hp = hp, .x = x, .n = (int64_t)n_heads * hp->head_dim, .cos = s->rope_cos,
-                         .sin = s->rope_sin, .n_heads = n_heads};
-    rows_for(c, n_rows, (int64_t)n_heads * hp->n_rot, rope_rows, &j);
+/* After the Q/K/V products, per row: rope on Q (then rounded to F16 in place: every attention
+ * path multiplies the query as the F16 cells see it, and rounding twice changes nothing) and on
+ * K, K and V stored to the row's cell as F16. One pass (inline for a decode step: no wake-up of
+ * the other threads for a few hundred elements). */
+struct qk_post_job {
+    struct rows_job q, k;
+    const struct kv_memory *kv;
+    const float *v;
+    int32_t layer;
+};
+
+static void qk_post_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct qk_post_job *j = arg;
+    int64_t nkv = j->k.n;
+    rope_rows((void *)&j->q, r0, r1);
+    rope_rows((void *)&j->k, r0, r1);
+    uint16_t h[512];
+    for (int64_t r = r0; r < r1; r++) {
+        float *q = j->q.x + r * j->q.n;
+        for (int64_t i = 0; i < j->q.n; i += 512) {
+            int64_t m = j->q.n - i < 512 ? j->q.n - i : 512;
+            quant_from_float(GGML_TYPE_F16, q + i, h, m);
+            quant_to_float(GGML_TYPE_F16, h, q + i, m);
+        }
+        int32_t cell = kv_batch_cell(j->kv, (int32_t)r);
+        quant_from_float(GGML_TYPE_F16, j->k.x + r * nkv, kv_k_row(j->kv, j->layer, cell), nkv);
+        quant_from_float(GGML_TYPE_F16, j->v + r * nkv, kv_v_row(j->kv, j->layer, cell), nkv);
+    }
+}
+
+static void qk_post(struct compute *c, const struct model_hparams *hp, const struct forward_scratch *s,
+                    const struct kv_memory *kv, int32_t layer, int64_t n_rows) {
+    struct qk_post_job j = {
+        .q = {.hp = hp, .x = s->q, .n = (int64_t)hp->n_head * hp->head_dim, .cos = s->rope_cos, .sin = s->rope_sin,
+              .n_heads = hp->n_head},
+        .k = {.hp = hp, .x = s->k, .n = (int64_t)hp->n_head_kv * hp->head_dim, .cos = s->rope_cos,
+              .sin = s->rope_sin, .n_heads = hp->n_head_kv},
+        .kv = kv, .v = s->v, .layer = layer};
+    rows_for(c, n_rows, (int64_t)(hp->n_head + hp->n_head_kv) * (hp->n_rot + 2 * hp->head_dim), qk_post_rows, &j);
 }
 
 /* Angles like the reference: theta_i = pos * base^(-2i/n_rot), by repeated multiplication. */
@@ -483,20 +539,101 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
         direct_row(j, slot, j->ent[r / n_head], (int32_t)(r % n_head), j->cells, j->cpos, j->nv);
 }
 
-/* Rows [r0, r1) of all the planned sequences (s->dseq, rows numbered across them in order). */
-static void direct_seq_rows(void *arg, int64_t r0, int64_t r1) {
-    struct direct_job *j = arg;
-    struct forward_scratch *s = j->s;
-    int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
-    ASSERT(slot < s->n_slots);
-    int32_t n_head = j->hp->n_head, d = 0;
-    while (s->dseq[d].row0 + (int64_t)s->dseq[d].ne * n_head <= r0) d++;
-    for (int64_t r = r0; r < r1; r++) {
-        if (r >= s->dseq[d].row0 + (int64_t)s->dseq[d].ne * n_head) d++;
-        const struct direct_seq *ds = &s->dseq[d];
-        int64_t k = r - ds->row0;
-        direct_row(j, slot, s->dent[ds->e0 + k / n_head], (int32_t)(k % n_head), s->acells + ds->off,
-                   s->acpos + ds->off, ds->nv);
+/* The planned sequences' attention, one job per layer (struct direct_job's layer, b, kv): its
+ * items in three phases, handed out in order by `next`; an item of a phase starts only once
+ * every item of the phases before it is done (`done`), so the thread that waits holds no item
+ * and whoever holds one is running it: the wait ends (a preempted holder only delays it).
+ *   score items: (sequence, entry, kv head, block of cells): the group's query rows (F16-rounded
+ *     in place by qk_post) against the block, attn_scores_f16_rows (each K row read once for
+ *     the group; row by row exactly attn_scores_f16's numbers);
+ *   softmax items: a row (attn_softmax_row);
+ *   mix items: (sequence, entry, kv head, db_len output elements): the group's rows over those
+ *     elements, attn_mix_f16_rows (each V row read once for the group; each output element is
+ *     a dot of its own, so any split gives the numbers of the whole row, attn_mix_f16's).
+ * So a row's numbers are direct_row's whatever the split, the thread count or the other
+ * sequences of the step, and the work splits evenly however few rows there are (one decode
+ * row of a 9-head model used to split 5/4 rows over 2 threads, each row reading its K and V). */
+struct dec_job {
+    struct direct_job dj;
+    int64_t n_items, end_a, end_b; /* phase ends: score items [0, end_a), softmax [end_a, end_b) */
+    _Atomic int64_t next, done;
+};
+
+static void wait_done(_Atomic int64_t *done, int64_t n) {
+    for (unsigned spins = 1; atomic_load_explicit(done, memory_order_acquire) < n; spins++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (spins % 4096 == 0) sched_yield(); /* the holder of an item may be preempted */
+    }
+}
+
+/* The planned sequence holding row r (rows numbered across them in order). */
+static const struct direct_seq *dseq_of_row(const struct forward_scratch *s, int64_t r, int32_t n_head) {
+    int32_t lo = 0, hi = s->n_dseq - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (s->dseq[mid].row0 <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    ASSERT(r >= s->dseq[lo].row0 && r < s->dseq[lo].row0 + (int64_t)s->dseq[lo].ne * n_head);
+    return &s->dseq[lo];
+}
+
+static const struct direct_seq *dseq_of_item(const struct forward_scratch *s, int64_t it) {
+    int32_t lo = 0, hi = s->n_dseq - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (s->dseq[mid].ia <= it) lo = mid;
+        else hi = mid - 1;
+    }
+    return &s->dseq[lo];
+}
+
+static void dec_items(void *arg, int64_t i0, int64_t i1) {
+    struct dec_job *j = arg;
+    struct forward_scratch *s = j->dj.s;
+    const struct model_hparams *hp = j->dj.hp;
+    const struct kv_memory *kv = j->dj.kv;
+    int32_t hd = hp->head_dim, n_head = hp->n_head, n_kv = hp->n_head_kv, group = n_head / n_kv;
+    int64_t nq = (int64_t)n_head * hd;
+    const uint16_t *k0 = kv_k_row(kv, j->dj.layer, 0), *v0 = kv_v_row(kv, j->dj.layer, 0);
+    size_t k_stride = (size_t)kv->shape.n_embd_k, v_stride = (size_t)kv->shape.n_embd_v;
+    for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        if (it < j->end_a) {
+            const struct direct_seq *ds = dseq_of_item(s, it);
+            int64_t k = it - ds->ia, per_entry = n_kv * ds->n_cb;
+            int32_t e = (int32_t)(k / per_entry), kvh = (int32_t)(k % per_entry / ds->n_cb);
+            int64_t c0 = k % ds->n_cb * s->cell_block, n = ds->nv - c0 < s->cell_block ? ds->nv - c0 : s->cell_block;
+            int32_t i = s->dent[ds->e0 + e];
+            float *sc = s->dsc + ds->sc_off + ((int64_t)e * n_head + (int64_t)kvh * group) * ds->nv;
+            attn_scores_f16_rows(s->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group,
+                                 k0 + (size_t)kvh * hd, k_stride, s->acells + ds->off + c0, n, hd, sc + c0,
+                                 (size_t)ds->nv);
+            if (j->end_b == j->end_a) /* no softmax phase: every row is one block */
+                for (int32_t g = 0; g < group; g++)
+                    attn_softmax_row(sc + g * ds->nv, ds->nv, s->acpos + ds->off, j->dj.b->pos[i],
+                                     1.0f / sqrtf((float)hd));
+        } else if (it < j->end_b) {
+            wait_done(&j->done, j->end_a);
+            int64_t r = it - j->end_a;
+            const struct direct_seq *ds = dseq_of_row(s, r, n_head);
+            int64_t k = r - ds->row0;
+            attn_softmax_row(s->dsc + ds->sc_off + k * ds->nv, ds->nv, s->acpos + ds->off,
+                             j->dj.b->pos[s->dent[ds->e0 + k / n_head]], 1.0f / sqrtf((float)hd));
+        } else {
+            wait_done(&j->done, j->end_b);
+            /* a group's rows are consecutive: row r = group index * group */
+            int64_t r = (it - j->end_b) / s->n_db * group, d0 = (it - j->end_b) % s->n_db * s->db_len;
+            const struct direct_seq *ds = dseq_of_row(s, r, n_head);
+            int64_t k = r - ds->row0;
+            int32_t i = s->dent[ds->e0 + k / n_head], qh = (int32_t)(k % n_head), kvh = qh / group;
+            attn_mix_f16_rows(s->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
+                              v0 + (size_t)kvh * hd + (size_t)d0, v_stride, s->acells + ds->off, ds->nv,
+                              s->db_len, s->att + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
+            continue; /* nothing waits for the last phase */
+        }
+        atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
     }
 }
 
@@ -649,7 +786,7 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
     s->n_gseq = 0;
     s->n_drows = 0;
     int32_t n_dent = 0, n_gent = 0;
-    int64_t used = 0;
+    int64_t used = 0, sc_used = 0, cells_heads = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         if (s->done[i]) continue;
         int32_t n_ent = 0;
@@ -660,17 +797,19 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
             }
         int64_t n_c = kv->seq_n_cells[b->seq[i]];
         if (!s->reference && (int64_t)n_ent * group < MATMUL_BLAS_MIN_TOKENS && n_ent <= ATT_CHUNK_ENTRIES &&
-            used + n_c <= s->arena_n) {
+            used + n_c <= s->arena_n && sc_used + (int64_t)n_ent * hp->n_head * n_c <= s->dsc_n) {
             int32_t *cells = s->acells + used, *cpos = s->acpos + used;
             int64_t got = kv_seq_cell_list(kv, b->seq[i], cells, s->arena_n - used); /* stops at the room */
             ASSERT(got == n_c);
             sort_cells_by_pos(s, kv, cells, cpos, n_c);
             struct direct_seq *ds = &s->dseq[s->n_dseq++];
-            *ds = (struct direct_seq){.e0 = n_dent, .ne = n_ent, .off = used, .row0 = s->n_drows,
+            *ds = (struct direct_seq){.e0 = n_dent, .ne = n_ent, .off = used, .row0 = s->n_drows, .sc_off = sc_used,
                                       .nv = n_visible(cpos, n_c, b->pos[s->ent[n_ent - 1]])};
             memcpy(s->dent + n_dent, s->ent, (size_t)n_ent * sizeof *s->ent);
             n_dent += n_ent;
             used += n_c;
+            sc_used += (int64_t)n_ent * hp->n_head * ds->nv;
+            cells_heads += (int64_t)n_ent * hp->n_head_kv * ds->nv;
             s->n_drows += (int64_t)n_ent * hp->n_head;
         } else {
             s->gseq[s->n_gseq] = b->seq[i];
@@ -679,6 +818,28 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
             n_gent += n_ent;
         }
     }
+    /* Item sizes (any split gives the same numbers; every item costs two atomic operations on
+     * shared lines): score blocks of at least ATT_MIN_CELL_BLOCK cells, about four items per
+     * thread; when every row is one block, no softmax phase (the score item does its rows'); mix
+     * items of a group halved (in multiples of 32 elements: the kernel's register tiles) until
+     * there are two per thread. */
+    int64_t n_thr = s->n_slots;
+    int64_t cb = (cells_heads + 4 * n_thr - 1) / (4 * n_thr);
+    cb = (cb + 15) / 16 * 16;
+    s->cell_block = cb < ATT_MIN_CELL_BLOCK ? ATT_MIN_CELL_BLOCK : cb;
+    s->n_ia = 0;
+    s->one_block = true;
+    for (int32_t d = 0; d < s->n_dseq; d++) {
+        struct direct_seq *ds = &s->dseq[d];
+        ds->n_cb = (ds->nv + s->cell_block - 1) / s->cell_block;
+        if (ds->n_cb > 1) s->one_block = false;
+        ds->ia = s->n_ia;
+        s->n_ia += (int64_t)ds->ne * hp->n_head_kv * ds->n_cb;
+    }
+    int64_t n_groups = s->n_drows / group;
+    s->db_len = hp->head_dim;
+    while (n_groups * (hp->head_dim / s->db_len) < 2 * n_thr && s->db_len % 64 == 0) s->db_len /= 2;
+    s->n_db = hp->head_dim / s->db_len;
 }
 
 /* Every entry's attention: the planned decode-sized sequences in one parallel job, the others
@@ -686,8 +847,10 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
 static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                       const struct batch *b, int32_t layer) {
     if (s->n_drows > 0) {
-        struct direct_job dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer};
-        compute_parallel_for(s->c, s->n_drows, direct_seq_rows, &dj);
+        struct dec_job dj = {.dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer},
+                             .end_a = s->n_ia, .end_b = s->n_ia + (s->one_block ? 0 : s->n_drows)};
+        dj.n_items = dj.end_b + s->n_drows / (m->hp.n_head / m->hp.n_head_kv) * s->n_db;
+        compute_parallel_for(s->c, s->n_slots, dec_items, &dj); /* one call per thread */
     }
     for (int32_t g = 0, e = 0; g < s->n_gseq; e += s->gcount[g++]) {
         memcpy(s->ent, s->gent + e, (size_t)s->gcount[g] * sizeof *s->ent);
@@ -736,13 +899,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         add_bias(s->q, L->bq, L->wq.n_out, n);
         add_bias(s->k, L->bk, nkv, n);
         add_bias(s->v, L->bv, nkv, n);
-        rope(c, hp, s, s->q, hp->n_head, n);
-        rope(c, hp, s, s->k, hp->n_head_kv, n);
-        for (int64_t i = 0; i < n; i++) {
-            int32_t cell = kv_batch_cell(kv, (int32_t)i);
-            quant_from_float(GGML_TYPE_F16, s->k + i * nkv, kv_k_row(kv, l, cell), nkv);
-            quant_from_float(GGML_TYPE_F16, s->v + i * nkv, kv_v_row(kv, l, cell), nkv);
-        }
+        qk_post(c, hp, s, kv, l, n);
         attention(m, s, kv, b, l);
         mm(s, &L->wo, s->att, n, s->tmp);
         for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];

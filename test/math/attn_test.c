@@ -77,6 +77,117 @@ TEST(attn_f16_kernels_equal_matmul_vector_path) {
     CHECK(levels > 0);
 }
 
+/* attn_scores_f16_rows (a GQA group's query rows over the same cells, each K row read once)
+ * gives every row exactly the scalar attn_scores_f16 (the definition), at every level, for row
+ * counts around the kernel's blocks of four, head sizes with and without a 16-element tail, cell
+ * counts with and without a 4-cell tail, over a scattered cell list; and those numbers are
+ * within rounding of the double-precision dot. */
+TEST(attn_scores_rows_equal_one_row_scores) {
+    enum { NQ_MAX = 9, SC_STRIDE = POOL + 3, Q_STRIDE = HD_MAX + 5 };
+    static uint16_t k[POOL * STRIDE];
+    static float q[NQ_MAX * Q_STRIDE], want[POOL], got[NQ_MAX * SC_STRIDE];
+    static int32_t cells[POOL];
+    for (int i = 0; i < POOL * STRIDE; i++) k[i] = f32_to_fp16(nrand());
+    const int32_t hds[] = {64, 128, 80, 72, 24};
+    const int64_t ncs[] = {1, 3, 4, 5, 16, 37, 100, 257, POOL};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int32_t hd = hds[hi], head = (int32_t)(hi % 3);
+        const uint16_t *k0 = k + head * hd;
+        for (size_t ci = 0; ci < sizeof ncs / sizeof *ncs; ci++) {
+            int64_t n_c = ncs[ci];
+            for (int64_t i = 0; i < n_c; i++) cells[i] = (int32_t)((i * 7 + 3) % POOL);
+            for (int32_t n_q = 1; n_q <= NQ_MAX; n_q++) {
+                for (int i = 0; i < NQ_MAX * Q_STRIDE; i++) q[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                    if (!simd_level_supported((enum simd_level)level)) continue;
+                    for (int i = 0; i < NQ_MAX * SC_STRIDE; i++) got[i] = -1.0f;
+                    attn_scores_f16_rows_level((enum simd_level)level, q, Q_STRIDE, n_q, k0, STRIDE, cells, n_c,
+                                               hd, got, SC_STRIDE);
+                    for (int32_t r = 0; r < n_q; r++) {
+                        attn_scores_f16_level(SIMD_SCALAR, q + r * Q_STRIDE, k0, STRIDE, cells, n_c, hd, want);
+                        for (int64_t c = 0; c < n_c; c++) {
+                            if (got[r * SC_STRIDE + c] != want[c]) {
+                                fprintf(stderr, "  %s rows n_q=%d hd=%d n_c=%lld [%d][%lld]: %.9g vs %.9g\n",
+                                        simd_level_name((enum simd_level)level), n_q, hd, (long long)n_c, r,
+                                        (long long)c, got[r * SC_STRIDE + c], want[c]);
+                                CHECK(!"attn_scores_f16_rows differs from attn_scores_f16");
+                            }
+                            double d = 0, mag = 0;
+                            for (int32_t i = 0; i < hd; i++) {
+                                double x = (double)fp16_to_f32(k0[(size_t)cells[c] * STRIDE + i]) * q[r * Q_STRIDE + i];
+                                d += x;
+                                mag += fabs(x);
+                            }
+                            CHECK(fabs(got[r * SC_STRIDE + c] - d) <= 1e-5 * mag + 1e-6);
+                        }
+                        /* nothing written past the row's n_c cells */
+                        CHECK(got[r * SC_STRIDE + n_c] == -1.0f);
+                    }
+                    checked++;
+                }
+                attn_scores_f16_rows(q, Q_STRIDE, n_q, k0, STRIDE, cells, n_c, hd, got, SC_STRIDE);
+                attn_scores_f16_level(SIMD_SCALAR, q + (n_q - 1) * Q_STRIDE, k0, STRIDE, cells, n_c, hd, want);
+                CHECK(!memcmp(got + (n_q - 1) * SC_STRIDE, want, sizeof(float) * (size_t)n_c));
+            }
+        }
+    }
+    CHECK(checked > 0);
+}
+
+/* attn_mix_f16_rows (a GQA group's probability rows over the same cells, each V row read once)
+ * gives every row exactly the scalar attn_mix_f16 (the definition), at every level, for row
+ * counts around the kernel's tiles, head sizes (16-element blocks 1 to 8, and tails), cell counts
+ * with and without a 16-cell tail, over a scattered cell list; within rounding of the double sum. */
+TEST(attn_mix_rows_equal_one_row_mix) {
+    enum { NP_MAX = 9, P_STRIDE = POOL + 3, O_STRIDE = HD_MAX + 5 };
+    static uint16_t v[POOL * STRIDE];
+    static float p[NP_MAX * P_STRIDE], want[HD_MAX], got[NP_MAX * O_STRIDE];
+    static int32_t cells[POOL];
+    for (int i = 0; i < POOL * STRIDE; i++) v[i] = f32_to_fp16(nrand());
+    const int32_t hds[] = {64, 128, 16, 32, 48, 80, 72, 24};
+    const int64_t ncs[] = {1, 5, 16, 17, 37, 100, 257, POOL};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int32_t hd = hds[hi], head = (int32_t)(hi % 3);
+        const uint16_t *v0 = v + head * hd;
+        for (size_t ci = 0; ci < sizeof ncs / sizeof *ncs; ci++) {
+            int64_t n_c = ncs[ci];
+            for (int64_t i = 0; i < n_c; i++) cells[i] = (int32_t)((i * 7 + 3) % POOL);
+            for (int32_t n_p = 1; n_p <= NP_MAX; n_p++) {
+                for (int i = 0; i < NP_MAX * P_STRIDE; i++) p[i] = fp16_to_f32(f32_to_fp16(nrand() * nrand()));
+                for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                    if (!simd_level_supported((enum simd_level)level)) continue;
+                    for (int i = 0; i < NP_MAX * O_STRIDE; i++) got[i] = -1.0f;
+                    attn_mix_f16_rows_level((enum simd_level)level, p, P_STRIDE, n_p, v0, STRIDE, cells, n_c, hd,
+                                            got, O_STRIDE);
+                    for (int32_t r = 0; r < n_p; r++) {
+                        attn_mix_f16_level(SIMD_SCALAR, p + r * P_STRIDE, v0, STRIDE, cells, n_c, hd, want);
+                        for (int32_t d = 0; d < hd; d++) {
+                            if (got[r * O_STRIDE + d] != want[d]) {
+                                fprintf(stderr, "  %s mix rows n_p=%d hd=%d n_c=%lld [%d][%d]: %.9g vs %.9g\n",
+                                        simd_level_name((enum simd_level)level), n_p, hd, (long long)n_c, r, d,
+                                        got[r * O_STRIDE + d], want[d]);
+                                CHECK(!"attn_mix_f16_rows differs from attn_mix_f16");
+                            }
+                            double sum = 0, mag = 0;
+                            for (int64_t c = 0; c < n_c; c++) {
+                                double x = (double)fp16_to_f32(v0[(size_t)cells[c] * STRIDE + d]) * p[r * P_STRIDE + c];
+                                sum += x;
+                                mag += fabs(x);
+                            }
+                            CHECK(fabs(got[r * O_STRIDE + d] - sum) <= 1e-5 * mag + 1e-6);
+                        }
+                        CHECK(got[r * O_STRIDE + hd] == -1.0f); /* nothing past the row's hd */
+                    }
+                    checked++;
+                }
+            }
+        }
+    }
+    CHECK(checked > 0);
+}
+
 /* The scalar F32 dot product (the definition of the order) equals every SIMD level's exactly. */
 TEST(attn_f32_dot_is_the_same_at_every_level) {
     static float a[300], b[300];

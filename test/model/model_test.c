@@ -243,6 +243,58 @@ TEST(model_forward_n_ctx_below_head_dim) {
     teardown(&f);
 }
 
+/* A decode step at a long context: the attention's work items (score blocks of cells, the
+ * softmax phase, mix ranges) are sized from the thread count and from every sequence of the
+ * step, and none of that may change a row's numbers: the step alone on 2 threads, alone on 1
+ * thread and beside another long sequence give the same logits bit for bit. */
+TEST(model_forward_long_context_decode_is_split_invariant) {
+    enum { LA = 600, LB = 430, CHUNK = 64 };
+    struct model *m = NULL;
+    struct memory *mem = NULL;
+    struct forward_ctx *fc2 = NULL, *fc1 = NULL;
+    struct batch b = {0};
+    const char *path = shared_path(t, "models/kjv-tiny-q8_0.gguf");
+    if (!path) return;
+    char why[256];
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), 0);
+    int32_t V = m->hp.n_vocab;
+    float *want = malloc(sizeof(float) * V);
+    bool ok = want && model_memory_create(m, 1200, 2, &mem) == 0 &&
+              forward_ctx_create(&fc2, m, &(struct forward_config){.max_tokens = CHUNK, .n_ctx = 1024, .n_threads = 2}) == 0 &&
+              forward_ctx_create(&fc1, m, &(struct forward_config){.max_tokens = CHUNK, .n_ctx = 1024, .n_threads = 1}) == 0 &&
+              batch_init(&b, CHUNK) == 0;
+    if (ok)
+        for (int32_t s = 0; s < 2 && ok; s++)
+            for (int32_t p0 = 0; p0 < (s ? LB : LA) && ok; p0 += CHUNK) {
+                batch_clear(&b);
+                for (int32_t p = p0; p < p0 + CHUNK && p < (s ? LB : LA); p++)
+                    batch_add(&b, (p * 31 + 7 * s + 5) % V, p, s, false);
+                ok = memory_reserve(mem, &b) == 0 && model_forward(m, fc2, mem, &b) == 0;
+            }
+    struct forward_ctx *ctxs[3] = {fc2, fc1, fc2};
+    for (int run = 0; run < 3 && ok; run++) {
+        batch_clear(&b);
+        if (run == 2) batch_add(&b, 1234, LB, 1, true); /* beside sequence 1's step */
+        batch_add(&b, 278, LA, 0, true);
+        ok = memory_reserve(mem, &b) == 0 && model_forward(m, ctxs[run], mem, &b) == 0;
+        if (!ok) break;
+        const float *got = ctxs[run]->logits + (run == 2 ? V : 0);
+        if (run == 0) memcpy(want, got, sizeof(float) * V);
+        else if (max_diff(got, want, V) != 0) {
+            fprintf(stderr, "  run %d: max diff %g\n", run, max_diff(got, want, V));
+            ok = false;
+        }
+        ok = ok && memory_seq_rm(mem, 0, LA, -1) == 0 && memory_seq_rm(mem, 1, LB, -1) == 0;
+    }
+    free(want);
+    batch_free(&b);
+    forward_ctx_destroy(fc1);
+    forward_ctx_destroy(fc2);
+    memory_destroy(mem);
+    model_free(m);
+    CHECK(ok);
+}
+
 TEST(model_forward_checks_its_inputs) {
     struct fixture f;
     if (setup(t, &f, 1) < 0) { teardown(&f); CHECK(t->skipped); return; }
