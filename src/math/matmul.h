@@ -102,8 +102,9 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
 
 /* Several matrices with the same input: mats[m].y = W_m . x for each m, exactly as n_mats matmul
  * calls give them (same n_in and weight type for all; each y n_tok x n_out, none overlapping x).
- * On the vector path they share one quantization of x and one dispatch to the threads (a
- * decode step's Q/K/V and gate/up: fewer barriers); elsewhere it is n_mats matmul calls. */
+ * On the vector path and the Q8_0 GEMM they share one quantization of x and one dispatch to the
+ * threads (a decode step's Q/K/V and gate/up: fewer barriers); elsewhere it is n_mats matmul
+ * calls. */
 #define MATMUL_MULTI_MAX 4
 struct matmul_out {
     const void *w;
