@@ -2,15 +2,16 @@
  *
  * Register tile: 4 weight rows x 4 token pairs = 16 accumulators (fewer pairs at the end of the
  * tokens: decode steps of a few sequences have 1-3 pairs), each two outputs of 8 float
- * lanes. Per block, a weight row's 32 bytes are broadcast to both halves of a register as
- * w + 128 and dotted (vpdpbusd, unsigned x signed) with a packed pair of activation blocks; the
- * accumulator of that dot starts at the packed -128 * (sum of each 4 levels), so the lanes end up
- * the exact integers of quant.c's dot. Then lane_k * (d_w * d_x) is fused into the float lanes.
- * (The start values used to be computed per row and block from the weights, x + 128 packed
- * instead: a vpdpbusd and a subtraction more per row and block; 576 x 576, 8 tokens, cache-hot,
- * one core: 24.5 us against 23.1 now. On AMD Zen 5 vpdpbusd, vmulps and vfmadd share two ports;
- * this loop runs at about 30 cycles per block of 16 register outputs, near the 24 of those ports
- * and the ~4 instructions per cycle it issues.)
+ * lanes. Per block, a weight row's 32 bytes are broadcast to both halves of a register and
+ * dotted (vpdpbusd, unsigned x signed) with a packed pair of activation blocks stored as x + 128;
+ * the accumulator of that dot starts at -128 * (sum of each 4 weights), so the lanes end up the
+ * exact integers of quant.c's dot. Then lane_k * (d_w * d_x) is fused into the float lanes.
+ * (Tried: the weights as w + 128 against the levels as they are, each lane's start value
+ * -128 * (sum of 4 levels) packed with the activations: a vpdpbusd and a subtraction less per
+ * row and block, but 192 packed bytes per pair and block instead of 128, more than L1 holds for
+ * a prompt's tile: 576 x 576 at 8 tokens the same speed, 2048 x 5632 at 512 tokens 9% slower.
+ * On AMD Zen 5 vpdpbusd, vmulps and vfmadd share two ports and this loop issues about 4
+ * instructions a cycle: 576 x 576, 8 tokens, cache-hot, ~30 cycles per block of 16 outputs.)
  * Loops: tokens in blocks of TOKEN_PAIRS_PER_PASS pairs (their packed activations stay in L2),
  * inside them the rows four at a time (in L1) against every pair of the block.
  */
@@ -29,54 +30,51 @@
 
 bool gemm_q8_0_supported(void) { return simd_level_supported(SIMD_AVX512); }
 
-/* Pair p, block i (PACK_BLOCK bytes): 64 bytes of [token 2p | token 2p+1] levels as they are,
- * 16 floats [d_x(2p) x 8 | d_x(2p+1) x 8], then 16 int32 -128 * (sum of each 4 levels): where
- * the dot of a lane starts, so that it ends at the exact integer with the weights taken as w + 128. */
+/* Pair p, block i: 64 bytes of [token 2p | token 2p+1] levels + 128, then 16 floats
+ * [d_x(2p) x 8 | d_x(2p+1) x 8]. */
 AVX512 void gemm_q8_0_pack(const void *xq, size_t xq_stride, int64_t n_tok, int64_t n_in, uint8_t *packed) {
     const int64_t nb = n_in / QK8_0;
-    const __m512i ones = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
+    const __m256i c80 = _mm256_set1_epi8((char)0x80);
     for (int64_t t = 0; t < n_tok; t += 2) {
         const block_q8_0 *a = (const block_q8_0 *)((const uint8_t *)xq + (size_t)t * xq_stride);
         const block_q8_0 *b = t + 1 < n_tok ? (const block_q8_0 *)((const uint8_t *)xq + (size_t)(t + 1) * xq_stride) : NULL;
-        uint8_t *out = packed + (size_t)(t / 2) * (size_t)nb * GEMM_Q8_0_PACK_BLOCK;
-        for (int64_t i = 0; i < nb; i++, out += GEMM_Q8_0_PACK_BLOCK) {
-            __m256i xa = _mm256_loadu_si256((const __m256i *)a[i].qs);
-            __m256i xb = b ? _mm256_loadu_si256((const __m256i *)b[i].qs) : _mm256_setzero_si256();
-            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1);
-            _mm512_store_si512(out, x);
+        uint8_t *out = packed + (size_t)(t / 2) * (size_t)nb * 128;
+        for (int64_t i = 0; i < nb; i++, out += 128) {
+            __m256i xa = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a[i].qs), c80);
+            __m256i xb = b ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b[i].qs), c80) : c80;
+            _mm512_store_si512(out, _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1));
             __m256 da = _mm256_set1_ps(h2f(a[i].d)), db = _mm256_set1_ps(b ? h2f(b[i].d) : 0.0f);
             _mm512_store_ps(out + 64, _mm512_insertf32x8(_mm512_castps256_ps512(da), db, 1));
-            _mm512_store_si512(out + 128, _mm512_sub_epi32(z, _mm512_slli_epi32(_mm512_dpbusd_epi32(z, ones, x), 7)));
         }
     }
 }
 
 /* acc[4 * r + p] += the block products of weight row r and pair p < np, over all nb blocks. np is
- * a constant in every caller (1, 2 or 4): a step of 2-6 decode tokens does not pay for 4 pairs.
- * Per block and row, the weights go in as w + 128 (unsigned, for vpdpbusd) and each pair's dot
- * starts at its packed start value, so the lanes end at quant.c's integers. */
+ * a constant in every caller (1, 2 or 4): a step of 2-6 decode tokens does not pay for 4 pairs. */
 AVX512 static inline __attribute__((always_inline)) void tile(int64_t nb, const block_q8_0 *const w[4],
                                                               const uint8_t *const pk[4], __m512 acc[16],
                                                               const uint8_t *next, const int np) {
-    const __m512i c80 = _mm512_set1_epi8((char)0x80);
+    const __m512i c80 = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
     for (int64_t i = 0; i < nb; i++) {
         /* the next four rows, one row group ahead of need: four rows walked side by side defeat
          * the hardware prefetcher (as quant_avx512.c's prefetch_next_rows; measured on a
          * 576 -> 49152 matrix streamed from memory, 8 tokens: 6.3 ms without, 2.2 ms with).
          * Block i's 136 bytes of them start in one of the three lines fetched here; the line
-         * holding their end, if a fourth, is the first of block i + 1's. */
+         * holding their end, if a fourth, is the first of block i + 1's (unrolled: the loop
+         * was 12 instructions of a ~120-instruction block). */
         const char *pf = (const char *)next + (size_t)i * 4 * sizeof(block_q8_0);
         _mm_prefetch(pf, _MM_HINT_T0);
         _mm_prefetch(pf + 64, _MM_HINT_T0);
         _mm_prefetch(pf + 128, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            __m512i wu = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[r][i].qs)), c80);
-            __m512 dw = _mm512_cvtph_ps(_mm256_set1_epi16((short)w[r][i].d));
+            __m512i wb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[r][i].qs));
+            __m512i neg = _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, c80, wb));
+            __m512 dw = _mm512_set1_ps(h2f(w[r][i].d));
 #pragma GCC unroll 4
             for (int p = 0; p < np; p++) {
-                const uint8_t *q = pk[p] + (size_t)i * GEMM_Q8_0_PACK_BLOCK;
-                __m512i lanes = _mm512_dpbusd_epi32(_mm512_load_si512(q + 128), wu, _mm512_load_si512(q));
+                const uint8_t *q = pk[p] + (size_t)i * 128;
+                __m512i lanes = _mm512_dpbusd_epi32(neg, _mm512_load_si512(q), wb);
                 __m512 s = _mm512_mul_ps(dw, _mm512_load_ps((const float *)(q + 64)));
                 acc[4 * r + p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), s, acc[4 * r + p]);
             }
@@ -87,7 +85,7 @@ AVX512 static inline __attribute__((always_inline)) void tile(int64_t nb, const 
 AVX512 void gemm_q8_0_rows(int64_t n_in, const void *w, size_t w_stride, int64_t r0, int64_t r1,
                            const uint8_t *packed, int64_t n_tok, float *y, int64_t n_out) {
     const int64_t nb = n_in / QK8_0, n_pairs = (n_tok + 1) / 2;
-    const size_t pair_bytes = (size_t)nb * GEMM_Q8_0_PACK_BLOCK;
+    const size_t pair_bytes = (size_t)nb * 128;
     for (int64_t pb = 0; pb < n_pairs; pb += TOKEN_PAIRS_PER_PASS) {
         int64_t pe = pb + TOKEN_PAIRS_PER_PASS < n_pairs ? pb + TOKEN_PAIRS_PER_PASS : n_pairs;
         for (int64_t r = r0; r < r1; r += 4) {

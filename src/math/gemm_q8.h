@@ -5,10 +5,8 @@
  * block, fused into 8 float lanes with d_w * d_x, folded at the end), so it equals bit for bit
  * what the vector path gives for that token alone: with Q8_0 weights a prompt's numbers do not
  * depend on the batch it is computed in. A 512-bit register holds two outputs: one weight row
- * against a pair of tokens, whose blocks are packed side by side by gemm_q8_0_pack with their
- * scales and -128 * (sum of each 4 levels), where each lane's dot starts (vpdpbusd multiplies
- * unsigned bytes, the weights + 128, by signed ones, the levels). Used for prompts and for the
- * decode steps of 2+ sequences.
+ * against a pair of tokens, whose blocks are packed side by side (x + 128, for vpdpbusd) with
+ * their scales by gemm_q8_0_pack. Used for prompts and for the decode steps of 2+ sequences.
  *
  *   gemm_q8_0_pack(xq, xq_stride, n_tok, n_in, packed);              // GEMM_Q8_0_PACKED_BYTES
  *   gemm_q8_0_rows(n_in, w, w_stride, r0, r1, packed, n_tok, y, n_out);  // rows [r0, r1)
@@ -21,9 +19,7 @@
 #include <stdint.h>
 
 /* Bytes of the packed activations of n_tok rows of n_in elements. */
-#define GEMM_Q8_0_PACKED_BYTES(n_tok, n_in) ((size_t)(((n_tok) + 1) / 2) * (size_t)((n_in) / 32) * GEMM_Q8_0_PACK_BLOCK)
-/* Bytes of one block of a token pair: levels, scales, and where each lane's dot starts. */
-#define GEMM_Q8_0_PACK_BLOCK 192
+#define GEMM_Q8_0_PACKED_BYTES(n_tok, n_in) ((size_t)(((n_tok) + 1) / 2) * (size_t)((n_in) / 32) * 128)
 
 /* Whether this CPU runs it (AVX-512 F/BW/VL/VNNI). */
 bool gemm_q8_0_supported(void);
