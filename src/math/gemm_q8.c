@@ -19,6 +19,7 @@
 #include "math/blocks.h"
 #include "math/kernels.h"
 #include "math/simd_avx2.h"
+#include "gguf/types.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -45,6 +46,39 @@ AVX512 void gemm_q8_0_pack(const void *xq, size_t xq_stride, int64_t n_tok, int6
             _mm512_store_si512(out, _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1));
             __m256 da = _mm256_set1_ps(h2f(a[i].d)), db = _mm256_set1_ps(b ? h2f(b[i].d) : 0.0f);
             _mm512_store_ps(out + 64, _mm512_insertf32x8(_mm512_castps256_ps512(da), db, 1));
+        }
+    }
+}
+
+AVX512 void gemm_q8_0_from_q45(int wtype, int64_t n_in, const void *w, size_t w_stride, int64_t n_rows, void *out) {
+    const int64_t nb = n_in / QK8_0;
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    block_q8_0 *o = out;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * w_stride;
+        for (int64_t i = 0; i < nb; i++, o++) {
+            const uint8_t *qs;
+            __m256i hi, off;
+            if (wtype == GGML_TYPE_Q5_0) {
+                const block_q5_0 *b = (const block_q5_0 *)row + i;
+                uint32_t qh;
+                memcpy(&qh, b->qh, 4);
+                qs = b->qs;
+                o->d = b->d;
+                /* bit j of qh is the fifth bit of element j */
+                hi = _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh), _mm256_set1_epi8(0x10));
+                off = _mm256_set1_epi8(16);
+            } else {
+                const block_q4_0 *b = (const block_q4_0 *)row + i;
+                qs = b->qs;
+                o->d = b->d;
+                hi = _mm256_setzero_si256();
+                off = _mm256_set1_epi8(8);
+            }
+            /* elements 0-15 in the low nibbles, 16-31 in the high ones */
+            __m128i q = _mm_loadu_si128((const __m128i *)qs);
+            __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+            _mm256_storeu_si256((__m256i *)o->qs, _mm256_sub_epi8(_mm256_or_si256(nib, hi), off));
         }
     }
 }
