@@ -29,8 +29,18 @@
 /* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
  * (64 KB per 1024 inputs) they stay in L2 together. */
 #define GEMM_CHUNK_ROWS 64
-/* Token pairs per work item when packing activations for it. */
+/* Q4_0 / Q5_0 batches of at least this many tokens (and fewer than MATMUL_BLAS_MIN_TOKENS) take
+ * the Q8_0 GEMM, their rows rewritten as Q8_0 chunk by chunk (gemm_q8_0_from_q45; the same
+ * numbers). Measured (kernels --small-batch --type q5_0, one thread, busy machine) on SmolLM2's
+ * Q5_0 576 x 576, vector path / GEMM: 4 tokens 39 / 38 us, 8 tokens 78 / 49, 16 tokens 155 / 75
+ * (the rewriting costs about what 4 tokens of the GEMM do). */
+#define GEMM_Q45_MIN_TOKENS 6
+/* Token pairs per work item when quantizing and packing activations for it. */
 #define PACK_CHUNK_PAIRS 16
+/* Activations of at most this many elements (n_tok x n_in) are quantized and packed for the
+ * GEMM by the calling thread alone: 16 tokens of 2048 take a few microseconds, about what a
+ * dispatch to the pool and its barrier cost. */
+#define PACK_SERIAL_MAX_ELEMS (16 * 2048)
 
 struct compute {
     struct pool *pool;
@@ -49,6 +59,9 @@ struct compute {
 };
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
+static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
 
 int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in) {
     *out = NULL;
@@ -260,32 +273,83 @@ static void vec_rows(void *job) {
     }
 }
 
+/* Tokens [t0, t1) (t0 even) quantized to Q8_0 in xq and packed for the GEMM. */
+static void quantize_pack(const struct matmul_job *j, int64_t t0, int64_t t1) {
+    uint8_t *xq = (uint8_t *)j->c->xq;
+    for (int64_t t = t0; t < t1; t++)
+        quant_from_float(GGML_TYPE_Q8_0, j->x + t * j->n_in, xq + (size_t)t * j->c->xq_stride, j->n_in);
+    gemm_q8_0_pack(xq + (size_t)t0 * j->c->xq_stride, j->c->xq_stride, t1 - t0, j->n_in,
+                   j->c->packed + GEMM_Q8_0_PACKED_BYTES(t0, j->n_in));
+}
+
 static void pack_pairs(void *job) {
     struct matmul_job *j = job;
     int64_t n_pairs = (j->n_tok + 1) / 2;
     for (int64_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) * PACK_CHUNK_PAIRS < n_pairs;) {
         int64_t t0 = 2 * k * PACK_CHUNK_PAIRS, t1 = t0 + 2 * PACK_CHUNK_PAIRS < j->n_tok ? t0 + 2 * PACK_CHUNK_PAIRS : j->n_tok;
-        gemm_q8_0_pack(j->xq + (size_t)t0 * j->xq_stride, j->xq_stride, t1 - t0, j->n_in,
-                       j->c->packed + GEMM_Q8_0_PACKED_BYTES(t0, j->n_in));
+        quantize_pack(j, t0, t1);
     }
 }
 
-static void gemm_q8_rows(void *job) {
+/* The GEMM's work items: chunk k of matrix m covers rows [r0, r1), a run of whole 4-row tiles
+ * (the matrix's tiles split as evenly as its chunk count allows). */
+static void gemm_chunk_rows(const struct matmul_job *j, int64_t chunk, int *m_out, int64_t *r0, int64_t *r1) {
+    int m = 0;
+    while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
+    const struct mat_desc *d = &j->mats[m];
+    int64_t n = (m + 1 < j->n_mats ? j->mats[m + 1].chunk0 : j->n_chunks) - d->chunk0, k = chunk - d->chunk0;
+    int64_t tiles = (d->n_out + 3) / 4;
+    *m_out = m;
+    *r0 = 4 * (tiles * k / n);
+    *r1 = 4 * (tiles * (k + 1) / n) < d->n_out ? 4 * (tiles * (k + 1) / n) : d->n_out;
+}
+
+/* The integer GEMMs' row chunks (Q8_0: gemm_q8.h on the packed activations; AVX-512 Q4_K with
+ * 4+ tokens: the 4 x 4 tiles of kquant_gemm_q4_K_rows, every output exactly the vector path's,
+ * MATMUL_REFERENCE's grouped order with dot_grouped). As vec_rows: a contiguous part of the
+ * chunks per thread first (one memory stream each; measured on SmolLM2's 576 -> 49152 Q8_0
+ * output matrix, 8 tokens, 2 threads: 1.14 ms against 1.59 with the chunks handed out in turn),
+ * then the chunks left in the others. */
+static void tile_rows(void *job) {
     struct matmul_job *j = job;
-    for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
-        int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
-        gemm_q8_0_rows(j->n_in, j->w, j->w_stride, r0, r1, j->c->packed, j->n_tok, j->y, j->n_out);
+    float *scratch = NULL; /* this thread's tile buffer (Q4_0 / Q5_0 rows as Q8_0) */
+    int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
+    if (first >= j->n_parts) first = 0;
+    for (int k = 0; k < j->n_parts; k++) {
+        struct part_counter *pc = &j->parts[(first + k) % j->n_parts];
+        for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&pc->next, 1, memory_order_relaxed)) < pc->end;) {
+            int m;
+            int64_t r0, r1;
+            gemm_chunk_rows(j, chunk, &m, &r0, &r1);
+            const struct mat_desc *d = &j->mats[m];
+            if (r0 >= r1) continue;
+            if (j->wtype == GGML_TYPE_Q8_0) {
+                gemm_q8_0_rows(j->n_in, d->w, j->w_stride, r0, r1, j->c->packed, j->n_tok, d->y, d->n_out);
+            } else if (j->wtype != GGML_TYPE_Q4_K) { /* Q4_0, Q5_0: the chunk as Q8_0 first */
+                if (!scratch) {
+                    int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
+                    ASSERT(slot < j->c->n_threads);
+                    scratch = j->c->tiles + (size_t)slot * j->c->tile_floats;
+                }
+                gemm_q8_0_from_q45(j->wtype, j->n_in, d->w + (size_t)r0 * j->w_stride, j->w_stride, r1 - r0, scratch);
+                gemm_q8_0_rows(j->n_in, scratch, ggml_row_size(GGML_TYPE_Q8_0, (uint64_t)j->n_in), 0, r1 - r0,
+                               j->c->packed, j->n_tok, d->y + r0, d->n_out);
+            } else {
+                kquant_gemm_q4_K_rows(j->n_in, d->w, j->w_stride, r0, r1, j->xq, j->xq_stride, j->n_tok, d->y,
+                                      d->n_out, j->dot_grouped != NULL);
+            }
+        }
     }
 }
 
-/* AVX-512 Q4_K with 4+ tokens: the 4 x 4 tiles of kquant_gemm_q4_K_rows, chunk by chunk (every
- * output exactly the vector path's). */
-static void gemm_q4_K_rows(void *job) {
-    struct matmul_job *j = job;
-    for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
-        int64_t r0 = chunk * j->chunk_rows, r1 = r0 + j->chunk_rows < j->n_out ? r0 + j->chunk_rows : j->n_out;
-        kquant_gemm_q4_K_rows(j->n_in, j->w, j->w_stride, r0, r1, j->xq, j->xq_stride, j->n_tok, j->y, j->n_out,
-                              j->dot_grouped != NULL);
+/* The parts of chunks [0, n_chunks): one contiguous run per thread (MAX_PARTS at most). */
+static void set_parts(struct compute *c, struct matmul_job *j) {
+    int parts = c->n_threads < MAX_PARTS ? c->n_threads : MAX_PARTS;
+    if (parts > j->n_chunks) parts = (int)j->n_chunks;
+    j->n_parts = parts;
+    for (int p = 0; p < parts; p++) {
+        atomic_store_explicit(&j->parts[p].next, j->n_chunks * p / parts, memory_order_relaxed);
+        j->parts[p].end = j->n_chunks * (p + 1) / parts;
     }
 }
 
@@ -330,17 +394,42 @@ static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
     return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
 }
 
-/* Chunks of whole 4-row tiles for the integer GEMMs, at least two per thread (a 192-row matrix
- * made 3 chunks of 64 on 2 threads), at most GEMM_CHUNK_ROWS rows. */
-static void gemm_chunks(struct matmul_job *j) {
-    j->chunk_rows = div_up(div_up(j->n_out, 2 * (int64_t)j->c->n_threads), 4) * 4;
-    if (j->chunk_rows > GEMM_CHUNK_ROWS) j->chunk_rows = GEMM_CHUNK_ROWS;
-    j->n_chunks = div_up(j->n_out, j->chunk_rows);
+/* Run tile_rows over the matrices j->mats[0, n_mats) (same n_in, one input, activations ready):
+ * one dispatch for all (a decode step's Q/K/V and gate/up: fewer barriers), in contiguous parts
+ * per thread. Each matrix is cut into a multiple of the thread count of chunks of whole 4-row
+ * tiles, at most GEMM_CHUNK_ROWS rows each (576 rows made 9 chunks of 64: on 2 threads one
+ * part had a chunk more). Chunks of 32 rows measured the same as 64 on Q8_0 decode steps. */
+static void tiles_dispatch(struct compute *c, struct matmul_job *j) {
+    j->n_chunks = 0;
+    for (int m = 0; m < j->n_mats; m++) {
+        int64_t n = div_up(div_up(j->mats[m].n_out, GEMM_CHUNK_ROWS), c->n_threads) * c->n_threads;
+        int64_t tiles = div_up(j->mats[m].n_out, 4);
+        j->mats[m].chunk0 = j->n_chunks;
+        j->n_chunks += n < tiles ? n : tiles;
+    }
+    set_parts(c, j);
+    if (j->n_parts <= 1) tile_rows(j);
+    else pool_run(c->pool, tile_rows, j);
+}
+
+/* The Q8_0 GEMM (Q4_0 / Q5_0 weights: rewritten as Q8_0 chunk by chunk): the activations
+ * quantized and packed once (by this thread alone when they are few), then tiles_dispatch. */
+static void gemm_q8_dispatch(struct compute *c, struct matmul_job *j) {
+    ASSERT(c->packed && (j->wtype == GGML_TYPE_Q8_0 || (c->tiles && gemm_q45(j->wtype))));
+    if (j->n_tok * j->n_in <= PACK_SERIAL_MAX_ELEMS || c->n_threads == 1) {
+        quantize_pack(j, 0, j->n_tok);
+    } else {
+        pool_run(c->pool, pack_pairs, j);
+        atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    }
+    tiles_dispatch(c, j);
 }
 
 /* The path matmul takes for MATMUL_AUTO (matmul_multi asks it too, so the two cannot drift). */
 static enum matmul_path auto_path(const struct compute *c, enum ggml_type wtype, int64_t n_tok) {
     if (wtype == GGML_TYPE_Q8_0 && c->packed && n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS) return MATMUL_GEMM_Q8;
+    if (gemm_q45(wtype) && c->packed && c->tiles && n_tok >= GEMM_Q45_MIN_TOKENS && n_tok < MATMUL_BLAS_MIN_TOKENS)
+        return MATMUL_GEMM_Q8;
     return n_tok < MATMUL_BLAS_MIN_TOKENS || matmul_vec_prompts(c->level, wtype) ? MATMUL_VEC : MATMUL_BLAS;
 }
 
@@ -386,14 +475,8 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
 /* Run the vector path's chunks [0, n_chunks) of j (chunk_rows, mats set) on the pool: one
  * contiguous part per thread (see struct part_counter). */
 static void vec_dispatch(struct compute *c, struct matmul_job *j) {
-    int parts = c->n_threads < MAX_PARTS ? c->n_threads : MAX_PARTS;
-    if (parts > j->n_chunks) parts = (int)j->n_chunks;
-    j->n_parts = parts;
-    for (int p = 0; p < parts; p++) {
-        atomic_store_explicit(&j->parts[p].next, j->n_chunks * p / parts, memory_order_relaxed);
-        j->parts[p].end = j->n_chunks * (p + 1) / parts;
-    }
-    if (parts <= 1) vec_rows(j);
+    set_parts(c, j);
+    if (j->n_parts <= 1) vec_rows(j);
     else pool_run(c->pool, vec_rows, j);
 }
 
@@ -419,12 +502,9 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     if (path == MATMUL_AUTO) path = auto_path(c, wtype, n_tok);
     if (path == MATMUL_GEMM_Q8) {
         /* integers on VNNI, each output exactly its vector-path value */
-        ASSERT(c->packed && wtype == GGML_TYPE_Q8_0);
-        quantize_all(&j);
-        pool_run(c->pool, pack_pairs, &j);
-        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-        gemm_chunks(&j);
-        pool_run(c->pool, gemm_q8_rows, &j);
+        j.n_mats = 1;
+        j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y};
+        gemm_q8_dispatch(c, &j);
         return;
     }
     if (path == MATMUL_BLAS_THREADED) {
@@ -466,16 +546,15 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
     } else {
         quantize_all(&j);
     }
+    j.n_mats = 1;
+    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0};
     if (q4_K_tiles(c, wtype, n_tok)) {
         /* vec_rows' numbers (MATMUL_REFERENCE: with its grouped order), weights and activations
          * shared by 4 x 4 tiles */
-        gemm_chunks(&j);
-        pool_run(c->pool, gemm_q4_K_rows, &j);
+        tiles_dispatch(c, &j);
         return;
     }
     j.chunk_rows = VEC_CHUNK_ROWS;
-    j.n_mats = 1;
-    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0};
     j.n_chunks = div_up(n_out, j.chunk_rows);
     vec_dispatch(c, &j);
 }
@@ -485,11 +564,13 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
     enum ggml_type xtype = quant_vec_dot_type(wtype);
-    /* The shared dispatch is the vector path with quantized activations; elsewhere (or where
-     * matmul would take another path) one matmul per matrix, which gives the same numbers. */
-    bool vec = n_tok < MATMUL_BLAS_MIN_TOKENS && xtype != GGML_TYPE_F32 &&
-               auto_path(c, wtype, n_tok) == MATMUL_VEC && !q4_K_tiles(c, wtype, n_tok);
-    if (!vec || n_mats == 1) {
+    /* The shared dispatches are the vector path with quantized activations, the Q4_K tiles and
+     * the Q8_0 GEMM; elsewhere (or where matmul would take another path) one matmul per matrix,
+     * which gives the same numbers. */
+    enum matmul_path path = auto_path(c, wtype, n_tok);
+    bool tiles = path == MATMUL_VEC && q4_K_tiles(c, wtype, n_tok);
+    bool vec = n_tok < MATMUL_BLAS_MIN_TOKENS && xtype != GGML_TYPE_F32 && path == MATMUL_VEC;
+    if ((!vec && !tiles && path != MATMUL_GEMM_Q8) || n_mats == 1) {
         for (int m = 0; m < n_mats; m++) matmul(c, wtype, mats[m].w, n_in, mats[m].n_out, x, n_tok, mats[m].y);
         return;
     }
@@ -498,6 +579,17 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     struct matmul_job j = {
         .c = c, .wtype = wtype, .xtype = xtype, .w_stride = w_stride, .n_in = n_in, .n_tok = n_tok, .x = x,
     };
+    if (path == MATMUL_GEMM_Q8 || tiles) {
+        j.n_mats = n_mats;
+        for (int m = 0; m < n_mats; m++) j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y};
+        if (tiles) {
+            quantize_all(&j);
+            tiles_dispatch(c, &j);
+        } else {
+            gemm_q8_dispatch(c, &j);
+        }
+        return;
+    }
     vec_kernels(&j, MATMUL_VEC);
     quantize_all(&j);
     j.chunk_rows = VEC_CHUNK_ROWS;

@@ -23,7 +23,10 @@
  *       up to 1 KB) four weight rows share each activation load. A token's result does not depend on the batch it is in,
  *       nor on the thread count: every output is exactly its single-row vec_dot.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
- *       gemm_q8.h, every output exactly its vector-path value.
+ *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
+ *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
+ *       chunk (the same levels and scales: quant.c dots them in Q8_0's order). The rows are
+ *       split into one contiguous part per thread, as on the vector path.
  *   Q4_K and Q6_K weights, AVX-512 VNNI: the vector path at every batch size (kquant_avx512.c:
  *       Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its 4-token kernel), every
  *       output exactly the scalar vec_dot.
@@ -102,8 +105,9 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
 
 /* Several matrices with the same input: mats[m].y = W_m . x for each m, exactly as n_mats matmul
  * calls give them (same n_in and weight type for all; each y n_tok x n_out, none overlapping x).
- * On the vector path they share one quantization of x and one dispatch to the threads (a
- * decode step's Q/K/V and gate/up: fewer barriers); elsewhere it is n_mats matmul calls. */
+ * On the vector path and the Q8_0 GEMM they share one quantization of x and one dispatch to the
+ * threads (a decode step's Q/K/V and gate/up: fewer barriers); elsewhere it is n_mats matmul
+ * calls. */
 #define MATMUL_MULTI_MAX 4
 struct matmul_out {
     const void *w;

@@ -5,6 +5,12 @@
  * batch size where sgemm overtakes the vector kernels.
  *
  *   build/bench/kernels [--threads N] [--quick]
+ *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k]
+ *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
+ *       (576x576, 576x192, 576x1536, 1536x576, 576x49152), weights cycled through enough copies
+ *       (about 64 MB per shape) that they come from L3 or memory as a model's layers do; prints
+ *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
+ *       --threads 1) and int8 GMAC/s.
  */
 #include "math/matmul.h"
 #include "math/quant.h"
@@ -71,13 +77,71 @@ static float *random_floats(int64_t n, unsigned seed) {
     return x;
 }
 
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* --small-batch: see the top of the file. */
+static int small_batch(int n_threads, enum ggml_type ty) {
+    static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}};
+    static const int toks[] = {1, 2, 4, 8, 16};
+    struct compute *c;
+    if (compute_create(&c, n_threads, 512, 1536) < 0) return 1;
+    float *x = random_floats((int64_t)16 * 1536, 2);
+    float *y = malloc(sizeof(float) * 16 * 49152);
+    printf("small batches, %s, %d threads: us per matmul, best wall / best CPU (all threads), GMAC/s of CPU\n",
+           ggml_type_info(ty)->name, n_threads);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int n_in = shapes[s][0], n_out = shapes[s][1];
+        size_t bytes = ggml_row_size(ty, (uint64_t)n_in) * (size_t)n_out;
+        int copies = (int)(((size_t)64 << 20) / bytes) + 1;
+        float *wf = random_floats((int64_t)n_in * n_out, 1 + (unsigned)s);
+        uint8_t *w = malloc(bytes * (size_t)copies);
+        if (!w || !wf || !x || !y) return 1;
+        quant_from_float(ty, wf, w, (int64_t)n_in * n_out);
+        for (int i = 1; i < copies; i++) memcpy(w + bytes * i, w, bytes);
+        free(wf);
+        printf("  %5dx%-5d", n_in, n_out);
+        for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {
+            int n_tok = toks[k];
+            double best = 1e9, best_cpu = 1e9;
+            for (int rep = 0; rep < 5; rep++) {
+                double t0 = now(), c0 = cpu_now();
+                for (int i = 0; i < copies; i++) matmul(c, ty, w + bytes * i, n_in, n_out, x, n_tok, y);
+                double dt = (now() - t0) / copies, dc = (cpu_now() - c0) / copies;
+                if (dt < best) best = dt;
+                if (dc < best_cpu) best_cpu = dc;
+            }
+            printf("  %d: %.1f/%.1f %.0f", n_tok, best * 1e6, best_cpu * 1e6,
+                   (double)n_in * n_out * n_tok / best_cpu / 1e9);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w);
+    }
+    free(x);
+    free(y);
+    compute_destroy(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int quick = 0;
+    int quick = 0, small = 0;
+    enum ggml_type small_type = GGML_TYPE_Q8_0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--small-batch")) small = 1;
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
+            const char *t = argv[++i];
+            small_type = !strcmp(t, "q4_k") ? GGML_TYPE_Q4_K : !strcmp(t, "q6_k") ? GGML_TYPE_Q6_K
+                       : !strcmp(t, "q5_0") ? GGML_TYPE_Q5_0 : GGML_TYPE_Q8_0;
+        }
     }
+    if (small) return small_batch(n_threads, small_type);
     const char *core = getenv("OPENBLAS_CORETYPE");
     double load = -1;
     FILE *la = fopen("/proc/loadavg", "r");

@@ -232,39 +232,45 @@ TEST(matmul_vector_path_equals_single_dots) {
     }
 }
 
-/* With AVX-512 VNNI, Q8_0 batches of MATMUL_GEMM_Q8_MIN_TOKENS and more take the integer GEMM:
- * every output exactly the single-token vec_dot (odd token counts, 1-3 pairs and more (tiles of
- * 1, 2 and 4 pairs), row counts not a multiple of
- * the 4-row tile, token counts over one pass of the tile loop; 1 to 3 threads). */
+/* With AVX-512 VNNI, Q8_0 batches of MATMUL_GEMM_Q8_MIN_TOKENS and more take the integer GEMM,
+ * and so do Q4_0 and Q5_0 batches below MATMUL_BLAS_MIN_TOKENS (rows rewritten as Q8_0): every
+ * output exactly the single-token vec_dot (odd token counts, 1-3 pairs and more (tiles of 1, 2
+ * and 4 pairs), row counts not a multiple of the 4-row tile nor of a thread's chunks, token
+ * counts over one pass of the tile loop; 1 to 3 threads). */
 TEST(matmul_q8_0_gemm_equals_single_dots) {
     if (!simd_level_supported(SIMD_AVX512)) SKIP("no AVX-512 VNNI: Q8_0 batches take sgemm");
     enum { N_IN = 256, N_OUT = 133, MAX_TOK = 75 };
+    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0};
     static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
     static uint8_t w[N_OUT * N_IN * 2], xq[MAX_TOK][N_IN * 2];
     for (int i = 0; i < N_IN * N_OUT; i++) wf[i] = nrand();
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 3);
-    size_t row = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
-    quant_from_float(GGML_TYPE_Q8_0, wf, w, (int64_t)N_IN * N_OUT);
     for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(GGML_TYPE_Q8_0, x + tk * N_IN, xq[tk], N_IN);
-    for (int nt = 1; nt <= 3; nt++) {
-        struct compute *c;
-        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
-        const int n_toks[] = {MATMUL_GEMM_Q8_MIN_TOKENS, MATMUL_GEMM_Q8_MIN_TOKENS + 1, 4, 5, 6, 9, MATMUL_BLAS_MIN_TOKENS,
-                              MATMUL_BLAS_MIN_TOKENS + 1, 75};
-        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
-            int n_tok = n_toks[ti];
-            matmul(c, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, n_tok, y);
-            for (int tk = 0; tk < n_tok; tk++)
-                for (int o = 0; o < N_OUT; o++) {
-                    float want = quant_vec_dot(GGML_TYPE_Q8_0, N_IN, w + row * (size_t)o, xq[tk]);
-                    if (y[tk * N_OUT + o] != want) {
-                        fprintf(stderr, "  threads %d n_tok %d y[%d][%d] = %.9g, vec_dot %.9g\n", nt, n_tok, tk, o,
-                                y[tk * N_OUT + o], want);
-                        CHECK(!"Q8_0 GEMM differs from vec_dot");
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        enum ggml_type ty = types[k];
+        size_t row = ggml_row_size(ty, N_IN);
+        quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+        for (int nt = 1; nt <= 3; nt++) {
+            struct compute *c;
+            CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+            const int n_toks[] = {MATMUL_GEMM_Q8_MIN_TOKENS, MATMUL_GEMM_Q8_MIN_TOKENS + 1, 4, 5, 6, 9,
+                                  MATMUL_BLAS_MIN_TOKENS - 1, MATMUL_BLAS_MIN_TOKENS, MATMUL_BLAS_MIN_TOKENS + 1, 75};
+            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+                int n_tok = n_toks[ti];
+                if (ty != GGML_TYPE_Q8_0 && n_tok >= MATMUL_BLAS_MIN_TOKENS) continue; /* sgemm's numbers */
+                matmul(c, ty, w, N_IN, N_OUT, x, n_tok, y);
+                for (int tk = 0; tk < n_tok; tk++)
+                    for (int o = 0; o < N_OUT; o++) {
+                        float want = quant_vec_dot(ty, N_IN, w + row * (size_t)o, xq[tk]);
+                        if (y[tk * N_OUT + o] != want) {
+                            fprintf(stderr, "  %s threads %d n_tok %d y[%d][%d] = %.9g, vec_dot %.9g\n",
+                                    ggml_type_info(ty)->name, nt, n_tok, tk, o, y[tk * N_OUT + o], want);
+                            CHECK(!"integer GEMM differs from vec_dot");
+                        }
                     }
-                }
+            }
+            compute_destroy(c);
         }
-        compute_destroy(c);
     }
 }
 
