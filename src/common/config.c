@@ -29,7 +29,7 @@ const struct config_setting config_settings[] = {
      "most tokens per step (decode tokens + prompt chunks)"},
     {"max-step-ms", 0, CONFIG_INT, F(max_step_ms), "100", 1, 600000, NULL,
      "step time target while requests wait: prompt chunks shrink to stay under it"},
-    {"solo-step-ms", 0, CONFIG_INT, F(solo_step_ms), "150", 0, 600000, NULL,
+    {"solo-step-ms", 0, CONFIG_INT, F(solo_step_ms), "100", 0, 600000, NULL,
      "step time target of a prompt read alone (at least max-step-ms; 0: the whole batch-tokens): "
      "a request arriving meanwhile waits at most about solo-step-ms + max-step-ms for its first token"},
     {"max-queue", 0, CONFIG_INT, F(max_queue), "64", 1, 1000000, NULL,
