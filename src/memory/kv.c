@@ -10,6 +10,8 @@
 struct memory_snapshot {
     int64_t n;          /* cells saved */
     int32_t *pos;       /* [n] */
+    int64_t *cell;      /* [n] the cell each came from, and that cell's life then: a cell that */
+    uint32_t *life;     /* [n] lives on (shared with others) is taken back without a copy */
     uint16_t *k;        /* [n_layer][n][n_embd_k] */
     uint16_t *v;        /* [n_layer][n][n_embd_v] */
 };
@@ -44,6 +46,7 @@ static void cell_drop_seq(struct kv_memory *kv, int64_t c, int32_t seq) {
     kv->seq_n_cells[seq]--;
     if (cell_empty(kv, c)) {
         kv->pos[c] = -1;
+        kv->life[c]++; /* its contents die: snapshots that point here must copy */
         kv->n_used--;
         if (c < kv->head) kv->head = c;
     }
@@ -156,7 +159,7 @@ static int64_t kv_seq_cells_own(const struct memory *m, int32_t seq) {
 
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
     size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
-    return kvb + (size_t)n_cells * (2 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
+    return kvb + (size_t)n_cells * (3 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
            (size_t)n_seq_max * (sizeof(int32_t) + sizeof(int64_t));
 }
 
@@ -185,6 +188,8 @@ void kv_seq_keep(struct kv_memory *kv, int32_t seq) {
 static void snapshot_free(struct memory_snapshot *s) {
     if (!s) return;
     free(s->pos);
+    free(s->cell);
+    free(s->life);
     free(s->k);
     free(s->v);
     free(s);
@@ -199,11 +204,13 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     if (!s) return -ERR_NOMEM;
     s->n = n;
     s->pos = malloc((size_t)(n ? n : 1) * sizeof *s->pos);
+    s->cell = malloc((size_t)(n ? n : 1) * sizeof *s->cell);
+    s->life = malloc((size_t)(n ? n : 1) * sizeof *s->life);
     size_t nk = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_k;
     size_t nv = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_v;
     s->k = malloc((nk ? nk : 1) * sizeof *s->k);
     s->v = malloc((nv ? nv : 1) * sizeof *s->v);
-    if (!s->pos || !s->k || !s->v) {
+    if (!s->pos || !s->cell || !s->life || !s->k || !s->v) {
         snapshot_free(s);
         return -ERR_NOMEM;
     }
@@ -211,6 +218,8 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     for (int64_t c = 0; c < kv->n_cells; c++) {
         if (kv->pos[c] < 0 || !kv_cell_has_seq(kv, c, seq)) continue;
         s->pos[i] = kv->pos[c];
+        s->cell[i] = c;
+        s->life[i] = kv->life[c];
         for (int32_t l = 0; l < sh->n_layer; l++) {
             memcpy(s->k + ((size_t)l * n + i) * sh->n_embd_k, kv_k_row(kv, l, c), sh->n_embd_k * sizeof(uint16_t));
             memcpy(s->v + ((size_t)l * n + i) * sh->n_embd_v, kv_v_row(kv, l, c), sh->n_embd_v * sizeof(uint16_t));
@@ -222,13 +231,32 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     return 0;
 }
 
+/* Can saved cell i be taken back as it is: the same cell, alive since the save (so the same
+ * K/V: a cell's rows never change while it lives), at the same position, not yet seq's? Then
+ * restoring only adds seq to it, as the sharing was before (n > 1 choices of one prompt). */
+static bool snapshot_cell_lives(const struct kv_memory *kv, const struct memory_snapshot *s, int64_t i, int32_t seq) {
+    int64_t c = s->cell[i];
+    return c < kv->n_cells && kv->life[c] == s->life[i] && kv->pos[c] == s->pos[i] && !kv_cell_has_seq(kv, c, seq);
+}
+
+static int64_t kv_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    const struct kv_memory *kv = kv_of_c(m);
+    int64_t fresh = 0;
+    for (int64_t i = 0; i < s->n; i++) fresh += !snapshot_cell_lives(kv, s, i, seq);
+    return fresh;
+}
+
 static int kv_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) {
     struct kv_memory *kv = kv_of(m);
     if (!seq_ok(kv, seq)) return -ERR_INVAL;
     if (kv->seq_n_cells[seq] > 0) return -ERR_STATE;  /* restore into an empty sequence only */
-    if (s->n > kv->n_cells - kv->n_used) return -ERR_NOMEM;
+    if (kv_restore_cells_needed(m, seq, s) > kv->n_cells - kv->n_used) return -ERR_NOMEM;
     const struct kv_shape *sh = &kv->shape;
     for (int64_t i = 0; i < s->n; i++) {
+        if (snapshot_cell_lives(kv, s, i, seq)) {
+            cell_add_seq(kv, s->cell[i], seq, s->pos[i]);
+            continue;
+        }
         int64_t c = take_free_cell(kv);
         cell_add_seq(kv, c, seq, s->pos[i]);
         for (int32_t l = 0; l < sh->n_layer; l++) {
@@ -242,6 +270,7 @@ static int kv_seq_restore(struct memory *m, int32_t seq, const struct memory_sna
 static void kv_destroy(struct memory *m) {
     struct kv_memory *kv = kv_of(m);
     free(kv->pos);
+    free(kv->life);
     free(kv->seqs);
     free(kv->seq_pos_max);
     free(kv->seq_n_cells);
@@ -265,6 +294,7 @@ static const struct memory_ops kv_ops = {
     .usage = kv_usage,
     .seq_save = kv_seq_save,
     .seq_restore = kv_seq_restore,
+    .restore_cells_needed = kv_restore_cells_needed,
     .snapshot_free = snapshot_free,
     .destroy = kv_destroy,
 };
@@ -286,11 +316,12 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
     kv->n_cells = n_cells;
     kv->n_words = (n_seq_max + 63) / 64;
     kv->pos = malloc((size_t)n_cells * sizeof *kv->pos);
+    kv->life = calloc((size_t)n_cells, sizeof *kv->life);
     kv->seqs = calloc((size_t)n_cells * (size_t)kv->n_words, sizeof *kv->seqs);
     kv->seq_pos_max = malloc((size_t)n_seq_max * sizeof *kv->seq_pos_max);
     kv->seq_n_cells = calloc((size_t)n_seq_max, sizeof *kv->seq_n_cells);
     kv->placed = calloc((size_t)n_cells, sizeof *kv->placed);
-    bool ok = kv->pos && kv->seqs && kv->seq_pos_max && kv->seq_n_cells && kv->placed;
+    bool ok = kv->pos && kv->life && kv->seqs && kv->seq_pos_max && kv->seq_n_cells && kv->placed;
     if (ok && sh.n_layer > 0) {
         /* calloc: a cell's K/V is written before it is ever visible, but zeros keep save/restore
          * of a never-forwarded (bookkeeping-style) cell deterministic. */

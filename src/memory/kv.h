@@ -22,6 +22,11 @@
  * entry's position greater than every position its sequence already holds (remove with seq_rm
  * before re-evaluating positions). Full pool: -ERR_NOMEM, nothing changed.
  *
+ * Preemption: memory_seq_save copies every cell of the sequence to the host; memory_seq_restore
+ * puts back, without copying, the cells that still live shared with other sequences (a choice of
+ * an n > 1 request shares its prompt's cells with its siblings: it shares them again after its
+ * resume) and copies the rest into free cells; memory_restore_cells_needed says how many.
+ *
  * Ownership: everything is allocated once by kv_memory_create (sized from the shape, see
  * memory_usage().bytes to log it) and freed by memory_destroy. Nothing allocates afterwards
  * except memory_seq_save (the snapshot, owned by the caller until memory_snapshot_free).
@@ -56,6 +61,7 @@ struct kv_memory {
     int64_t n_cells;
     int32_t n_words;            /* uint64_t words of one cell's sequence set */
     int32_t *pos;               /* [n_cells] position, -1 when free */
+    uint32_t *life;             /* [n_cells] how many times the cell was freed (snapshots' test of "the same rows") */
     uint64_t *seqs;             /* [n_cells * n_words] sequence set of each cell */
     int64_t n_used;             /* cells holding at least one sequence */
     int64_t head;               /* where the next free-cell search starts */

@@ -59,7 +59,7 @@ struct memory_ops {
     int64_t (*seq_cells)(const struct memory *m, int32_t seq);
     void (*usage)(const struct memory *m, struct memory_usage *u);
     /* Copy seq's memory to host memory (the caller then seq_rm's it to free the cells), and put it
-     * back later (needs as many free cells as it holds: -ERR_NOMEM otherwise, nothing changed). */
+     * back later (needs restore_cells_needed free cells: -ERR_NOMEM otherwise, nothing changed). */
     int (*seq_save)(struct memory *m, int32_t seq, struct memory_snapshot **out);
     int (*seq_restore)(struct memory *m, int32_t seq, const struct memory_snapshot *s);
     void (*snapshot_free)(struct memory_snapshot *s);
@@ -67,6 +67,9 @@ struct memory_ops {
     /* Cells seq alone holds: what removing the whole sequence would free (0 when every cell it
      * holds is shared with another sequence). */
     int64_t (*seq_cells_own)(const struct memory *m, int32_t seq);
+    /* Free cells seq_restore of s into seq needs now (fewer than s holds when some of its cells
+     * are still there, shared with other sequences, and are taken back as they are). */
+    int64_t (*restore_cells_needed)(const struct memory *m, int32_t seq, const struct memory_snapshot *s);
 };
 
 /* Every implementation embeds this first. */
@@ -86,6 +89,7 @@ static inline void memory_usage(const struct memory *m, struct memory_usage *u) 
 static inline int memory_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **out) { return m->ops->seq_save(m, seq, out); }
 static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->seq_restore(m, seq, s); }
 static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot *s) { m->ops->snapshot_free(s); }
+static inline int64_t memory_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->restore_cells_needed(m, seq, s); }
 static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
 
 #endif

@@ -152,6 +152,11 @@ static int rm_seq_restore(struct memory *m, int32_t seq, const struct memory_sna
     return 0;
 }
 
+static int64_t rm_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    (void)m, (void)seq;
+    return s->pos_max >= 0 ? 1 : 0; /* a state is never shared: always one copy */
+}
+
 static void rm_snapshot_free(struct memory_snapshot *s) {
     free(s);
 }
@@ -180,6 +185,7 @@ static const struct memory_ops recurrent_ops = {
     .usage = rm_usage,
     .seq_save = rm_seq_save,
     .seq_restore = rm_seq_restore,
+    .restore_cells_needed = rm_restore_cells_needed,
     .snapshot_free = rm_snapshot_free,
     .destroy = rm_destroy,
 };

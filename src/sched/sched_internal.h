@@ -33,7 +33,6 @@ struct seq {
     bool in_memory;         /* LIVE: false while preempted or waiting for the fork */
     bool forking;           /* LIVE: a choice > 0 waiting for its prompt's first logits */
     struct memory_snapshot *snap; /* preempted with a host copy */
-    int64_t snap_cells;
     int64_t last_served;    /* step number; -1 never */
     int64_t serial;         /* admission order: ties are broken by it (determinism) */
     uint64_t lru;           /* CACHE: last use */
@@ -87,7 +86,6 @@ struct step_sample {
 struct step_save {
     int32_t seq;
     bool sliced;            /* a time-slice preemption rather than memory pressure */
-    int64_t cells;
     struct memory_snapshot *snap;
     int err;
 };

@@ -79,7 +79,12 @@ static bool resume_one(struct sched *s, int32_t id) {
         /* room for the snapshot, then, restored (so that the memory knows what the sequence
          * holds: a recurrent state needs nothing more), for the rest of its tokens; what others
          * still need counts, not its own forking choices (they fall back to recomputing) */
-        if (!sched_cache_make_room(s, q->snap_cells)) return false;
+        /* cells it shared with others and that still live are taken back without a copy; a
+         * cache eviction may free some of them, and then it needs more: until that settles */
+        for (int64_t need = -1, now; (now = memory_restore_cells_needed(s->mem, id, q->snap)) != need;) {
+            need = now;
+            if (!sched_cache_make_room(s, need)) return false;
+        }
         if (memory_seq_restore(s->mem, id, q->snap) != 0) return false;
         if (!sched_cache_make_room(s, memory_cells_needed(s->mem, id, q->n_tokens - q->n_past))) {
             int rc = memory_seq_rm(s->mem, id, 0, -1);
@@ -281,7 +286,7 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
 
 /* The live sequence holding the most cells (ties: the latest admitted); -1 when fewer than two
  * live sequences hold memory (preempting the only one is useless). */
-static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
+static int32_t preempt_victim(const struct sched *s) {
     int32_t victim = -1, holders = 0;
     int64_t most = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
@@ -294,7 +299,6 @@ static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
             victim = i;
         }
     }
-    *cells_out = most;
     return holders < 2 ? -1 : victim;
 }
 
@@ -302,7 +306,7 @@ static int32_t preempt_victim(const struct sched *s, int64_t *cells_out) {
  * only memory, the live sequence that has held its memory longest, if for timeslice_steps at
  * least (ties: the earliest admitted); -1 otherwise. Only for a memory whose sequences never grow
  * (memory_ops.fixed_seq_cells): elsewhere memory pressure preempts, and a save is costly. */
-static int32_t timeslice_victim(const struct sched *s, int64_t *cells_out) {
+static int32_t timeslice_victim(const struct sched *s) {
     if (!s->mem->ops->fixed_seq_cells || s->cfg.timeslice_steps <= 0) return -1;
     int64_t now = s->step.number, slice = s->cfg.timeslice_steps;
     int32_t wid;
@@ -321,16 +325,14 @@ static int32_t timeslice_victim(const struct sched *s, int64_t *cells_out) {
         if (!v || q->held_since < v->held_since || (q->held_since == v->held_since && q->serial < v->serial))
             victim = i;
     }
-    if (victim >= 0) *cells_out = memory_seq_cells(s->mem, victim);
     return victim;
 }
 
 /* Take a live sequence out of memory until it can resume: with its host snapshot, or (snap NULL)
  * to recompute everything on resume, sharing what it can then. sliced: a time-slice preemption. */
-static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, int64_t cells, bool sliced) {
+static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, bool sliced) {
     struct seq *q = &s->seqs[id];
     q->snap = snap;
-    q->snap_cells = cells;
     q->wait_since = s->step.number;
     q->sliced = sliced;
     if (!snap) q->n_past = 0;
@@ -402,9 +404,9 @@ static void readmit(struct sched *s, double now_ms) {
 }
 
 /* The step saves the victim on the worker (before its forward, if it has a batch). */
-static void save_in_step(struct sched *s, int32_t victim, int64_t cells, bool sliced) {
+static void save_in_step(struct sched *s, int32_t victim, bool sliced) {
     s->step.has_save = true;
-    s->step.save = (struct step_save){.seq = victim, .sliced = sliced, .cells = cells, .err = -ERR_CANCELLED};
+    s->step.save = (struct step_save){.seq = victim, .sliced = sliced, .err = -ERR_CANCELLED};
 }
 
 /* Empty the batch: the step only saves. */
@@ -421,11 +423,10 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
     struct sched_step *st = &s->step;
     st->has_save = false;
     st->number++;
-    int64_t slice_cells;
-    int32_t slice_victim = timeslice_victim(s, &slice_cells);
+    int32_t slice_victim = timeslice_victim(s);
     /* the victim is saved in this step, beside the batch of the others; its state is freed when
      * the step completes, and the waiter takes it in the next one */
-    if (slice_victim >= 0) save_in_step(s, slice_victim, slice_cells, true);
+    if (slice_victim >= 0) save_in_step(s, slice_victim, true);
     collect(s);
     int32_t prompt_cap, chunk_cap;
     budget(s, &prompt_cap, &chunk_cap);
@@ -454,17 +455,16 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             clear_batch(st);
             break;
         }
-        int64_t cells;
-        int32_t victim = preempt_victim(s, &cells);
+        int32_t victim = preempt_victim(s);
         if (victim >= 0 && s->cfg.preempt_recompute) {
-            preempt(s, victim, NULL, 0, false);
+            preempt(s, victim, NULL, false);
             prompt_cap = full_prompt_cap;
             collect(s);
             continue;
         }
         if (victim >= 0) { /* this step only saves the victim; the next one runs the batch */
             clear_batch(st);
-            save_in_step(s, victim, cells, false);
+            save_in_step(s, victim, false);
             break;
         }
         /* One sequence holds the whole memory and needs more: it has reached its limit. */
@@ -613,7 +613,7 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
         st->completed_ms = now_ms;
         learn(s, st, now_ms);
         if (st->has_save) /* a failed save falls back to recomputing */
-            preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.cells, st->save.sliced);
+            preempt(s, st->save.seq, st->save.err == 0 ? st->save.snap : NULL, st->save.sliced);
         if (st->err) {
             s->in_callbacks++;
             fail_batch(s, st->err);

@@ -207,6 +207,92 @@ TEST(kv_many_sequences_use_several_bitset_words) {
     memory_destroy(m);
 }
 
+/* Stand in for the forward pass: rows of the last reserved batch derived from (layer, position). */
+static void write_rows(struct kv_memory *kv, const struct batch *b) {
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        for (int l = 0; l < kv->shape.n_layer; l++) {
+            int32_t c = kv_batch_cell(kv, i);
+            for (int e = 0; e < kv->shape.n_embd_k; e++) kv_k_row(kv, l, c)[e] = (uint16_t)(1000 * l + 10 * b->pos[i] + e);
+            for (int e = 0; e < kv->shape.n_embd_v; e++) kv_v_row(kv, l, c)[e] = (uint16_t)(5000 + 1000 * l + 10 * b->pos[i] + e);
+        }
+}
+
+/* Every cell seq sees holds the rows write_rows gave its position; returns how many it sees. */
+static int64_t check_rows(struct kv_memory *kv, int32_t seq, int *bad) {
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (!kv_cell_visible(kv, c, seq, 1 << 20)) continue;
+        n++;
+        int32_t p = kv->pos[c];
+        for (int l = 0; l < kv->shape.n_layer; l++) {
+            for (int e = 0; e < kv->shape.n_embd_k; e++) *bad += kv_k_row(kv, l, c)[e] != 1000 * l + 10 * p + e;
+            for (int e = 0; e < kv->shape.n_embd_v; e++) *bad += kv_v_row(kv, l, c)[e] != 5000 + 1000 * l + 10 * p + e;
+        }
+    }
+    return n;
+}
+
+/* A choice of an n > 1 request shares its prompt's cells with its siblings: preempted (saved,
+ * removed) and restored, it shares them again instead of holding copies; cells that died
+ * meanwhile (the sibling ended) are copied back from the snapshot. */
+TEST(kv_restore_shares_again_the_cells_still_shared) {
+    struct kv_shape sh = {.n_layer = 2, .n_embd_k = 4, .n_embd_v = 6};
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, &sh, 32, 4), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 32), 0);
+    add_run(&b, 0, 0, 8); /* the prompt */
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    write_rows(kv, &b);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, -1), 0); /* choice 1 shares it */
+    batch_clear(&b);
+    add_run(&b, 0, 8, 3);
+    add_run(&b, 1, 8, 5);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    write_rows(kv, &b);
+    struct memory_usage u;
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 8 + 3 + 5);
+
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(m, 1, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 0, -1), 0);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 8 + 3);
+    CHECK_EQ_INT(memory_restore_cells_needed(m, 1, snap), 5); /* only its own tokens */
+    CHECK_EQ_INT(memory_seq_restore(m, 1, snap), 0);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 8 + 3 + 5);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 13);
+    CHECK_EQ_INT(memory_seq_cells_own(m, 1), 5);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 1), 12);
+    int bad = 0;
+    CHECK_EQ_INT(check_rows(kv, 1, &bad), 13);
+    CHECK_EQ_INT(bad, 0);
+
+    /* The sibling ends while 1 is out, and another sequence reuses its cells: all 13 are copied. */
+    memory_snapshot_free(m, snap);
+    CHECK_EQ_INT(memory_seq_save(m, 1, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    batch_clear(&b);
+    add_run(&b, 2, 0, 11);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    write_rows(kv, &b); /* the same positions, and the same rows: only the cells' lives tell */
+    CHECK_EQ_INT(memory_restore_cells_needed(m, 1, snap), 13);
+    CHECK_EQ_INT(memory_seq_restore(m, 1, snap), 0);
+    memory_usage(m, &u);
+    CHECK_EQ_INT(u.cells_used, 11 + 13);
+    CHECK_EQ_INT(memory_seq_cells_own(m, 1), 13);
+    bad = 0;
+    CHECK_EQ_INT(check_rows(kv, 1, &bad), 13);
+    CHECK_EQ_INT(bad, 0);
+    memory_snapshot_free(m, snap);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
 TEST(kv_save_restore_round_trip_keeps_positions_and_rows) {
     struct kv_shape sh = {.n_layer = 2, .n_embd_k = 4, .n_embd_v = 6};
     struct memory *m;

@@ -149,6 +149,11 @@ static int fm_restore(struct memory *m, int32_t seq, const struct memory_snapsho
     return 0;
 }
 
+static int64_t fm_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    (void)m, (void)seq;
+    return s->n; /* this fake copies every cell back */
+}
+
 static void fm_snapshot_free(struct memory_snapshot *s) {
     free(s->pos);
     free(s->token);
@@ -162,10 +167,10 @@ static void fm_destroy(struct memory *m) {
 
 static const struct memory_ops fm_ops_partial = {
     "kv", true, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
-    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own};
+    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed};
 static const struct memory_ops fm_ops_whole = {
     "whole-only", false, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
-    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own};
+    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed};
 
 struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool partial_removal) {
     ASSERT(n_seq_max <= 64);
@@ -291,6 +296,11 @@ static int fr_restore(struct memory *m, int32_t seq, const struct memory_snapsho
     return 0;
 }
 
+static int64_t fr_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) {
+    (void)m, (void)seq, (void)s;
+    return 1;
+}
+
 static void fr_snapshot_free(struct memory_snapshot *s) { free(s); }
 
 static void fr_destroy(struct memory *m) {
@@ -300,7 +310,7 @@ static void fr_destroy(struct memory *m) {
 
 static const struct memory_ops fr_ops = {
     "recurrent", false, true, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
-    fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy, fr_seq_cells};
+    fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy, fr_seq_cells, fr_restore_cells_needed};
 
 struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max) {
     ASSERT(n_seq_max <= 64);

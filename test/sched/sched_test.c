@@ -5,6 +5,7 @@
 #include "common/err.h"
 #include "sched/fake.h"
 #include "sched/step_cost.h"
+#include "memory/kv.h"
 #include "test.h"
 
 #include <math.h>
@@ -1255,6 +1256,63 @@ TEST(sched_preemption_saves_on_the_worker_in_a_save_only_step) {
     CHECK(same_output(&alone, &a, 0));
     CHECK_EQ_INT(run_alone(&qb, &alone), 0);
     CHECK(same_output(&alone, &b, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* Cells of the KV memory held by two sequences or more. */
+static int64_t shared_cells(struct memory *m) {
+    struct kv_memory *kv = kv_from_memory(m);
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        int holders = 0;
+        for (int32_t w = 0; w < kv->n_words; w++) holders += __builtin_popcountll(kv->seqs[c * kv->n_words + w]);
+        n += holders >= 2;
+    }
+    return n;
+}
+
+/* A choice of an n = 2 request is preempted (saved) while its sibling and another request run;
+ * when the other request ends it comes back beside its sibling sharing the prompt's cells again
+ * (restored without copies, so it also needs only room for its own tokens to resume). */
+TEST(sched_preempted_choice_shares_its_prompt_again_after_resuming) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 70, 4, MEM_KV, NULL), 0);
+    int32_t pa[20], pb[4];
+    struct recorder a, b;
+    struct sched_request qa = prompt_request(pa, 20, 30, 40), qb = prompt_request(pb, 4, 31, 20);
+    qa.n_choices = 2;
+    qa.cache_prompt = qb.cache_prompt = false;
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    int64_t preemptions = 0, shared_after_resume = -1;
+    bool resumed = false;
+    for (int i = 0; i < 400; i++) {
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        if (st.preemptions > preemptions && st.preempted == 1) preemptions = st.preemptions;
+        else if (preemptions > 0 && st.preempted == 0 && !resumed) {
+            resumed = true;
+            CHECK_EQ_INT(a.done[0], 0); /* beside its sibling */
+            shared_after_resume = shared_cells(f.mem);
+        }
+    }
+    CHECK(preemptions >= 1); /* growing again, they take turns until one ends */
+    CHECK(resumed);
+    CHECK_EQ_INT(shared_after_resume, 20);
+    for (int ch = 0; ch < 2; ch++) {
+        struct recorder alone;
+        struct sched_request q1 = qa;
+        q1.n_choices = 1;
+        q1.seed = qa.seed + (uint64_t)ch;
+        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
+        CHECK_EQ_INT(a.n_tokens[ch], 40);
+        CHECK_EQ_INT(alone.n_tokens[0], 40);
+        CHECK(!memcmp(alone.tokens[0], a.tokens[ch], 40 * sizeof(int32_t)));
+    }
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
