@@ -42,6 +42,9 @@ const struct config_setting config_settings[] = {
      "20: the compute threads run under the idle scheduling policy (SCHED_IDLE): the loop, and "
      "/health, preempt them at once, and so does every other process; 0..19: this many nice levels "
      "below the loop thread (0: compete with it and with other processes as equals)"},
+    {"compute-yield-us", 0, CONFIG_INT, F(compute_yield_us), "200", 0, 100000, NULL,
+     "the compute threads offer their CPU (sched_yield) this often, in microseconds, so that a woken "
+     "loop thread never waits for the scheduler's tick behind them (0: never)"},
     {"loop-slice-us", 0, CONFIG_INT, F(loop_slice_us), "0", 0, 100000, NULL,
      "time slice the loop thread asks the kernel for, in microseconds (Linux 6.12+: a thread with a "
      "shorter slice preempts the compute threads as soon as it wakes, and is preempted as often; "

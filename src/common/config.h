@@ -51,7 +51,7 @@ struct config {
     const char *model;
     /* serving engine */
     long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, compute_nice, loop_slice_us, max_seq_tokens;
-    long long solo_step_ms;
+    long long solo_step_ms, compute_yield_us;
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
     const char *chat_template;

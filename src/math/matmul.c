@@ -136,6 +136,8 @@ static void range_run(void *job) {
     }
 }
 
+void compute_set_yield_us(struct compute *c, int64_t us) { pool_set_yield_ns(c->pool, us * 1000); }
+
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
     if (n <= 0) return;

@@ -80,6 +80,9 @@ struct compute;
 int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in);
 void compute_destroy(struct compute *c);
 int compute_n_threads(const struct compute *c);
+/* Its threads offer their CPU every `us` microseconds (0: never, the default): math/pool.h's
+ * pool_set_yield_ns, for compute threads under a low-priority policy beside a latency-bound one. */
+void compute_set_yield_us(struct compute *c, int64_t us);
 /* Bytes of scratch memory the compute allocated (for the startup log). */
 size_t compute_scratch_bytes(const struct compute *c);
 

@@ -41,6 +41,8 @@ struct pool {
     _Atomic int n_sleeping;      /* workers in (or about to enter) futex_wait */
     _Atomic bool stop;
     _Atomic bool running; /* a pool_run is in progress: catches a job that calls pool_run */
+    _Atomic int64_t yield_ns;    /* pool_set_yield_ns; 0: never */
+    int64_t caller_yielded_at;   /* when pool_run's caller last yielded (one caller at a time) */
 };
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
@@ -63,8 +65,18 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* sched_yield() when this thread has run yield_ns since *yielded_at (pool_set_yield_ns). */
+static void maybe_yield(const struct pool *p, int64_t *yielded_at, int64_t now) {
+    int64_t every = atomic_load_explicit(&p->yield_ns, memory_order_relaxed);
+    if (every <= 0) return;
+    if (!now) now = now_ns();
+    if (now - *yielded_at < every) return;
+    sched_yield();
+    *yielded_at = now;
+}
+
 /* Wait until the generation differs from `seen`; returns the new one. */
-static uint32_t wait_for_job(struct pool *p, uint32_t seen) {
+static uint32_t wait_for_job(struct pool *p, uint32_t seen, int64_t *yielded_at) {
     int64_t deadline = 0;
     for (unsigned spins = 1;; spins++) {
         uint32_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
@@ -72,6 +84,7 @@ static uint32_t wait_for_job(struct pool *p, uint32_t seen) {
         cpu_relax();
         if (spins % 256) continue;
         int64_t now = now_ns();
+        maybe_yield(p, yielded_at, now);
         if (!deadline) {
             deadline = now + SPIN_NS;
         } else if (now > deadline) {
@@ -88,8 +101,10 @@ static uint32_t wait_for_job(struct pool *p, uint32_t seen) {
 static void *worker_main(void *arg) {
     struct pool *p = arg;
     uint32_t seen = 0;
+    int64_t yielded_at = 0;
     for (;;) {
-        seen = wait_for_job(p, seen);
+        maybe_yield(p, &yielded_at, 0);
+        seen = wait_for_job(p, seen, &yielded_at);
         if (atomic_load(&p->stop)) break;
         atomic_fetch_add(&p->active, 1);
         if (atomic_load(&p->generation) == seen && atomic_load(&p->closed) != seen) p->run(p->job);
@@ -138,7 +153,10 @@ void pool_destroy(struct pool *p) {
 
 int pool_n_threads(const struct pool *p) { return p->n_threads; }
 
+void pool_set_yield_ns(struct pool *p, int64_t ns) { atomic_store(&p->yield_ns, ns > 0 ? ns : 0); }
+
 void pool_run(struct pool *p, pool_job_fn run, void *job) {
+    maybe_yield(p, &p->caller_yielded_at, 0);
     if (p->n_started == 0) {
         run(job);
         return;

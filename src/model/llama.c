@@ -215,6 +215,7 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
         rc = compute_create(&s->c, c.n_threads, max_rows, max_in);
     }
     if (rc == 0) {
+        compute_set_yield_us(s->c, c.yield_us);
         s->n_slots = compute_n_threads(s->c);
         s->chunk_slots = s->n_slots < ATT_CHUNK_SLOTS ? s->n_slots : ATT_CHUNK_SLOTS;
         size_t qg_rows = (size_t)max64(max64(s->chunk_slots * (int64_t)ATT_BLOCK_ROWS, s->att_rows), s->n_slots);

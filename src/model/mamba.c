@@ -490,6 +490,7 @@ static int arch_ctx_create(struct forward_ctx **out, const struct model *m, cons
         arch_ctx_destroy(&x->fc);
         return rc;
     }
+    compute_set_yield_us(x->c, cfg->yield_us);
     x->bytes = n_logits * sizeof(float) + mamba_scratch_bytes(x->s) + compute_scratch_bytes(x->c);
     *out = &x->fc;
     return 0;

@@ -109,6 +109,7 @@ struct forward_config {
     int32_t max_outputs;  /* most want_logits entries per batch; 0: max_tokens */
     int64_t n_ctx;        /* most cells one sequence may hold (the memory's n_cells is always enough) */
     int n_threads;        /* compute threads; <= 0: all cores */
+    int64_t yield_us;     /* the threads offer their CPU this often (0: never; math/matmul.h) */
     /* The reference's arithmetic throughout (llama/qwen2): matmuls by MATMUL_REFERENCE
      * (math/matmul.h) and the attention dots in its orders, so eval-logits reproduces its logits
      * to their printed precision. Scalar and slow (prefill several times slower): for

@@ -68,7 +68,8 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
                             &(struct forward_config){.max_tokens = cfg->batch_tokens,
                                                      .max_outputs = max_outputs,
                                                      .n_ctx = n_ctx,
-                                                     .n_threads = cfg->n_threads});
+                                                     .n_threads = cfg->n_threads,
+                                                     .yield_us = cfg->yield_us});
     if (rc) {
         snprintf(why, why_len, "forward buffers for %d tokens: %s", cfg->batch_tokens, err_str(rc));
         model_engine_free(e);

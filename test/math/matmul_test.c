@@ -145,7 +145,8 @@ TEST(matmul_blas_paths_agree) {
 }
 
 /* More threads than cores, hundreds of back-to-back jobs: workers are preempted mid-job or miss
- * jobs entirely, and every result must still be the one a single thread computes. */
+ * jobs entirely, and every result must still be the one a single thread computes; the same
+ * with every thread yielding its CPU at (almost) every job (compute_set_yield_us). */
 TEST(compute_oversubscribed_pool_gives_exact_results) {
     enum { N_IN = 256, N_OUT = 96, N_TOK = 3 };
     static float wf[N_IN * N_OUT], x[N_IN * N_TOK], y1[N_OUT * N_TOK], y[N_OUT * N_TOK];
@@ -159,7 +160,8 @@ TEST(compute_oversubscribed_pool_gives_exact_results) {
     compute_destroy(one);
     CHECK_EQ_INT(compute_create(&many, 8, N_TOK, N_IN), 0);
     int bad = 0;
-    for (int rep = 0; rep < 300 && !bad; rep++) {
+    for (int rep = 0; rep < 600 && !bad; rep++) {
+        if (rep == 300) compute_set_yield_us(many, 1);
         memset(y, 0, sizeof y);
         matmul(many, GGML_TYPE_Q8_0, w, N_IN, N_OUT, x, N_TOK, y);
         bad = memcmp(y, y1, sizeof y) != 0; /* each row is computed whole by one thread */
