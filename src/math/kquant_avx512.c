@@ -143,36 +143,86 @@ AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_s
 }
 
 /* The multi-row kernels walk QUANT_DOT_WROWS rows side by side, which the hardware prefetcher
- * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so the
- * next group of rows is the next QUANT_DOT_WROWS * row bytes: super-block step i fetches its
- * share of them, one group ahead. */
-AVX512 INLINE void prefetch_next_rows(const uint8_t *next, int64_t i, size_t block_bytes) {
-    const uint8_t *p = next + (size_t)i * QUANT_DOT_WROWS * block_bytes;
-    for (size_t off = 0; off < QUANT_DOT_WROWS * block_bytes + 63; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
+ * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so a group
+ * of QUANT_DOT_WROWS rows is one run of QUANT_DOT_WROWS * row bytes: super-block step i of a
+ * group fetches the i-th share of a later group (`ahead`, from dotr_ahead), one line per 64
+ * bytes of the share (a share that starts mid-line leaves its last line to the next step). */
+AVX512 INLINE void prefetch_rows(const uint8_t *ahead, int64_t i, size_t block_bytes) {
+    const uint8_t *p = ahead + (size_t)i * QUANT_DOT_WROWS * block_bytes;
+#pragma GCC unroll 16
+    for (size_t off = 0; off < QUANT_DOT_WROWS * block_bytes; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
 }
 
-/* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. */
+/* How far ahead the multi-row kernels prefetch: at least DOTR_PREFETCH_BYTES, in whole groups.
+ * One group (4.5 KB of 2048-wide Q4_K rows) was too close to hide the memory latency: one core
+ * streamed 2048-wide Q4_K rows at 22-25 GB/s with one group ahead, 29-33 with two. */
+#define DOTR_PREFETCH_BYTES 8192
+static inline const uint8_t *dotr_ahead(const void *w, size_t w_stride) {
+    const size_t group = QUANT_DOT_WROWS * w_stride;
+    return (const uint8_t *)w + (DOTR_PREFETCH_BYTES + group - 1) / group * group;
+}
+
+/* The scales and mins of four Q4_K super-blocks at once. v: 128-bit lane r the first 16 bytes of
+ * block r (d and dmin, then the 12 scale bytes u0 u1 u2 as dwords 1-3). Returns, per 128-bit
+ * lane, the bytes [sc0..sc7 mn0..mn7] (k4_scales_mins for four blocks in six instructions):
+ * sc0-3 = u0 & 63, sc4-7 = (u2 & 15) | ((u0 >> 2) & 0x30), mn0-3 = u1 & 63,
+ * mn4-7 = ((u2 >> 4) & 15) | ((u1 >> 2) & 0x30), per byte. */
+AVX512 INLINE __m512i k4_scales_mins4(__m512i v) {
+    const __m512i lo_mask = _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f);
+    const __m512i hi_mask = _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0);
+    __m512i x = _mm512_shuffle_epi32(v, _MM_SHUFFLE(3, 2, 3, 1)); /* [u0 u2 u1 u2] */
+    __m512i y = _mm512_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 1)); /* [u0 u0 u1 u1] */
+    x = _mm512_mask_srli_epi32(x, 0x8888, x, 4);
+    return _mm512_ternarylogic_epi32(_mm512_srli_epi32(y, 2), hi_mask, _mm512_and_si512(x, lo_mask), 0xEA); /* (a & b) | c */
+}
+
+/* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. The four rows' scales and
+ * mins are decoded together (k4_scales_mins4), each row's int16 scale vectors then picked out of
+ * its 128-bit lane with vpshufb: about half the instructions of decoding each row on its own
+ * (k4_decode), which kept one core below the memory's speed. */
 AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
     _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q4_K reduces four rows at a time");
     const block_q4_K *a[4];
     const block_q8_K *b = x;
     for (int r = 0; r < 4; r++) a[r] = (const block_q4_K *)((const uint8_t *)w + r * w_stride);
+    const uint8_t *ahead = dotr_ahead(w, w_stride);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    /* vpshufb controls: int16 lanes 0-15 scale 2k (byte 2k of the lane), 16-31 scale 2k + 1 */
+    __m512i pick_sc[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        pick_sc[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(0x8000 | (2 * k)))),
+                                        _mm256_set1_epi16((short)(0x8000 | (2 * k + 1))), 1);
+    /* vpermb: int16 lane 8r + j (128-bit lane r) = min j of row r, byte 16r + 8 + j */
+    const __m512i pick_mn = _mm512_set_epi64(0x003f003e003d003cLL, 0x003b003a00390038LL, 0x002f002e002d002cLL, 0x002b002a00290028LL,
+                                             0x001f001e001d001cLL, 0x001b001a00190018LL, 0x000f000e000d000cLL, 0x000b000a00090008LL);
+    const __m512i pick_d = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q4_K));
+        prefetch_rows(ahead, i, sizeof(block_q4_K));
+        __m512i head = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)&a[0][i]));
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[1][i]), 1);
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[2][i]), 2);
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[3][i]), 3);
+        const __m512i scmn = k4_scales_mins4(head);
         __m512i s[4];
-        uint64_t mn[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            struct k4_dec dec;
-            k4_decode(&a[r][i], &dec);
-            s[r] = k4_sums(&dec, &b[i]);
-            mn[r] = dec.mn;
+            const __m512i sc = _mm512_shuffle_i32x4(scmn, scmn, r * 0x55); /* row r's lane, four times */
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r][i].qs + 32 * k)));
+                __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
+                __m512i p16 = _mm512_maddubs_epi16(q, _mm512_loadu_si512(b[i].qs + 64 * k));
+                if (k & 1) s1 = _mm512_dpwssd_epi32(s1, p16, _mm512_shuffle_epi8(sc, pick_sc[k]));
+                else s0 = _mm512_dpwssd_epi32(s0, p16, _mm512_shuffle_epi8(sc, pick_sc[k]));
+            }
+            s[r] = _mm512_add_epi32(s0, s1);
         }
-        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
+        const __m512i m16 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ULL, pick_mn, scmn);
         __m512i mm = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[i])));
-        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
-                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
+        __m256 dd = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(pick_d, head)));
         acc = _mm256_fmadd_ps(k4_reduce4(s, mm), _mm256_mul_ps(dd, _mm256_set1_ps(b[i].d)), acc);
     }
     k4_finish4(acc, out);
@@ -445,9 +495,10 @@ AVX512 static void dotr_q6_K(int64_t n, const void *w, size_t w_stride, const vo
     const block_q6_K *a[4];
     const block_q8_K *b = x;
     for (int r = 0; r < 4; r++) a[r] = (const block_q6_K *)((const uint8_t *)w + r * w_stride);
+    const uint8_t *ahead = dotr_ahead(w, w_stride);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q6_K));
+        prefetch_rows(ahead, i, sizeof(block_q6_K));
         struct q6_x xs;
         q6_xload(&b[i], &xs);
         __m512i s[4];
