@@ -187,12 +187,11 @@ AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const vo
     for (int r = 0; r < 4; r++) a[r] = (const block_q4_K *)((const uint8_t *)w + r * w_stride);
     const uint8_t *ahead = dotr_ahead(w, w_stride);
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    /* vpshufb controls: int16 lanes 0-15 scale 2k (byte 2k of the lane), 16-31 scale 2k + 1 */
-    __m512i pick_sc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        pick_sc[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(0x8000 | (2 * k)))),
-                                        _mm256_set1_epi16((short)(0x8000 | (2 * k + 1))), 1);
+    /* vpshufb controls for the scales of packs(P0, P1) and packs(P2, P3) (see below): in 128-bit
+     * lane h, int16 lanes 0-3 take scale byte 2p + (h >= 2) * 2... of the row's lane */
+    const __m512i pick_sc01 = _mm512_set_epi64(0x8003800380038003LL, 0x8002800280028002LL, 0x8003800380038003LL, 0x8002800280028002LL,
+                                               0x8001800180018001LL, 0x8000800080008000LL, 0x8001800180018001LL, 0x8000800080008000LL);
+    const __m512i pick_sc23 = _mm512_add_epi16(pick_sc01, _mm512_set1_epi16(4));
     /* vpermb: int16 lane 8r + j (128-bit lane r) = min j of row r, byte 16r + 8 + j */
     const __m512i pick_mn = _mm512_set_epi64(0x003f003e003d003cLL, 0x003b003a00390038LL, 0x002f002e002d002cLL, 0x002b002a00290028LL,
                                              0x001f001e001d001cLL, 0x001b001a00190018LL, 0x000f000e000d000cLL, 0x000b000a00090008LL);
@@ -205,20 +204,30 @@ AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const vo
         head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[2][i]), 2);
         head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[3][i]), 3);
         const __m512i scmn = k4_scales_mins4(head);
+        /* The activations in the order of the nibbles of 64 bytes of qs: low nibbles of qs[0..63]
+         * are elements 0-31 and 64-95, high nibbles 32-63 and 96-127 (likewise +128). */
+        __m512i xr[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const int8_t *xs = b[i].qs + 128 * (k / 2) + 32 * (k % 2);
+            xr[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xs)),
+                                       _mm256_loadu_si256((const __m256i *)(xs + 64)), 1);
+        }
         __m512i s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const __m512i sc = _mm512_shuffle_i32x4(scmn, scmn, r * 0x55); /* row r's lane, four times */
-            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r][i].qs + 32 * k)));
-                __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
-                __m512i p16 = _mm512_maddubs_epi16(q, _mm512_loadu_si512(b[i].qs + 64 * k));
-                if (k & 1) s1 = _mm512_dpwssd_epi32(s1, p16, _mm512_shuffle_epi8(sc, pick_sc[k]));
-                else s0 = _mm512_dpwssd_epi32(s0, p16, _mm512_shuffle_epi8(sc, pick_sc[k]));
-            }
-            s[r] = _mm512_add_epi32(s0, s1);
+            const __m512i l0 = _mm512_loadu_si512(a[r][i].qs), l1 = _mm512_loadu_si512(a[r][i].qs + 64);
+            /* P_k: int32 lanes of 4 products each, lanes 0-7 one sub-block, 8-15 another:
+             * P0 sub-blocks 0 | 2, P1 1 | 3, P2 4 | 6, P3 5 | 7 (|P| <= 4 * 15 * 128: int16) */
+            const __m512i z = _mm512_setzero_si512();
+            __m512i p0 = _mm512_dpbusd_epi32(z, _mm512_and_si512(l0, m4), xr[0]);
+            __m512i p1 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), xr[1]);
+            __m512i p2 = _mm512_dpbusd_epi32(z, _mm512_and_si512(l1, m4), xr[2]);
+            __m512i p3 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), xr[3]);
+            /* packs: 128-bit lane h = [4 lanes of P0 | 4 of P1]: sub-blocks 0, 1 (h < 2) or 2, 3 */
+            __m512i t = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(p0, p1), _mm512_shuffle_epi8(sc, pick_sc01));
+            s[r] = _mm512_dpwssd_epi32(t, _mm512_packs_epi32(p2, p3), _mm512_shuffle_epi8(sc, pick_sc23));
         }
         const __m512i m16 = _mm512_maskz_permutexvar_epi8(0x5555555555555555ULL, pick_mn, scmn);
         __m512i mm = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[i])));
