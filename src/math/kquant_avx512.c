@@ -399,9 +399,9 @@ struct q6_dec {
     __m512i q[4], scale[4];
 };
 
-AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
+/* The levels only (o->q; o->scale untouched). */
+AVX512 INLINE void q6_decode_levels(const block_q6_K *b, struct q6_dec *o) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
@@ -413,6 +413,11 @@ AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
         o->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
     }
+}
+
+AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
+    q6_decode_levels(b, o);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
 #pragma GCC unroll 4
     for (int m = 0; m < 4; m++) {
         const __m512i idx = _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
@@ -506,23 +511,52 @@ AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_s
     q6_finish_pair(acc[1], out + 2);
 }
 
+/* Four Q6_K rows, one token. The products go through vpdpbusd on the unsigned levels (q + 32,
+ * 0..63): started from -32 * (the sum of each four activations), computed once per super-block
+ * for the four rows, each int32 lane ends as the four products of the levels q - 32 (|.| <=
+ * 4 * 32 * 128, an int16), which vpdpwssd multiplies by its scale (int32 lanes [scale, 0]: the
+ * lane's high int16 is its sign, times 0). Lane L of chunk m holds elements 64m + 4L..+3, the
+ * reference's lane L % 8 of group 2m + L / 8 (scale 4m + L / 4): the same integers as q6_sums. */
 AVX512 static void dotr_q6_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
     _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q6_K pairs four rows");
     const block_q6_K *a[4];
     const block_q8_K *b = x;
     for (int r = 0; r < 4; r++) a[r] = (const block_q6_K *)((const uint8_t *)w + r * w_stride);
     const uint8_t *ahead = dotr_ahead(w, w_stride);
+    const __m512i c32 = _mm512_set1_epi8(32);
+    /* vpermw: int16 lane 2L of chunk m = scale 4m + L / 4, lane 2L + 1 zeroed (mask) */
+    __m512i pick_sc[4];
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const long long e = 4 * m;
+        pick_sc[m] = _mm512_set_epi64((e + 3) * 0x0000000100000001LL, (e + 3) * 0x0000000100000001LL, (e + 2) * 0x0000000100000001LL,
+                                      (e + 2) * 0x0000000100000001LL, (e + 1) * 0x0000000100000001LL, (e + 1) * 0x0000000100000001LL,
+                                      e * 0x0000000100000001LL, e * 0x0000000100000001LL);
+    }
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
         prefetch_rows(ahead, i, sizeof(block_q6_K));
-        struct q6_x xs;
-        q6_xload(&b[i], &xs);
+        __m512i xv[4], neg[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            xv[m] = _mm512_loadu_si512(b[i].qs + 64 * m);
+            neg[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c32, xv[m]));
+        }
         __m512i s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             struct q6_dec dec;
-            q6_decode(&a[r][i], &dec);
-            s[r] = q6_sums(&dec, &xs);
+            q6_decode_levels(&a[r][i], &dec);
+            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r][i].scales)));
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const __m512i p = _mm512_dpbusd_epi32(neg[m], dec.q[m], xv[m]);
+                const __m512i sc = _mm512_maskz_permutexvar_epi16(0x55555555u, pick_sc[m], sc16);
+                if (m & 1) s1 = _mm512_dpwssd_epi32(s1, p, sc);
+                else s0 = _mm512_dpwssd_epi32(s0, p, sc);
+            }
+            s[r] = _mm512_add_epi32(s0, s1);
         }
 #pragma GCC unroll 2
         for (int p = 0; p < 2; p++)
