@@ -218,10 +218,13 @@ AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const vo
             xr[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xs)),
                                        _mm256_loadu_si256((const __m256i *)(xs + 64)), 1);
         }
+        /* row r's 128-bit lane of scmn, four times (immediates: -O1 builds do not fold r * 0x55) */
+        const __m512i sc_row[4] = {_mm512_shuffle_i32x4(scmn, scmn, 0x00), _mm512_shuffle_i32x4(scmn, scmn, 0x55),
+                                   _mm512_shuffle_i32x4(scmn, scmn, 0xAA), _mm512_shuffle_i32x4(scmn, scmn, 0xFF)};
         __m512i s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const __m512i sc = _mm512_shuffle_i32x4(scmn, scmn, r * 0x55); /* row r's lane, four times */
+            const __m512i sc = sc_row[r];
             const __m512i l0 = _mm512_loadu_si512(a[r][i].qs), l1 = _mm512_loadu_si512(a[r][i].qs + 64);
             /* P_k: int32 lanes of 4 products each, lanes 0-7 one sub-block, 8-15 another:
              * P0 sub-blocks 0 | 2, P1 1 | 3, P2 4 | 6, P3 5 | 7 (|P| <= 4 * 15 * 128: int16) */
