@@ -1,7 +1,7 @@
 /* kquant_avx512.c: AVX-512 VNNI kernels of the Q4_K_M weight types, Q4_K and Q6_K (against Q8_K
  * activations): the one-row dot, the 4-token dot4 (one weight row decoded once for four tokens),
- * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, with
- * prefetch of the next rows), and for Q4_K batches kquant_gemm_q4_K_rows (tiles of 4 rows x 4
+ * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, the rows
+ * 16 KB ahead prefetched into L2), and for Q4_K batches kquant_gemm_q4_K_rows (tiles of 4 rows x 4
  * tokens, tokens in blocks that stay in L2). The kernels are registered as
  * quant_kernels_avx512_k (kernels.h), which takes precedence over quant_kernels_avx512 for these
  * two types (whose older Q4_K/Q6_K kernels, in another order, are no longer reached).
