@@ -1,7 +1,7 @@
 /* kquant_avx512.c: AVX-512 VNNI kernels of the Q4_K_M weight types, Q4_K and Q6_K (against Q8_K
  * activations): the one-row dot, the 4-token dot4 (one weight row decoded once for four tokens),
- * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, with
- * prefetch of the next rows), and for Q4_K batches kquant_gemm_q4_K_rows (tiles of 4 rows x 4
+ * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, the rows
+ * 16 KB ahead prefetched into L2), and for Q4_K batches kquant_gemm_q4_K_rows (tiles of 4 rows x 4
  * tokens, tokens in blocks that stay in L2). The kernels are registered as
  * quant_kernels_avx512_k (kernels.h), which takes precedence over quant_kernels_avx512 for these
  * two types (whose older Q4_K/Q6_K kernels, in another order, are no longer reached).
@@ -143,36 +143,103 @@ AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_s
 }
 
 /* The multi-row kernels walk QUANT_DOT_WROWS rows side by side, which the hardware prefetcher
- * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so the
- * next group of rows is the next QUANT_DOT_WROWS * row bytes: super-block step i fetches its
- * share of them, one group ahead. */
-AVX512 INLINE void prefetch_next_rows(const uint8_t *next, int64_t i, size_t block_bytes) {
-    const uint8_t *p = next + (size_t)i * QUANT_DOT_WROWS * block_bytes;
-    for (size_t off = 0; off < QUANT_DOT_WROWS * block_bytes + 63; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
+ * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so a group
+ * of QUANT_DOT_WROWS rows is one run of QUANT_DOT_WROWS * row bytes: super-block step i of a
+ * group fetches the i-th share of a later group (`ahead`, from dotr_ahead), one line per 64
+ * bytes of the share (a share that starts mid-line leaves its last line to the next step), into
+ * L2 (prefetcht1): measured (2 threads streaming 600 MB of Q4_K rows from memory, each thread
+ * its half, interleaved runs on a busy machine, best of 40): 2048-wide rows 46-54 GB/s into L1
+ * (prefetcht0, 8 KB ahead), 51-58 into L2 16 KB ahead; 5632-wide 46-51 against 48-63. Into L1
+ * a prefetch holds one of the core's few L1 miss buffers until its line arrives. Distances from
+ * 12 to 32 KB measured alike, 4 KB less; one prefetch per 128 bytes less. */
+AVX512 INLINE void prefetch_rows(const uint8_t *ahead, int64_t i, size_t block_bytes) {
+    const uint8_t *p = ahead + (size_t)i * QUANT_DOT_WROWS * block_bytes;
+#pragma GCC unroll 16
+    for (size_t off = 0; off < QUANT_DOT_WROWS * block_bytes; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T1);
 }
 
-/* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. */
+/* How far ahead the multi-row kernels prefetch: at least DOTR_PREFETCH_BYTES, in whole groups
+ * (one group, 4.5 KB of 2048-wide Q4_K rows, was too close to hide the memory's latency). */
+#define DOTR_PREFETCH_BYTES 16384
+static inline const uint8_t *dotr_ahead(const void *w, size_t w_stride) {
+    const size_t group = QUANT_DOT_WROWS * w_stride;
+    return (const uint8_t *)w + (DOTR_PREFETCH_BYTES + group - 1) / group * group;
+}
+
+/* The scales and mins of four Q4_K super-blocks at once. v: 128-bit lane r the first 16 bytes of
+ * block r (d and dmin, then the 12 scale bytes u0 u1 u2 as dwords 1-3). Returns, per 128-bit
+ * lane, the bytes [sc0..sc7 mn0..mn7] (k4_scales_mins for four blocks in six instructions):
+ * sc0-3 = u0 & 63, sc4-7 = (u2 & 15) | ((u0 >> 2) & 0x30), mn0-3 = u1 & 63,
+ * mn4-7 = ((u2 >> 4) & 15) | ((u1 >> 2) & 0x30), per byte. */
+AVX512 INLINE __m512i k4_scales_mins4(__m512i v) {
+    const __m512i lo_mask = _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f);
+    const __m512i hi_mask = _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0);
+    __m512i x = _mm512_shuffle_epi32(v, _MM_SHUFFLE(3, 2, 3, 1)); /* [u0 u2 u1 u2] */
+    __m512i y = _mm512_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 1)); /* [u0 u0 u1 u1] */
+    x = _mm512_mask_srli_epi32(x, 0x8888, x, 4);
+    return _mm512_ternarylogic_epi32(_mm512_srli_epi32(y, 2), hi_mask, _mm512_and_si512(x, lo_mask), 0xEA); /* (a & b) | c */
+}
+
+/* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. Fewer instructions per
+ * super-block than k4_decode + k4_sums per row (which kept a core well below the memory's speed:
+ * 42 GB/s from L2 against 59 for this, one core): the four rows' scales and mins decoded together
+ * (k4_scales_mins4); the levels of 64 bytes of qs unpacked at once (the activations rearranged
+ * to match, once for the four rows); vpdpbusd for the products, which fit int16 in groups of
+ * four, so vpackssdw pairs two such vectors and one vpdpwssd applies both their scales. Only
+ * AVX-512 F/BW/VL/DQ/VNNI (the level's features; no VBMI). */
 AVX512 static void dotr_q4_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
     _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q4_K reduces four rows at a time");
     const block_q4_K *a[4];
     const block_q8_K *b = x;
     for (int r = 0; r < 4; r++) a[r] = (const block_q4_K *)((const uint8_t *)w + r * w_stride);
+    const uint8_t *ahead = dotr_ahead(w, w_stride);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    /* vpshufb controls of the scales of packs(P0, P1) and packs(P2, P3) (see below), from a row's
+     * [sc0..sc7 mn0..mn7] in every 128-bit lane: in lane h, int16 lanes 0-3 scale e, 4-7 scale
+     * e + 1, e = 0 for h < 2, else 2 (+4 for P2, P3), high bytes zeroed */
+    const __m512i pick_sc01 = _mm512_set_epi64(0x8003800380038003LL, 0x8002800280028002LL, 0x8003800380038003LL, 0x8002800280028002LL,
+                                               0x8001800180018001LL, 0x8000800080008000LL, 0x8001800180018001LL, 0x8000800080008000LL);
+    const __m512i pick_sc23 = _mm512_add_epi16(pick_sc01, _mm512_set1_epi16(4));
+    const __m512i pick_d = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q4_K));
+        prefetch_rows(ahead, i, sizeof(block_q4_K));
+        __m512i head = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)&a[0][i]));
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[1][i]), 1);
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[2][i]), 2);
+        head = _mm512_inserti32x4(head, _mm_loadu_si128((const __m128i *)&a[3][i]), 3);
+        const __m512i scmn = k4_scales_mins4(head);
+        /* The activations in the order of the nibbles of 64 bytes of qs: low nibbles of qs[0..63]
+         * are elements 0-31 and 64-95, high nibbles 32-63 and 96-127 (likewise +128). */
+        __m512i xr[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const int8_t *xs = b[i].qs + 128 * (k / 2) + 32 * (k % 2);
+            xr[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xs)),
+                                       _mm256_loadu_si256((const __m256i *)(xs + 64)), 1);
+        }
+        /* row r's 128-bit lane of scmn, four times (immediates: -O1 builds do not fold r * 0x55) */
+        const __m512i sc_row[4] = {_mm512_shuffle_i32x4(scmn, scmn, 0x00), _mm512_shuffle_i32x4(scmn, scmn, 0x55),
+                                   _mm512_shuffle_i32x4(scmn, scmn, 0xAA), _mm512_shuffle_i32x4(scmn, scmn, 0xFF)};
         __m512i s[4];
-        uint64_t mn[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            struct k4_dec dec;
-            k4_decode(&a[r][i], &dec);
-            s[r] = k4_sums(&dec, &b[i]);
-            mn[r] = dec.mn;
+            const __m512i sc = sc_row[r];
+            const __m512i l0 = _mm512_loadu_si512(a[r][i].qs), l1 = _mm512_loadu_si512(a[r][i].qs + 64);
+            /* P_k: int32 lanes of 4 products each, lanes 0-7 one sub-block, 8-15 another:
+             * P0 sub-blocks 0 | 2, P1 1 | 3, P2 4 | 6, P3 5 | 7 (|P| <= 4 * 15 * 128: int16) */
+            const __m512i z = _mm512_setzero_si512();
+            __m512i p0 = _mm512_dpbusd_epi32(z, _mm512_and_si512(l0, m4), xr[0]);
+            __m512i p1 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), xr[1]);
+            __m512i p2 = _mm512_dpbusd_epi32(z, _mm512_and_si512(l1, m4), xr[2]);
+            __m512i p3 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), xr[3]);
+            /* packs: 128-bit lane h = [4 lanes of P0 | 4 of P1]: sub-blocks 0, 1 (h < 2) or 2, 3 */
+            __m512i t = _mm512_dpwssd_epi32(z, _mm512_packs_epi32(p0, p1), _mm512_shuffle_epi8(sc, pick_sc01));
+            s[r] = _mm512_dpwssd_epi32(t, _mm512_packs_epi32(p2, p3), _mm512_shuffle_epi8(sc, pick_sc23));
         }
-        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_setr_epi64x((long long)mn[0], (long long)mn[1], (long long)mn[2], (long long)mn[3]));
+        const __m512i m16 = _mm512_unpackhi_epi8(scmn, _mm512_setzero_si512()); /* lane r: row r's mins as int16 */
         __m512i mm = _mm512_madd_epi16(m16, _mm512_broadcast_i32x4(k4_xsums(&b[i])));
-        __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32((int)k4_d_dmin(&a[0][i]), (int)k4_d_dmin(&a[1][i]),
-                                                   (int)k4_d_dmin(&a[2][i]), (int)k4_d_dmin(&a[3][i])));
+        __m256 dd = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(pick_d, head)));
         acc = _mm256_fmadd_ps(k4_reduce4(s, mm), _mm256_mul_ps(dd, _mm256_set1_ps(b[i].d)), acc);
     }
     k4_finish4(acc, out);
@@ -333,9 +400,9 @@ struct q6_dec {
     __m512i q[4], scale[4];
 };
 
-AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
+/* The levels only (o->q; o->scale untouched). */
+AVX512 INLINE void q6_decode_levels(const block_q6_K *b, struct q6_dec *o) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
@@ -347,6 +414,11 @@ AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
         o->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hz, 4), m2), 4));
     }
+}
+
+AVX512 INLINE void q6_decode(const block_q6_K *b, struct q6_dec *o) {
+    q6_decode_levels(b, o);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
 #pragma GCC unroll 4
     for (int m = 0; m < 4; m++) {
         const __m512i idx = _mm512_set_epi16(4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
@@ -440,22 +512,52 @@ AVX512 static void dot4_q6_K(int64_t n, const void *w, const void *x, size_t x_s
     q6_finish_pair(acc[1], out + 2);
 }
 
+/* Four Q6_K rows, one token. The products go through vpdpbusd on the unsigned levels (q + 32,
+ * 0..63): started from -32 * (the sum of each four activations), computed once per super-block
+ * for the four rows, each int32 lane ends as the four products of the levels q - 32 (|.| <=
+ * 4 * 32 * 128, an int16), which vpdpwssd multiplies by its scale (int32 lanes [scale, 0]: the
+ * lane's high int16 is its sign, times 0). Lane L of chunk m holds elements 64m + 4L..+3, the
+ * reference's lane L % 8 of group 2m + L / 8 (scale 4m + L / 4): the same integers as q6_sums. */
 AVX512 static void dotr_q6_K(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
     _Static_assert(QUANT_DOT_WROWS == 4, "dotr_q6_K pairs four rows");
     const block_q6_K *a[4];
     const block_q8_K *b = x;
     for (int r = 0; r < 4; r++) a[r] = (const block_q6_K *)((const uint8_t *)w + r * w_stride);
+    const uint8_t *ahead = dotr_ahead(w, w_stride);
+    const __m512i c32 = _mm512_set1_epi8(32);
+    /* vpermw: int16 lane 2L of chunk m = scale 4m + L / 4, lane 2L + 1 zeroed (mask) */
+    __m512i pick_sc[4];
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const long long e = 4 * m;
+        pick_sc[m] = _mm512_set_epi64((e + 3) * 0x0000000100000001LL, (e + 3) * 0x0000000100000001LL, (e + 2) * 0x0000000100000001LL,
+                                      (e + 2) * 0x0000000100000001LL, (e + 1) * 0x0000000100000001LL, (e + 1) * 0x0000000100000001LL,
+                                      e * 0x0000000100000001LL, e * 0x0000000100000001LL);
+    }
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        prefetch_next_rows((const uint8_t *)w + 4 * w_stride, i, sizeof(block_q6_K));
-        struct q6_x xs;
-        q6_xload(&b[i], &xs);
+        prefetch_rows(ahead, i, sizeof(block_q6_K));
+        __m512i xv[4], neg[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            xv[m] = _mm512_loadu_si512(b[i].qs + 64 * m);
+            neg[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c32, xv[m]));
+        }
         __m512i s[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             struct q6_dec dec;
-            q6_decode(&a[r][i], &dec);
-            s[r] = q6_sums(&dec, &xs);
+            q6_decode_levels(&a[r][i], &dec);
+            const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[r][i].scales)));
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const __m512i p = _mm512_dpbusd_epi32(neg[m], dec.q[m], xv[m]);
+                const __m512i sc = _mm512_maskz_permutexvar_epi16(0x55555555u, pick_sc[m], sc16);
+                if (m & 1) s1 = _mm512_dpwssd_epi32(s1, p, sc);
+                else s0 = _mm512_dpwssd_epi32(s0, p, sc);
+            }
+            s[r] = _mm512_add_epi32(s0, s1);
         }
 #pragma GCC unroll 2
         for (int p = 0; p < 2; p++)
