@@ -24,8 +24,8 @@
 /* Tokens per pass over a chunk of rows with the 4-token kernels (a multiple of QUANT_DOT_ROWS):
  * 32 tokens of Q8_K activations are 200 KB for 5632 inputs. */
 #define VEC_TOKEN_BLOCK 32
-/* Q8_0 rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
-#define VEC_Q8_0_DOTR_MAX_STRIDE 1024
+/* Q6_K rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
+#define VEC_Q6_K_DOTR_MAX_STRIDE 1024
 /* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
  * (64 KB per 1024 inputs) they stay in L2 together. */
 #define GEMM_CHUNK_ROWS 64
@@ -458,16 +458,15 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     j->dot = quant_get_vec_dot(j->c->level, wtype);
     j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
     j->dotr = quant_get_vec_dotr(j->c->level, wtype);
-    /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
-     * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
-     * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
-     * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped.
-     * Measured again with contiguous shares per thread (2 threads, busy machine): grouped rows
-     * had the better best case but the worse median on 1632- to 5984-byte rows. */
-    if (wtype == GGML_TYPE_Q8_0 && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
-    /* Q6_K likewise (one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29
-     * for one); Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
-    if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
+    /* Q8_0 rows of any length take the multi-row kernel. It used to stop at 1 KB rows (four rows
+     * side by side measured 10-15% slower than one at a time on TinyLlama's 2176-byte rows) while
+     * it fetched one row group ahead; with four groups ahead (quant_avx512.c) SmolLM2's down
+     * projection (1632-byte rows) decodes faster grouped (one thread, --rows 1 --threads 1,
+     * busy machine: best step 3.69-4.11 ms against 4.00-4.21) and TinyLlama the same (40.1 ms
+     * both). Q4_0/Q5_0's one-row kernels compute at half of memory speed: always grouped. */
+    /* Q6_K: one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29 for one;
+     * Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
+    if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q6_K_DOTR_MAX_STRIDE) j->dotr = NULL;
     /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
     if (j->dot4 && j->n_tok >= QUANT_DOT_ROWS) j->dotr = NULL;
 }
