@@ -253,6 +253,15 @@ struct rows_job {
     int32_t n_heads;
 };
 
+/* y = x * scale * w over NORM_BLOCK elements (a constant count: vectorized at -O2, as
+ * swiglu_block; x and y may be the same row, element by element). */
+enum { NORM_BLOCK = 64 };
+static void norm_scale_block(const float *x, float scale, const float *restrict w, float *y) {
+    float t[NORM_BLOCK];
+    for (int i = 0; i < NORM_BLOCK; i++) t[i] = x[i] * scale * w[i];
+    memcpy(y, t, sizeof t);
+}
+
 static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
@@ -261,7 +270,9 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
         double sum = 0;
         for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
-        for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
+        int64_t i = 0;
+        for (; i + NORM_BLOCK <= j->n; i += NORM_BLOCK) norm_scale_block(x + i, scale, j->w + i, y + i);
+        for (; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
     }
 }
 
@@ -348,13 +359,24 @@ static void rope_tables(const struct model_hparams *hp, struct forward_scratch *
     }
 }
 
+/* x = x / (1 + e) * y over SWIGLU_BLOCK elements: a constant count (and no aliasing) lets the
+ * compiler vectorize it at -O2 (it left the divisions scalar: 2.8 us per SmolLM2 layer). */
+enum { SWIGLU_BLOCK = 256 };
+static void swiglu_block(float *restrict x, const float *restrict e, const float *restrict y) {
+    for (int k = 0; k < SWIGLU_BLOCK; k++) x[k] = x[k] / (1.0f + e[k]) * y[k];
+}
+
 static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
-    float e[256];
-    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += 256) {
-        int64_t m = r1 * j->n - i0 < 256 ? r1 * j->n - i0 : 256;
+    float e[SWIGLU_BLOCK];
+    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += SWIGLU_BLOCK) {
+        int64_t m = r1 * j->n - i0 < SWIGLU_BLOCK ? r1 * j->n - i0 : SWIGLU_BLOCK;
         for (int64_t k = 0; k < m; k++) e[k] = 0.0f - j->x[i0 + k];
         quant_expf_n(e, e, m);
+        if (m == SWIGLU_BLOCK) {
+            swiglu_block(j->x + i0, e, j->y + i0);
+            continue;
+        }
         for (int64_t k = 0; k < m; k++) j->x[i0 + k] = j->x[i0 + k] / (1.0f + e[k]) * j->y[i0 + k];
     }
 }
