@@ -316,8 +316,9 @@ err:
  * into transparent huge pages (this system's THP setting is "madvise"; a file mapping gets 4 KB
  * pages), then made read-only. A decode step streams every weight once: with 4 KB pages that is
  * a TLB miss per 4 KB and hardware prefetchers that stop at every page end. Measured
- * (SmolLM2-135M Q8_0, one thread, decode at 512..575 cells, busy machine, best step's sums over
- * 30 layers): gate/up 1.22 against 2.05 ms, down 0.64 against 1.30, output 0.65 against 1.09.
+ * (SmolLM2-135M Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's
+ * sums over 30 layers): gate/up 1.18 against 1.30 ms, down 0.63 against 0.74, output 0.64
+ * against 0.69; the mean step suffered less from the other load (tg64 191-233 against 107-163).
  * The cost: the whole file is read at open (page cache to memory, ~0.1 s per GB) and the weights
  * are private memory rather than shared page cache. Smaller files (vocabularies) stay mapped. */
 #define HUGE_BYTES ((size_t)2 << 20)
