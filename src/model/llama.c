@@ -118,6 +118,10 @@ struct forward_scratch {
     int64_t n_ia, cell_block;
     bool one_block;     /* every planned row's cells are one score block: no softmax phase */
     int32_t n_db, db_len;
+    /* Per group unit (a planned entry's kv head: its group of query rows; unit u holds rows
+     * [u * group, (u + 1) * group)), reset every layer: sc_left[u] score items of the unit not yet
+     * done, mix_left[u] its rows whose probabilities are not yet ready (see dec_items). */
+    _Atomic int32_t *sc_left, *mix_left; /* [max_tokens * n_head_kv] */
     int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
     int32_t *acpos;     /* [arena_n] their positions */
     int64_t arena_n;
@@ -141,7 +145,8 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
                         s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
-                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos, s->dsc};
+                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos, s->dsc,
+                        (void *)s->sc_left, (void *)s->mix_left};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -195,6 +200,8 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->gent = scratch_alloc(s, T, sizeof(int32_t), &ok);
     s->gseq = scratch_alloc(s, T, sizeof(int32_t), &ok);
     s->gcount = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->sc_left = scratch_alloc(s, T * (size_t)hp->n_head_kv, sizeof *s->sc_left, &ok);
+    s->mix_left = scratch_alloc(s, T * (size_t)hp->n_head_kv, sizeof *s->mix_left, &ok);
     /* room for the cells of 8 full-context sequences, or of many shorter ones; a step whose
      * decode sequences hold more falls back to per-sequence attention for the rest */
     s->arena_n = 8 * (int64_t)ctx;
@@ -562,9 +569,13 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
 }
 
 /* The planned sequences' attention, one job per layer (struct direct_job's layer, b, kv): its
- * items in three phases, handed out in order by `next`; an item of a phase starts only once
- * every item of the phases before it is done (`done`), so the thread that waits holds no item
- * and whoever holds one is running it: the wait ends (a preempted holder only delays it).
+ * items in three phases, handed out in order by `next`; an item waits only for the items of its
+ * own group unit (an entry's kv head) in the phases before (a softmax row for the unit's score
+ * items, sc_left; a mix item for the unit's rows' probabilities, mix_left), so the thread that
+ * waits holds no item and whoever holds one is running it: the wait ends (a preempted holder
+ * only delays it). Items are handed out phase by phase in unit order, so a unit's items of the
+ * phase before were handed out long before and a thread rarely waits at all (it used to wait
+ * for every item of the phase before: a thread idle at each of the two phase ends per layer).
  *   score items: (sequence, entry, kv head, block of cells): the group's query rows (F16-rounded
  *     in place by qk_post) against the block, attn_scores_f16_rows (each K row read once for
  *     the group; row by row exactly attn_scores_f16's numbers);
@@ -578,11 +589,12 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
 struct dec_job {
     struct direct_job dj;
     int64_t n_items, end_a, end_b; /* phase ends: score items [0, end_a), softmax [end_a, end_b) */
-    _Atomic int64_t next, done;
+    _Atomic int64_t next;
 };
 
-static void wait_done(_Atomic int64_t *done, int64_t n) {
-    for (unsigned spins = 1; atomic_load_explicit(done, memory_order_acquire) < n; spins++) {
+/* Until *left is 0 (acquire: the work it counted is visible). */
+static void wait_ready(_Atomic int32_t *left) {
+    for (unsigned spins = 1; atomic_load_explicit(left, memory_order_acquire) > 0; spins++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -632,19 +644,25 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             attn_scores_f16_rows(s->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group,
                                  k0 + (size_t)kvh * hd, k_stride, s->acells + ds->off + c0, n, hd, sc + c0,
                                  (size_t)ds->nv);
-            if (j->end_b == j->end_a) /* no softmax phase: every row is one block */
+            int64_t u = ds->row0 / group + (int64_t)e * n_kv + kvh;
+            if (j->end_b == j->end_a) { /* no softmax phase: every row is one block */
                 for (int32_t g = 0; g < group; g++)
                     attn_softmax_row(sc + g * ds->nv, ds->nv, s->acpos + ds->off, j->dj.b->pos[i],
                                      1.0f / sqrtf((float)hd));
+                atomic_fetch_sub_explicit(&s->mix_left[u], group, memory_order_release);
+            } else {
+                atomic_fetch_sub_explicit(&s->sc_left[u], 1, memory_order_release);
+            }
         } else if (it < j->end_b) {
-            wait_done(&j->done, j->end_a);
             int64_t r = it - j->end_a;
+            wait_ready(&s->sc_left[r / group]);
             const struct direct_seq *ds = dseq_of_row(s, r, n_head);
             int64_t k = r - ds->row0;
             attn_softmax_row(s->dsc + ds->sc_off + k * ds->nv, ds->nv, s->acpos + ds->off,
                              j->dj.b->pos[s->dent[ds->e0 + k / n_head]], 1.0f / sqrtf((float)hd));
+            atomic_fetch_sub_explicit(&s->mix_left[r / group], 1, memory_order_release);
         } else {
-            wait_done(&j->done, j->end_b);
+            wait_ready(&s->mix_left[(it - j->end_b) / s->n_db]);
             /* a group's rows are consecutive: row r = group index * group */
             int64_t r = (it - j->end_b) / s->n_db * group, d0 = (it - j->end_b) % s->n_db * s->db_len;
             const struct direct_seq *ds = dseq_of_row(s, r, n_head);
@@ -653,9 +671,7 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             attn_mix_f16_rows(s->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
                               v0 + (size_t)kvh * hd + (size_t)d0, v_stride, s->acells + ds->off, ds->nv,
                               s->db_len, s->att + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
-            continue; /* nothing waits for the last phase */
         }
-        atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
     }
 }
 
@@ -869,6 +885,16 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
 static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                       const struct batch *b, int32_t layer) {
     if (s->n_drows > 0) {
+        /* the units' counters (rows of a unit are consecutive: unit u = row / group); stores
+         * before pool_run's post, which publishes them to the threads */
+        int32_t group = m->hp.n_head / m->hp.n_head_kv;
+        for (int32_t d = 0; d < s->n_dseq; d++) {
+            const struct direct_seq *ds = &s->dseq[d];
+            for (int64_t u = ds->row0 / group; u < (ds->row0 + (int64_t)ds->ne * m->hp.n_head) / group; u++) {
+                atomic_store_explicit(&s->sc_left[u], (int32_t)ds->n_cb, memory_order_relaxed);
+                atomic_store_explicit(&s->mix_left[u], group, memory_order_relaxed);
+            }
+        }
         struct dec_job dj = {.dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer},
                              .end_a = s->n_ia, .end_b = s->n_ia + (s->one_block ? 0 : s->n_drows)};
         dj.n_items = dj.end_b + s->n_drows / (m->hp.n_head / m->hp.n_head_kv) * s->n_db;
