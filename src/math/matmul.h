@@ -19,9 +19,10 @@
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
- *       decoded once per four tokens, and with fewer tokens (AVX-512: Q4_0, Q5_0, Q8_0 rows;
- *       Q6_K rows of up to 1 KB) four weight rows share each activation load. A token's result
- *       does not depend on the batch it is in, nor on the thread count: every output is exactly its single-row vec_dot.
+ *       decoded once per four tokens, and with fewer tokens (AVX2 and AVX-512: Q4_0, Q5_0,
+ *       Q8_0 rows; AVX-512: Q6_K rows of up to 1 KB) four weight rows share each activation
+ *       load. A token's result does not depend on the batch it is in, nor on the thread count:
+ *       every output is exactly its single-row vec_dot.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
