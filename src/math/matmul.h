@@ -117,6 +117,13 @@ struct matmul_out {
 };
 void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const float *x, int64_t n_tok, int n_mats,
                   const struct matmul_out *mats);
+/* matmul_multi for matrices of different types (mats[m] of types[m], one n_in): exactly what
+ * n_mats matmul calls give. Where every type takes the vector path with the same activation
+ * type (a decode step of Q4_K_M's Q5_0 attn_q/attn_k beside its Q8_0 attn_v, all on Q8_0
+ * activations) they share one quantization of x and one dispatch; all of one type, it is
+ * matmul_multi; otherwise one matmul per matrix. */
+void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t n_in, const float *x, int64_t n_tok,
+                        int n_mats, const struct matmul_out *mats);
 
 /* Run fn(arg, i0, i1) over [0, n) split into at most n_threads contiguous non-empty ranges,
  * each run by whichever compute thread claims it first (the caller's thread takes part; a busy

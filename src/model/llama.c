@@ -402,20 +402,25 @@ static void mm(struct forward_scratch *s, const struct model_weight *w, const fl
                 y);
 }
 
-/* Matrices with the same input x (Q/K/V, gate/up): one shared dispatch where they have the same
- * type (matmul_multi gives each the numbers mm would), else one mm each. */
+/* Matrices with the same input x (Q/K/V, gate/up): one shared dispatch where matmul_multi_types
+ * can (same type, or types whose activations are one type: Q4_K_M's Q5_0 Q/K and Q8_0 V; it
+ * gives each the numbers mm would), else one mm each. */
 static void mm_multi(struct forward_scratch *s, int n, const struct model_weight *const *w, const float *x,
                      int64_t n_tok, float *const *y) {
-    bool same = !s->reference;
-    for (int i = 1; i < n; i++) same = same && w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
-    if (!same) {
+    bool shared = !s->reference;
+    for (int i = 1; i < n; i++) shared = shared && w[i]->n_in == w[0]->n_in;
+    if (!shared) {
         for (int i = 0; i < n; i++) mm(s, w[i], x, n_tok, y[i]);
         return;
     }
     struct matmul_out outs[MATMUL_MULTI_MAX];
+    enum ggml_type types[MATMUL_MULTI_MAX];
     ASSERT(n <= MATMUL_MULTI_MAX);
-    for (int i = 0; i < n; i++) outs[i] = (struct matmul_out){.w = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
-    matmul_multi(s->c, w[0]->type, w[0]->n_in, x, n_tok, n, outs);
+    for (int i = 0; i < n; i++) {
+        outs[i] = (struct matmul_out){.w = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
+        types[i] = w[i]->type;
+    }
+    matmul_multi_types(s->c, types, w[0]->n_in, x, n_tok, n, outs);
 }
 
 /* ---- attention ---- */
