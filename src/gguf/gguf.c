@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -311,6 +312,52 @@ err:
     return rc;
 }
 
+/* Files of 2 MB or more (models) are read into an anonymous mapping aligned to 2 MB and advised
+ * into transparent huge pages (this system's THP setting is "madvise"; a file mapping gets 4 KB
+ * pages), then made read-only. A decode step streams every weight once: with 4 KB pages that is
+ * a TLB miss per 4 KB and hardware prefetchers that stop at every page end. Measured
+ * (SmolLM2-135M Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's
+ * sums over 30 layers): gate/up 1.18 against 1.30 ms, down 0.63 against 0.74, output 0.64
+ * against 0.69; the mean step suffered less from the other load (tg64 191-233 against 107-163).
+ * The cost: the whole file is read at open (page cache to memory, ~0.1 s per GB) and the weights
+ * are private memory rather than shared page cache. Smaller files (vocabularies) stay mapped. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static size_t map_len(size_t size) {
+    return size >= HUGE_BYTES ? (size + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES : size;
+}
+
+/* MAP_FAILED on failure (errno set), like mmap. */
+static void *read_huge(int fd, size_t size) {
+    size_t len = map_len(size);
+    uint8_t *p = mmap(NULL, len + HUGE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return MAP_FAILED;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (a + len < p + len + HUGE_BYTES) munmap(a + len, (size_t)(p + len + HUGE_BYTES - (a + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, len, MADV_HUGEPAGE); /* advice: 4 KB pages where the kernel has no huge ones */
+#endif
+    for (size_t got = 0; got < size;) {
+        ssize_t r = pread(fd, a + got, size - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r == 0 ? EIO : errno;
+            munmap(a, len);
+            errno = e;
+            return MAP_FAILED;
+        }
+        got += (size_t)r;
+    }
+    if (mprotect(a, len, PROT_READ) < 0) { /* read-only, as the file mapping was */
+        int e = errno;
+        munmap(a, len);
+        errno = e;
+        return MAP_FAILED;
+    }
+    return a;
+}
+
 int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) {
     *f = (struct gguf_file){0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -325,17 +372,17 @@ int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) 
         return -ERR_IO;
     }
     size_t size = (size_t)st.st_size;
-    void *base = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    void *base = size >= HUGE_BYTES ? read_huge(fd, size) : size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (size && base == MAP_FAILED) {
-        snprintf(why, why_len, "%s: mmap: %s", path, strerror(errno));
+        snprintf(why, why_len, "%s: mapping or reading: %s", path, strerror(errno));
         return -ERR_IO;
     }
     char inner[256];
     int rc = gguf_parse(f, base, size, inner, sizeof inner);
     if (rc < 0) {
         snprintf(why, why_len, "%s: %s", path, inner);
-        if (size) munmap(base, size);
+        if (size) munmap(base, map_len(size));
         *f = (struct gguf_file){0};
         return rc;
     }
@@ -344,7 +391,7 @@ int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) 
 }
 
 void gguf_close(struct gguf_file *f) {
-    if (f->mapped && f->size) munmap((void *)f->base, f->size);
+    if (f->mapped && f->size) munmap((void *)f->base, map_len(f->size));
     free(f->kv);
     free(f->tensors);
     free(f->str_pool);

@@ -1,7 +1,8 @@
 /* gguf.h: read-only access to a GGUF file (versions 2 and 3), memory-mapped.
  *
- * The file is mapped once; every string, array and tensor returned points into the mapping and
- * lives until gguf_close(). Nothing is copied except the index of key/values and tensor infos
+ * The file is mapped once (a file of 2 MB or more is read into read-only anonymous memory in
+ * huge pages instead: see gguf.c); every string, array and tensor returned points into the
+ * mapping and lives until gguf_close(). Nothing is copied except the index of key/values and tensor infos
  * (allocated by gguf_open/gguf_parse, bounded by the file's size). Every count, length and offset
  * is checked against the file before use: a corrupt file gives -ERR_FORMAT (or -ERR_UNSUPPORTED
  * for an unknown version or tensor type) and a message naming what is wrong, never an over-read.

@@ -24,8 +24,8 @@
 /* Tokens per pass over a chunk of rows with the 4-token kernels (a multiple of QUANT_DOT_ROWS):
  * 32 tokens of Q8_K activations are 200 KB for 5632 inputs. */
 #define VEC_TOKEN_BLOCK 32
-/* Q8_0 rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
-#define VEC_Q8_0_DOTR_MAX_STRIDE 1024
+/* Q6_K rows longer than this take the one-row kernel, not the multi-row one (see vec_kernels). */
+#define VEC_Q6_K_DOTR_MAX_STRIDE 1024
 /* Rows per work item of the Q8_0 integer GEMM (gemm_q8.h): with 32 tokens' packed activations
  * (64 KB per 1024 inputs) they stay in L2 together. */
 #define GEMM_CHUNK_ROWS 64
@@ -167,6 +167,12 @@ struct mat_desc {
     int64_t n_out;
     float *y;
     int64_t chunk0; /* its first chunk in the job's chunk numbering */
+    /* vector path: this matrix's row bytes and kernels (set_vec_kernels; matrices of different
+     * types can share a job when their activations are of one type) */
+    size_t w_stride;
+    quant_vec_dot_fn dot;
+    quant_vec_dot4_fn dot4;
+    quant_vec_dotr_fn dotr;
 };
 
 struct matmul_job {
@@ -220,35 +226,39 @@ static void quantize_all(struct matmul_job *j) {
 }
 
 /* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
-static void vec_chunk(const struct matmul_job *j, const uint8_t *w, float *y, int64_t n_out, int64_t r0, int64_t r1) {
+static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1) {
+    const uint8_t *w = d->w;
+    float *y = d->y;
+    const int64_t n_out = d->n_out;
+    const size_t w_stride = d->w_stride;
     /* With the 4-token kernel, tokens in blocks: the chunk's rows and a block's activations stay
      * in L2 together (a prompt's whole activations would be re-read from L3 per row). */
-    const int64_t tb = j->dot4 ? VEC_TOKEN_BLOCK : j->n_tok;
+    const int64_t tb = d->dot4 ? VEC_TOKEN_BLOCK : j->n_tok;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += tb) {
         const int64_t t1 = t0 + tb < j->n_tok ? t0 + tb : j->n_tok;
         for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *wr = w + (size_t)r * j->w_stride;
-            if (j->dotr && r + QUANT_DOT_WROWS <= r1) {
+            const uint8_t *wr = w + (size_t)r * w_stride;
+            if (d->dotr && r + QUANT_DOT_WROWS <= r1) {
                 /* few tokens: several weight rows per pass share each activation load */
                 for (int64_t t = t0; t < t1; t++) {
                     float out[QUANT_DOT_WROWS];
-                    j->dotr(j->n_in, wr, j->w_stride, j->xq + (size_t)t * j->xq_stride, out);
+                    d->dotr(j->n_in, wr, w_stride, j->xq + (size_t)t * j->xq_stride, out);
                     for (int k = 0; k < QUANT_DOT_WROWS; k++) y[t * n_out + r + k] = out[k];
                 }
                 r += QUANT_DOT_WROWS - 1;
                 continue;
             }
             int64_t t = t0;
-            if (j->dot4) /* decode the weight row once for four tokens */
+            if (d->dot4) /* decode the weight row once for four tokens */
                 for (; t + QUANT_DOT_ROWS <= t1; t += QUANT_DOT_ROWS) {
                     float out[QUANT_DOT_ROWS];
-                    j->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
+                    d->dot4(j->n_in, wr, j->xq + (size_t)t * j->xq_stride, j->xq_stride, out);
                     for (int k = 0; k < QUANT_DOT_ROWS; k++) y[(t + k) * n_out + r] = out[k];
                 }
             if (j->dot_grouped) /* no dot4 here: one block of all tokens */
                 for (; t < t1 - t1 % 4; t++)
                     y[t * n_out + r] = j->dot_grouped(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
-            for (; t < t1; t++) y[t * n_out + r] = j->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
+            for (; t < t1; t++) y[t * n_out + r] = d->dot(j->n_in, wr, j->xq + (size_t)t * j->xq_stride);
         }
     }
 }
@@ -259,7 +269,7 @@ static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
     const struct mat_desc *d = &j->mats[m];
     int64_t r0 = (chunk - d->chunk0) * j->chunk_rows;
     int64_t r1 = r0 + j->chunk_rows < d->n_out ? r0 + j->chunk_rows : d->n_out;
-    vec_chunk(j, d->w, d->y, d->n_out, r0, r1);
+    vec_chunk(j, d, r0, r1);
 }
 
 static void vec_rows(void *job) {
@@ -460,16 +470,15 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     j->dot = quant_get_vec_dot(j->c->level, wtype);
     j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
     j->dotr = quant_get_vec_dotr(j->c->level, wtype);
-    /* Measured on decode steps (weights streamed from memory, one thread): four Q8_0 rows side by
-     * side were 10-15% slower than one row at a time once a row exceeds about 1 KB (TinyLlama's
-     * 2176-byte rows), and faster below (SmolLM2's 612); the one-row Q8_0 kernel already reads
-     * at memory speed there. Q4_0/Q5_0's one-row kernels compute at half of it: always grouped.
-     * Measured again with contiguous shares per thread (2 threads, busy machine): grouped rows
-     * had the better best case but the worse median on 1632- to 5984-byte rows. */
-    if (wtype == GGML_TYPE_Q8_0 && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
-    /* Q6_K likewise (one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29
-     * for one); Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
-    if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q8_0_DOTR_MAX_STRIDE) j->dotr = NULL;
+    /* Q8_0 rows of any length take the multi-row kernel. It used to stop at 1 KB rows (four rows
+     * side by side measured 10-15% slower than one at a time on TinyLlama's 2176-byte rows) while
+     * it fetched one row group ahead; with four groups ahead (quant_avx512.c) SmolLM2's down
+     * projection (1632-byte rows) decodes faster grouped (one thread, --rows 1 --threads 1,
+     * busy machine: best step 3.69-4.11 ms against 4.00-4.21) and TinyLlama the same (40.1 ms
+     * both). Q4_0/Q5_0's one-row kernels compute at half of memory speed: always grouped. */
+    /* Q6_K: one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29 for one;
+     * Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
+    if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q6_K_DOTR_MAX_STRIDE) j->dotr = NULL;
     /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
     if (j->dot4 && j->n_tok >= QUANT_DOT_ROWS) j->dotr = NULL;
 }
@@ -549,7 +558,8 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         quantize_all(&j);
     }
     j.n_mats = 1;
-    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0};
+    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0, .w_stride = j.w_stride, .dot = j.dot,
+                                  .dot4 = j.dot4, .dotr = j.dotr};
     if (q4_K_tiles(c, wtype, n_tok)) {
         /* vec_rows' numbers (MATMUL_REFERENCE: with its grouped order), weights and activations
          * shared by 4 x 4 tiles */
@@ -597,7 +607,47 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     j.chunk_rows = VEC_CHUNK_ROWS;
     j.n_mats = n_mats;
     for (int m = 0; m < n_mats; m++) {
-        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks};
+        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks,
+                                      .w_stride = j.w_stride, .dot = j.dot, .dot4 = j.dot4, .dotr = j.dotr};
+        j.n_chunks += div_up(mats[m].n_out, j.chunk_rows);
+    }
+    vec_dispatch(c, &j);
+}
+
+void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t n_in, const float *x, int64_t n_tok,
+                        int n_mats, const struct matmul_out *mats) {
+    ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
+    if (n_tok <= 0) return;
+    bool same = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
+    enum ggml_type xtype = quant_vec_dot_type(types[0]);
+    for (int m = 0; m < n_mats; m++) {
+        same = same && types[m] == types[0];
+        shared = shared && quant_vec_dot_type(types[m]) == xtype && xtype != GGML_TYPE_F32 &&
+                 auto_path(c, types[m], n_tok) == MATMUL_VEC && !q4_K_tiles(c, types[m], n_tok);
+    }
+    if (same) {
+        matmul_multi(c, types[0], n_in, x, n_tok, n_mats, mats);
+        return;
+    }
+    if (!shared) {
+        for (int m = 0; m < n_mats; m++) matmul(c, types[m], mats[m].w, n_in, mats[m].n_out, x, n_tok, mats[m].y);
+        return;
+    }
+    ASSERT(n_tok <= c->max_tokens && n_in <= c->max_n_in);
+    /* one quantization of x (the activation type they share), one dispatch; each matrix with
+     * the kernels and row bytes matmul would give it (vec_kernels per type) */
+    struct matmul_job j = {.c = c, .wtype = types[0], .xtype = xtype, .n_in = n_in, .n_tok = n_tok, .x = x};
+    quantize_all(&j);
+    j.chunk_rows = VEC_CHUNK_ROWS;
+    j.n_mats = n_mats;
+    for (int m = 0; m < n_mats; m++) {
+        ASSERT(quant_supported(types[m]));
+        struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = n_tok,
+                               .w_stride = ggml_row_size(types[m], (uint64_t)n_in)};
+        ASSERT(k.w_stride > 0);
+        vec_kernels(&k, MATMUL_VEC);
+        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks,
+                                      .w_stride = k.w_stride, .dot = k.dot, .dot4 = k.dot4, .dotr = k.dotr};
         j.n_chunks += div_up(mats[m].n_out, j.chunk_rows);
     }
     vec_dispatch(c, &j);

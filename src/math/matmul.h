@@ -19,9 +19,10 @@
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
- *       decoded once per four tokens, and with fewer tokens (AVX-512: Q4_0, Q5_0, Q8_0 rows of
- *       up to 1 KB) four weight rows share each activation load. A token's result does not depend on the batch it is in,
- *       nor on the thread count: every output is exactly its single-row vec_dot.
+ *       decoded once per four tokens, and with fewer tokens (AVX2 and AVX-512: Q4_0, Q5_0,
+ *       Q8_0 rows; AVX-512: Q6_K rows of up to 1 KB) four weight rows share each activation
+ *       load. A token's result does not depend on the batch it is in, nor on the thread count:
+ *       every output is exactly its single-row vec_dot.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
@@ -119,6 +120,13 @@ struct matmul_out {
 };
 void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const float *x, int64_t n_tok, int n_mats,
                   const struct matmul_out *mats);
+/* matmul_multi for matrices of different types (mats[m] of types[m], one n_in): exactly what
+ * n_mats matmul calls give. Where every type takes the vector path with the same activation
+ * type (a decode step of Q4_K_M's Q5_0 attn_q/attn_k beside its Q8_0 attn_v, all on Q8_0
+ * activations) they share one quantization of x and one dispatch; all of one type, it is
+ * matmul_multi; otherwise one matmul per matrix. */
+void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t n_in, const float *x, int64_t n_tok,
+                        int n_mats, const struct matmul_out *mats);
 
 /* Run fn(arg, i0, i1) over [0, n) split into at most n_threads contiguous non-empty ranges,
  * each run by whichever compute thread claims it first (the caller's thread takes part; a busy

@@ -125,6 +125,61 @@ AVX2 static inline float dot_x0(enum ggml_type t, size_t size, int64_t n, const 
     return out;
 }
 
+/* QUANT_DOT_WROWS weight rows (w_stride bytes apart) against one activation row: per row exactly
+ * dot_x0's operations (so its numbers), the rows side by side: one row's accumulator waits on
+ * its fma every block, four rows' chains overlap, and the activation block is loaded once. The
+ * group DOTR_PF_GROUPS groups ahead is prefetched block step by block step, as the AVX-512
+ * kernels do (rows side by side defeat the hardware prefetcher). */
+#define DOTR_PF_GROUPS 4
+AVX2 static inline __attribute__((always_inline)) void dotr_x0(enum ggml_type t, size_t size, int64_t n, const void *w,
+                                                               size_t w_stride, const void *x, float *out) {
+    const uint8_t *a = w;
+    const block_q8_0 *b = x;
+    __m256 acc[QUANT_DOT_WROWS];
+    for (int r = 0; r < QUANT_DOT_WROWS; r++) acc[r] = _mm256_setzero_ps();
+    const uint8_t *pf = a + DOTR_PF_GROUPS * QUANT_DOT_WROWS * w_stride;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        for (size_t off = 0; off < QUANT_DOT_WROWS * size + 63; off += 64)
+            _mm_prefetch((const char *)pf + (size_t)i * QUANT_DOT_WROWS * size + off, _MM_HINT_T0);
+        __m256i xb = _mm256_loadu_si256((const __m256i *)b[i].qs);
+        float dx = h2f(b[i].d);
+        /* Q4_0 / Q5_0: the unsigned levels (0..15 / 0..31) times the signed activation, and the
+         * offset (8 / 16) times the activation's sums of four, once for all rows: the same
+         * integer lanes as the signed levels' (activations are within -127..127). */
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i off = _mm256_setzero_si256();
+        if (t != GGML_TYPE_Q8_0)
+            off = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(t == GGML_TYPE_Q4_0 ? 8 : 16), xb), ones);
+#pragma GCC unroll 4
+        for (int r = 0; r < QUANT_DOT_WROWS; r++) {
+            const uint8_t *blk = a + (size_t)r * w_stride + (size_t)i * size;
+            __m256i p;
+            if (t == GGML_TYPE_Q8_0) {
+                __m256i qa = block_levels(t, blk), ua = _mm256_sign_epi8(qa, qa);
+                p = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(xb, qa)), ones);
+            } else {
+                __m256i lu = t == GGML_TYPE_Q4_0 ? nibbles(((const block_q4_0 *)blk)->qs)
+                                                 : _mm256_or_si256(nibbles(((const block_q5_0 *)blk)->qs),
+                                                                   q5_high_bits(((const block_q5_0 *)blk)->qh));
+                p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lu, xb), ones), off);
+            }
+            float dw = h2f(*(const uint16_t *)blk);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < QUANT_DOT_WROWS; r++) out[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static void dotr_q8_0(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    dotr_x0(GGML_TYPE_Q8_0, sizeof(block_q8_0), n, w, w_stride, x, out);
+}
+AVX2 static void dotr_q4_0(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    dotr_x0(GGML_TYPE_Q4_0, sizeof(block_q4_0), n, w, w_stride, x, out);
+}
+AVX2 static void dotr_q5_0(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
+    dotr_x0(GGML_TYPE_Q5_0, sizeof(block_q5_0), n, w, w_stride, x, out);
+}
+
 AVX2 static void dot4_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, float *out) {
     dot_x0_n(GGML_TYPE_Q8_0, sizeof(block_q8_0), n, w, x, x_stride, QUANT_DOT_ROWS, out);
 }
@@ -478,6 +533,7 @@ const struct quant_kernels quant_kernels_avx2 = {
         [GGML_TYPE_Q6_K] = dot_q6_K,
     },
     .vec_dot4 = {[GGML_TYPE_Q8_0] = dot4_q8_0, [GGML_TYPE_Q4_K] = dot4_q4_K},
+    .vec_dotr = {[GGML_TYPE_Q8_0] = dotr_q8_0, [GGML_TYPE_Q4_0] = dotr_q4_0, [GGML_TYPE_Q5_0] = dotr_q5_0},
     .from_float = {
         [GGML_TYPE_Q8_0] = from_float_q8_0, [GGML_TYPE_Q8_K] = from_float_q8_K,
         [GGML_TYPE_F16] = from_float_f16,

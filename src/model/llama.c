@@ -26,8 +26,10 @@
  * a chunk too small for sgemm (matmul's vector path: decode steps) skips the F32 copy: its rows
  * run on math/attn.h's kernels straight from the F16 cells, with the very numbers the vector path
  * would give: every such sequence of the batch (a decode step's) has its cells listed once per
- * pass (plan_attention), and all their heads run in one parallel job per layer (dec_items: a
- * GQA group's query rows read each K and V row once, the work split in items of even size).
+ * pass (plan_attention), and all their heads run in one parallel job per layer: a GQA group's
+ * query rows read each K and V row once, each group unit (an entry's kv head) whole on one
+ * thread where there are at least as many units as threads (unit_items), else split in items
+ * of even size across the threads (dec_items).
  */
 #include "model/arch.h"
 #include "common/err.h"
@@ -118,6 +120,10 @@ struct forward_scratch {
     int64_t n_ia, cell_block;
     bool one_block;     /* every planned row's cells are one score block: no softmax phase */
     int32_t n_db, db_len;
+    /* Per group unit (a planned entry's kv head: its group of query rows; unit u holds rows
+     * [u * group, (u + 1) * group)), reset every layer: sc_left[u] score items of the unit not yet
+     * done, mix_left[u] its rows whose probabilities are not yet ready (see dec_items). */
+    _Atomic int32_t *sc_left, *mix_left; /* [max_tokens * n_head_kv] */
     int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
     int32_t *acpos;     /* [arena_n] their positions */
     int64_t arena_n;
@@ -141,7 +147,8 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin,
                         s->ent, s->done, s->cells, s->cpos, s->kf, s->vf, s->vt, s->order, s->qg, s->sc, s->h16, s->og, s->xo,
-                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos, s->dsc};
+                        s->dseq, s->dent, s->gent, s->gseq, s->gcount, s->acells, s->acpos, s->dsc,
+                        (void *)s->sc_left, (void *)s->mix_left};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -195,6 +202,8 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->gent = scratch_alloc(s, T, sizeof(int32_t), &ok);
     s->gseq = scratch_alloc(s, T, sizeof(int32_t), &ok);
     s->gcount = scratch_alloc(s, T, sizeof(int32_t), &ok);
+    s->sc_left = scratch_alloc(s, T * (size_t)hp->n_head_kv, sizeof *s->sc_left, &ok);
+    s->mix_left = scratch_alloc(s, T * (size_t)hp->n_head_kv, sizeof *s->mix_left, &ok);
     /* room for the cells of 8 full-context sequences, or of many shorter ones; a step whose
      * decode sequences hold more falls back to per-sequence attention for the rest */
     s->arena_n = 8 * (int64_t)ctx;
@@ -254,6 +263,15 @@ struct rows_job {
     int32_t n_heads;
 };
 
+/* y = x * scale * w over NORM_BLOCK elements (a constant count: vectorized at -O2, as
+ * swiglu_block; x and y may be the same row, element by element). */
+enum { NORM_BLOCK = 64 };
+static void norm_scale_block(const float *x, float scale, const float *restrict w, float *y) {
+    float t[NORM_BLOCK];
+    for (int i = 0; i < NORM_BLOCK; i++) t[i] = x[i] * scale * w[i];
+    memcpy(y, t, sizeof t);
+}
+
 static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
@@ -262,7 +280,9 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
         double sum = 0;
         for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
-        for (int64_t i = 0; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
+        int64_t i = 0;
+        for (; i + NORM_BLOCK <= j->n; i += NORM_BLOCK) norm_scale_block(x + i, scale, j->w + i, y + i);
+        for (; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
     }
 }
 
@@ -349,13 +369,24 @@ static void rope_tables(const struct model_hparams *hp, struct forward_scratch *
     }
 }
 
+/* x = x / (1 + e) * y over SWIGLU_BLOCK elements: a constant count (and no aliasing) lets the
+ * compiler vectorize it at -O2 (it left the divisions scalar: 2.8 us per SmolLM2 layer). */
+enum { SWIGLU_BLOCK = 256 };
+static void swiglu_block(float *restrict x, const float *restrict e, const float *restrict y) {
+    for (int k = 0; k < SWIGLU_BLOCK; k++) x[k] = x[k] / (1.0f + e[k]) * y[k];
+}
+
 static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
-    float e[256];
-    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += 256) {
-        int64_t m = r1 * j->n - i0 < 256 ? r1 * j->n - i0 : 256;
+    float e[SWIGLU_BLOCK];
+    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += SWIGLU_BLOCK) {
+        int64_t m = r1 * j->n - i0 < SWIGLU_BLOCK ? r1 * j->n - i0 : SWIGLU_BLOCK;
         for (int64_t k = 0; k < m; k++) e[k] = 0.0f - j->x[i0 + k];
         quant_expf_n(e, e, m);
+        if (m == SWIGLU_BLOCK) {
+            swiglu_block(j->x + i0, e, j->y + i0);
+            continue;
+        }
         for (int64_t k = 0; k < m; k++) j->x[i0 + k] = j->x[i0 + k] / (1.0f + e[k]) * j->y[i0 + k];
     }
 }
@@ -372,20 +403,25 @@ static void mm(struct forward_scratch *s, const struct model_weight *w, const fl
                 y);
 }
 
-/* Matrices with the same input x (Q/K/V, gate/up): one shared dispatch where they have the same
- * type (matmul_multi gives each the numbers mm would), else one mm each. */
+/* Matrices with the same input x (Q/K/V, gate/up): one shared dispatch where matmul_multi_types
+ * can (same type, or types whose activations are one type: Q4_K_M's Q5_0 Q/K and Q8_0 V; it
+ * gives each the numbers mm would), else one mm each. */
 static void mm_multi(struct forward_scratch *s, int n, const struct model_weight *const *w, const float *x,
                      int64_t n_tok, float *const *y) {
-    bool same = !s->reference;
-    for (int i = 1; i < n; i++) same = same && w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in;
-    if (!same) {
+    bool shared = !s->reference;
+    for (int i = 1; i < n; i++) shared = shared && w[i]->n_in == w[0]->n_in;
+    if (!shared) {
         for (int i = 0; i < n; i++) mm(s, w[i], x, n_tok, y[i]);
         return;
     }
     struct matmul_out outs[MATMUL_MULTI_MAX];
+    enum ggml_type types[MATMUL_MULTI_MAX];
     ASSERT(n <= MATMUL_MULTI_MAX);
-    for (int i = 0; i < n; i++) outs[i] = (struct matmul_out){.w = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
-    matmul_multi(s->c, w[0]->type, w[0]->n_in, x, n_tok, n, outs);
+    for (int i = 0; i < n; i++) {
+        outs[i] = (struct matmul_out){.w = w[i]->data, .n_out = w[i]->n_out, .y = y[i]};
+        types[i] = w[i]->type;
+    }
+    matmul_multi_types(s->c, types, w[0]->n_in, x, n_tok, n, outs);
 }
 
 /* ---- attention ---- */
@@ -541,9 +577,13 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
 }
 
 /* The planned sequences' attention, one job per layer (struct direct_job's layer, b, kv): its
- * items in three phases, handed out in order by `next`; an item of a phase starts only once
- * every item of the phases before it is done (`done`), so the thread that waits holds no item
- * and whoever holds one is running it: the wait ends (a preempted holder only delays it).
+ * items in three phases, handed out in order by `next`; an item waits only for the items of its
+ * own group unit (an entry's kv head) in the phases before (a softmax row for the unit's score
+ * items, sc_left; a mix item for the unit's rows' probabilities, mix_left), so the thread that
+ * waits holds no item and whoever holds one is running it: the wait ends (a preempted holder
+ * only delays it). Items are handed out phase by phase in unit order, so a unit's items of the
+ * phase before were handed out long before and a thread rarely waits at all (it used to wait
+ * for every item of the phase before: a thread idle at each of the two phase ends per layer).
  *   score items: (sequence, entry, kv head, block of cells): the group's query rows (F16-rounded
  *     in place by qk_post) against the block, attn_scores_f16_rows (each K row read once for
  *     the group; row by row exactly attn_scores_f16's numbers);
@@ -557,11 +597,12 @@ static void direct_rows(void *arg, int64_t r0, int64_t r1) {
 struct dec_job {
     struct direct_job dj;
     int64_t n_items, end_a, end_b; /* phase ends: score items [0, end_a), softmax [end_a, end_b) */
-    _Atomic int64_t next, done;
+    _Atomic int64_t next;
 };
 
-static void wait_done(_Atomic int64_t *done, int64_t n) {
-    for (unsigned spins = 1; atomic_load_explicit(done, memory_order_acquire) < n; spins++) {
+/* Until *left is 0 (acquire: the work it counted is visible). */
+static void wait_ready(_Atomic int32_t *left) {
+    for (unsigned spins = 1; atomic_load_explicit(left, memory_order_acquire) > 0; spins++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -611,19 +652,25 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             attn_scores_f16_rows(s->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group,
                                  k0 + (size_t)kvh * hd, k_stride, s->acells + ds->off + c0, n, hd, sc + c0,
                                  (size_t)ds->nv);
-            if (j->end_b == j->end_a) /* no softmax phase: every row is one block */
+            int64_t u = ds->row0 / group + (int64_t)e * n_kv + kvh;
+            if (j->end_b == j->end_a) { /* no softmax phase: every row is one block */
                 for (int32_t g = 0; g < group; g++)
                     attn_softmax_row(sc + g * ds->nv, ds->nv, s->acpos + ds->off, j->dj.b->pos[i],
                                      1.0f / sqrtf((float)hd));
+                atomic_fetch_sub_explicit(&s->mix_left[u], group, memory_order_release);
+            } else {
+                atomic_fetch_sub_explicit(&s->sc_left[u], 1, memory_order_release);
+            }
         } else if (it < j->end_b) {
-            wait_done(&j->done, j->end_a);
             int64_t r = it - j->end_a;
+            wait_ready(&s->sc_left[r / group]);
             const struct direct_seq *ds = dseq_of_row(s, r, n_head);
             int64_t k = r - ds->row0;
             attn_softmax_row(s->dsc + ds->sc_off + k * ds->nv, ds->nv, s->acpos + ds->off,
                              j->dj.b->pos[s->dent[ds->e0 + k / n_head]], 1.0f / sqrtf((float)hd));
+            atomic_fetch_sub_explicit(&s->mix_left[r / group], 1, memory_order_release);
         } else {
-            wait_done(&j->done, j->end_b);
+            wait_ready(&s->mix_left[(it - j->end_b) / s->n_db]);
             /* a group's rows are consecutive: row r = group index * group */
             int64_t r = (it - j->end_b) / s->n_db * group, d0 = (it - j->end_b) % s->n_db * s->db_len;
             const struct direct_seq *ds = dseq_of_row(s, r, n_head);
@@ -632,9 +679,35 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             attn_mix_f16_rows(s->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
                               v0 + (size_t)kvh * hd + (size_t)d0, v_stride, s->acells + ds->off, ds->nv,
                               s->db_len, s->att + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
-            continue; /* nothing waits for the last phase */
         }
-        atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
+    }
+}
+
+/* Group units [u0, u1) of the planned sequences, each whole on the calling thread: its group's
+ * scores over all its cells, their softmax, their mix over all head_dim elements (the same
+ * kernels as dec_items' items, so the same numbers). Nothing a unit computes is read by another
+ * thread (see attention for when this runs instead of dec_items). */
+static void unit_items(void *arg, int64_t u0, int64_t u1) {
+    const struct direct_job *j = arg;
+    struct forward_scratch *s = j->s;
+    const struct model_hparams *hp = j->hp;
+    const struct kv_memory *kv = j->kv;
+    int32_t hd = hp->head_dim, n_head = hp->n_head, n_kv = hp->n_head_kv, group = n_head / n_kv;
+    int64_t nq = (int64_t)n_head * hd;
+    const uint16_t *k0 = kv_k_row(kv, j->layer, 0), *v0 = kv_v_row(kv, j->layer, 0);
+    size_t k_stride = (size_t)kv->shape.n_embd_k, v_stride = (size_t)kv->shape.n_embd_v;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t r = u * group; /* the unit's first row */
+        const struct direct_seq *ds = dseq_of_row(s, r, n_head);
+        int64_t k = r - ds->row0;
+        int32_t i = s->dent[ds->e0 + k / n_head], kvh = (int32_t)(k % n_head) / group;
+        float *sc = s->dsc + ds->sc_off + k * ds->nv;
+        attn_scores_f16_rows(s->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group, k0 + (size_t)kvh * hd,
+                             k_stride, s->acells + ds->off, ds->nv, hd, sc, (size_t)ds->nv);
+        for (int32_t g = 0; g < group; g++)
+            attn_softmax_row(sc + g * ds->nv, ds->nv, s->acpos + ds->off, j->b->pos[i], 1.0f / sqrtf((float)hd));
+        attn_mix_f16_rows(sc, (size_t)ds->nv, group, v0 + (size_t)kvh * hd, v_stride, s->acells + ds->off, ds->nv,
+                          hd, s->att + i * nq + (int64_t)kvh * group * hd, (size_t)hd);
     }
 }
 
@@ -847,7 +920,27 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
  * one sequence at a time (entries keep their batch order). */
 static void attention(const struct model *m, struct forward_scratch *s, const struct kv_memory *kv,
                       const struct batch *b, int32_t layer) {
-    if (s->n_drows > 0) {
+    int64_t n_units = s->n_drows / (m->hp.n_head / m->hp.n_head_kv);
+    if (n_units >= s->n_slots) {
+        /* Enough group units for every thread: each whole on one thread (unit_items). Split
+         * into dec_items' items, a unit's scores and probabilities were written by one thread
+         * and read by another (twice per layer), and on 2 threads the attention of a SmolLM2
+         * decode step (3 units at 512..575 cells) took as long as on one: 0.74-0.76 ms per
+         * step; as whole units (2 on one thread, 1 on the other) 0.56-0.61 ms, best step
+         * 3.42-3.63 -> 3.22-3.35 ms; 8 sequences (24 units) 8.42-8.49 -> 7.97-8.22 ms. */
+        struct direct_job dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer};
+        compute_parallel_for(s->c, n_units, unit_items, &dj);
+    } else if (s->n_drows > 0) {
+        /* the units' counters (rows of a unit are consecutive: unit u = row / group); stores
+         * before pool_run's post, which publishes them to the threads */
+        int32_t group = m->hp.n_head / m->hp.n_head_kv;
+        for (int32_t d = 0; d < s->n_dseq; d++) {
+            const struct direct_seq *ds = &s->dseq[d];
+            for (int64_t u = ds->row0 / group; u < (ds->row0 + (int64_t)ds->ne * m->hp.n_head) / group; u++) {
+                atomic_store_explicit(&s->sc_left[u], (int32_t)ds->n_cb, memory_order_relaxed);
+                atomic_store_explicit(&s->mix_left[u], group, memory_order_relaxed);
+            }
+        }
         struct dec_job dj = {.dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer},
                              .end_a = s->n_ia, .end_b = s->n_ia + (s->one_block ? 0 : s->n_drows)};
         dj.n_items = dj.end_b + s->n_drows / (m->hp.n_head / m->hp.n_head_kv) * s->n_db;

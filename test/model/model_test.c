@@ -243,15 +243,17 @@ TEST(model_forward_n_ctx_below_head_dim) {
     teardown(&f);
 }
 
-/* A decode step at a long context: the attention's work items (score blocks of cells, the
- * softmax phase, mix ranges) are sized from the thread count and from every sequence of the
- * step, and none of that may change a row's numbers: the step alone on 2 threads, alone on 1
- * thread and beside another long sequence give the same logits bit for bit. */
+/* A decode step at a long context: the attention's work items (whole group units, or score
+ * blocks of cells, the softmax phase and mix ranges when there are fewer units than threads)
+ * are chosen from the thread count and from every sequence of the step, and none of that may
+ * change a row's numbers: the step alone on 2 threads, alone on 1 thread, beside another long
+ * sequence and alone on 4 threads (this model's 2 kv heads: split items) give the same logits
+ * bit for bit. */
 TEST(model_forward_long_context_decode_is_split_invariant) {
     enum { LA = 600, LB = 430, CHUNK = 64 };
     struct model *m = NULL;
     struct memory *mem = NULL;
-    struct forward_ctx *fc2 = NULL, *fc1 = NULL;
+    struct forward_ctx *fc2 = NULL, *fc1 = NULL, *fc4 = NULL;
     struct batch b = {0};
     const char *path = shared_path(t, "models/kjv-tiny-q8_0.gguf");
     if (!path) return;
@@ -262,6 +264,7 @@ TEST(model_forward_long_context_decode_is_split_invariant) {
     bool ok = want && model_memory_create(m, 1200, 2, &mem) == 0 &&
               forward_ctx_create(&fc2, m, &(struct forward_config){.max_tokens = CHUNK, .n_ctx = 1024, .n_threads = 2}) == 0 &&
               forward_ctx_create(&fc1, m, &(struct forward_config){.max_tokens = CHUNK, .n_ctx = 1024, .n_threads = 1}) == 0 &&
+              forward_ctx_create(&fc4, m, &(struct forward_config){.max_tokens = CHUNK, .n_ctx = 1024, .n_threads = 4}) == 0 &&
               batch_init(&b, CHUNK) == 0;
     if (ok)
         for (int32_t s = 0; s < 2 && ok; s++)
@@ -271,8 +274,8 @@ TEST(model_forward_long_context_decode_is_split_invariant) {
                     batch_add(&b, (p * 31 + 7 * s + 5) % V, p, s, false);
                 ok = memory_reserve(mem, &b) == 0 && model_forward(m, fc2, mem, &b) == 0;
             }
-    struct forward_ctx *ctxs[3] = {fc2, fc1, fc2};
-    for (int run = 0; run < 3 && ok; run++) {
+    struct forward_ctx *ctxs[4] = {fc2, fc1, fc2, fc4};
+    for (int run = 0; run < 4 && ok; run++) {
         batch_clear(&b);
         if (run == 2) batch_add(&b, 1234, LB, 1, true); /* beside sequence 1's step */
         batch_add(&b, 278, LA, 0, true);
@@ -290,6 +293,7 @@ TEST(model_forward_long_context_decode_is_split_invariant) {
     batch_free(&b);
     forward_ctx_destroy(fc1);
     forward_ctx_destroy(fc2);
+    forward_ctx_destroy(fc4);
     memory_destroy(mem);
     model_free(m);
     CHECK(ok);
