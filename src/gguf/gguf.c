@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 
 #include "common/err.h"
+#include "common/hugemem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -323,39 +324,34 @@ err:
  * are private memory rather than shared page cache. Smaller files (vocabularies) stay mapped. */
 #define HUGE_BYTES ((size_t)2 << 20)
 
-static size_t map_len(size_t size) {
-    return size >= HUGE_BYTES ? (size + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES : size;
-}
-
 /* MAP_FAILED on failure (errno set), like mmap. */
 static void *read_huge(int fd, size_t size) {
-    size_t len = map_len(size);
-    uint8_t *p = mmap(NULL, len + HUGE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return MAP_FAILED;
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
-    if (a > p) munmap(p, (size_t)(a - p));
-    if (a + len < p + len + HUGE_BYTES) munmap(a + len, (size_t)(p + len + HUGE_BYTES - (a + len)));
-#ifdef MADV_HUGEPAGE
-    madvise(a, len, MADV_HUGEPAGE); /* advice: 4 KB pages where the kernel has no huge ones */
-#endif
+    uint8_t *a = hugemem_alloc(size);
+    if (!a) return MAP_FAILED;
     for (size_t got = 0; got < size;) {
         ssize_t r = pread(fd, a + got, size - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             int e = r == 0 ? EIO : errno;
-            munmap(a, len);
+            hugemem_free(a, size);
             errno = e;
             return MAP_FAILED;
         }
         got += (size_t)r;
     }
-    if (mprotect(a, len, PROT_READ) < 0) { /* read-only, as the file mapping was */
+    if (mprotect(a, size, PROT_READ) < 0) { /* read-only, as the file mapping was */
         int e = errno;
-        munmap(a, len);
+        hugemem_free(a, size);
         errno = e;
         return MAP_FAILED;
     }
     return a;
+}
+
+/* The file's memory back: read_huge's or the file mapping. */
+static void unmap_file(const void *base, size_t size) {
+    if (size >= HUGE_BYTES) hugemem_free((void *)base, size);
+    else munmap((void *)base, size);
 }
 
 int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) {
@@ -382,7 +378,7 @@ int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) 
     int rc = gguf_parse(f, base, size, inner, sizeof inner);
     if (rc < 0) {
         snprintf(why, why_len, "%s: %s", path, inner);
-        if (size) munmap(base, map_len(size));
+        if (size) unmap_file(base, size);
         *f = (struct gguf_file){0};
         return rc;
     }
@@ -391,7 +387,7 @@ int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) 
 }
 
 void gguf_close(struct gguf_file *f) {
-    if (f->mapped && f->size) munmap((void *)f->base, map_len(f->size));
+    if (f->mapped && f->size) unmap_file(f->base, f->size);
     free(f->kv);
     free(f->tensors);
     free(f->str_pool);

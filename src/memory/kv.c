@@ -3,11 +3,11 @@
  * reads every cell anyway. */
 #include "memory/kv.h"
 #include "common/err.h"
+#include "common/hugemem.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 struct memory_snapshot {
     int64_t n;          /* cells saved */
@@ -20,40 +20,12 @@ struct memory_snapshot {
 
 static const struct memory_ops kv_ops;
 
-/* K and V live in anonymous mappings aligned to 2 MB and advised into transparent huge pages
- * (this system's THP setting is "madvise": without the advice every page is 4 KB). A decode
- * step's attention reads a layer's cells spread over hundreds of KB right after the weights
- * have streamed through the TLB and caches; with 4 KB pages that is a TLB miss every few cells.
- * Measured (SmolLM2-135M Q8_0, one thread, decode at 512..575 cells, best step's attention over
- * 30 layers, busy machine): 1.14-1.24 ms with 4 KB pages, 0.72-0.96 ms with 2 MB pages. The
- * mapping is zero-filled and committed page by page as cells are written, as calloc's was. */
-#define KV_HUGE ((size_t)2 << 20)
-
-/* Smaller pools (tests, tiny models) take plain pages: a huge page would commit 2 MB each. */
-static size_t kv_map_len(size_t bytes) {
-    size_t unit = bytes >= KV_HUGE ? KV_HUGE : 4096;
-    return (bytes ? bytes + unit - 1 : unit) / unit * unit;
-}
-
-static void *kv_map(size_t bytes) {
-    size_t len = kv_map_len(bytes), extra = bytes >= KV_HUGE ? KV_HUGE : 0;
-    uint8_t *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    if (!extra) return p;
-    /* keep the 2 MB-aligned len bytes inside, give back the rest */
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + KV_HUGE - 1) & ~(uintptr_t)(KV_HUGE - 1));
-    if (a > p) munmap(p, (size_t)(a - p));
-    if (a + len < p + len + extra) munmap(a + len, (size_t)(p + len + extra - (a + len)));
-#ifdef MADV_HUGEPAGE
-    madvise(a, len, MADV_HUGEPAGE); /* advice: 4 KB pages where the kernel has no huge ones */
-#endif
-    return a;
-}
-
-static void kv_unmap(void *p, size_t bytes) {
-    if (p) munmap(p, kv_map_len(bytes));
-}
-
+/* K and V live in huge pages (common/hugemem.h). A decode step's attention reads a layer's cells
+ * spread over hundreds of KB right after the weights have streamed through the TLB and caches;
+ * with 4 KB pages that is a TLB miss every few cells. Measured (SmolLM2-135M Q8_0, one thread,
+ * decode at 512..575 cells, best step's attention over 30 layers, busy machine): 1.14-1.24 ms
+ * with 4 KB pages, 0.72-0.96 ms with 2 MB pages. Zero-filled and committed page by page as cells
+ * are written, as calloc's was. */
 static size_t kv_k_bytes(const struct kv_memory *kv) {
     return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * (size_t)kv->shape.n_embd_k * sizeof *kv->k;
 }
@@ -319,8 +291,8 @@ static void kv_destroy(struct memory *m) {
     free(kv->seq_pos_max);
     free(kv->seq_n_cells);
     free(kv->placed);
-    kv_unmap(kv->k, kv_k_bytes(kv));
-    kv_unmap(kv->v, kv_v_bytes(kv));
+    hugemem_free(kv->k, kv_k_bytes(kv));
+    hugemem_free(kv->v, kv_v_bytes(kv));
     free(kv);
 }
 
@@ -369,8 +341,8 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
     if (ok && sh.n_layer > 0) {
         /* zero-filled: a cell's K/V is written before it is ever visible, but zeros keep
          * save/restore of a never-forwarded (bookkeeping-style) cell deterministic. */
-        kv->k = kv_map(kv_k_bytes(kv));
-        kv->v = kv_map(kv_v_bytes(kv));
+        kv->k = hugemem_alloc(kv_k_bytes(kv));
+        kv->v = hugemem_alloc(kv_v_bytes(kv));
         ok = kv->k && kv->v;
     }
     if (!ok) {

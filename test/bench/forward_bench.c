@@ -25,6 +25,7 @@
  * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T weights_mb M" or "bandwidth G".
  */
 #include "common/err.h"
+#include "common/hugemem.h"
 #include "math/matmul.h"
 #include "model/model.h"
 
@@ -63,7 +64,8 @@ static void bw_read(void *arg, int64_t i0, int64_t i1) {
 
 static double bandwidth(int n_threads) {
     struct compute *c;
-    uint64_t *buf = malloc(BW_BYTES);
+    /* in huge pages, as the model's weights (gguf.c): what this machine delivers to them */
+    uint64_t *buf = hugemem_alloc(BW_BYTES);
     if (!buf || compute_create(&c, n_threads, 1, 1) < 0) return 0;
     memset(buf, 1, BW_BYTES);
     struct bw b = {.buf = buf};
@@ -75,7 +77,7 @@ static double bandwidth(int n_threads) {
         if (dt < best) best = dt;
     }
     compute_destroy(c);
-    free(buf);
+    hugemem_free(buf, BW_BYTES);
     return (double)BW_BYTES / best / 1e9;
 }
 

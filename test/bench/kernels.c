@@ -12,6 +12,7 @@
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
  *       --threads 1) and int8 GMAC/s.
  */
+#include "common/hugemem.h"
 #include "math/matmul.h"
 #include "math/quant.h"
 #include "math/kernels.h"
@@ -53,7 +54,7 @@ __attribute__((target("avx2"))) static void stream_read(void *arg, int64_t i0, i
 /* Best of several full passes over a 1 GiB buffer, all compute threads reading their share. */
 static double read_bandwidth(struct compute *c) {
     struct stream s = {.bytes = STREAM_BYTES};
-    uint8_t *buf = aligned_alloc(64, STREAM_BYTES);
+    uint8_t *buf = hugemem_alloc(STREAM_BYTES); /* huge pages, as the model's weights (gguf.c) */
     if (!buf) return 0;
     memset(buf, 1, STREAM_BYTES);
     s.buf = buf;
@@ -64,7 +65,7 @@ static double read_bandwidth(struct compute *c) {
         double dt = now() - t0;
         if (dt < best) best = dt;
     }
-    free(buf);
+    hugemem_free(buf, STREAM_BYTES);
     return STREAM_BYTES / best / 1e9;
 }
 

@@ -1,0 +1,32 @@
+/* hugemem.c: anonymous mappings aligned to 2 MB and advised into transparent huge pages. */
+#include "common/hugemem.h"
+
+#include <stdint.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* What the mapping of `bytes` spans: whole huge pages from 2 MB on, whole 4 KB pages below. */
+static size_t mapped_len(size_t bytes) {
+    size_t unit = bytes >= HUGE_PAGE ? HUGE_PAGE : 4096;
+    return (bytes ? bytes + unit - 1 : unit) / unit * unit;
+}
+
+void *hugemem_alloc(size_t bytes) {
+    size_t len = mapped_len(bytes), extra = bytes >= HUGE_PAGE ? HUGE_PAGE : 0;
+    uint8_t *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (!extra) return p;
+    /* keep the 2 MB-aligned len bytes inside, give back the rest */
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (a + len < p + len + extra) munmap(a + len, (size_t)(p + len + extra - (a + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(a, len, MADV_HUGEPAGE); /* advice: 4 KB pages where the kernel has no huge ones */
+#endif
+    return a;
+}
+
+void hugemem_free(void *p, size_t bytes) {
+    if (p) munmap(p, mapped_len(bytes));
+}
