@@ -276,14 +276,19 @@ TEST(matmul_q8_0_gemm_equals_single_dots) {
     }
 }
 
-/* matmul_multi_types gives every matrix exactly what its own matmul call gives: types sharing
- * the Q8_0 activations on one dispatch (Q5_0, Q8_0, Q4_0: Q4_K_M's attention), types that do not
- * (Q4_K's Q8_K beside Q8_0: one matmul each), at token counts on and off the vector path. */
-TEST(matmul_multi_types_equals_separate_matmuls) {
-    static const enum ggml_type mixes[][3] = {{GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0},
-                                             {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0},
-                                             {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K}};
+/* matmul_multi (uniform: one type for the three matrices) and matmul_multi_types (mixed) give
+ * every matrix exactly what its own matmul call gives: on the vector path, where the matrices
+ * share one dispatch (row counts that split into chunks unevenly, each matrix a different count;
+ * mixed types sharing the Q8_0 activations, Q5_0, Q8_0, Q4_0: Q4_K_M's attention), and on the
+ * others, or types that do not share them (Q4_K's Q8_K beside Q8_0), one matmul per matrix; at
+ * token counts on and off the vector path, on 1 to 3 threads. */
+TEST(matmul_multi_equals_separate_matmuls) {
     enum { N_IN = 512, MAX_TOK = 40, N_MATS = 3 };
+    static const enum ggml_type mixes[][N_MATS] = {
+        {GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, {GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0},
+        {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K}, {GGML_TYPE_Q6_K, GGML_TYPE_Q6_K, GGML_TYPE_Q6_K},
+        {GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F16},    {GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0},
+        {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0}, {GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K}};
     static const int n_outs[N_MATS] = {70, 33, 131};
     static float wf[N_IN * 131], x[MAX_TOK * N_IN], y[N_MATS][MAX_TOK * 131], want[MAX_TOK * 131];
     static uint8_t w[N_MATS][131 * N_IN * 4];
@@ -292,10 +297,12 @@ TEST(matmul_multi_types_equals_separate_matmuls) {
         struct compute *c;
         CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
         for (size_t k = 0; k < sizeof mixes / sizeof *mixes; k++) {
+            const enum ggml_type *ty = mixes[k];
+            bool uniform = ty[0] == ty[1] && ty[1] == ty[2];
             struct matmul_out outs[N_MATS];
             for (int m = 0; m < N_MATS; m++) {
                 for (int i = 0; i < N_IN * n_outs[m]; i++) wf[i] = nrand();
-                quant_from_float(mixes[k][m], wf, w[m], (int64_t)N_IN * n_outs[m]);
+                quant_from_float(ty[m], wf, w[m], (int64_t)N_IN * n_outs[m]);
                 outs[m] = (struct matmul_out){.w = w[m], .n_out = n_outs[m], .y = y[m]};
             }
             const int n_toks[] = {1, 2, 3, 5, 9, MAX_TOK};
@@ -303,53 +310,13 @@ TEST(matmul_multi_types_equals_separate_matmuls) {
                 int n_tok = n_toks[ti];
                 for (int m = 0; m < N_MATS; m++)
                     for (int i = 0; i < n_tok * n_outs[m]; i++) y[m][i] = NAN;
-                matmul_multi_types(c, mixes[k], N_IN, x, n_tok, N_MATS, outs);
+                if (uniform) matmul_multi(c, ty[0], N_IN, x, n_tok, N_MATS, outs);
+                else matmul_multi_types(c, ty, N_IN, x, n_tok, N_MATS, outs);
                 for (int m = 0; m < N_MATS; m++) {
-                    matmul(c, mixes[k][m], w[m], N_IN, n_outs[m], x, n_tok, want);
+                    matmul(c, ty[m], w[m], N_IN, n_outs[m], x, n_tok, want);
                     if (memcmp(want, y[m], sizeof(float) * (size_t)(n_tok * n_outs[m]))) {
                         fprintf(stderr, "  mix %zu threads %d n_tok %d matrix %d differs\n", k, nt, n_tok, m);
-                        CHECK(!"matmul_multi_types differs from matmul");
-                    }
-                }
-            }
-        }
-        compute_destroy(c);
-    }
-}
-
-/* matmul_multi gives every matrix exactly what its own matmul call gives: on the vector path,
- * where the matrices share one dispatch (row counts that split into chunks unevenly, each matrix
- * a different count), and on the others, where it is one matmul per matrix; 1 to 3 threads. */
-TEST(matmul_multi_equals_separate_matmuls) {
-    static const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
-    enum { N_IN = 512, MAX_TOK = 40, N_MATS = 3 };
-    static const int n_outs[N_MATS] = {70, 33, 131};
-    static float wf[N_IN * 131], x[MAX_TOK * N_IN], y[N_MATS][MAX_TOK * 131], want[MAX_TOK * 131];
-    static uint8_t w[N_MATS][131 * N_IN * 4];
-    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
-    for (int nt = 1; nt <= 3; nt++) {
-        struct compute *c;
-        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
-        for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
-            enum ggml_type ty = types[k];
-            struct matmul_out outs[N_MATS];
-            for (int m = 0; m < N_MATS; m++) {
-                for (int i = 0; i < N_IN * n_outs[m]; i++) wf[i] = nrand();
-                quant_from_float(ty, wf, w[m], (int64_t)N_IN * n_outs[m]);
-                outs[m] = (struct matmul_out){.w = w[m], .n_out = n_outs[m], .y = y[m]};
-            }
-            const int n_toks[] = {1, 2, 3, 5, 9, MAX_TOK};
-            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
-                int n_tok = n_toks[ti];
-                for (int m = 0; m < N_MATS; m++)
-                    for (int i = 0; i < n_tok * n_outs[m]; i++) y[m][i] = NAN;
-                matmul_multi(c, ty, N_IN, x, n_tok, N_MATS, outs);
-                for (int m = 0; m < N_MATS; m++) {
-                    matmul(c, ty, w[m], N_IN, n_outs[m], x, n_tok, want);
-                    if (memcmp(want, y[m], sizeof(float) * (size_t)(n_tok * n_outs[m]))) {
-                        fprintf(stderr, "  %s threads %d n_tok %d matrix %d differs\n", ggml_type_info(ty)->name, nt,
-                                n_tok, m);
-                        CHECK(!"matmul_multi differs from matmul");
+                        CHECK(!"matmul_multi / matmul_multi_types differs from matmul");
                     }
                 }
             }
