@@ -104,6 +104,17 @@ static int run_alone(const struct sched_request *req, struct recorder *out) {
     return fx_free(&f) ? -1 : 0;
 }
 
+/* Choice ch of request q (recorded in r) is what q alone with n = 1 and seed q.seed + ch gives,
+ * n_tokens tokens long. */
+static bool choice_matches_solo(const struct sched_request *q, const struct recorder *r, int ch, int32_t n_tokens) {
+    static struct recorder alone;
+    struct sched_request q1 = *q;
+    q1.n_choices = 1;
+    q1.seed = q->seed + (uint64_t)ch;
+    return run_alone(&q1, &alone) == 0 && alone.n_tokens[0] == n_tokens && r->n_tokens[ch] == n_tokens &&
+           !memcmp(alone.tokens[0], r->tokens[ch], (size_t)n_tokens * sizeof(int32_t));
+}
+
 TEST(sched_generates_until_n_predict_and_caches_the_prompt) {
     struct fx f;
     CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
@@ -405,14 +416,7 @@ TEST(sched_n_choices_evaluate_the_prompt_once) {
         CHECK_EQ_INT(r.n_tokens[ch], 6);
         CHECK_EQ_INT(r.done[ch], 1 + SCHED_STOP_LIMIT);
         differ |= memcmp(r.tokens[ch], r.tokens[0], 6 * sizeof(int32_t)) != 0;
-        /* choice ch is what a single request with seed 42 + ch gives */
-        struct recorder alone;
-        struct sched_request q1 = q;
-        q1.n_choices = 1;
-        q1.seed = 42 + (uint64_t)ch;
-        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
-        CHECK_EQ_INT(alone.n_tokens[0], 6);
-        CHECK(!memcmp(alone.tokens[0], r.tokens[ch], 6 * sizeof(int32_t)));
+        CHECK(choice_matches_solo(&q, &r, ch, 6)); /* what a single request with seed 42 + ch gives */
     }
     CHECK(differ); /* independent seeds: not four copies */
     CHECK_EQ_INT(fx_free(&f), 0);
@@ -1303,16 +1307,7 @@ TEST(sched_preempted_choice_shares_its_prompt_again_after_resuming) {
     CHECK(preemptions >= 1); /* growing again, they take turns until one ends */
     CHECK(resumed);
     CHECK_EQ_INT(shared_after_resume, 20);
-    for (int ch = 0; ch < 2; ch++) {
-        struct recorder alone;
-        struct sched_request q1 = qa;
-        q1.n_choices = 1;
-        q1.seed = qa.seed + (uint64_t)ch;
-        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
-        CHECK_EQ_INT(a.n_tokens[ch], 40);
-        CHECK_EQ_INT(alone.n_tokens[0], 40);
-        CHECK(!memcmp(alone.tokens[0], a.tokens[ch], 40 * sizeof(int32_t)));
-    }
+    for (int ch = 0; ch < 2; ch++) CHECK(choice_matches_solo(&qa, &a, ch, 40));
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
@@ -1354,16 +1349,7 @@ TEST(sched_n_choices_on_a_recurrent_memory_short_of_states) {
         sched_stats(f.s, f.now, &st);
         if (k == 0) CHECK_EQ_INT(st.prompt_tokens, 20); /* enough states: evaluated once */
         else CHECK(st.prompt_tokens > 20);
-        for (int ch = 0; ch < 3; ch++) {
-            struct recorder alone;
-            struct sched_request q1 = q;
-            q1.n_choices = 1;
-            q1.seed = 7 + (uint64_t)ch;
-            CHECK_EQ_INT(run_alone(&q1, &alone), 0);
-            CHECK_EQ_INT(alone.n_tokens[0], 6);
-            CHECK_EQ_INT(r.n_tokens[ch], 6);
-            CHECK(!memcmp(alone.tokens[0], r.tokens[ch], 6 * sizeof(int32_t)));
-        }
+        for (int ch = 0; ch < 3; ch++) CHECK(choice_matches_solo(&q, &r, ch, 6));
         CHECK_EQ_INT(fx_free(&f), 0);
     }
 }
@@ -1562,13 +1548,7 @@ TEST(sched_time_slicing_n_choices_beyond_the_states_still_finish) {
     CHECK(same_output(&alone, &a, 0));
     CHECK_EQ_INT(run_alone(&qc, &alone), 0);
     CHECK(same_output(&alone, &cc, 0));
-    for (int ch = 0; ch < 3; ch++) {
-        struct sched_request q1 = qb;
-        q1.n_choices = 1;
-        q1.seed = qb.seed + (uint64_t)ch;
-        CHECK_EQ_INT(run_alone(&q1, &alone), 0);
-        CHECK(!memcmp(alone.tokens[0], b.tokens[ch], 5 * sizeof(int32_t)));
-    }
+    for (int ch = 0; ch < 3; ch++) CHECK(choice_matches_solo(&qb, &b, ch, 5));
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
