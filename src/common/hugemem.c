@@ -27,6 +27,10 @@ void *hugemem_alloc(size_t bytes) {
     return a;
 }
 
+int hugemem_seal(void *p, size_t bytes) {
+    return mprotect(p, mapped_len(bytes), PROT_READ);
+}
+
 void hugemem_free(void *p, size_t bytes) {
     if (p) munmap(p, mapped_len(bytes));
 }

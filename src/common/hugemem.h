@@ -10,7 +10,8 @@
  * hugemem_alloc(bytes): zero-filled read-write anonymous memory, 2 MB-aligned from 2 MB on (plain
  * pages below that: a huge page would commit 2 MB for a small buffer), committed page by page as
  * it is written. NULL when the mapping fails. The caller owns it and gives it back with
- * hugemem_free(p, the same bytes) (p may be NULL).
+ * hugemem_free(p, the same bytes) (p may be NULL). Linux's THP setting decides whether advised
+ * memory gets huge pages ("always" or "madvise"; "never": 4 KB pages, nothing else changes).
  *
  *   float *w = hugemem_alloc(n * sizeof *w);
  *   if (!w) return -ERR_NOMEM;
@@ -24,5 +25,8 @@
 
 void *hugemem_alloc(size_t bytes);
 void hugemem_free(void *p, size_t bytes);
+/* Makes the whole buffer read-only (the protection of its every page, so no huge page is split):
+ * 0, or -1 with errno set (mprotect's). */
+int hugemem_seal(void *p, size_t bytes);
 
 #endif

@@ -313,21 +313,17 @@ err:
     return rc;
 }
 
-/* Files of 2 MB or more (models) are read into an anonymous mapping aligned to 2 MB and advised
- * into transparent huge pages (this system's THP setting is "madvise"; a file mapping gets 4 KB
- * pages), then made read-only. A decode step streams every weight once: with 4 KB pages that is
- * a TLB miss per 4 KB and hardware prefetchers that stop at every page end. Measured
- * (SmolLM2-135M Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's
- * sums over 30 layers): gate/up 1.18 against 1.30 ms, down 0.63 against 0.74, output 0.64
- * against 0.69; the mean step suffered less from the other load (tg64 191-233 against 107-163).
- * The cost: the whole file is read at open (page cache to memory, ~0.1 s per GB) and the weights
- * are private memory rather than shared page cache. Smaller files (vocabularies) stay mapped. */
-#define HUGE_BYTES ((size_t)2 << 20)
-
-/* MAP_FAILED on failure (errno set), like mmap. */
-static void *read_huge(int fd, size_t size) {
+/* gguf_open_resident: the file is read into huge pages (common/hugemem.h), then made read-only.
+ * A decode step streams every weight once: with the 4 KB pages of a file mapping that is a TLB
+ * miss per 4 KB and hardware prefetchers that stop at every page end. Measured (SmolLM2-135M
+ * Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's sums over 30
+ * layers): gate/up 1.18 against 1.30 ms, down 0.63 against 0.74, output 0.64 against 0.69; the
+ * mean step suffered less from the other load (tg64 191-233 against 107-163). The cost: the whole
+ * file is read at open (page cache to memory, ~0.1 s per GB) and the weights are private memory
+ * rather than shared page cache, so only the model loader asks for it. NULL on failure (errno set). */
+static void *read_resident(int fd, size_t size) {
     uint8_t *a = hugemem_alloc(size);
-    if (!a) return MAP_FAILED;
+    if (!a) return NULL;
     for (size_t got = 0; got < size;) {
         ssize_t r = pread(fd, a + got, size - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
@@ -335,26 +331,27 @@ static void *read_huge(int fd, size_t size) {
             int e = r == 0 ? EIO : errno;
             hugemem_free(a, size);
             errno = e;
-            return MAP_FAILED;
+            return NULL;
         }
         got += (size_t)r;
     }
-    if (mprotect(a, size, PROT_READ) < 0) { /* read-only, as the file mapping was */
+    if (hugemem_seal(a, size) < 0) { /* read-only, as a file mapping is */
         int e = errno;
         hugemem_free(a, size);
         errno = e;
-        return MAP_FAILED;
+        return NULL;
     }
     return a;
 }
 
-/* The file's memory back: read_huge's or the file mapping. */
-static void unmap_file(const void *base, size_t size) {
-    if (size >= HUGE_BYTES) hugemem_free((void *)base, size);
-    else munmap((void *)base, size);
+/* The file's memory back, however it was taken. */
+static void release_file(const struct gguf_file *f) {
+    if (!f->size) return;
+    if (f->resident) hugemem_free((void *)f->base, f->size);
+    else munmap((void *)f->base, f->size);
 }
 
-int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) {
+static int open_file(struct gguf_file *f, const char *path, bool resident, char *why, size_t why_len) {
     *f = (struct gguf_file){0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -368,26 +365,38 @@ int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) 
         return -ERR_IO;
     }
     size_t size = (size_t)st.st_size;
-    void *base = size >= HUGE_BYTES ? read_huge(fd, size) : size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    void *base = NULL;
+    if (size && resident) base = read_resident(fd, size);
+    else if (size && (base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) base = NULL;
     close(fd);
-    if (size && base == MAP_FAILED) {
-        snprintf(why, why_len, "%s: mapping or reading: %s", path, strerror(errno));
+    if (size && !base) {
+        snprintf(why, why_len, "%s: %s: %s", path, resident ? "reading" : "mmap", strerror(errno));
         return -ERR_IO;
     }
     char inner[256];
     int rc = gguf_parse(f, base, size, inner, sizeof inner);
+    f->mapped = true; /* from here on the file's memory is ours to release */
+    f->resident = resident;
+    f->base = base;
+    f->size = size;
     if (rc < 0) {
         snprintf(why, why_len, "%s: %s", path, inner);
-        if (size) unmap_file(base, size);
-        *f = (struct gguf_file){0};
+        gguf_close(f);
         return rc;
     }
-    f->mapped = true;
     return 0;
 }
 
+int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len) {
+    return open_file(f, path, false, why, why_len);
+}
+
+int gguf_open_resident(struct gguf_file *f, const char *path, char *why, size_t why_len) {
+    return open_file(f, path, true, why, why_len);
+}
+
 void gguf_close(struct gguf_file *f) {
-    if (f->mapped && f->size) unmap_file(f->base, f->size);
+    if (f->mapped) release_file(f);
     free(f->kv);
     free(f->tensors);
     free(f->str_pool);

@@ -1,8 +1,8 @@
 /* gguf.h: read-only access to a GGUF file (versions 2 and 3), memory-mapped.
  *
- * The file is mapped once (a file of 2 MB or more is read into read-only anonymous memory in
- * huge pages instead: see gguf.c); every string, array and tensor returned points into the
- * mapping and lives until gguf_close(). Nothing is copied except the index of key/values and tensor infos
+ * The file is mapped once (gguf_open_resident, for a model's weights, reads it into read-only
+ * memory in huge pages instead: see gguf.c); every string, array and tensor returned points into
+ * the mapping and lives until gguf_close(). Nothing is copied except the index of key/values and tensor infos
  * (allocated by gguf_open/gguf_parse, bounded by the file's size). Every count, length and offset
  * is checked against the file before use: a corrupt file gives -ERR_FORMAT (or -ERR_UNSUPPORTED
  * for an unknown version or tensor type) and a message naming what is wrong, never an over-read.
@@ -79,12 +79,16 @@ struct gguf_file {
     const uint8_t *base;      /* the mapping (or the caller's buffer for gguf_parse) */
     size_t size;
     size_t data_offset;       /* start of the tensor data section */
-    bool mapped;              /* true when gguf_close must munmap base */
+    bool mapped;              /* true when gguf_close must release base (gguf_open*, not gguf_parse) */
+    bool resident;            /* base is gguf_open_resident's memory (common/hugemem.h), not a file mapping */
     struct gguf_str *str_pool;/* owned: storage of the string-array indexes */
 };
 
 /* Map and parse a file. On error returns a negative ERR_* and writes a message to why. */
 int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len);
+/* The same, with the file read into huge pages at once (what the forward pass streams: a model's
+ * weights); gguf_open maps it (vocabularies, templates, metadata). */
+int gguf_open_resident(struct gguf_file *f, const char *path, char *why, size_t why_len);
 /* Parse a buffer the caller keeps alive until gguf_close (used by tests and the fuzzer). */
 int gguf_parse(struct gguf_file *f, const void *buf, size_t size, char *why, size_t why_len);
 void gguf_close(struct gguf_file *f);

@@ -142,6 +142,7 @@ void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
     if (n <= 0) return;
     if (n == 1 || c->n_threads == 1) {
+        pool_yield_point(c->pool);
         fn(arg, 0, n);
         return;
     }
@@ -167,7 +168,7 @@ struct mat_desc {
     int64_t n_out;
     float *y;
     int64_t chunk0; /* its first chunk in the job's chunk numbering */
-    /* vector path: this matrix's row bytes and kernels (set_vec_kernels; matrices of different
+    /* vector path: this matrix's row bytes and kernels (vec_kernels; matrices of different
      * types can share a job when their activations are of one type) */
     size_t w_stride;
     quant_vec_dot_fn dot;
@@ -420,8 +421,12 @@ static void tiles_dispatch(struct compute *c, struct matmul_job *j) {
         j->n_chunks += n < tiles ? n : tiles;
     }
     set_parts(c, j);
-    if (j->n_parts <= 1) tile_rows(j);
-    else pool_run(c->pool, tile_rows, j);
+    if (j->n_parts <= 1) {
+        pool_yield_point(c->pool);
+        tile_rows(j);
+    } else {
+        pool_run(c->pool, tile_rows, j);
+    }
 }
 
 /* The Q8_0 GEMM (Q4_0 / Q5_0 weights: rewritten as Q8_0 chunk by chunk): the activations
@@ -487,8 +492,12 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
  * contiguous part per thread (see struct part_counter). */
 static void vec_dispatch(struct compute *c, struct matmul_job *j) {
     set_parts(c, j);
-    if (j->n_parts <= 1) vec_rows(j);
-    else pool_run(c->pool, vec_rows, j);
+    if (j->n_parts <= 1) {
+        pool_yield_point(c->pool);
+        vec_rows(j);
+    } else {
+        pool_run(c->pool, vec_rows, j);
+    }
 }
 
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,

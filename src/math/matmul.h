@@ -20,7 +20,7 @@
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
  *       decoded once per four tokens, and with fewer tokens (AVX2 and AVX-512: Q4_0, Q5_0,
- *       Q8_0 rows; AVX-512: Q6_K rows of up to 1 KB) four weight rows share each activation
+ *       Q8_0 rows; AVX-512: Q4_K rows, and Q6_K rows of up to 1 KB) four weight rows share each activation
  *       load. A token's result does not depend on the batch it is in, nor on the thread count:
  *       every output is exactly its single-row vec_dot.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of

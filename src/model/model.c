@@ -185,7 +185,7 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len) {
     struct model *m = calloc(1, sizeof *m);
     if (!m) return fail(why, why_len, -ERR_NOMEM, "out of memory");
-    int rc = gguf_open(&m->file, path, why, why_len);
+    int rc = gguf_open_resident(&m->file, path, why, why_len);
     if (rc < 0) {
         free(m);
         return rc;

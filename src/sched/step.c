@@ -76,11 +76,11 @@ static void resumed(struct sched *s, struct seq *q) {
 static bool resume_one(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
     if (q->snap) {
-        /* room for the snapshot, then, restored (so that the memory knows what the sequence
-         * holds: a recurrent state needs nothing more), for the rest of its tokens; what others
-         * still need counts, not its own forking choices (they fall back to recomputing) */
-        /* cells it shared with others and that still live are taken back without a copy; a
-         * cache eviction may free some of them, and then it needs more: until that settles */
+        /* room for the snapshot (cells it shared with others and that still live are taken back
+         * without a copy; a cache eviction may free some of them, and then it needs more: until
+         * that settles), then, restored (so that the memory knows what the sequence holds: a
+         * recurrent state needs nothing more), for the rest of its tokens; what others still need
+         * counts, not its own forking choices (they fall back to recomputing) */
         for (int64_t need = -1, now; (now = memory_restore_cells_needed(s->mem, id, q->snap)) != need;) {
             need = now;
             if (!sched_cache_make_room(s, need)) return false;

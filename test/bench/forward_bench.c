@@ -66,7 +66,11 @@ static double bandwidth(int n_threads) {
     struct compute *c;
     /* in huge pages, as the model's weights (gguf.c): what this machine delivers to them */
     uint64_t *buf = hugemem_alloc(BW_BYTES);
-    if (!buf || compute_create(&c, n_threads, 1, 1) < 0) return 0;
+    if (!buf) return 0;
+    if (compute_create(&c, n_threads, 1, 1) < 0) {
+        hugemem_free(buf, BW_BYTES);
+        return 0;
+    }
     memset(buf, 1, BW_BYTES);
     struct bw b = {.buf = buf};
     double best = 1e9;
