@@ -141,13 +141,8 @@ void compute_set_yield_us(struct compute *c, int64_t us) { pool_set_yield_ns(c->
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
     if (n <= 0) return;
-    if (n == 1 || c->n_threads == 1) {
-        pool_yield_point(c->pool);
-        fn(arg, 0, n);
-        return;
-    }
     struct range_job job = {.n = n, .n_ranges = n < c->n_threads ? (int)n : c->n_threads, .fn = fn, .arg = arg};
-    pool_run(c->pool, range_run, &job);
+    (job.n_ranges == 1 ? pool_run_alone : pool_run)(c->pool, range_run, &job);
 }
 
 /* ---- matmul ----------------------------------------------------------------------------- */
@@ -421,12 +416,7 @@ static void tiles_dispatch(struct compute *c, struct matmul_job *j) {
         j->n_chunks += n < tiles ? n : tiles;
     }
     set_parts(c, j);
-    if (j->n_parts <= 1) {
-        pool_yield_point(c->pool);
-        tile_rows(j);
-    } else {
-        pool_run(c->pool, tile_rows, j);
-    }
+    (j->n_parts <= 1 ? pool_run_alone : pool_run)(c->pool, tile_rows, j);
 }
 
 /* The Q8_0 GEMM (Q4_0 / Q5_0 weights: rewritten as Q8_0 chunk by chunk): the activations
@@ -492,12 +482,7 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
  * contiguous part per thread (see struct part_counter). */
 static void vec_dispatch(struct compute *c, struct matmul_job *j) {
     set_parts(c, j);
-    if (j->n_parts <= 1) {
-        pool_yield_point(c->pool);
-        vec_rows(j);
-    } else {
-        pool_run(c->pool, vec_rows, j);
-    }
+    (j->n_parts <= 1 ? pool_run_alone : pool_run)(c->pool, vec_rows, j);
 }
 
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,

@@ -155,18 +155,20 @@ int pool_n_threads(const struct pool *p) { return p->n_threads; }
 
 void pool_set_yield_ns(struct pool *p, int64_t ns) { atomic_store(&p->yield_ns, ns > 0 ? ns : 0); }
 
-void pool_yield_point(struct pool *p) { maybe_yield(p, &p->caller_yielded_at, 0); }
+void pool_run_alone(struct pool *p, pool_job_fn run, void *job) {
+    maybe_yield(p, &p->caller_yielded_at, 0);
+    run(job);
+}
 
 void pool_run(struct pool *p, pool_job_fn run, void *job) {
     if (p->n_started == 0) {
-        pool_yield_point(p);
-        run(job);
+        pool_run_alone(p, run, job);
         return;
     }
     /* A nested pool_run would overwrite the job the workers are reading: refuse it loudly. */
     bool nested = atomic_exchange(&p->running, true);
     ASSERT(!nested);
-    pool_yield_point(p);
+    maybe_yield(p, &p->caller_yielded_at, 0);
     post(p, run, job);
     run(job);
     atomic_store(&p->closed, atomic_load_explicit(&p->generation, memory_order_relaxed));

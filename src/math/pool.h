@@ -38,8 +38,8 @@ void pool_run(struct pool *p, pool_job_fn run, void *job);
  * every 5 ms beside idle-policy spinners: 27-45 of 1500 wake-ups over 1 ms, 5-7 with a yield every
  * 100 us. A yield costs ~1.3 us here. Call before pool_run, not during. */
 void pool_set_yield_ns(struct pool *p, int64_t ns);
-/* The same offer from pool_run's caller where it runs a job itself without pool_run (one thread,
- * or a job too small to share): every job start stays a yield point. */
-void pool_yield_point(struct pool *p);
+/* run(job) on the calling thread alone, no worker woken (a job too small to share): a job start
+ * all the same, so the same yield point as pool_run's (pool_set_yield_ns). Same rules as pool_run. */
+void pool_run_alone(struct pool *p, pool_job_fn run, void *job);
 
 #endif
