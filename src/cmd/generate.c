@@ -125,7 +125,7 @@ int cmd_generate(int argc, char **argv) {
     struct gen g = {0};
     int32_t *ids = NULL;
     size_t n = 0;
-    int status = 1, rc = model_load(&m, model_path, NULL, why, sizeof why);
+    int status = 1, rc = model_load(&m, model_path, &(struct model_options){.serving_layout = true}, why, sizeof why);
     if (rc < 0) {
         fprintf(stderr, "generate: %s: %s\n", model_path, why);
         return 1;

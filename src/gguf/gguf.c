@@ -313,7 +313,7 @@ err:
     return rc;
 }
 
-/* gguf_open_resident: the file is read into huge pages (common/hugemem.h), then made read-only.
+/* gguf_open_resident: the file is read into huge pages (common/hugemem.h), made read-only by gguf_seal.
  * A decode step streams every weight once: with the 4 KB pages of a file mapping that is a TLB
  * miss per 4 KB and hardware prefetchers that stop at every page end. Measured (SmolLM2-135M
  * Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's sums over 30
@@ -335,13 +335,11 @@ static void *read_resident(int fd, size_t size) {
         }
         got += (size_t)r;
     }
-    if (hugemem_seal(a, size) < 0) { /* read-only, as a file mapping is */
-        int e = errno;
-        hugemem_free(a, size);
-        errno = e;
-        return NULL;
-    }
     return a;
+}
+
+int gguf_seal(struct gguf_file *f) {
+    return f->resident && f->size && hugemem_seal((void *)f->base, f->size) < 0 ? -ERR_IO : 0;
 }
 
 /* The file's memory back, however it was taken. */

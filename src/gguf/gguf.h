@@ -1,7 +1,7 @@
 /* gguf.h: read-only access to a GGUF file (versions 2 and 3), memory-mapped.
  *
- * The file is mapped once (gguf_open_resident, for a model's weights, reads it into read-only
- * memory in huge pages instead: see gguf.c); every string, array and tensor returned points into
+ * The file is mapped once (gguf_open_resident, for a model's weights, reads it into memory in huge
+ * pages instead, read-only from gguf_seal: see gguf.c); every string, array and tensor returned points into
  * the mapping and lives until gguf_close(). Nothing is copied except the index of key/values and tensor infos
  * (allocated by gguf_open/gguf_parse, bounded by the file's size). Every count, length and offset
  * is checked against the file before use: a corrupt file gives -ERR_FORMAT (or -ERR_UNSUPPORTED
@@ -87,8 +87,12 @@ struct gguf_file {
 /* Map and parse a file. On error returns a negative ERR_* and writes a message to why. */
 int gguf_open(struct gguf_file *f, const char *path, char *why, size_t why_len);
 /* The same, with the file read into huge pages at once (what the forward pass streams: a model's
- * weights); gguf_open maps it (vocabularies, templates, metadata). */
+ * weights); gguf_open maps it (vocabularies, templates, metadata). The memory stays writable until
+ * gguf_seal, so the model loader can rewrite tensors in place (math/q8x16.h). */
 int gguf_open_resident(struct gguf_file *f, const char *path, char *why, size_t why_len);
+/* Makes gguf_open_resident's memory read-only, as a mapping is (nothing for a mapping): 0, or
+ * -ERR_IO. */
+int gguf_seal(struct gguf_file *f);
 /* Parse a buffer the caller keeps alive until gguf_close (used by tests and the fuzzer). */
 int gguf_parse(struct gguf_file *f, const void *buf, size_t size, char *why, size_t why_len);
 void gguf_close(struct gguf_file *f);

@@ -3,6 +3,7 @@
 #include "math/gemm_q8.h"
 #include "math/kernels.h"
 #include "math/pool.h"
+#include "math/q8x16.h"
 #include "math/quant.h"
 #include "common/err.h"
 
@@ -54,6 +55,7 @@ struct compute {
                           * (NULL if max_tokens is small) */
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
+    struct q8x16_act *acts16; /* Q8_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -92,8 +94,14 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         packed_bytes = round_up(GEMM_Q8_0_PACKED_BYTES(max_tokens, max_n_in), 64);
         c->packed = aligned_alloc(64, packed_bytes);
     }
-    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes;
-    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed))
+    size_t acts16_bytes = 0;
+    if (q8x16_supported()) {
+        acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
+        c->acts16 = aligned_alloc(64, acts16_bytes);
+    }
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes;
+    int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed) ||
+              (acts16_bytes && !c->acts16))
                  ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
@@ -112,6 +120,7 @@ void compute_destroy(struct compute *c) {
     free(c->xr);
     free(c->tiles);
     free(c->packed);
+    free(c->acts16);
     free(c);
 }
 
@@ -169,6 +178,7 @@ struct mat_desc {
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4;
     quant_vec_dotr_fn dotr;
+    bool x16; /* UVLM_TYPE_Q8_0_X16: q8x16_rows on c->acts16 instead of the kernels above */
 };
 
 struct matmul_job {
@@ -189,6 +199,7 @@ struct matmul_job {
     quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel or dot4 takes the tokens */
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
+    bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is Q8_0_X16) */
     /* vector path: the matrices sharing the job (same n_in, type and activations), their rows
      * numbered one after the other in chunks that never straddle two, and the parts */
     int n_mats;
@@ -200,8 +211,11 @@ struct matmul_job {
 
 static void quantize_rows(void *job) {
     struct matmul_job *j = job;
-    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;)
-        quant_from_float(j->xtype, j->x + t * j->n_in, (uint8_t *)j->xq + t * j->xq_stride, j->n_in);
+    for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;) {
+        uint8_t *xq = (uint8_t *)j->xq + t * j->xq_stride;
+        quant_from_float(j->xtype, j->x + t * j->n_in, xq, j->n_in);
+        if (j->x16_acts) q8x16_pack_acts(xq, j->xq_stride, 1, j->n_in, j->c->acts16 + t * (j->n_in / 32));
+    }
 }
 
 /* xr rows = the xq rows back in F32: the activations exactly as the vector path sees them. */
@@ -223,6 +237,10 @@ static void quantize_all(struct matmul_job *j) {
 
 /* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
 static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1) {
+    if (d->x16) {
+        q8x16_rows(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
+        return;
+    }
     const uint8_t *w = d->w;
     float *y = d->y;
     const int64_t n_out = d->n_out;
@@ -485,6 +503,41 @@ static void vec_dispatch(struct compute *c, struct matmul_job *j) {
     (j->n_parts <= 1 ? pool_run_alone : pool_run)(c->pool, vec_rows, j);
 }
 
+/* The vector path's shared dispatch of the matrices mats[0, n_mats), mats[m] of types[m] (one
+ * n_in; one activation type, j->xtype, set by the caller with c, n_in, n_tok and x): x quantized
+ * once, each matrix on the kernels matmul would give it (vec_kernels per type; Q8_0_X16:
+ * q8x16_rows), one dispatch in contiguous parts per thread. Q8_0_X16 prompts (the only matrices
+ * shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per chunk: each chunk
+ * reads all the activations, as the Q8_0 GEMM's do. */
+static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_type *types, int n_mats,
+                       const struct matmul_out *mats) {
+    ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX && j->n_tok <= c->max_tokens && j->n_in <= c->max_n_in);
+    j->chunk_rows = j->n_tok >= MATMUL_BLAS_MIN_TOKENS ? GEMM_CHUNK_ROWS : VEC_CHUNK_ROWS;
+    j->n_mats = n_mats;
+    j->n_chunks = 0;
+    for (int m = 0; m < n_mats; m++) {
+        struct mat_desc *d = &j->mats[m];
+        *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks};
+        if (types[m] == UVLM_TYPE_Q8_0_X16) {
+            ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
+            d->x16 = j->x16_acts = true;
+        } else {
+            ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
+            struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = j->n_tok,
+                                   .w_stride = ggml_row_size(types[m], (uint64_t)j->n_in)};
+            ASSERT(k.w_stride > 0);
+            vec_kernels(&k, MATMUL_VEC);
+            d->w_stride = k.w_stride;
+            d->dot = k.dot;
+            d->dot4 = k.dot4;
+            d->dotr = k.dotr;
+        }
+        j->n_chunks += div_up(mats[m].n_out, j->chunk_rows);
+    }
+    quantize_all(j);
+    vec_dispatch(c, j);
+}
+
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
             const float *x, int64_t n_tok, float *y) {
     matmul_path(c, MATMUL_AUTO, wtype, w, n_in, n_out, x, n_tok, y);
@@ -492,6 +545,13 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
+    if (wtype == UVLM_TYPE_Q8_0_X16) { /* every token count; its order is not the reference's */
+        ASSERT(path == MATMUL_AUTO || path == MATMUL_VEC);
+        if (n_tok <= 0 || n_out <= 0) return;
+        struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
+        vec_shared(c, &j, &wtype, 1, &(struct matmul_out){.w = w, .n_out = n_out, .y = y});
+        return;
+    }
     ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);
     size_t w_stride = ggml_row_size(wtype, (uint64_t)n_in);
     ASSERT(w_stride > 0);
@@ -569,6 +629,13 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
                   const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
+    enum ggml_type types[MATMUL_MULTI_MAX];
+    for (int m = 0; m < n_mats; m++) types[m] = wtype;
+    if (wtype == UVLM_TYPE_Q8_0_X16) {
+        struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
+        vec_shared(c, &j, types, n_mats, mats);
+        return;
+    }
     enum ggml_type xtype = quant_vec_dot_type(wtype);
     /* The shared dispatches are the vector path with quantized activations, the Q4_K tiles and
      * the Q8_0 GEMM; elsewhere (or where matmul would take another path) one matmul per matrix,
@@ -596,16 +663,7 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
         }
         return;
     }
-    vec_kernels(&j, MATMUL_VEC);
-    quantize_all(&j);
-    j.chunk_rows = VEC_CHUNK_ROWS;
-    j.n_mats = n_mats;
-    for (int m = 0; m < n_mats; m++) {
-        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks,
-                                      .w_stride = j.w_stride, .dot = j.dot, .dot4 = j.dot4, .dotr = j.dotr};
-        j.n_chunks += div_up(mats[m].n_out, j.chunk_rows);
-    }
-    vec_dispatch(c, &j);
+    vec_shared(c, &j, types, n_mats, mats);
 }
 
 void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t n_in, const float *x, int64_t n_tok,
@@ -613,11 +671,14 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
     bool same = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
-    enum ggml_type xtype = quant_vec_dot_type(types[0]);
+    /* Q8_0_X16 takes Q8_0 activations (then q8x16.h's blocks made from them) */
+    enum ggml_type xtype = types[0] == UVLM_TYPE_Q8_0_X16 ? GGML_TYPE_Q8_0 : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {
         same = same && types[m] == types[0];
-        shared = shared && quant_vec_dot_type(types[m]) == xtype && xtype != GGML_TYPE_F32 &&
-                 auto_path(c, types[m], n_tok) == MATMUL_VEC && !q4_K_tiles(c, types[m], n_tok);
+        shared = shared && xtype != GGML_TYPE_F32 &&
+                 ((types[m] == UVLM_TYPE_Q8_0_X16 && xtype == GGML_TYPE_Q8_0) ||
+                  (types[m] != UVLM_TYPE_Q8_0_X16 && quant_vec_dot_type(types[m]) == xtype &&
+                   auto_path(c, types[m], n_tok) == MATMUL_VEC && !q4_K_tiles(c, types[m], n_tok)));
     }
     if (same) {
         matmul_multi(c, types[0], n_in, x, n_tok, n_mats, mats);
@@ -627,22 +688,6 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
         for (int m = 0; m < n_mats; m++) matmul(c, types[m], mats[m].w, n_in, mats[m].n_out, x, n_tok, mats[m].y);
         return;
     }
-    ASSERT(n_tok <= c->max_tokens && n_in <= c->max_n_in);
-    /* one quantization of x (the activation type they share), one dispatch; each matrix with
-     * the kernels and row bytes matmul would give it (vec_kernels per type) */
     struct matmul_job j = {.c = c, .wtype = types[0], .xtype = xtype, .n_in = n_in, .n_tok = n_tok, .x = x};
-    quantize_all(&j);
-    j.chunk_rows = VEC_CHUNK_ROWS;
-    j.n_mats = n_mats;
-    for (int m = 0; m < n_mats; m++) {
-        ASSERT(quant_supported(types[m]));
-        struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = n_tok,
-                               .w_stride = ggml_row_size(types[m], (uint64_t)n_in)};
-        ASSERT(k.w_stride > 0);
-        vec_kernels(&k, MATMUL_VEC);
-        j.mats[m] = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j.n_chunks,
-                                      .w_stride = k.w_stride, .dot = k.dot, .dot4 = k.dot4, .dotr = k.dotr};
-        j.n_chunks += div_up(mats[m].n_out, j.chunk_rows);
-    }
-    vec_dispatch(c, &j);
+    vec_shared(c, &j, types, n_mats, mats);
 }

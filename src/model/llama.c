@@ -35,6 +35,7 @@
 #include "common/err.h"
 #include "math/attn.h"
 #include "math/matmul.h"
+#include "math/q8x16.h"
 #include "math/quant.h"
 #include "memory/kv.h"
 
@@ -979,9 +980,13 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     int64_t n = b->n_tokens, E = hp->n_embd;
     int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
     size_t embd_row = ggml_row_size(m->token_embd.type, (uint64_t)E);
-    for (int64_t i = 0; i < n; i++)
-        quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
-                       s->x + i * E, E);
+    for (int64_t i = 0; i < n; i++) {
+        if (m->token_embd.type == UVLM_TYPE_Q8_0_X16) /* the tied output matrix, rewritten for serving */
+            q8x16_row_to_float(m->token_embd.data, E, m->token_embd.n_out, b->token[i], s->x + i * E);
+        else
+            quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
+                           s->x + i * E, E);
+    }
     rope_tables(hp, s, b);
     plan_attention(m, s, kv, b);
 

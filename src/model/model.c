@@ -2,6 +2,7 @@
  * the shapes they imply, and the memory kind the architecture needs. */
 #include "model/arch.h"
 #include "common/err.h"
+#include "math/q8x16.h"
 #include "math/quant.h"
 
 #include <stdarg.h>
@@ -182,6 +183,32 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     return 0;
 }
 
+/* model_options.serving_layout: each Q8_0 matrix the forward pass multiplies by (the output
+ * once when it is the tied embedding) rewritten in place into q8x16.h's layout. */
+static int serving_layout(struct model *m, char *why, size_t why_len) {
+    struct model_weight *w[7];
+    int n_layer_w = 0;
+    for (int32_t i = -1; i < m->hp.n_layer; i++) {
+        if (i < 0) {
+            w[n_layer_w++] = &m->output;
+        } else {
+            struct model_layer *L = &m->layers[i];
+            struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            n_layer_w = 0;
+            for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++) w[n_layer_w++] = lw[k];
+        }
+        for (int k = 0; k < n_layer_w; k++) {
+            if (w[k]->type != GGML_TYPE_Q8_0) continue;
+            if (q8x16_repack((void *)w[k]->data, w[k]->n_in, w[k]->n_out) < 0)
+                return fail(why, why_len, -ERR_NOMEM, "out of memory");
+            w[k]->type = UVLM_TYPE_Q8_0_X16;
+        }
+    }
+    if (m->hp.tied_output) m->token_embd = m->output;
+    m->serving_layout = true;
+    return 0;
+}
+
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len) {
     struct model *m = calloc(1, sizeof *m);
     if (!m) return fail(why, why_len, -ERR_NOMEM, "out of memory");
@@ -191,7 +218,11 @@ int model_load(struct model **out, const char *path, const struct model_options 
         return rc;
     }
     if ((rc = read_hparams(&m->file, &m->hp, why, why_len)) < 0 ||
-        (rc = m->hp.impl->load ? m->hp.impl->load(m, why, why_len) : load_weights(m, why, why_len)) < 0) {
+        (rc = m->hp.impl->load ? m->hp.impl->load(m, why, why_len) : load_weights(m, why, why_len)) < 0 ||
+        (opt && opt->serving_layout && !m->hp.impl->load && m->file.resident && q8x16_supported() &&
+         (rc = serving_layout(m, why, why_len)) < 0) ||
+        (rc = gguf_seal(&m->file)) < 0) {
+        if (rc == -ERR_IO) snprintf(why, why_len, "%s: %s", path, "making the weights read-only failed");
         model_free(m);
         return rc;
     }
@@ -220,6 +251,7 @@ int forward_ctx_create(struct forward_ctx **out, const struct model *m, const st
     if (c.n_ctx <= 0) c.n_ctx = m->hp.n_ctx_train;
     if (c.n_threads <= 0) c.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c.n_threads <= 0) c.n_threads = 1;
+    if (c.reference && m->serving_layout) return -ERR_INVAL;
     int rc = m->hp.impl->ctx_create(out, m, &c);
     if (rc == 0) (*out)->impl = m->hp.impl;
     return rc;

@@ -87,10 +87,16 @@ struct model {
     struct model_layer *layers;             /* [n_layer] */
     struct mamba_model *mamba;              /* MODEL_ARCH_MAMBA: its layers (model/mamba.h), else NULL */
     size_t weight_bytes;                    /* bytes of the weights read per token */
+    bool serving_layout;                    /* Q8_0 matrices rewritten (model_options.serving_layout) */
 };
 
 struct model_options {
-    int reserved_; /* none yet: pass NULL */
+    /* Rewrite the Q8_0 matrices of llama/qwen2 into math/q8x16.h's layout where the CPU has its
+     * kernels (type UVLM_TYPE_Q8_0_X16): faster at every batch size (a decode step of several
+     * sequences most of all), with every token's numbers still independent of its batch, but no
+     * longer the reference's float order, so a forward_ctx with `reference` refuses the model.
+     * For serving; eval-logits and the golden tests' reference runs load without it. */
+    bool serving_layout;
 };
 
 /* 0, or -ERR_IO / -ERR_FORMAT / -ERR_UNSUPPORTED (+ message in why). */
@@ -125,7 +131,8 @@ struct forward_ctx {
     const struct arch_impl *impl;
 };
 
-/* Sizes every buffer of the forward pass once (logged by the caller via forward_ctx_bytes). */
+/* Sizes every buffer of the forward pass once (logged by the caller via forward_ctx_bytes).
+ * -ERR_INVAL for cfg->reference on a model loaded with serving_layout. */
 int forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg);
 void forward_ctx_destroy(struct forward_ctx *fc);
 size_t forward_ctx_bytes(const struct forward_ctx *fc);

@@ -29,7 +29,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
                       size_t why_len) {
     struct model_engine *e = calloc(1, sizeof *e);
     if (!e) return -ERR_NOMEM;
-    int rc = model_load(&e->model, cfg->path, NULL, why, why_len);
+    int rc = model_load(&e->model, cfg->path, &(struct model_options){.serving_layout = true}, why, why_len);
     if (!rc) {
         rc = tokenizer_load(&e->tok, &e->model->file, e->tokenizer_warning, sizeof e->tokenizer_warning);
         if (rc) snprintf(why, why_len, "tokenizer: %s", e->tokenizer_warning);

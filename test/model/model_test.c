@@ -65,17 +65,20 @@ struct fixture {
     struct batch b;
 };
 
-static int setup(struct test_case *t, struct fixture *f, int32_t n_seq) {
+/* kjv-tiny (Q8_0) as the server loads it (serving: math/q8x16.h's layout) or as the file has it. */
+static int setup_layout(struct test_case *t, struct fixture *f, int32_t n_seq, bool serving) {
     *f = (struct fixture){0}; /* callers tear down after a failed setup too */
     const char *path = shared_path(t, "models/kjv-tiny-q8_0.gguf");
     if (!path) return -1;
     char why[256];
-    if (model_load(&f->m, path, NULL, why, sizeof why) < 0 || model_memory_create(f->m, 256, n_seq, &f->mem) < 0 ||
+    if (model_load(&f->m, path, &(struct model_options){.serving_layout = serving}, why, sizeof why) < 0 || model_memory_create(f->m, 256, n_seq, &f->mem) < 0 ||
         forward_ctx_create(&f->fc, f->m, &(struct forward_config){.max_tokens = 64, .n_ctx = 256, .n_threads = 2}) < 0 ||
         batch_init(&f->b, 64) < 0)
         return -1;
     return 0;
 }
+
+static int setup(struct test_case *t, struct fixture *f, int32_t n_seq) { return setup_layout(t, f, n_seq, true); }
 
 static void teardown(struct fixture *f) {
     batch_free(&f->b);
@@ -177,10 +180,11 @@ TEST(model_forward_shared_prefix_and_save_restore_give_identical_logits) {
 /* A server's decode step: one token of each of 5 sequences at different positions (with a
  * shared prefix) in one batch gives each the very logits of its step alone (fewer than 32 rows:
  * every matmul and the attention take paths whose numbers do not depend on the batch). */
-TEST(model_forward_decode_step_of_many_sequences_equals_solo_steps) {
+/* in both layouts of Q8_0 */
+static void decode_step_equals_solo_steps(struct test_case *t, bool serving) {
     enum { K = 5 };
     struct fixture f;
-    if (setup(t, &f, K) < 0) { teardown(&f); CHECK(t->skipped); return; }
+    if (setup_layout(t, &f, K, serving) < 0) { teardown(&f); CHECK(t->skipped); return; }
     int32_t V = f.m->hp.n_vocab;
     float *solo = malloc(sizeof(float) * V * K);
     int32_t len[K];
@@ -213,6 +217,41 @@ TEST(model_forward_decode_step_of_many_sequences_equals_solo_steps) {
     CHECK(max_diff(solo, solo + V, V) > 0.1f); /* the sequences do differ */
     free(solo);
     teardown(&f);
+}
+
+TEST(model_forward_decode_step_of_many_sequences_equals_solo_steps) { decode_step_equals_solo_steps(t, true); }
+TEST(model_forward_decode_step_equals_solo_steps_gguf_layout) { decode_step_equals_solo_steps(t, false); }
+
+/* A model loaded for serving has left the reference's order: a reference context is refused,
+ * and one of the serving path gives the file's layout's logits within 1% of the largest and the
+ * same greedy token (kjv is trained: its top logit stands clear). */
+TEST(model_serving_layout_refuses_reference_contexts) {
+    struct fixture f, g;
+    if (setup(t, &f, 1) < 0 || setup_layout(t, &g, 1, false) < 0) {
+        teardown(&f);
+        teardown(&g);
+        CHECK(t->skipped);
+        return;
+    }
+    struct forward_ctx *ref = NULL;
+    CHECK_EQ_INT(forward_ctx_create(&ref, f.m, &(struct forward_config){.max_tokens = 8, .n_ctx = 64, .reference = true}),
+                 -ERR_INVAL);
+    int32_t V = f.m->hp.n_vocab, best[2] = {0, 0};
+    struct fixture *fx[2] = {&f, &g};
+    for (int k = 0; k < 2; k++) {
+        batch_clear(&fx[k]->b);
+        for (int32_t i = 0; i < NA; i++) batch_add(&fx[k]->b, prompt_a[i], i, 0, i == NA - 1);
+        CHECK_EQ_INT(run(fx[k]), 0);
+        for (int32_t v = 1; v < V; v++)
+            if (fx[k]->fc->logits[v] > fx[k]->fc->logits[best[k]]) best[k] = v;
+    }
+    /* other float orders move a Q8_0 activation across a rounding step now and then: 0.1% here */
+    float top = 0;
+    for (int32_t v = 0; v < V; v++) top = fmaxf(top, fabsf(g.fc->logits[v]));
+    CHECK(max_diff(f.fc->logits, g.fc->logits, V) < 0.01f * top);
+    CHECK_EQ_INT(best[0], best[1]);
+    teardown(&f);
+    teardown(&g);
 }
 
 /* A forward context whose n_ctx is below head_dim (kjv-tiny: 32): a decode step's direct

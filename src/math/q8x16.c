@@ -1,0 +1,199 @@
+/* q8x16.c: Q8_0 rows interleaved by 16 and their products on AVX-512 VNNI (q8x16.h).
+ *
+ * Kernel: a group of 16 rows against up to TOKEN_TILE tokens at a time. Per block, the group's
+ * 512 level bytes are 8 registers, loaded once for all the tile's tokens; per token, 8 vpdpbusd
+ * (each 4 of the token's levels broadcast to every lane) sum the block's integer dot of all 16
+ * rows, started at the token's correction so that the +128 of the stored levels cancels; then
+ * one conversion, one multiply (d_w x d_x) and one fma per 16 outputs. Two dependency chains of 4
+ * vpdpbusd each (integer sums: the order does not matter) keep the latency off the critical path.
+ */
+#include "math/q8x16.h"
+#include "math/blocks.h"
+#include "math/kernels.h"
+#include "math/simd_avx2.h"
+#include "common/err.h"
+#include "gguf/types.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+/* Tokens per pass over a group: 8 accumulators beside 8 weight registers. */
+#define TOKEN_TILE 8
+/* Blocks (512 bytes of levels each) fetched ahead of use. */
+#define PREFETCH_BLOCKS 8
+
+bool q8x16_supported(void) { return simd_level_supported(SIMD_AVX512); }
+
+static size_t row_bytes(int64_t n_in) { return (size_t)(n_in / QK8_0) * sizeof(block_q8_0); }
+
+/* Group g's bytes; its levels (at a 64-byte boundary when the group starts at a 32-byte one:
+ * block 0's scales first then, see q8x16.h); block i's 16 scales. */
+static uint8_t *group_base(const void *w, int64_t n_in, int64_t g) {
+    return (uint8_t *)w + (size_t)g * Q8X16_ROWS * row_bytes(n_in);
+}
+static int scales_ahead(const uint8_t *base) { return (uintptr_t)base % 64 == 32; }
+static uint8_t *group_levels(const void *w, int64_t n_in, int64_t g) {
+    uint8_t *base = group_base(w, n_in, g);
+    return base + 32 * scales_ahead(base);
+}
+static uint16_t *group_scales(const void *w, int64_t n_in, int64_t g, int64_t i) {
+    uint8_t *base = group_base(w, n_in, g);
+    return (uint16_t *)(i < scales_ahead(base) ? base : base + (size_t)(n_in / QK8_0) * 512 + (size_t)i * 32);
+}
+
+int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
+    const int64_t nb = n_in / QK8_0, n_groups = n_out / Q8X16_ROWS;
+    const size_t rb = row_bytes(n_in);
+    block_q8_0 *rows = malloc(Q8X16_ROWS * rb);
+    if (!rows) return -ERR_NOMEM;
+    for (int64_t g = 0; g < n_groups; g++) {
+        memcpy(rows, group_base(w, n_in, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
+        uint8_t *lv = group_levels(w, n_in, g);
+        for (int64_t i = 0; i < nb; i++)
+            for (int l = 0; l < Q8X16_ROWS; l++) {
+                const block_q8_0 *b = &rows[l * nb + i];
+                group_scales(w, n_in, g, i)[l] = b->d;
+                for (int k = 0; k < QK8_0; k++) /* part k / 4, row l, byte k % 4 */
+                    lv[i * 512 + (k / 4) * 64 + l * 4 + k % 4] = (uint8_t)(b->qs[k] + 128);
+            }
+    }
+    free(rows);
+    return 0;
+}
+
+/* Level k of block i of row l of group g (k < 32), and that block's scale. */
+static int level_at(const void *w, int64_t n_in, int64_t g, int64_t i, int l, int k) {
+    return (int)group_levels(w, n_in, g)[i * 512 + (k / 4) * 64 + l * 4 + k % 4] - 128;
+}
+
+void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
+    const int64_t nb = n_in / QK8_0;
+    if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS) { /* a tail row: GGUF Q8_0 */
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)w + (size_t)r * row_bytes(n_in));
+        for (int64_t i = 0; i < nb; i++)
+            for (int k = 0; k < QK8_0; k++) out[i * QK8_0 + k] = h2f(b[i].d) * (float)b[i].qs[k];
+        return;
+    }
+    const int64_t g = r / Q8X16_ROWS;
+    const int l = (int)(r % Q8X16_ROWS);
+    for (int64_t i = 0; i < nb; i++) {
+        float d = h2f(group_scales(w, n_in, g, i)[l]);
+        for (int k = 0; k < QK8_0; k++) out[i * QK8_0 + k] = d * (float)level_at(w, n_in, g, i, l, k);
+    }
+}
+
+void q8x16_pack_acts(const void *xq, size_t xq_stride, int64_t n_tok, int64_t n_in, struct q8x16_act *acts) {
+    const int64_t nb = n_in / QK8_0;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)xq + (size_t)t * xq_stride);
+        for (int64_t i = 0; i < nb; i++) {
+            struct q8x16_act *a = &acts[t * nb + i];
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; k++) sum += b[i].qs[k];
+            memcpy(a->q4, b[i].qs, sizeof a->q4);
+            a->d = h2f(b[i].d);
+            a->corr = -128 * sum;
+        }
+    }
+}
+
+/* The integer dot of block i of row r with the token's block x, from its levels. */
+static int32_t block_dot(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i, const struct q8x16_act *x) {
+    int8_t xs[QK8_0];
+    memcpy(xs, x->q4, sizeof xs);
+    int32_t dot = 0;
+    if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS) {
+        const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)w + (size_t)r * row_bytes(n_in)) + i;
+        for (int k = 0; k < QK8_0; k++) dot += b->qs[k] * xs[k];
+    } else {
+        for (int k = 0; k < QK8_0; k++)
+            dot += level_at(w, n_in, r / Q8X16_ROWS, i, (int)(r % Q8X16_ROWS), k) * xs[k];
+    }
+    return dot;
+}
+
+static float block_scale(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i) {
+    if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS)
+        return h2f(((const block_q8_0 *)((const uint8_t *)w + (size_t)r * row_bytes(n_in)))[i].d);
+    return h2f(group_scales(w, n_in, r / Q8X16_ROWS, i)[r % Q8X16_ROWS]);
+}
+
+float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n_in / QK8_0; i++) {
+        float s = block_scale(w, n_in, n_out, r, i) * x[i].d; /* rounded to float, as the kernel's multiply */
+        acc = fmaf((float)block_dot(w, n_in, n_out, r, i, &x[i]), s, acc);
+    }
+    return acc;
+}
+
+/* Group g (16 rows from row 16g) against tokens [0, nt) of x (acts of token t at x + t * nb):
+ * y[t * n_out + 16g + l]. nt is a constant in every caller, so the loops unroll. */
+AVX512 static inline __attribute__((always_inline)) void group_tile(int64_t nb, const uint16_t *sc0, const uint16_t *sc,
+                                                                    const uint8_t *lv, const struct q8x16_act *x,
+                                                                    float *y, int64_t n_out, const int nt) {
+    __m512 acc[TOKEN_TILE];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        /* the levels PREFETCH_BLOCKS ahead (past the group's end: the next group's bytes) */
+        const char *pf = (const char *)(lv + (i + PREFETCH_BLOCKS) * 512);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(i ? sc + i * Q8X16_ROWS : sc0)));
+        const __m512i *p = (const __m512i *)(lv + i * 512);
+        const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 1), w2 = _mm512_loadu_si512(p + 2),
+                      w3 = _mm512_loadu_si512(p + 3), w4 = _mm512_loadu_si512(p + 4), w5 = _mm512_loadu_si512(p + 5),
+                      w6 = _mm512_loadu_si512(p + 6), w7 = _mm512_loadu_si512(p + 7);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const struct q8x16_act *a = x + t * nb + i;
+            __m512i s0 = _mm512_set1_epi32(a->corr), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi32(a->q4[0]));
+            s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi32(a->q4[1]));
+            s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi32(a->q4[2]));
+            s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi32(a->q4[3]));
+            s0 = _mm512_dpbusd_epi32(s0, w4, _mm512_set1_epi32(a->q4[4]));
+            s1 = _mm512_dpbusd_epi32(s1, w5, _mm512_set1_epi32(a->q4[5]));
+            s0 = _mm512_dpbusd_epi32(s0, w6, _mm512_set1_epi32(a->q4[6]));
+            s1 = _mm512_dpbusd_epi32(s1, w7, _mm512_set1_epi32(a->q4[7]));
+            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s, acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out, acc[t]);
+}
+
+AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK8_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
+    /* Tokens in tiles of TOKEN_TILE, each over all the groups: the groups' levels stay in L2
+     * while the tile's activations stay in L1. */
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TOKEN_TILE) {
+        const int64_t nt = n_tok - t0 < TOKEN_TILE ? n_tok - t0 : TOKEN_TILE;
+        const struct q8x16_act *x = acts + t0 * nb;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
+            /* block 0's scales, and where block i's are for i >= 1 (q8x16.h) */
+            const uint16_t *sc0 = group_scales(w, n_in, g, 0), *sc = group_scales(w, n_in, g, nb) - nb * Q8X16_ROWS;
+            const uint8_t *lv = group_levels(w, n_in, g);
+            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+            switch (nt) {
+            case 1: group_tile(nb, sc0, sc, lv, x, yg, n_out, 1); break;
+            case 2: group_tile(nb, sc0, sc, lv, x, yg, n_out, 2); break;
+            case 3: group_tile(nb, sc0, sc, lv, x, yg, n_out, 3); break;
+            case 4: group_tile(nb, sc0, sc, lv, x, yg, n_out, 4); break;
+            case 5: group_tile(nb, sc0, sc, lv, x, yg, n_out, 5); break;
+            case 6: group_tile(nb, sc0, sc, lv, x, yg, n_out, 6); break;
+            case 7: group_tile(nb, sc0, sc, lv, x, yg, n_out, 7); break;
+            default: group_tile(nb, sc0, sc, lv, x, yg, n_out, 8); break;
+            }
+        }
+    }
+    for (int64_t r = r0 > full ? r0 : full; r < r1; r++) /* the tail rows, GGUF Q8_0 */
+        for (int64_t t = 0; t < n_tok; t++) y[t * n_out + r] = q8x16_dot_ref(n_in, n_out, w, r, acts + t * nb);
+}

@@ -1,0 +1,65 @@
+/* q8x16.h: Q8_0 matrices interleaved by 16 rows, the serving engine's layout for Q8_0 weights on
+ * AVX-512 VNNI (private to src/math and the model loader; matmul.c runs it as the weight type
+ * UVLM_TYPE_Q8_0_X16 of gguf/types.h).
+ *
+ * Why: in GGUF's Q8_0 a row's 32-element blocks lie one after the other, so a SIMD dot spreads one
+ * block over 8 integer lanes and pays a float conversion and a multiply-add per block and token for
+ * every 8 lanes. Here, 16 consecutive rows are stored side by side, 4 bytes of each in turn: lane l
+ * of a 512-bit register holds 4 levels of row l, and 8 vpdpbusd sum a whole block of 16 rows against
+ * one token into 16 lanes, after which one conversion, one multiply and one fma fold 16 outputs.
+ * Measured in the README (`make bench`): a decode step of 8 SmolLM2-135M sequences.
+ *
+ * The numbers: each output is sum over blocks i, in order, of fma((float)dot_i, d_w,i * d_x,i, acc),
+ * dot_i the exact integer dot of block i (from 0.0). Every path here (any token count, the tail rows,
+ * q8x16_dot_ref) computes exactly that, so a token's numbers never depend on its batch; they are not
+ * the reference's order (quant.c's, 8 float lanes per block), which is why a model in this layout is
+ * for serving only (model_options.serving_layout; forward_config.reference refuses it).
+ *
+ * Layout of a matrix of n_out rows of n_in elements (nb = n_in / 32 blocks per row), in place of the
+ * GGUF bytes and of the same size: rows [0, 16 * (n_out / 16)) in groups of 16, group g at byte
+ * g * 16 * row_bytes: nb x 16 fp16 scales (block i of rows 16g..16g+15), then nb x 8 x 16 x 4 bytes
+ * (block i, 4-byte part k, row l: levels 4k..4k+3 of row l, each + 128 as an unsigned byte). The
+ * n_out % 16 rows after them stay GGUF Q8_0 rows at their own offsets.
+ *
+ *   q8x16_repack(w, n_in, n_out);                           // at load, while w is writable
+ *   q8x16_pack_acts(xq, xq_stride, n_tok, n_in, acts);      // Q8_0 activations -> acts
+ *   q8x16_rows(n_in, n_out, w, r0, r1, acts, n_tok, y);     // y[t][r] for r in [r0, r1), r0 % 16 == 0
+ */
+#ifndef UVLM_MATH_Q8X16_H
+#define UVLM_MATH_Q8X16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define Q8X16_ROWS 16
+
+/* One block of one token's Q8_0 activations: its 32 levels (4 per int, little-endian), the scale
+ * as a float, and -128 * (sum of the levels), the start of the integer dot against weights stored
+ * as level + 128. */
+struct q8x16_act {
+    int32_t q4[8];
+    float d;
+    int32_t corr;
+};
+
+/* Bytes of the activations of n_tok tokens of n_in elements. */
+#define Q8X16_ACT_BYTES(n_tok, n_in) ((size_t)(n_tok) * (size_t)((n_in) / 32) * sizeof(struct q8x16_act))
+
+/* Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI). */
+bool q8x16_supported(void);
+/* Rewrites n_out GGUF Q8_0 rows of n_in elements (ggml_row_size bytes apart) into this layout, in
+ * place. 0, or -ERR_NOMEM (a 16-row buffer). */
+int q8x16_repack(void *w, int64_t n_in, int64_t n_out);
+/* Row r of a matrix in this layout, to F32 (the embedding lookup of a tied output matrix). */
+void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out);
+/* Tokens t < n_tok of Q8_0 rows xq (xq_stride bytes apart) as acts[t * (n_in / 32) + block]. */
+void q8x16_pack_acts(const void *xq, size_t xq_stride, int64_t n_tok, int64_t n_in, struct q8x16_act *acts);
+/* y[t * n_out + r] = row r . token t for r in [r0, r1), t < n_tok; r0 a multiple of 16, r1 one too
+ * or n_out. */
+void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
+                int64_t n_tok, float *y);
+/* Row r . token t by scalar code, in the order above (tests; the kernel's tail rows). */
+float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
+
+#endif
