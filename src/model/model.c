@@ -185,28 +185,23 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
 
 /* model_options.serving_layout: each Q8_0 matrix the forward pass multiplies by (the output
  * once when it is the tied embedding) rewritten in place into q8x16.h's layout. */
-static int serving_layout(struct model *m, char *why, size_t why_len) {
-    struct model_weight *w[7];
-    int n_layer_w = 0;
-    for (int32_t i = -1; i < m->hp.n_layer; i++) {
-        if (i < 0) {
-            w[n_layer_w++] = &m->output;
-        } else {
-            struct model_layer *L = &m->layers[i];
-            struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            n_layer_w = 0;
-            for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++) w[n_layer_w++] = lw[k];
-        }
-        for (int k = 0; k < n_layer_w; k++) {
-            if (w[k]->type != GGML_TYPE_Q8_0) continue;
-            if (q8x16_repack((void *)w[k]->data, w[k]->n_in, w[k]->n_out) < 0)
-                return fail(why, why_len, -ERR_NOMEM, "out of memory");
-            w[k]->type = UVLM_TYPE_Q8_0_X16;
-        }
-    }
-    if (m->hp.tied_output) m->token_embd = m->output;
+static int rewrite_q8_0(struct model *m, struct model_weight *w, char *why, size_t why_len) {
+    if (w->type != GGML_TYPE_Q8_0) return 0;
+    if (q8x16_repack((void *)w->data, w->n_in, w->n_out) < 0) return fail(why, why_len, -ERR_NOMEM, "out of memory");
+    w->type = UVLM_TYPE_Q8_0_X16;
     m->serving_layout = true;
     return 0;
+}
+
+static int serving_layout(struct model *m, char *why, size_t why_len) {
+    int rc = rewrite_q8_0(m, &m->output, why, why_len);
+    for (int32_t i = 0; rc == 0 && i < m->hp.n_layer; i++) {
+        struct model_layer *L = &m->layers[i];
+        struct model_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_q8_0(m, w[k], why, why_len);
+    }
+    if (m->hp.tied_output) m->token_embd = m->output;
+    return rc;
 }
 
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len) {

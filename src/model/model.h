@@ -87,7 +87,7 @@ struct model {
     struct model_layer *layers;             /* [n_layer] */
     struct mamba_model *mamba;              /* MODEL_ARCH_MAMBA: its layers (model/mamba.h), else NULL */
     size_t weight_bytes;                    /* bytes of the weights read per token */
-    bool serving_layout;                    /* Q8_0 matrices rewritten (model_options.serving_layout) */
+    bool serving_layout;                    /* some Q8_0 matrices rewritten (model_options.serving_layout) */
 };
 
 struct model_options {

@@ -108,10 +108,11 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
     memory_usage(e->mem, &u);
     const struct model_hparams *hp = &e->model->hp;
     snprintf(out, cap,
-             "%s: %d layers, n_embd %d, n_vocab %d, context %d (trained %d); weights %.1f MiB; "
+             "%s: %d layers, n_embd %d, n_vocab %d, context %d (trained %d); weights %.1f MiB%s; "
              "memory (%s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
              hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
-             (double)e->model->weight_bytes / (1 << 20), e->mem->ops->kind, (long long)u.cells_total,
+             (double)e->model->weight_bytes / (1 << 20),
+             e->model->serving_layout ? " (Q8_0 interleaved by 16 rows)" : "", e->mem->ops->kind, (long long)u.cells_total,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
 }
 
