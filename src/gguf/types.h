@@ -26,10 +26,11 @@ enum ggml_type {
     GGML_TYPE_Q8_K = 15,
     GGML_TYPE_BF16 = 30,
     GGML_TYPE_COUNT = 40, /* upper bound of the numbering, for tables */
-    /* Not a GGUF type (no file holds it; ggml_type_info knows nothing of it): Q8_0 weights the
-     * model loader has rewritten into math/q8x16.h's layout for the serving engine. matmul runs
-     * it; a row is Q8_0's size on average. */
+    /* Not GGUF types (no file holds them; ggml_type_info knows nothing of them): Q8_0 / Q5_0
+     * weights the model loader has rewritten into math/q8x16.h's layouts for the serving engine.
+     * matmul runs them; a row is Q8_0's / Q5_0's size on average. */
     UVLM_TYPE_Q8_0_X16 = GGML_TYPE_COUNT + 1,
+    UVLM_TYPE_Q5_0_X16 = GGML_TYPE_COUNT + 2,
 };
 
 struct ggml_type_info {

@@ -55,12 +55,19 @@ struct compute {
                           * (NULL if max_tokens is small) */
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
-    struct q8x16_act *acts16; /* Q8_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
+    struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* The serving layouts of q8x16.h: their kernel (NULL for the GGUF types). */
+typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                            const struct q8x16_act *acts, int64_t n_tok, float *y);
+static x16_rows_fn x16_kernel(enum ggml_type t) {
+    return t == UVLM_TYPE_Q8_0_X16 ? q8x16_rows : t == UVLM_TYPE_Q5_0_X16 ? q5x16_rows : NULL;
+}
 
 /* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
 static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
@@ -178,7 +185,7 @@ struct mat_desc {
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4;
     quant_vec_dotr_fn dotr;
-    bool x16; /* UVLM_TYPE_Q8_0_X16: q8x16_rows on c->acts16 instead of the kernels above */
+    x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
 };
 
 struct matmul_job {
@@ -199,7 +206,7 @@ struct matmul_job {
     quant_vec_dotr_fn dotr; /* NULL when the type has no multi-row kernel or dot4 takes the tokens */
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
-    bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is Q8_0_X16) */
+    bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is in a q8x16.h layout) */
     /* vector path: the matrices sharing the job (same n_in, type and activations), their rows
      * numbered one after the other in chunks that never straddle two, and the parts */
     int n_mats;
@@ -238,7 +245,7 @@ static void quantize_all(struct matmul_job *j) {
 /* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
 static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1) {
     if (d->x16) {
-        q8x16_rows(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
+        d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
         return;
     }
     const uint8_t *w = d->w;
@@ -505,10 +512,10 @@ static void vec_dispatch(struct compute *c, struct matmul_job *j) {
 
 /* The vector path's shared dispatch of the matrices mats[0, n_mats), mats[m] of types[m] (one
  * n_in; one activation type, j->xtype, set by the caller with c, n_in, n_tok and x): x quantized
- * once, each matrix on the kernels matmul would give it (vec_kernels per type; Q8_0_X16:
- * q8x16_rows), one dispatch in contiguous parts per thread. Q8_0_X16 prompts (the only matrices
- * shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per chunk: each chunk
- * reads all the activations, as the Q8_0 GEMM's do. */
+ * once, each matrix on the kernels matmul would give it (vec_kernels per type; Q8_0_X16 and
+ * Q5_0_X16: q8x16.h's), one dispatch in contiguous parts per thread. Prompts in those layouts
+ * (the only matrices shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per
+ * chunk: each chunk reads all the activations, as the Q8_0 GEMM's do. */
 static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_type *types, int n_mats,
                        const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX && j->n_tok <= c->max_tokens && j->n_in <= c->max_n_in);
@@ -518,9 +525,9 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
     for (int m = 0; m < n_mats; m++) {
         struct mat_desc *d = &j->mats[m];
         *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks};
-        if (types[m] == UVLM_TYPE_Q8_0_X16) {
+        if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
-            d->x16 = j->x16_acts = true;
+            j->x16_acts = true;
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
             struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = j->n_tok,
@@ -545,7 +552,7 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
-    if (wtype == UVLM_TYPE_Q8_0_X16) { /* every token count; its order is not the reference's */
+    if (x16_kernel(wtype)) { /* every token count; its order is not the reference's */
         ASSERT(path == MATMUL_AUTO || path == MATMUL_VEC);
         if (n_tok <= 0 || n_out <= 0) return;
         struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
@@ -631,7 +638,7 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     if (n_tok <= 0) return;
     enum ggml_type types[MATMUL_MULTI_MAX];
     for (int m = 0; m < n_mats; m++) types[m] = wtype;
-    if (wtype == UVLM_TYPE_Q8_0_X16) {
+    if (x16_kernel(wtype)) {
         struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
         vec_shared(c, &j, types, n_mats, mats);
         return;
@@ -670,16 +677,20 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
                         int n_mats, const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
-    bool same = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
-    /* Q8_0_X16 takes Q8_0 activations (then q8x16.h's blocks made from them) */
-    enum ggml_type xtype = types[0] == UVLM_TYPE_Q8_0_X16 ? GGML_TYPE_Q8_0 : quant_vec_dot_type(types[0]);
+    /* The q8x16.h layouts take Q8_0 activations (then its blocks made from them), at every
+     * token count: all in those layouts (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V), the
+     * matrices share one dispatch for prompts too. */
+    bool same = true, all_x16 = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
+    enum ggml_type xtype = x16_kernel(types[0]) ? GGML_TYPE_Q8_0 : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {
         same = same && types[m] == types[0];
+        all_x16 = all_x16 && x16_kernel(types[m]);
         shared = shared && xtype != GGML_TYPE_F32 &&
-                 ((types[m] == UVLM_TYPE_Q8_0_X16 && xtype == GGML_TYPE_Q8_0) ||
-                  (types[m] != UVLM_TYPE_Q8_0_X16 && quant_vec_dot_type(types[m]) == xtype &&
-                   auto_path(c, types[m], n_tok) == MATMUL_VEC && !q4_K_tiles(c, types[m], n_tok)));
+                 (x16_kernel(types[m]) ? xtype == GGML_TYPE_Q8_0
+                                       : quant_vec_dot_type(types[m]) == xtype && auto_path(c, types[m], n_tok) == MATMUL_VEC &&
+                                             !q4_K_tiles(c, types[m], n_tok));
     }
+    shared = shared || all_x16;
     if (same) {
         matmul_multi(c, types[0], n_in, x, n_tok, n_mats, mats);
         return;

@@ -1,4 +1,4 @@
-/* q8x16.c: Q8_0 rows interleaved by 16 and their products on AVX-512 VNNI (q8x16.h).
+/* q8x16.c: Q8_0 and Q5_0 rows interleaved by 16 and their products on AVX-512 VNNI (q8x16.h).
  *
  * Kernel: a group of 16 rows against up to TOKEN_TILE tokens at a time. Per block, the group's
  * 512 level bytes are 8 registers, loaded once for all the tile's tokens; per token, 8 vpdpbusd
@@ -6,6 +6,9 @@
  * rows, started at the token's correction so that the +128 of the stored levels cancels; then
  * one conversion, one multiply (d_w x d_x) and one fma per 16 outputs. Two dependency chains of 4
  * vpdpbusd each (integer sums: the order does not matter) keep the latency off the critical path.
+ * Q5_0: the same, after its 8 registers of levels are unpacked from 4 of nibbles (an and, or a
+ * shift and an and) and the 8 masks of fifth bits (a masked byte add of 16), once per block for
+ * all the tile's tokens.
  */
 #include "math/q8x16.h"
 #include "math/blocks.h"
@@ -30,19 +33,27 @@ bool q8x16_supported(void) { return simd_level_supported(SIMD_AVX512); }
 
 static size_t row_bytes(int64_t n_in) { return (size_t)(n_in / QK8_0) * sizeof(block_q8_0); }
 
-/* Group g's bytes; its levels (at a 64-byte boundary when the group starts at a 32-byte one:
- * block 0's scales first then, see q8x16.h); block i's 16 scales. */
-static uint8_t *group_base(const void *w, int64_t n_in, int64_t g) {
-    return (uint8_t *)w + (size_t)g * Q8X16_ROWS * row_bytes(n_in);
+/* Bytes of one block's data in a group (levels; Q5_0: nibbles and fifth bits), and of its scales;
+ * a group of nb blocks is nb * (data + scales) bytes, 16 GGUF rows of either type. */
+#define Q8_DATA 512
+#define Q5_DATA 320
+#define SCALE_BYTES (Q8X16_ROWS * 2)
+_Static_assert(Q8_DATA + SCALE_BYTES == Q8X16_ROWS * sizeof(block_q8_0), "q8x16 group size");
+_Static_assert(Q5_DATA + SCALE_BYTES == Q8X16_ROWS * sizeof(block_q5_0), "q5x16 group size");
+
+/* Group g's bytes (blocks of db bytes of data); its data (at a 64-byte boundary when the group
+ * starts at a 32-byte one: block 0's scales first then, see q8x16.h); block i's 16 scales. */
+static uint8_t *group_base(const void *w, int64_t nb, size_t db, int64_t g) {
+    return (uint8_t *)w + (size_t)g * (size_t)nb * (db + SCALE_BYTES);
 }
 static int scales_ahead(const uint8_t *base) { return (uintptr_t)base % 64 == 32; }
-static uint8_t *group_levels(const void *w, int64_t n_in, int64_t g) {
-    uint8_t *base = group_base(w, n_in, g);
-    return base + 32 * scales_ahead(base);
+static uint8_t *group_data(const void *w, int64_t nb, size_t db, int64_t g) {
+    uint8_t *base = group_base(w, nb, db, g);
+    return base + SCALE_BYTES * scales_ahead(base);
 }
-static uint16_t *group_scales(const void *w, int64_t n_in, int64_t g, int64_t i) {
-    uint8_t *base = group_base(w, n_in, g);
-    return (uint16_t *)(i < scales_ahead(base) ? base : base + (size_t)(n_in / QK8_0) * 512 + (size_t)i * 32);
+static uint16_t *group_scales(const void *w, int64_t nb, size_t db, int64_t g, int64_t i) {
+    uint8_t *base = group_base(w, nb, db, g);
+    return (uint16_t *)(i < scales_ahead(base) ? base : base + (size_t)nb * db + (size_t)i * SCALE_BYTES);
 }
 
 int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
@@ -51,12 +62,12 @@ int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
     block_q8_0 *rows = malloc(Q8X16_ROWS * rb);
     if (!rows) return -ERR_NOMEM;
     for (int64_t g = 0; g < n_groups; g++) {
-        memcpy(rows, group_base(w, n_in, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
-        uint8_t *lv = group_levels(w, n_in, g);
+        memcpy(rows, group_base(w, nb, Q8_DATA, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
+        uint8_t *lv = group_data(w, nb, Q8_DATA, g);
         for (int64_t i = 0; i < nb; i++)
             for (int l = 0; l < Q8X16_ROWS; l++) {
                 const block_q8_0 *b = &rows[l * nb + i];
-                group_scales(w, n_in, g, i)[l] = b->d;
+                group_scales(w, nb, Q8_DATA, g, i)[l] = b->d;
                 for (int k = 0; k < QK8_0; k++) /* part k / 4, row l, byte k % 4 */
                     lv[i * 512 + (k / 4) * 64 + l * 4 + k % 4] = (uint8_t)(b->qs[k] + 128);
             }
@@ -67,7 +78,7 @@ int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
 
 /* Level k of block i of row l of group g (k < 32), and that block's scale. */
 static int level_at(const void *w, int64_t n_in, int64_t g, int64_t i, int l, int k) {
-    return (int)group_levels(w, n_in, g)[i * 512 + (k / 4) * 64 + l * 4 + k % 4] - 128;
+    return (int)group_data(w, n_in / QK8_0, Q8_DATA, g)[i * Q8_DATA + (k / 4) * 64 + l * 4 + k % 4] - 128;
 }
 
 void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
@@ -81,7 +92,7 @@ void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, f
     const int64_t g = r / Q8X16_ROWS;
     const int l = (int)(r % Q8X16_ROWS);
     for (int64_t i = 0; i < nb; i++) {
-        float d = h2f(group_scales(w, n_in, g, i)[l]);
+        float d = h2f(group_scales(w, nb, Q8_DATA, g, i)[l]);
         for (int k = 0; k < QK8_0; k++) out[i * QK8_0 + k] = d * (float)level_at(w, n_in, g, i, l, k);
     }
 }
@@ -97,6 +108,7 @@ void q8x16_pack_acts(const void *xq, size_t xq_stride, int64_t n_tok, int64_t n_
             memcpy(a->q4, b[i].qs, sizeof a->q4);
             a->d = h2f(b[i].d);
             a->corr = -128 * sum;
+            a->corr5 = -16 * sum;
         }
     }
 }
@@ -119,7 +131,7 @@ static int32_t block_dot(const void *w, int64_t n_in, int64_t n_out, int64_t r, 
 static float block_scale(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i) {
     if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS)
         return h2f(((const block_q8_0 *)((const uint8_t *)w + (size_t)r * row_bytes(n_in)))[i].d);
-    return h2f(group_scales(w, n_in, r / Q8X16_ROWS, i)[r % Q8X16_ROWS]);
+    return h2f(group_scales(w, n_in / QK8_0, Q8_DATA, r / Q8X16_ROWS, i)[r % Q8X16_ROWS]);
 }
 
 float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x) {
@@ -179,8 +191,9 @@ AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
         const struct q8x16_act *x = acts + t0 * nb;
         for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
             /* block 0's scales, and where block i's are for i >= 1 (q8x16.h) */
-            const uint16_t *sc0 = group_scales(w, n_in, g, 0), *sc = group_scales(w, n_in, g, nb) - nb * Q8X16_ROWS;
-            const uint8_t *lv = group_levels(w, n_in, g);
+            const uint16_t *sc0 = group_scales(w, nb, Q8_DATA, g, 0),
+                           *sc = group_scales(w, nb, Q8_DATA, g, nb) - nb * Q8X16_ROWS;
+            const uint8_t *lv = group_data(w, nb, Q8_DATA, g);
             float *yg = y + t0 * n_out + g * Q8X16_ROWS;
             switch (nt) {
             case 1: group_tile(nb, sc0, sc, lv, x, yg, n_out, 1); break;
@@ -196,4 +209,172 @@ AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
     }
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++) /* the tail rows, GGUF Q8_0 */
         for (int64_t t = 0; t < n_tok; t++) y[t * n_out + r] = q8x16_dot_ref(n_in, n_out, w, r, acts + t * nb);
+}
+
+/* ---- Q5_0 ------------------------------------------------------------------------------- */
+
+/* Q5_0 blocks (320 bytes of data each) fetched ahead of use: about the bytes Q8_0's fetch. */
+#define Q5_PREFETCH_BLOCKS 12
+
+static size_t row_bytes5(int64_t n_in) { return (size_t)(n_in / QK5_0) * sizeof(block_q5_0); }
+
+/* Element k (< 32) of a GGUF Q5_0 block as the unsigned level 0..31 (the value's level + 16). */
+static int gguf_level5(const block_q5_0 *b, int k) {
+    uint32_t qh;
+    memcpy(&qh, b->qh, sizeof qh);
+    int nib = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+    return nib | (int)((qh >> k) & 1) << 4;
+}
+
+int q5x16_repack(void *w, int64_t n_in, int64_t n_out) {
+    const int64_t nb = n_in / QK5_0, n_groups = n_out / Q8X16_ROWS;
+    const size_t rb = row_bytes5(n_in);
+    block_q5_0 *rows = malloc(Q8X16_ROWS * rb);
+    if (!rows) return -ERR_NOMEM;
+    for (int64_t g = 0; g < n_groups; g++) {
+        memcpy(rows, group_base(w, nb, Q5_DATA, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
+        uint8_t *dat = group_data(w, nb, Q5_DATA, g);
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *p = dat + i * Q5_DATA;
+            uint64_t masks[8] = {0};
+            for (int l = 0; l < Q8X16_ROWS; l++) {
+                const block_q5_0 *b = &rows[l * nb + i];
+                group_scales(w, nb, Q5_DATA, g, i)[l] = b->d;
+                for (int j = 0; j < QK5_0 / 2; j++) p[(j / 4) * 64 + l * 4 + j % 4] = b->qs[j];
+                for (int k = 0; k < QK5_0; k++) masks[k / 4] |= (uint64_t)(gguf_level5(b, k) >> 4) << (l * 4 + k % 4);
+            }
+            for (int k = 0; k < 8; k++) /* little-endian, whatever the host */
+                for (int byte = 0; byte < 8; byte++) p[256 + k * 8 + byte] = (uint8_t)(masks[k] >> (8 * byte));
+        }
+    }
+    free(rows);
+    return 0;
+}
+
+/* Element k (< 32) of block i of row l of group g as the unsigned level 0..31. */
+static int level5_at(const void *w, int64_t nb, int64_t g, int64_t i, int l, int k) {
+    const uint8_t *p = group_data(w, nb, Q5_DATA, g) + i * Q5_DATA;
+    const uint8_t byte = p[(k % 16 / 4) * 64 + l * 4 + k % 4];
+    const int bit = l * 4 + k % 4;
+    return (k < 16 ? byte & 0x0F : byte >> 4) | ((p[256 + (k / 4) * 8 + bit / 8] >> (bit % 8)) & 1) << 4;
+}
+
+/* Row r's GGUF block i (a tail row), or NULL when r is in a group. */
+static const block_q5_0 *tail_block5(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i) {
+    if (r < n_out / Q8X16_ROWS * Q8X16_ROWS) return NULL;
+    return (const block_q5_0 *)((const uint8_t *)w + (size_t)r * row_bytes5(n_in)) + i;
+}
+
+/* Block i of row r: its scale and unsigned levels. */
+static uint16_t block5(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i, int lv[QK5_0]) {
+    const block_q5_0 *b = tail_block5(w, n_in, n_out, r, i);
+    const int64_t nb = n_in / QK5_0;
+    for (int k = 0; k < QK5_0; k++)
+        lv[k] = b ? gguf_level5(b, k) : level5_at(w, nb, r / Q8X16_ROWS, i, (int)(r % Q8X16_ROWS), k);
+    return b ? b->d : group_scales(w, nb, Q5_DATA, r / Q8X16_ROWS, i)[r % Q8X16_ROWS];
+}
+
+void q5x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
+    for (int64_t i = 0; i < n_in / QK5_0; i++) {
+        int lv[QK5_0];
+        const float d = h2f(block5(w, n_in, n_out, r, i, lv));
+        for (int k = 0; k < QK5_0; k++) out[i * QK5_0 + k] = d * (float)(lv[k] - 16);
+    }
+}
+
+float q5x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n_in / QK5_0; i++) {
+        int lv[QK5_0];
+        int8_t xs[QK8_0];
+        const float s = h2f(block5(w, n_in, n_out, r, i, lv)) * x[i].d; /* rounded to float, as the kernel's */
+        memcpy(xs, x[i].q4, sizeof xs);
+        int32_t dot = 0;
+        for (int k = 0; k < QK5_0; k++) dot += (lv[k] - 16) * xs[k];
+        acc = fmaf((float)dot, s, acc);
+    }
+    return acc;
+}
+
+/* A 64-bit mask of fifth bits from the layout (kmovq from memory). */
+AVX512 static inline __mmask64 mask_at(const uint8_t *p) {
+    uint64_t m;
+    memcpy(&m, p, sizeof m);
+    return _cvtu64_mask64(m);
+}
+
+/* group_tile for Q5_0: block i's 8 registers of unsigned levels unpacked once for the tile's
+ * tokens, each dot started at the token's -16 * sum. */
+AVX512 static inline __attribute__((always_inline)) void group_tile5(int64_t nb, const uint16_t *sc0, const uint16_t *sc,
+                                                                     const uint8_t *dat, const struct q8x16_act *x,
+                                                                     float *y, int64_t n_out, const int nt) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    __m512 acc[TOKEN_TILE];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const char *pf = (const char *)(dat + (i + Q5_PREFETCH_BLOCKS) * Q5_DATA);
+#pragma GCC unroll 5
+        for (int k = 0; k < 5; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(i ? sc + i * Q8X16_ROWS : sc0)));
+        const uint8_t *p = dat + i * Q5_DATA;
+        const __m512i n0 = _mm512_loadu_si512(p), n1 = _mm512_loadu_si512(p + 64), n2 = _mm512_loadu_si512(p + 128),
+                      n3 = _mm512_loadu_si512(p + 192);
+        __m512i w0 = _mm512_and_si512(n0, m4), w1 = _mm512_and_si512(n1, m4), w2 = _mm512_and_si512(n2, m4),
+                w3 = _mm512_and_si512(n3, m4);
+        __m512i w4 = _mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), w5 = _mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                w6 = _mm512_and_si512(_mm512_srli_epi16(n2, 4), m4), w7 = _mm512_and_si512(_mm512_srli_epi16(n3, 4), m4);
+        w0 = _mm512_mask_add_epi8(w0, mask_at(p + 256), w0, sixteen);
+        w1 = _mm512_mask_add_epi8(w1, mask_at(p + 264), w1, sixteen);
+        w2 = _mm512_mask_add_epi8(w2, mask_at(p + 272), w2, sixteen);
+        w3 = _mm512_mask_add_epi8(w3, mask_at(p + 280), w3, sixteen);
+        w4 = _mm512_mask_add_epi8(w4, mask_at(p + 288), w4, sixteen);
+        w5 = _mm512_mask_add_epi8(w5, mask_at(p + 296), w5, sixteen);
+        w6 = _mm512_mask_add_epi8(w6, mask_at(p + 304), w6, sixteen);
+        w7 = _mm512_mask_add_epi8(w7, mask_at(p + 312), w7, sixteen);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const struct q8x16_act *a = x + t * nb + i;
+            __m512i s0 = _mm512_set1_epi32(a->corr5), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi32(a->q4[0]));
+            s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi32(a->q4[1]));
+            s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi32(a->q4[2]));
+            s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi32(a->q4[3]));
+            s0 = _mm512_dpbusd_epi32(s0, w4, _mm512_set1_epi32(a->q4[4]));
+            s1 = _mm512_dpbusd_epi32(s1, w5, _mm512_set1_epi32(a->q4[5]));
+            s0 = _mm512_dpbusd_epi32(s0, w6, _mm512_set1_epi32(a->q4[6]));
+            s1 = _mm512_dpbusd_epi32(s1, w7, _mm512_set1_epi32(a->q4[7]));
+            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s, acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out, acc[t]);
+}
+
+AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK5_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TOKEN_TILE) { /* as q8x16_rows */
+        const int64_t nt = n_tok - t0 < TOKEN_TILE ? n_tok - t0 : TOKEN_TILE;
+        const struct q8x16_act *x = acts + t0 * nb;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
+            const uint16_t *sc0 = group_scales(w, nb, Q5_DATA, g, 0),
+                           *sc = group_scales(w, nb, Q5_DATA, g, nb) - nb * Q8X16_ROWS;
+            const uint8_t *dat = group_data(w, nb, Q5_DATA, g);
+            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+            switch (nt) {
+            case 1: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 1); break;
+            case 2: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 2); break;
+            case 3: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 3); break;
+            case 4: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 4); break;
+            case 5: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 5); break;
+            case 6: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 6); break;
+            case 7: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 7); break;
+            default: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 8); break;
+            }
+        }
+    }
+    for (int64_t r = r0 > full ? r0 : full; r < r1; r++) /* the tail rows, GGUF Q5_0 */
+        for (int64_t t = 0; t < n_tok; t++) y[t * n_out + r] = q5x16_dot_ref(n_in, n_out, w, r, acts + t * nb);
 }

@@ -1,29 +1,39 @@
-/* q8x16.h: Q8_0 matrices interleaved by 16 rows, the serving engine's layout for Q8_0 weights on
- * AVX-512 VNNI (private to src/math and the model loader; matmul.c runs it as the weight type
- * UVLM_TYPE_Q8_0_X16 of gguf/types.h).
+/* q8x16.h: Q8_0 and Q5_0 matrices interleaved by 16 rows, the serving engine's layouts for those
+ * weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them as the
+ * weight types UVLM_TYPE_Q8_0_X16 and UVLM_TYPE_Q5_0_X16 of gguf/types.h).
  *
  * Why: in GGUF's Q8_0 a row's 32-element blocks lie one after the other, so a SIMD dot spreads one
  * block over 8 integer lanes and pays a float conversion and a multiply-add per block and token for
  * every 8 lanes. Here, 16 consecutive rows are stored side by side, 4 bytes of each in turn: lane l
  * of a 512-bit register holds 4 levels of row l, and 8 vpdpbusd sum a whole block of 16 rows against
  * one token into 16 lanes, after which one conversion, one multiply and one fma fold 16 outputs.
+ * Q5_0 the same, its levels unpacked from nibbles and fifth bits into those 8 registers first.
  * Measured in the README (`make bench`): a decode step of 8 SmolLM2-135M sequences.
  *
  * The numbers: each output is sum over blocks i, in order, of fma((float)dot_i, d_w,i * d_x,i, acc),
  * dot_i the exact integer dot of block i (from 0.0). Every path here (any token count, the tail rows,
- * q8x16_dot_ref) computes exactly that, so a token's numbers never depend on its batch; they are not
- * the reference's order (quant.c's, 8 float lanes per block), which is why a model in this layout is
- * for serving only (model_options.serving_layout; forward_config.reference refuses it).
+ * q8x16_dot_ref / q5x16_dot_ref) computes exactly that, so a token's numbers never depend on its
+ * batch; they are not the reference's order (quant.c's, 8 float lanes per block), which is why a
+ * model in these layouts is for serving only (model_options.serving_layout; forward_config.reference
+ * refuses it).
  *
  * Layout of a matrix of n_out rows of n_in elements (nb = n_in / 32 blocks per row), in place of the
  * GGUF bytes and of the same size: rows [0, 16 * (n_out / 16)) in groups of 16, group g at byte
- * g * 16 * row_bytes: nb x 16 fp16 scales (block i of rows 16g..16g+15), then nb x 8 x 16 x 4 bytes
- * (block i, 4-byte part k, row l: levels 4k..4k+3 of row l, each + 128 as an unsigned byte). The
- * n_out % 16 rows after them stay GGUF Q8_0 rows at their own offsets.
+ * g * 16 * row_bytes: nb blocks of data, then nb x 16 fp16 scales (block i of rows 16g..16g+15);
+ * when the group starts at 32 bytes past a 64-byte boundary, block 0's scales come first instead,
+ * so that the data lies at 64-byte boundaries. A block's data, for 4-byte part k (levels 4k..4k+3)
+ * of row l:
+ *   Q8_0 (512 bytes): byte k * 64 + l * 4 + m = level 4k+m of row l, + 128 as an unsigned byte.
+ *   Q5_0 (320 bytes): 4 x 64 bytes of nibbles, byte j * 64 + l * 4 + m = the GGUF byte qs[4j+m] of
+ *       row l (low nibble: element 4j+m, part j; high nibble: element 16+4j+m, part j+4), then
+ *       8 little-endian 64-bit masks, mask k's bit l * 4 + m = the fifth bit of element 4k+m of
+ *       row l. The kernel's unsigned level is nibble + 16 * fifth bit (0..31), the level + 16.
+ * The n_out % 16 rows after the groups stay GGUF rows at their own offsets.
  *
  *   q8x16_repack(w, n_in, n_out);                           // at load, while w is writable
- *   q8x16_pack_acts(xq, xq_stride, n_tok, n_in, acts);      // Q8_0 activations -> acts
+ *   q8x16_pack_acts(xq, xq_stride, n_tok, n_in, acts);      // Q8_0 activations -> acts (both types)
  *   q8x16_rows(n_in, n_out, w, r0, r1, acts, n_tok, y);     // y[t][r] for r in [r0, r1), r0 % 16 == 0
+ *   q5x16_repack(...); q5x16_rows(...);                     // the same for Q5_0
  */
 #ifndef UVLM_MATH_Q8X16_H
 #define UVLM_MATH_Q8X16_H
@@ -35,18 +45,19 @@
 #define Q8X16_ROWS 16
 
 /* One block of one token's Q8_0 activations: its 32 levels (4 per int, little-endian), the scale
- * as a float, and -128 * (sum of the levels), the start of the integer dot against weights stored
- * as level + 128. */
+ * as a float, and the starts of the integer dot against weights stored as level + 128 (Q8_0:
+ * -128 * the sum of the levels) and as level + 16 (Q5_0: -16 * the sum). */
 struct q8x16_act {
     int32_t q4[8];
     float d;
     int32_t corr;
+    int32_t corr5;
 };
 
 /* Bytes of the activations of n_tok tokens of n_in elements. */
 #define Q8X16_ACT_BYTES(n_tok, n_in) ((size_t)(n_tok) * (size_t)((n_in) / 32) * sizeof(struct q8x16_act))
 
-/* Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI). */
+/* Whether this CPU runs the kernels (AVX-512 F/BW/VL/VNNI). */
 bool q8x16_supported(void);
 /* Rewrites n_out GGUF Q8_0 rows of n_in elements (ggml_row_size bytes apart) into this layout, in
  * place. 0, or -ERR_NOMEM (a 16-row buffer). */
@@ -61,5 +72,13 @@ void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t 
                 int64_t n_tok, float *y);
 /* Row r . token t by scalar code, in the order above (tests; the kernel's tail rows). */
 float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
+
+/* The same five for GGUF Q5_0 rows (ggml_row_size(Q5_0) bytes apart) and the Q5_0 layout; the
+ * activations are q8x16_pack_acts' (Q5_0 weights take Q8_0 activations). */
+int q5x16_repack(void *w, int64_t n_in, int64_t n_out);
+void q5x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out);
+void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
+                int64_t n_tok, float *y);
+float q5x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
 
 #endif

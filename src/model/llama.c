@@ -981,8 +981,11 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
     size_t embd_row = ggml_row_size(m->token_embd.type, (uint64_t)E);
     for (int64_t i = 0; i < n; i++) {
-        if (m->token_embd.type == UVLM_TYPE_Q8_0_X16) /* the tied output matrix, rewritten for serving */
+        /* the tied output matrix, rewritten for serving */
+        if (m->token_embd.type == UVLM_TYPE_Q8_0_X16)
             q8x16_row_to_float(m->token_embd.data, E, m->token_embd.n_out, b->token[i], s->x + i * E);
+        else if (m->token_embd.type == UVLM_TYPE_Q5_0_X16)
+            q5x16_row_to_float(m->token_embd.data, E, m->token_embd.n_out, b->token[i], s->x + i * E);
         else
             quant_to_float(m->token_embd.type, (const char *)m->token_embd.data + (size_t)b->token[i] * embd_row,
                            s->x + i * E, E);

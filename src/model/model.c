@@ -183,22 +183,25 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     return 0;
 }
 
-/* model_options.serving_layout: each Q8_0 matrix the forward pass multiplies by (the output
- * once when it is the tied embedding) rewritten in place into q8x16.h's layout. */
-static int rewrite_q8_0(struct model *m, struct model_weight *w, char *why, size_t why_len) {
-    if (w->type != GGML_TYPE_Q8_0) return 0;
-    if (q8x16_repack((void *)w->data, w->n_in, w->n_out) < 0) return fail(why, why_len, -ERR_NOMEM, "out of memory");
-    w->type = UVLM_TYPE_Q8_0_X16;
+/* model_options.serving_layout: each Q8_0 and Q5_0 matrix the forward pass multiplies by (the
+ * output once when it is the tied embedding) rewritten in place into q8x16.h's layouts. */
+static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
+    int rc;
+    if (w->type == GGML_TYPE_Q8_0) rc = q8x16_repack((void *)w->data, w->n_in, w->n_out);
+    else if (w->type == GGML_TYPE_Q5_0) rc = q5x16_repack((void *)w->data, w->n_in, w->n_out);
+    else return 0;
+    if (rc < 0) return fail(why, why_len, -ERR_NOMEM, "out of memory");
+    w->type = w->type == GGML_TYPE_Q8_0 ? UVLM_TYPE_Q8_0_X16 : UVLM_TYPE_Q5_0_X16;
     m->serving_layout = true;
     return 0;
 }
 
 static int serving_layout(struct model *m, char *why, size_t why_len) {
-    int rc = rewrite_q8_0(m, &m->output, why, why_len);
+    int rc = rewrite_x16(m, &m->output, why, why_len);
     for (int32_t i = 0; rc == 0 && i < m->hp.n_layer; i++) {
         struct model_layer *L = &m->layers[i];
         struct model_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_q8_0(m, w[k], why, why_len);
+        for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_x16(m, w[k], why, why_len);
     }
     if (m->hp.tied_output) m->token_embd = m->output;
     return rc;

@@ -23,7 +23,7 @@
  *                                                  --threads 1 the CPU times are robust to a busy
  *                                                  machine; the context is N)
  * The model is loaded as the server loads it (model_options.serving_layout); --gguf-layout keeps
- * Q8_0 matrices as the file has them (the reference's order, for comparison).
+ * Q8_0 and Q5_0 matrices as the file has them (the reference's order, for comparison).
  * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T weights_mb M" or "bandwidth G".
  */
 #include "common/err.h"
@@ -196,7 +196,7 @@ static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct mem
 int main(int argc, char **argv) {
     const char *path = NULL;
     int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0, rows = 0, prefill = 0, step = 512;
-    bool bw_only = false, serving_layout = true; /* --gguf-layout: Q8_0 as the file has it (math/q8x16.h) */
+    bool bw_only = false, serving_layout = true; /* --gguf-layout: Q8_0 / Q5_0 as the file has them (math/q8x16.h) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);

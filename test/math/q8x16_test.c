@@ -1,6 +1,6 @@
-/* Tests of math/q8x16.h (Q8_0 rows interleaved by 16): the rewritten matrix holds the same
- * numbers, the kernel computes exactly its documented order at every token count and for the
- * tail rows, and matmul gives every token the same numbers whatever its batch. */
+/* Tests of math/q8x16.h (Q8_0 and Q5_0 rows interleaved by 16): the rewritten matrix holds the
+ * same numbers, the kernels compute exactly their documented order at every token count and for
+ * the tail rows, and matmul gives every token the same numbers whatever its batch. */
 #include "test.h"
 #include "math/blocks.h"
 #include "math/matmul.h"
@@ -14,15 +14,16 @@
 static uint64_t rng_state = 0x51ED2701F00Dull;
 static float nrand(void) { return test_nrand(&rng_state); }
 
-/* n_out rows of n_in random Q8_0 weights at `offset` bytes past a 64-byte boundary (GGUF aligns
- * tensors to 32 bytes: both cases occur), and the same rewritten into q8x16's layout. */
+/* n_out rows of n_in random weights of type (Q8_0 or Q5_0) at `offset` bytes past a 64-byte
+ * boundary (GGUF aligns tensors to 32 bytes: both cases occur), and the same rewritten into
+ * q8x16.h's layout of the type. */
 struct pair {
     uint8_t *gguf_buf, *x16_buf;
     void *gguf, *x16;
 };
 
-static int make_pair(struct pair *p, int64_t n_in, int64_t n_out, size_t offset) {
-    size_t bytes = ggml_row_size(GGML_TYPE_Q8_0, (uint64_t)n_in) * (size_t)n_out;
+static int make_pair_type(struct pair *p, enum ggml_type type, int64_t n_in, int64_t n_out, size_t offset) {
+    size_t bytes = ggml_row_size(type, (uint64_t)n_in) * (size_t)n_out;
     float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
     p->gguf_buf = aligned_alloc(64, bytes + 64);
     p->x16_buf = aligned_alloc(64, bytes + 64);
@@ -30,10 +31,14 @@ static int make_pair(struct pair *p, int64_t n_in, int64_t n_out, size_t offset)
     for (int64_t i = 0; i < n_in * n_out; i++) wf[i] = nrand() * (float)(1 + i % 7);
     p->gguf = p->gguf_buf + offset;
     p->x16 = p->x16_buf + offset;
-    quant_from_float(GGML_TYPE_Q8_0, wf, p->gguf, n_in * n_out);
+    quant_from_float(type, wf, p->gguf, n_in * n_out);
     memcpy(p->x16, p->gguf, bytes);
     free(wf);
-    return q8x16_repack(p->x16, n_in, n_out);
+    return type == GGML_TYPE_Q5_0 ? q5x16_repack(p->x16, n_in, n_out) : q8x16_repack(p->x16, n_in, n_out);
+}
+
+static int make_pair(struct pair *p, int64_t n_in, int64_t n_out, size_t offset) {
+    return make_pair_type(p, GGML_TYPE_Q8_0, n_in, n_out, offset);
 }
 
 static void free_pair(struct pair *p) {
@@ -135,6 +140,118 @@ TEST(matmul_q8_0_x16_numbers_do_not_depend_on_the_batch) {
         static const int n_toks[] = {2, 5, 8, 9, 31, 32, 33, MAX_TOK};
         for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
             matmul(c, UVLM_TYPE_Q8_0_X16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
+            bad_batch += memcmp(y, alone, sizeof(float) * (size_t)(n_toks[ti] * N_OUT)) != 0;
+        }
+        compute_destroy(c);
+    }
+    free_pair(&p);
+    CHECK_EQ_INT(bad_batch, 0);
+    CHECK_EQ_INT(bad_close, 0);
+}
+
+/* ---- Q5_0 ---- */
+
+/* Every row of the rewritten Q5_0 matrix decodes to the GGUF row's values, tail rows included,
+ * at both alignments; and the rewriting is a permutation of the bytes' information: the values
+ * use all 32 levels, fifth bits included. */
+TEST(q5x16_repack_keeps_every_value) {
+    static const int64_t shapes[][2] = {{96, 53}, {576, 48}, {64, 7}, {32, 17}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (size_t offset = 0; offset <= 32; offset += 32) {
+            int64_t n_in = shapes[s][0], n_out = shapes[s][1];
+            struct pair p;
+            CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q5_0, n_in, n_out, offset), 0);
+            float *a = malloc(sizeof(float) * (size_t)n_in), *b = malloc(sizeof(float) * (size_t)n_in);
+            size_t row = ggml_row_size(GGML_TYPE_Q5_0, (uint64_t)n_in);
+            int bad = 0, high = 0;
+            for (int64_t r = 0; r < n_out; r++) {
+                quant_to_float(GGML_TYPE_Q5_0, (const uint8_t *)p.gguf + (size_t)r * row, a, n_in);
+                q5x16_row_to_float(p.x16, n_in, n_out, r, b);
+                bad += memcmp(a, b, sizeof(float) * (size_t)n_in) != 0;
+                for (int64_t i = 0; i < n_in; i++) high += b[i] > 0; /* levels 17..31: fifth bit set */
+            }
+            free(a);
+            free(b);
+            free_pair(&p);
+            CHECK_EQ_INT(bad, 0);
+            CHECK(high > 0);
+        }
+}
+
+/* q5x16_rows equals q5x16_dot_ref bit for bit (any token count, row ranges of whole groups, the
+ * tail rows, both alignments) and the double-precision product to float rounding. */
+TEST(q5x16_rows_equal_their_scalar_order) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    enum { N_IN = 96, N_OUT = 53, MAX_TOK = 19 };
+    const int64_t nb = N_IN / QK8_0;
+    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], wrow[N_IN];
+    static uint8_t xq[MAX_TOK * N_IN * 2];
+    static struct q8x16_act acts[MAX_TOK * N_IN / QK8_0];
+    size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 5);
+    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_0, x + t * N_IN, xq + t * xq_stride, N_IN);
+    q8x16_pack_acts(xq, xq_stride, MAX_TOK, N_IN, acts);
+    static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {32, 48}, {48, N_OUT}};
+    static const int n_toks[] = {1, 2, 7, 8, 9, 16, MAX_TOK};
+    int bad_exact = 0, bad_close = 0;
+    for (size_t offset = 0; offset <= 32; offset += 32) {
+        struct pair p;
+        CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q5_0, N_IN, N_OUT, offset), 0);
+        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
+            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+                int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                int n_tok = n_toks[ti];
+                for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
+                q5x16_rows(N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
+                for (int t = 0; t < n_tok; t++)
+                    for (int64_t r = r0; r < r1; r++) {
+                        float got = y[t * N_OUT + r];
+                        if (got != q5x16_dot_ref(N_IN, N_OUT, p.x16, r, acts + t * nb)) bad_exact++;
+                        q5x16_row_to_float(p.x16, N_IN, N_OUT, r, wrow);
+                        double ref = 0, mag = 0;
+                        for (int64_t b = 0; b < nb; b++)
+                            for (int k = 0; k < QK8_0; k++) {
+                                int8_t q;
+                                memcpy(&q, (const int8_t *)acts[t * nb + b].q4 + k, 1);
+                                double prod = (double)wrow[b * QK8_0 + k] * acts[t * nb + b].d * q;
+                                ref += prod;
+                                mag += fabs(prod);
+                            }
+                        if (fabs(got - ref) > 1e-5 * mag) bad_close++;
+                    }
+                for (int t = 0; t < MAX_TOK; t++) /* nothing written outside [r0, r1) x n_tok */
+                    for (int64_t r = 0; r < N_OUT; r++)
+                        if ((t >= n_tok || r < r0 || r >= r1) && !isnan(y[t * N_OUT + r])) bad_exact++;
+            }
+        free_pair(&p);
+    }
+    CHECK_EQ_INT(bad_exact, 0);
+    CHECK_EQ_INT(bad_close, 0);
+}
+
+/* matmul on UVLM_TYPE_Q5_0_X16: each token's outputs are the ones it gets alone, at token
+ * counts of decode steps and prompts, on 1 to 3 threads; and the GGUF matrix's up to rounding
+ * (including a tail row: 201 rows). */
+TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q5_0 as it is");
+    enum { N_IN = 576, N_OUT = 201, MAX_TOK = 75 };
+    struct pair p;
+    CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q5_0, N_IN, N_OUT, 32), 0);
+    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], alone[MAX_TOK * N_OUT], gguf[N_OUT];
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
+    int bad_batch = 0, bad_close = 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        for (int t = 0; t < MAX_TOK; t++) {
+            matmul(c, UVLM_TYPE_Q5_0_X16, p.x16, N_IN, N_OUT, x + t * N_IN, 1, alone + t * N_OUT);
+            matmul(c, GGML_TYPE_Q5_0, p.gguf, N_IN, N_OUT, x + t * N_IN, 1, gguf);
+            for (int o = 0; o < N_OUT; o++)
+                if (fabsf(alone[t * N_OUT + o] - gguf[o]) > 1e-4f * (1.0f + fabsf(gguf[o]))) bad_close++;
+        }
+        static const int n_toks[] = {2, 5, 8, 9, 31, 32, 33, MAX_TOK};
+        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+            matmul(c, UVLM_TYPE_Q5_0_X16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
             bad_batch += memcmp(y, alone, sizeof(float) * (size_t)(n_toks[ti] * N_OUT)) != 0;
         }
         compute_destroy(c);
