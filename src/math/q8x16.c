@@ -238,15 +238,19 @@ int q5x16_repack(void *w, int64_t n_in, int64_t n_out) {
         uint8_t *dat = group_data(w, nb, Q5_DATA, g);
         for (int64_t i = 0; i < nb; i++) {
             uint8_t *p = dat + i * Q5_DATA;
-            uint64_t masks[8] = {0};
+            uint16_t *scales = group_scales(w, nb, Q5_DATA, g, i);
+            uint32_t qh[Q8X16_ROWS];
             for (int l = 0; l < Q8X16_ROWS; l++) {
                 const block_q5_0 *b = &rows[l * nb + i];
-                group_scales(w, nb, Q5_DATA, g, i)[l] = b->d;
-                for (int j = 0; j < QK5_0 / 2; j++) p[(j / 4) * 64 + l * 4 + j % 4] = b->qs[j];
-                for (int k = 0; k < QK5_0; k++) masks[k / 4] |= (uint64_t)(gguf_level5(b, k) >> 4) << (l * 4 + k % 4);
+                memcpy(&qh[l], b->qh, sizeof qh[l]);
+                scales[l] = b->d;
+                for (int j = 0; j < 4; j++) memcpy(p + j * 64 + l * 4, b->qs + 4 * j, 4);
             }
-            for (int k = 0; k < 8; k++) /* little-endian, whatever the host */
-                for (int byte = 0; byte < 8; byte++) p[256 + k * 8 + byte] = (uint8_t)(masks[k] >> (8 * byte));
+            for (int k = 0; k < 8; k++) { /* mask k: bits 4k..4k+3 of each row's qh, 4 per row */
+                uint64_t mask = 0;
+                for (int l = 0; l < Q8X16_ROWS; l++) mask |= (uint64_t)((qh[l] >> (4 * k)) & 0xF) << (4 * l);
+                for (int byte = 0; byte < 8; byte++) p[256 + k * 8 + byte] = (uint8_t)(mask >> (8 * byte)); /* little-endian */
+            }
         }
     }
     free(rows);
