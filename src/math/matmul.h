@@ -23,12 +23,15 @@
  *       Q8_0 rows; AVX-512: Q4_K rows, and Q6_K rows of up to 1 KB) four weight rows share each activation
  *       load. A token's result does not depend on the batch it is in, nor on the thread count:
  *       every output is exactly its single-row vec_dot.
- *   UVLM_TYPE_Q8_0_X16 (Q8_0 the model loader rewrote for serving, math/q8x16.h; AVX-512 VNNI):
- *       at every token count, q8x16_rows over the rows split as on the vector path (the
- *       activations quantized to Q8_0 once, then to q8x16's blocks): 16 outputs per 8 vpdpbusd,
- *       a token's numbers independent of its batch, in q8x16's order, not the reference's.
+ *   UVLM_TYPE_Q8_0_X16 and UVLM_TYPE_Q5_0_X16 (Q8_0 / Q5_0 the model loader rewrote for serving,
+ *       math/q8x16.h; AVX-512 VNNI): at every token count, q8x16_rows / q5x16_rows over the rows
+ *       split as on the vector path (the activations quantized to Q8_0 once, then to q8x16's
+ *       blocks): 16 outputs per 8 vpdpbusd, a token's numbers independent of its batch, in
+ *       q8x16's order, not the reference's. Matrices in these layouts share one dispatch in
+ *       matmul_multi_types at every token count (Q4_K_M's Q5_0 Q/K beside its Q8_0 V).
  *       Measured (forward_bench, SmolLM2-135M Q8_0, 2 threads, busy machine): a decode step of 8
  *       sequences 5.4-6.1 ms against 7.2, of one 2.6 against 3.0; TinyLlama pp512 385 against 205.
+ *       SmolLM2-135M Q4_K_M (80% of its bytes Q5_0), see q8x16.h for the figures.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
@@ -108,8 +111,8 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
  * MATMUL_AUTO takes for Q8_0 from MATMUL_GEMM_Q8_MIN_TOKENS tokens on where the CPU has it: an
  * integer GEMM whose every output equals the vector path's (math/gemm_q8.h), so with Q8_0
  * weights no result depends on the batch size.
- * MATMUL_REFERENCE: see the top of this header (never for UVLM_TYPE_Q8_0_X16, which takes
- * MATMUL_AUTO or MATMUL_VEC, both its one path). */
+ * MATMUL_REFERENCE: see the top of this header (never for UVLM_TYPE_Q8_0_X16 / Q5_0_X16, which
+ * take MATMUL_AUTO or MATMUL_VEC, both their one path). */
 enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_GEMM_Q8, MATMUL_REFERENCE };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);
@@ -131,7 +134,8 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
  * n_mats matmul calls give. Where every type takes the vector path with the same activation
  * type (a decode step of Q4_K_M's Q5_0 attn_q/attn_k beside its Q8_0 attn_v, all on Q8_0
  * activations) they share one quantization of x and one dispatch; all of one type, it is
- * matmul_multi; otherwise one matmul per matrix. */
+ * matmul_multi; all in q8x16.h's layouts, they share it at every token count; otherwise one
+ * matmul per matrix. */
 void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t n_in, const float *x, int64_t n_tok,
                         int n_mats, const struct matmul_out *mats);
 
