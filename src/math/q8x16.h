@@ -17,9 +17,12 @@
  *
  * Layout of a matrix of n_out rows of n_in elements (nb = n_in / 32 blocks per row), in place of the
  * GGUF bytes and of the same size: rows [0, 16 * (n_out / 16)) in groups of 16, group g at byte
- * g * 16 * row_bytes: nb x 16 fp16 scales (block i of rows 16g..16g+15), then nb x 8 x 16 x 4 bytes
- * (block i, 4-byte part k, row l: levels 4k..4k+3 of row l, each + 128 as an unsigned byte). The
- * n_out % 16 rows after them stay GGUF Q8_0 rows at their own offsets.
+ * g * 16 * row_bytes: nb x 8 x 16 x 4 bytes of levels (block i, 4-byte part k, row l: levels
+ * 4k..4k+3 of row l, each + 128 as an unsigned byte), then nb x 16 fp16 scales (block i of rows
+ * 16g..16g+15). GGUF places tensors at 32-byte boundaries; where a group starts 32 bytes past a
+ * 64-byte one, block 0's scales come first instead, so the levels' 64-byte loads never straddle
+ * two cache lines (a split load costs two L1 accesses). The n_out % 16 rows after the
+ * groups stay GGUF Q8_0 rows at their own offsets.
  *
  *   q8x16_repack(w, n_in, n_out);                           // at load, while w is writable
  *   q8x16_pack_acts(xq, xq_stride, n_tok, n_in, acts);      // Q8_0 activations -> acts

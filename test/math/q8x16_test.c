@@ -24,8 +24,9 @@ struct pair {
 static int make_pair(struct pair *p, int64_t n_in, int64_t n_out, size_t offset) {
     size_t bytes = ggml_row_size(GGML_TYPE_Q8_0, (uint64_t)n_in) * (size_t)n_out;
     float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
-    p->gguf_buf = aligned_alloc(64, bytes + 64);
-    p->x16_buf = aligned_alloc(64, bytes + 64);
+    size_t alloc = (bytes + 64 + 63) / 64 * 64; /* aligned_alloc wants a multiple of the alignment */
+    p->gguf_buf = aligned_alloc(64, alloc);
+    p->x16_buf = aligned_alloc(64, alloc);
     if (!wf || !p->gguf_buf || !p->x16_buf) return -1;
     for (int64_t i = 0; i < n_in * n_out; i++) wf[i] = nrand() * (float)(1 + i % 7);
     p->gguf = p->gguf_buf + offset;
