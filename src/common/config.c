@@ -45,10 +45,10 @@ const struct config_setting config_settings[] = {
     {"compute-yield-us", 0, CONFIG_INT, F(compute_yield_us), "200", 0, 100000, NULL,
      "the compute threads offer their CPU (sched_yield) this often, in microseconds, so that a woken "
      "loop thread never waits for the scheduler's tick behind them (0: never)"},
-    {"loop-slice-us", 0, CONFIG_INT, F(loop_slice_us), "0", 0, 100000, NULL,
+    {"loop-slice-us", 0, CONFIG_INT, F(loop_slice_us), "500", 0, 100000, NULL,
      "time slice the loop thread asks the kernel for, in microseconds (Linux 6.12+: a thread with a "
-     "shorter slice preempts the compute threads as soon as it wakes, and is preempted as often; "
-     "0: the kernel's default)"},
+     "shorter slice preempts other threads of its priority as soon as it wakes, and is preempted as "
+     "often; 0: the kernel's default)"},
     {"max-seq-tokens", 0, CONFIG_INT, F(max_seq_tokens), "0", 0, 1LL << 24, NULL,
      "most tokens (prompt + generated) per sequence, below the model's context (0: the context)"},
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,

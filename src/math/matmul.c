@@ -214,8 +214,9 @@ struct matmul_job {
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
     bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is in a q8x16.h layout) */
-    /* vector path: the matrices sharing the job (same n_in, type and activations), their rows
-     * numbered one after the other in chunks that never straddle two, and the parts */
+    /* vector path: the matrices sharing the job (same n_in and activation type, each with its
+     * own kernels: mat_desc), their rows numbered one after the other in chunks that never
+     * straddle two, and the parts */
     int n_mats;
     struct mat_desc mats[MATMUL_MULTI_MAX];
     int n_parts;
@@ -562,11 +563,9 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
-    if (x16_kernel(wtype)) { /* every token count; its order is not the reference's */
+    if (x16_kernel(wtype)) { /* one path at every token count, not the reference's order */
         ASSERT(path == MATMUL_AUTO || path == MATMUL_VEC);
-        if (n_tok <= 0 || n_out <= 0) return;
-        struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
-        vec_shared(c, &j, &wtype, 1, &(struct matmul_out){.w = w, .n_out = n_out, .y = y});
+        if (n_out > 0) matmul_multi(c, wtype, n_in, x, n_tok, 1, &(struct matmul_out){.w = w, .n_out = n_out, .y = y});
         return;
     }
     ASSERT(quant_supported(wtype) && n_tok <= c->max_tokens && n_in <= c->max_n_in);

@@ -97,7 +97,8 @@ void compute_set_yield_us(struct compute *c, int64_t us);
 size_t compute_scratch_bytes(const struct compute *c);
 
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tok, o < n_out.
- * W: n_out rows of n_in elements of type wtype, rows ggml_row_size(wtype, n_in) bytes apart.
+ * W: n_out rows of n_in elements of type wtype, rows ggml_row_size(wtype, n_in) bytes apart
+ * (UVLM_TYPE_Q8_0_X16: Q8_0's bytes in math/q8x16.h's layout).
  * x: n_tok x n_in F32 (row-major), y: n_tok x n_out F32 (must not overlap x).
  * n_tok <= max_tokens, n_in <= max_n_in, n_in a multiple of the type's block size. */
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,

@@ -64,21 +64,25 @@ int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
     for (int64_t g = 0; g < n_groups; g++) {
         memcpy(rows, group_base(w, nb, Q8_DATA, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
         uint8_t *lv = group_data(w, nb, Q8_DATA, g);
-        for (int64_t i = 0; i < nb; i++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint16_t *sc = group_scales(w, nb, Q8_DATA, g, i);
+            uint8_t *blk = lv + i * Q8_DATA;
             for (int l = 0; l < Q8X16_ROWS; l++) {
                 const block_q8_0 *b = &rows[l * nb + i];
-                group_scales(w, nb, Q8_DATA, g, i)[l] = b->d;
-                for (int k = 0; k < QK8_0; k++) /* part k / 4, row l, byte k % 4 */
-                    lv[i * 512 + (k / 4) * 64 + l * 4 + k % 4] = (uint8_t)(b->qs[k] + 128);
+                sc[l] = b->d;
+                for (int part = 0; part < QK8_0 / 4; part++) /* levels 4 part..4 part+3 of row l */
+                    memcpy(blk + part * 64 + l * 4, b->qs + 4 * part, 4);
             }
+            for (int k = 0; k < 512; k++) blk[k] ^= 0x80; /* level + 128 */
+        }
     }
     free(rows);
     return 0;
 }
 
-/* Level k of block i of row l of group g (k < 32), and that block's scale. */
-static int level_at(const void *w, int64_t n_in, int64_t g, int64_t i, int l, int k) {
-    return (int)group_data(w, n_in / QK8_0, Q8_DATA, g)[i * Q8_DATA + (k / 4) * 64 + l * 4 + k % 4] - 128;
+/* Level k of block i of row l (k < 32) in a group's levels lv. */
+static int level_at(const uint8_t *lv, int64_t i, int l, int k) {
+    return (int)lv[i * Q8_DATA + (k / 4) * 64 + l * 4 + k % 4] - 128;
 }
 
 void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
@@ -91,9 +95,10 @@ void q8x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, f
     }
     const int64_t g = r / Q8X16_ROWS;
     const int l = (int)(r % Q8X16_ROWS);
+    const uint8_t *lv = group_data(w, nb, Q8_DATA, g);
     for (int64_t i = 0; i < nb; i++) {
         float d = h2f(group_scales(w, nb, Q8_DATA, g, i)[l]);
-        for (int k = 0; k < QK8_0; k++) out[i * QK8_0 + k] = d * (float)level_at(w, n_in, g, i, l, k);
+        for (int k = 0; k < QK8_0; k++) out[i * QK8_0 + k] = d * (float)level_at(lv, i, l, k);
     }
 }
 
@@ -122,8 +127,8 @@ static int32_t block_dot(const void *w, int64_t n_in, int64_t n_out, int64_t r, 
         const block_q8_0 *b = (const block_q8_0 *)((const uint8_t *)w + (size_t)r * row_bytes(n_in)) + i;
         for (int k = 0; k < QK8_0; k++) dot += b->qs[k] * xs[k];
     } else {
-        for (int k = 0; k < QK8_0; k++)
-            dot += level_at(w, n_in, r / Q8X16_ROWS, i, (int)(r % Q8X16_ROWS), k) * xs[k];
+        const uint8_t *lv = group_data(w, n_in / QK8_0, Q8_DATA, r / Q8X16_ROWS);
+        for (int k = 0; k < QK8_0; k++) dot += level_at(lv, i, (int)(r % Q8X16_ROWS), k) * xs[k];
     }
     return dot;
 }
@@ -151,7 +156,8 @@ AVX512 static inline __attribute__((always_inline)) void group_tile(int64_t nb, 
     __m512 acc[TOKEN_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        /* the levels PREFETCH_BLOCKS ahead (past the group's end: the next group's bytes) */
+        /* the levels PREFETCH_BLOCKS ahead: near the group's end its scales and the next group's
+         * first bytes (past the matrix's end, lines nobody reads: a prefetch never faults) */
         const char *pf = (const char *)(lv + (i + PREFETCH_BLOCKS) * 512);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
@@ -190,9 +196,9 @@ AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
         const int64_t nt = n_tok - t0 < TOKEN_TILE ? n_tok - t0 : TOKEN_TILE;
         const struct q8x16_act *x = acts + t0 * nb;
         for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
-            /* block 0's scales, and where block i's are for i >= 1 (q8x16.h) */
+            /* block 0's scales, and those of block i >= 1 at sc + 16 i (q8x16.h) */
             const uint16_t *sc0 = group_scales(w, nb, Q8_DATA, g, 0),
-                           *sc = group_scales(w, nb, Q8_DATA, g, nb) - nb * Q8X16_ROWS;
+                           *sc = (const uint16_t *)(group_base(w, nb, Q8_DATA, g) + (size_t)nb * Q8_DATA);
             const uint8_t *lv = group_data(w, nb, Q8_DATA, g);
             float *yg = y + t0 * n_out + g * Q8X16_ROWS;
             switch (nt) {

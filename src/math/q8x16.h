@@ -8,8 +8,9 @@
  * of a 512-bit register holds 4 levels of row l, and 8 vpdpbusd sum a whole block of 16 rows against
  * one token into 16 lanes, after which one conversion, one multiply and one fma fold 16 outputs.
  * Q5_0 the same, its levels unpacked from nibbles and fifth bits into those 8 registers first.
- * Measured in the README (`make bench`): a decode step of 8 SmolLM2-135M sequences. Q5_0
- * (forward_bench on SmolLM2-135M Q4_K_M, 80% of whose weight bytes are Q5_0, file's layout
+ * Measured (forward_bench --rows 8 / --rows 1 against --gguf-layout; figures in matmul.h and the
+ * README): a decode step of 8 SmolLM2-135M sequences 20-25% faster, prompts about twice as fast.
+ * Q5_0 (forward_bench on SmolLM2-135M Q4_K_M, 80% of whose weight bytes are Q5_0, file's layout
  * against these, interleaved runs, best of 3, load 1-2.5): a decode step of 1 sequence 2.88 ->
  * 2.07 ms on 2 threads, 3.51 -> 2.45 on one; of 8 sequences 11.98 -> 5.75 on 2, 19.60 -> 8.18 on
  * one; tg64 328 -> 370 t/s; pp512 592 -> 1493 t/s (from sgemm).
@@ -23,10 +24,12 @@
  *
  * Layout of a matrix of n_out rows of n_in elements (nb = n_in / 32 blocks per row), in place of the
  * GGUF bytes and of the same size: rows [0, 16 * (n_out / 16)) in groups of 16, group g at byte
- * g * 16 * row_bytes: nb blocks of data, then nb x 16 fp16 scales (block i of rows 16g..16g+15);
- * when the group starts at 32 bytes past a 64-byte boundary, block 0's scales come first instead,
- * so that the data lies at 64-byte boundaries. A block's data, for 4-byte part k (levels 4k..4k+3)
- * of row l:
+ * g * 16 * row_bytes: nb blocks of data, then nb x 16 fp16 scales (block i of rows 16g..16g+15).
+ * GGUF places tensors at 32-byte boundaries; where a group starts 32 bytes past a 64-byte one,
+ * block 0's scales come first instead, so the data's 64-byte loads never straddle two cache lines
+ * (a split load costs two L1 accesses). So the layout depends on the address (mod 64): rewritten
+ * bytes must not be moved. The weights must be at least 32-byte aligned (the loader checks).
+ * A block's data, for 4-byte part k (levels 4k..4k+3) of row l:
  *   Q8_0 (512 bytes): byte k * 64 + l * 4 + m = level 4k+m of row l, + 128 as an unsigned byte.
  *   Q5_0 (320 bytes): 4 x 64 bytes of nibbles, byte j * 64 + l * 4 + m = the GGUF byte qs[4j+m] of
  *       row l (low nibble: element 4j+m, part j; high nibble: element 16+4j+m, part j+4), then
@@ -59,7 +62,7 @@ struct q8x16_act {
 };
 
 /* Bytes of the activations of n_tok tokens of n_in elements. */
-#define Q8X16_ACT_BYTES(n_tok, n_in) ((size_t)(n_tok) * (size_t)((n_in) / 32) * sizeof(struct q8x16_act))
+#define Q8X16_ACT_BYTES(n_tok, n_in) ((size_t)(n_tok) * (size_t)((n_in) / 32) * sizeof(struct q8x16_act)) /* 32: Q8_0 block */
 
 /* Whether this CPU runs the kernels (AVX-512 F/BW/VL/VNNI). */
 bool q8x16_supported(void);

@@ -5,6 +5,7 @@
 #include "math/q8x16.h"
 #include "math/quant.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,9 +185,11 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
 }
 
 /* model_options.serving_layout: each Q8_0 and Q5_0 matrix the forward pass multiplies by (the
- * output once when it is the tied embedding) rewritten in place into q8x16.h's layouts. */
+ * output once when it is the embedding too) rewritten in place into q8x16.h's layouts. A tensor
+ * not on a 32-byte boundary (general.alignment below 32) keeps the file's layout. */
 static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
     int rc;
+    if ((uintptr_t)w->data % 32) return 0;
     if (w->type == GGML_TYPE_Q8_0) rc = q8x16_repack((void *)w->data, w->n_in, w->n_out);
     else if (w->type == GGML_TYPE_Q5_0) rc = q5x16_repack((void *)w->data, w->n_in, w->n_out);
     else return 0;
@@ -203,7 +206,7 @@ static int serving_layout(struct model *m, char *why, size_t why_len) {
         struct model_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_x16(m, w[k], why, why_len);
     }
-    if (m->hp.tied_output) m->token_embd = m->output;
+    if (m->output.data == m->token_embd.data) m->token_embd = m->output; /* tied (or one tensor named twice) */
     return rc;
 }
 
@@ -218,9 +221,12 @@ int model_load(struct model **out, const char *path, const struct model_options 
     if ((rc = read_hparams(&m->file, &m->hp, why, why_len)) < 0 ||
         (rc = m->hp.impl->load ? m->hp.impl->load(m, why, why_len) : load_weights(m, why, why_len)) < 0 ||
         (opt && opt->serving_layout && !m->hp.impl->load && m->file.resident && q8x16_supported() &&
-         (rc = serving_layout(m, why, why_len)) < 0) ||
-        (rc = gguf_seal(&m->file)) < 0) {
-        if (rc == -ERR_IO) snprintf(why, why_len, "%s: %s", path, "making the weights read-only failed");
+         (rc = serving_layout(m, why, why_len)) < 0)) {
+        model_free(m);
+        return rc;
+    }
+    if ((rc = gguf_seal(&m->file)) < 0) {
+        snprintf(why, why_len, "%s: making the weights read-only: %s", path, strerror(errno));
         model_free(m);
         return rc;
     }

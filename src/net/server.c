@@ -220,8 +220,10 @@ struct loop_sched_attr {
  * only when this thread gets a core, not how much CPU it gets. RESET_ON_FORK: threads created
  * from here on (libuv's threadpool, and through it the compute threads) keep the default slice.
  * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
- * Off by default: on a loaded machine the loop was also preempted that much more often in the
- * middle of its iterations (README "Reliability"). */
+ * Default 500 us: 100 had the loop preempted that much more often in the middle of its iterations
+ * on a loaded machine; 500 keeps a normal-priority thread that has just taken the core (a kernel
+ * thread such as kdamond, running ~4 ms every 0.5 s on this machine) from delaying /health by its
+ * slice (README "Reliability"). */
 static void loop_short_slice(struct app *app) {
     if (app->cfg->loop_slice_us <= 0) return;
     errno = 0;

@@ -113,3 +113,32 @@ def test_compute_nice_lowers_the_compute_threads_not_the_loop(start_server):
     srv = start_server("--compute-nice", "0", "--threads", "2")
     assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
     assert set(_thread_nices(srv.proc.pid).values()) == {base}
+
+
+def _thread_slices(pid):
+    """{tid: se.slice in ns} of every thread of a process (Linux 6.12+'s /proc/PID/task/TID/sched)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/sched" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("se.slice"):
+                        out[int(tid)] = int(line.split(":")[1])
+        except OSError:  # a thread that has just exited, or no such file on this kernel
+            continue
+    return out
+
+
+def test_loop_thread_asks_for_a_short_slice(start_server):
+    srv = start_server("--threads", "2")
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
+    slices = _thread_slices(srv.proc.pid)
+    if not slices:
+        pytest.skip("this kernel's /proc/PID/sched has no se.slice (Linux 6.12+ shows it)")
+    # the loop runs on the main thread (tid == pid); the default --loop-slice-us is 500
+    assert slices[srv.proc.pid] == 500 * 1000, slices
+    # only the loop: the threads made from it (threadpool, compute) keep the kernel's slice
+    assert all(s != 500 * 1000 for t, s in slices.items() if t != srv.proc.pid), slices
+    srv.stop()
+    srv = start_server("--loop-slice-us", "0", "--threads", "2")
+    assert len(set(_thread_slices(srv.proc.pid).values())) == 1
