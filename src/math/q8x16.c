@@ -148,75 +148,6 @@ float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const
     return acc;
 }
 
-/* Group g (16 rows from row 16g) against tokens [0, nt) of x (acts of token t at x + t * nb):
- * y[t * n_out + 16g + l]. nt is a constant in every caller, so the loops unroll. */
-AVX512 static inline __attribute__((always_inline)) void group_tile(int64_t nb, const uint16_t *sc0, const uint16_t *sc,
-                                                                    const uint8_t *lv, const struct q8x16_act *x,
-                                                                    float *y, int64_t n_out, const int nt) {
-    __m512 acc[TOKEN_TILE];
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        /* the levels PREFETCH_BLOCKS ahead: near the group's end its scales and the next group's
-         * first bytes (past the matrix's end, lines nobody reads: a prefetch never faults) */
-        const char *pf = (const char *)(lv + (i + PREFETCH_BLOCKS) * 512);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(i ? sc + i * Q8X16_ROWS : sc0)));
-        const __m512i *p = (const __m512i *)(lv + i * 512);
-        const __m512i w0 = _mm512_loadu_si512(p), w1 = _mm512_loadu_si512(p + 1), w2 = _mm512_loadu_si512(p + 2),
-                      w3 = _mm512_loadu_si512(p + 3), w4 = _mm512_loadu_si512(p + 4), w5 = _mm512_loadu_si512(p + 5),
-                      w6 = _mm512_loadu_si512(p + 6), w7 = _mm512_loadu_si512(p + 7);
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const struct q8x16_act *a = x + t * nb + i;
-            __m512i s0 = _mm512_set1_epi32(a->corr), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi32(a->q4[0]));
-            s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi32(a->q4[1]));
-            s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi32(a->q4[2]));
-            s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi32(a->q4[3]));
-            s0 = _mm512_dpbusd_epi32(s0, w4, _mm512_set1_epi32(a->q4[4]));
-            s1 = _mm512_dpbusd_epi32(s1, w5, _mm512_set1_epi32(a->q4[5]));
-            s0 = _mm512_dpbusd_epi32(s0, w6, _mm512_set1_epi32(a->q4[6]));
-            s1 = _mm512_dpbusd_epi32(s1, w7, _mm512_set1_epi32(a->q4[7]));
-            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s, acc[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out, acc[t]);
-}
-
-AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
-                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
-    const int64_t nb = n_in / QK8_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
-    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
-    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    /* Tokens in tiles of TOKEN_TILE, each over all the groups: the groups' levels stay in L2
-     * while the tile's activations stay in L1. */
-    for (int64_t t0 = 0; t0 < n_tok; t0 += TOKEN_TILE) {
-        const int64_t nt = n_tok - t0 < TOKEN_TILE ? n_tok - t0 : TOKEN_TILE;
-        const struct q8x16_act *x = acts + t0 * nb;
-        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
-            /* block 0's scales, and those of block i >= 1 at sc + 16 i (q8x16.h) */
-            const uint16_t *sc0 = group_scales(w, nb, Q8_DATA, g, 0),
-                           *sc = (const uint16_t *)(group_base(w, nb, Q8_DATA, g) + (size_t)nb * Q8_DATA);
-            const uint8_t *lv = group_data(w, nb, Q8_DATA, g);
-            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-            switch (nt) {
-            case 1: group_tile(nb, sc0, sc, lv, x, yg, n_out, 1); break;
-            case 2: group_tile(nb, sc0, sc, lv, x, yg, n_out, 2); break;
-            case 3: group_tile(nb, sc0, sc, lv, x, yg, n_out, 3); break;
-            case 4: group_tile(nb, sc0, sc, lv, x, yg, n_out, 4); break;
-            case 5: group_tile(nb, sc0, sc, lv, x, yg, n_out, 5); break;
-            case 6: group_tile(nb, sc0, sc, lv, x, yg, n_out, 6); break;
-            case 7: group_tile(nb, sc0, sc, lv, x, yg, n_out, 7); break;
-            default: group_tile(nb, sc0, sc, lv, x, yg, n_out, 8); break;
-            }
-        }
-    }
-    for (int64_t r = r0 > full ? r0 : full; r < r1; r++) /* the tail rows, GGUF Q8_0 */
-        for (int64_t t = 0; t < n_tok; t++) y[t * n_out + r] = q8x16_dot_ref(n_in, n_out, w, r, acts + t * nb);
-}
-
 /* ---- Q5_0 ------------------------------------------------------------------------------- */
 
 /* Q5_0 blocks (320 bytes of data each) fetched ahead of use (7.5 KB). Measured (kernels
@@ -315,48 +246,59 @@ AVX512 static inline __mmask64 mask_at(const uint8_t *p) {
     return _cvtu64_mask64(m);
 }
 
-/* group_tile for Q5_0: block i's 8 registers of unsigned levels unpacked once for the tile's
- * tokens, each dot started at the token's -16 * sum. */
-AVX512 static inline __attribute__((always_inline)) void group_tile5(int64_t nb, const uint16_t *sc0, const uint16_t *sc,
-                                                                     const uint8_t *dat, const struct q8x16_act *x,
-                                                                     float *y, int64_t n_out, const int nt) {
+/* ---- the kernel (both types) ------------------------------------------------------------ */
+
+/* Block i's 8 registers of unsigned levels (part k: 4 levels of each of the 16 rows). Q8_0:
+ * loaded as they are. Q5_0: part k is (nibbles & 0x0F) | (16 where fifth-bit mask k has a bit),
+ * one ternary-logic op (0xEA: a & b | c) after the masked 16s, the high nibbles shifted down
+ * first for parts 4-7. */
+AVX512 static inline __attribute__((always_inline)) void block_levels(const uint8_t *p, const bool q5, __m512i w[8]) {
+    if (!q5) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512(p + 64 * k);
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m512i n = _mm512_loadu_si512(p + 64 * (k % 4));
+        if (k >= 4) n = _mm512_srli_epi16(n, 4);
+        w[k] = _mm512_ternarylogic_epi32(n, m4, _mm512_maskz_mov_epi8(mask_at(p + 256 + 8 * k), sixteen), 0xEA);
+    }
+}
+
+/* Group g (16 rows from row 16g; scales of block 0 at sc0, of block i >= 1 at sc + 16 i, data
+ * of block i at dat + i * db) against tokens [0, nt) of x (acts of token t at x + t * nb):
+ * y[t * n_out + 16g + l]. Per block, its levels once for the tile's tokens, then per token 8
+ * vpdpbusd from the token's correction (Q8_0: -128 * sum, Q5_0: -16 * sum), one conversion,
+ * one multiply and one fma for 16 outputs. nt and q5 are constants in every caller, so the
+ * loops unroll. */
+AVX512 static inline __attribute__((always_inline)) void group_tile(int64_t nb, const uint16_t *sc0, const uint16_t *sc,
+                                                                    const uint8_t *dat, const struct q8x16_act *x,
+                                                                    float *y, int64_t n_out, const bool q5,
+                                                                    const int nt) {
+    const size_t db = q5 ? Q5_DATA : Q8_DATA;
+    const int pf_blocks = q5 ? Q5_PREFETCH_BLOCKS : PREFETCH_BLOCKS;
     __m512 acc[TOKEN_TILE];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const char *pf = (const char *)(dat + (i + Q5_PREFETCH_BLOCKS) * Q5_DATA);
-#pragma GCC unroll 5
-        for (int k = 0; k < 5; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+        /* the data pf_blocks ahead: near the group's end its scales and the next group's first
+         * bytes (past the matrix's end, lines nobody reads: a prefetch never faults) */
+        const char *pf = (const char *)(dat + (size_t)(i + pf_blocks) * db);
+#pragma GCC unroll 8
+        for (size_t off = 0; off < db; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(i ? sc + i * Q8X16_ROWS : sc0)));
-        const uint8_t *p = dat + i * Q5_DATA;
-        const __m512i n0 = _mm512_loadu_si512(p), n1 = _mm512_loadu_si512(p + 64), n2 = _mm512_loadu_si512(p + 128),
-                      n3 = _mm512_loadu_si512(p + 192);
-        /* part k: (nibbles & 0x0F) | (16 where mask k has a bit), one ternary-logic op (0xEA:
-         * a & b | c) after the masked 16s; the high nibbles shifted down first */
-        const __m512i w0 = _mm512_ternarylogic_epi32(n0, m4, _mm512_maskz_mov_epi8(mask_at(p + 256), sixteen), 0xEA),
-                      w1 = _mm512_ternarylogic_epi32(n1, m4, _mm512_maskz_mov_epi8(mask_at(p + 264), sixteen), 0xEA),
-                      w2 = _mm512_ternarylogic_epi32(n2, m4, _mm512_maskz_mov_epi8(mask_at(p + 272), sixteen), 0xEA),
-                      w3 = _mm512_ternarylogic_epi32(n3, m4, _mm512_maskz_mov_epi8(mask_at(p + 280), sixteen), 0xEA),
-                      w4 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n0, 4), m4,
-                                                     _mm512_maskz_mov_epi8(mask_at(p + 288), sixteen), 0xEA),
-                      w5 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n1, 4), m4,
-                                                     _mm512_maskz_mov_epi8(mask_at(p + 296), sixteen), 0xEA),
-                      w6 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n2, 4), m4,
-                                                     _mm512_maskz_mov_epi8(mask_at(p + 304), sixteen), 0xEA),
-                      w7 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n3, 4), m4,
-                                                     _mm512_maskz_mov_epi8(mask_at(p + 312), sixteen), 0xEA);
+        __m512i w[8];
+        block_levels(dat + (size_t)i * db, q5, w);
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const struct q8x16_act *a = x + t * nb + i;
-            __m512i s0 = _mm512_set1_epi32(a->corr5), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi32(a->q4[0]));
-            s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi32(a->q4[1]));
-            s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi32(a->q4[2]));
-            s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi32(a->q4[3]));
-            s0 = _mm512_dpbusd_epi32(s0, w4, _mm512_set1_epi32(a->q4[4]));
-            s1 = _mm512_dpbusd_epi32(s1, w5, _mm512_set1_epi32(a->q4[5]));
-            s0 = _mm512_dpbusd_epi32(s0, w6, _mm512_set1_epi32(a->q4[6]));
-            s1 = _mm512_dpbusd_epi32(s1, w7, _mm512_set1_epi32(a->q4[7]));
+            __m512i s0 = _mm512_set1_epi32(q5 ? a->corr5 : a->corr), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) { /* two chains: integer sums, the order does not matter */
+                s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(a->q4[k]));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(a->q4[k + 1]));
+            }
             const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s, acc[t]);
         }
@@ -364,31 +306,47 @@ AVX512 static inline __attribute__((always_inline)) void group_tile5(int64_t nb,
     for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out, acc[t]);
 }
 
-AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
-                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
-    const int64_t nb = n_in / QK5_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+/* q8x16_rows / q5x16_rows. Tokens in tiles of TOKEN_TILE, each over all the groups: the groups'
+ * data stays in L2 while the tile's activations stay in L1; the tail rows (GGUF) by the scalar
+ * order. */
+AVX512 static inline __attribute__((always_inline)) void rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
+                                                              int64_t r1, const struct q8x16_act *acts, int64_t n_tok,
+                                                              float *y, const bool q5) {
+    const size_t db = q5 ? Q5_DATA : Q8_DATA;
+    const int64_t nb = n_in / QK8_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += TOKEN_TILE) { /* as q8x16_rows */
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TOKEN_TILE) {
         const int64_t nt = n_tok - t0 < TOKEN_TILE ? n_tok - t0 : TOKEN_TILE;
         const struct q8x16_act *x = acts + t0 * nb;
         for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
-            const uint16_t *sc0 = group_scales(w, nb, Q5_DATA, g, 0),
-                           *sc = group_scales(w, nb, Q5_DATA, g, nb) - nb * Q8X16_ROWS;
-            const uint8_t *dat = group_data(w, nb, Q5_DATA, g);
+            const uint16_t *sc0 = group_scales(w, nb, db, g, 0),
+                           *sc = (const uint16_t *)(group_base(w, nb, db, g) + (size_t)nb * db);
+            const uint8_t *dat = group_data(w, nb, db, g);
             float *yg = y + t0 * n_out + g * Q8X16_ROWS;
             switch (nt) {
-            case 1: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 1); break;
-            case 2: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 2); break;
-            case 3: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 3); break;
-            case 4: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 4); break;
-            case 5: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 5); break;
-            case 6: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 6); break;
-            case 7: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 7); break;
-            default: group_tile5(nb, sc0, sc, dat, x, yg, n_out, 8); break;
+            case 1: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 1); break;
+            case 2: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 2); break;
+            case 3: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 3); break;
+            case 4: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 4); break;
+            case 5: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 5); break;
+            case 6: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 6); break;
+            case 7: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 7); break;
+            default: group_tile(nb, sc0, sc, dat, x, yg, n_out, q5, 8); break;
             }
         }
     }
-    for (int64_t r = r0 > full ? r0 : full; r < r1; r++) /* the tail rows, GGUF Q5_0 */
-        for (int64_t t = 0; t < n_tok; t++) y[t * n_out + r] = q5x16_dot_ref(n_in, n_out, w, r, acts + t * nb);
+    for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * n_out + r] = (q5 ? q5x16_dot_ref : q8x16_dot_ref)(n_in, n_out, w, r, acts + t * nb);
+}
+
+AVX512 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
+    rows(n_in, n_out, w, r0, r1, acts, n_tok, y, false);
+}
+
+AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                       const struct q8x16_act *acts, int64_t n_tok, float *y) {
+    rows(n_in, n_out, w, r0, r1, acts, n_tok, y, true);
 }
