@@ -70,14 +70,16 @@ TEST(q8x16_repack_keeps_every_value) {
         }
 }
 
-/* q8x16_rows equals q8x16_dot_ref bit for bit (any token count, row ranges of whole groups, the
- * tail rows) and the double-precision product to float rounding. */
-TEST(q8x16_rows_equal_their_scalar_order) {
-    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+/* q8x16_rows / q5x16_rows (type) against their dot_ref bit for bit (token counts of 1 to 19, row
+ * ranges of whole groups, the tail rows) and the double-precision product to float rounding, with
+ * nothing written outside the range; the weights `offset` bytes past a 64-byte boundary. Adds the
+ * mismatches to *bad_exact and *bad_close. */
+static int kernel_mismatches(enum ggml_type type, size_t offset, int *bad_exact, int *bad_close) {
     enum { N_IN = 96, N_OUT = 53, MAX_TOK = 19 };
     const int64_t nb = N_IN / QK8_0;
+    const bool q5 = type == GGML_TYPE_Q5_0;
     struct pair p;
-    CHECK_EQ_INT(make_pair(&p, N_IN, N_OUT, 32), 0);
+    if (make_pair_type(&p, type, N_IN, N_OUT, offset) < 0) return -1;
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], wrow[N_IN];
     static uint8_t xq[MAX_TOK * N_IN * 2];
     static struct q8x16_act acts[MAX_TOK * N_IN / QK8_0];
@@ -87,18 +89,17 @@ TEST(q8x16_rows_equal_their_scalar_order) {
     q8x16_pack_acts(xq, xq_stride, MAX_TOK, N_IN, acts);
     static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {32, 48}, {48, N_OUT}};
     static const int n_toks[] = {1, 2, 7, 8, 9, 16, MAX_TOK};
-    int bad_exact = 0, bad_close = 0;
     for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
         for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
             int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
             int n_tok = n_toks[ti];
             for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-            q8x16_rows(N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
+            (q5 ? q5x16_rows : q8x16_rows)(N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
             for (int t = 0; t < n_tok; t++)
                 for (int64_t r = r0; r < r1; r++) {
                     float got = y[t * N_OUT + r];
-                    if (got != q8x16_dot_ref(N_IN, N_OUT, p.x16, r, acts + t * nb)) bad_exact++;
-                    q8x16_row_to_float(p.x16, N_IN, N_OUT, r, wrow);
+                    if (got != (q5 ? q5x16_dot_ref : q8x16_dot_ref)(N_IN, N_OUT, p.x16, r, acts + t * nb)) (*bad_exact)++;
+                    (q5 ? q5x16_row_to_float : q8x16_row_to_float)(p.x16, N_IN, N_OUT, r, wrow);
                     double ref = 0, mag = 0;
                     for (int64_t b = 0; b < nb; b++)
                         for (int k = 0; k < QK8_0; k++) {
@@ -108,47 +109,30 @@ TEST(q8x16_rows_equal_their_scalar_order) {
                             ref += prod;
                             mag += fabs(prod);
                         }
-                    if (fabs(got - ref) > 1e-5 * mag) bad_close++;
+                    if (fabs(got - ref) > 1e-5 * mag) (*bad_close)++;
                 }
             for (int t = 0; t < MAX_TOK; t++) /* nothing written outside [r0, r1) x n_tok */
                 for (int64_t r = 0; r < N_OUT; r++)
-                    if ((t >= n_tok || r < r0 || r >= r1) && !isnan(y[t * N_OUT + r])) bad_exact++;
+                    if ((t >= n_tok || r < r0 || r >= r1) && !isnan(y[t * N_OUT + r])) (*bad_exact)++;
         }
     free_pair(&p);
+    return 0;
+}
+
+static void check_kernel(struct test_case *t, enum ggml_type type) {
+    int bad_exact = 0, bad_close = 0;
+    for (size_t offset = 0; offset <= 32; offset += 32)
+        CHECK_EQ_INT(kernel_mismatches(type, offset, &bad_exact, &bad_close), 0);
     CHECK_EQ_INT(bad_exact, 0);
     CHECK_EQ_INT(bad_close, 0);
 }
 
-/* matmul on UVLM_TYPE_Q8_0_X16: each token's outputs are the ones it gets alone, at token
- * counts of decode steps and prompts, on 1 to 3 threads; and the GGUF matrix's up to rounding. */
-TEST(matmul_q8_0_x16_numbers_do_not_depend_on_the_batch) {
-    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q8_0 as it is");
-    enum { N_IN = 576, N_OUT = 200, MAX_TOK = 75 };
-    struct pair p;
-    CHECK_EQ_INT(make_pair(&p, N_IN, N_OUT, 32), 0);
-    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], alone[MAX_TOK * N_OUT], gguf[N_OUT];
-    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
-    int bad_batch = 0, bad_close = 0;
-    for (int nt = 1; nt <= 3; nt++) {
-        struct compute *c;
-        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
-        for (int t = 0; t < MAX_TOK; t++) {
-            matmul(c, UVLM_TYPE_Q8_0_X16, p.x16, N_IN, N_OUT, x + t * N_IN, 1, alone + t * N_OUT);
-            matmul(c, GGML_TYPE_Q8_0, p.gguf, N_IN, N_OUT, x + t * N_IN, 1, gguf);
-            for (int o = 0; o < N_OUT; o++)
-                if (fabsf(alone[t * N_OUT + o] - gguf[o]) > 1e-4f * (1.0f + fabsf(gguf[o]))) bad_close++;
-        }
-        static const int n_toks[] = {2, 5, 8, 9, 31, 32, 33, MAX_TOK};
-        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
-            matmul(c, UVLM_TYPE_Q8_0_X16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
-            bad_batch += memcmp(y, alone, sizeof(float) * (size_t)(n_toks[ti] * N_OUT)) != 0;
-        }
-        compute_destroy(c);
-    }
-    free_pair(&p);
-    CHECK_EQ_INT(bad_batch, 0);
-    CHECK_EQ_INT(bad_close, 0);
+/* q8x16_rows equals q8x16_dot_ref bit for bit and the double product to rounding (check_kernel). */
+TEST(q8x16_rows_equal_their_scalar_order) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    check_kernel(t, GGML_TYPE_Q8_0);
 }
+
 
 /* ---- Q5_0 ---- */
 
@@ -179,80 +163,34 @@ TEST(q5x16_repack_keeps_every_value) {
         }
 }
 
-/* q5x16_rows equals q5x16_dot_ref bit for bit (any token count, row ranges of whole groups, the
- * tail rows, both alignments) and the double-precision product to float rounding. */
+/* q5x16_rows equals q5x16_dot_ref bit for bit and the double product to rounding (check_kernel). */
 TEST(q5x16_rows_equal_their_scalar_order) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    enum { N_IN = 96, N_OUT = 53, MAX_TOK = 19 };
-    const int64_t nb = N_IN / QK8_0;
-    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], wrow[N_IN];
-    static uint8_t xq[MAX_TOK * N_IN * 2];
-    static struct q8x16_act acts[MAX_TOK * N_IN / QK8_0];
-    size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
-    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 5);
-    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_0, x + t * N_IN, xq + t * xq_stride, N_IN);
-    q8x16_pack_acts(xq, xq_stride, MAX_TOK, N_IN, acts);
-    static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {32, 48}, {48, N_OUT}};
-    static const int n_toks[] = {1, 2, 7, 8, 9, 16, MAX_TOK};
-    int bad_exact = 0, bad_close = 0;
-    for (size_t offset = 0; offset <= 32; offset += 32) {
-        struct pair p;
-        CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q5_0, N_IN, N_OUT, offset), 0);
-        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
-            for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
-                int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
-                int n_tok = n_toks[ti];
-                for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-                q5x16_rows(N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
-                for (int t = 0; t < n_tok; t++)
-                    for (int64_t r = r0; r < r1; r++) {
-                        float got = y[t * N_OUT + r];
-                        if (got != q5x16_dot_ref(N_IN, N_OUT, p.x16, r, acts + t * nb)) bad_exact++;
-                        q5x16_row_to_float(p.x16, N_IN, N_OUT, r, wrow);
-                        double ref = 0, mag = 0;
-                        for (int64_t b = 0; b < nb; b++)
-                            for (int k = 0; k < QK8_0; k++) {
-                                int8_t q;
-                                memcpy(&q, (const int8_t *)acts[t * nb + b].q4 + k, 1);
-                                double prod = (double)wrow[b * QK8_0 + k] * acts[t * nb + b].d * q;
-                                ref += prod;
-                                mag += fabs(prod);
-                            }
-                        if (fabs(got - ref) > 1e-5 * mag) bad_close++;
-                    }
-                for (int t = 0; t < MAX_TOK; t++) /* nothing written outside [r0, r1) x n_tok */
-                    for (int64_t r = 0; r < N_OUT; r++)
-                        if ((t >= n_tok || r < r0 || r >= r1) && !isnan(y[t * N_OUT + r])) bad_exact++;
-            }
-        free_pair(&p);
-    }
-    CHECK_EQ_INT(bad_exact, 0);
-    CHECK_EQ_INT(bad_close, 0);
+    check_kernel(t, GGML_TYPE_Q5_0);
 }
 
-/* matmul on UVLM_TYPE_Q5_0_X16: each token's outputs are the ones it gets alone, at token
- * counts of decode steps and prompts, on 1 to 3 threads; and the GGUF matrix's up to rounding
- * (including a tail row: 201 rows). */
-TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
-    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q5_0 as it is");
+/* matmul on a serving layout (x16: UVLM_TYPE_Q8_0_X16 or _Q5_0_X16 of the GGUF type `type`):
+ * each token's outputs are the ones it gets alone, at token counts of decode steps and prompts,
+ * on 1 to 3 threads; and the GGUF matrix's up to rounding (201 rows: a tail row). */
+static void check_matmul_batches(struct test_case *t, enum ggml_type type, enum ggml_type x16) {
     enum { N_IN = 576, N_OUT = 201, MAX_TOK = 75 };
     struct pair p;
-    CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q5_0, N_IN, N_OUT, 32), 0);
+    CHECK_EQ_INT(make_pair_type(&p, type, N_IN, N_OUT, 32), 0);
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], alone[MAX_TOK * N_OUT], gguf[N_OUT];
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
     int bad_batch = 0, bad_close = 0;
     for (int nt = 1; nt <= 3; nt++) {
         struct compute *c;
         CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
-        for (int t = 0; t < MAX_TOK; t++) {
-            matmul(c, UVLM_TYPE_Q5_0_X16, p.x16, N_IN, N_OUT, x + t * N_IN, 1, alone + t * N_OUT);
-            matmul(c, GGML_TYPE_Q5_0, p.gguf, N_IN, N_OUT, x + t * N_IN, 1, gguf);
+        for (int tk = 0; tk < MAX_TOK; tk++) {
+            matmul(c, x16, p.x16, N_IN, N_OUT, x + tk * N_IN, 1, alone + tk * N_OUT);
+            matmul(c, type, p.gguf, N_IN, N_OUT, x + tk * N_IN, 1, gguf);
             for (int o = 0; o < N_OUT; o++)
-                if (fabsf(alone[t * N_OUT + o] - gguf[o]) > 1e-4f * (1.0f + fabsf(gguf[o]))) bad_close++;
+                if (fabsf(alone[tk * N_OUT + o] - gguf[o]) > 1e-4f * (1.0f + fabsf(gguf[o]))) bad_close++;
         }
         static const int n_toks[] = {2, 5, 8, 9, 31, 32, 33, MAX_TOK};
         for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
-            matmul(c, UVLM_TYPE_Q5_0_X16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
+            matmul(c, x16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
             bad_batch += memcmp(y, alone, sizeof(float) * (size_t)(n_toks[ti] * N_OUT)) != 0;
         }
         compute_destroy(c);
@@ -260,4 +198,14 @@ TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
     free_pair(&p);
     CHECK_EQ_INT(bad_batch, 0);
     CHECK_EQ_INT(bad_close, 0);
+}
+
+TEST(matmul_q8_0_x16_numbers_do_not_depend_on_the_batch) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q8_0 as it is");
+    check_matmul_batches(t, GGML_TYPE_Q8_0, UVLM_TYPE_Q8_0_X16);
+}
+
+TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q5_0 as it is");
+    check_matmul_batches(t, GGML_TYPE_Q5_0, UVLM_TYPE_Q5_0_X16);
 }
