@@ -58,6 +58,13 @@ enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 enum { REF_KV_PAD = 256 };
 /* Fewest cells of a decode attention score item (see plan_attention). */
 enum { ATT_MIN_CELL_BLOCK = 128 };
+/* Below this many score multiply-adds (visible cells x query heads x head_dim, summed over the
+ * planned entries) a layer's decode attention runs on the calling thread alone: the queries
+ * and cells are in its cache (qk_post wrote them) and the whole of it takes less than handing
+ * units to another thread costs. SmolLM2-135M (3 units of 3 heads), one sequence, tg-only A/B
+ * interleaved: at positions 0..63 528/519 against 488/497 t/s alone / shared, at 64..127 even,
+ * at 128..191 456/437 against 477/461 (so 64 cells of its 9 heads: 36864). */
+enum { ATT_ALONE_WORK = 64 * 9 * 64 };
 
 /* One planned decode-sized sequence: entries dent[e0 .. e0 + ne), cells acells[off .. off + nv)
  * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head)
@@ -119,6 +126,7 @@ struct forward_scratch {
     float *dsc;         /* [dsc_n] their scores, then probabilities */
     int64_t dsc_n;
     int64_t n_ia, cell_block;
+    int64_t cells_heads; /* sum over the planned entries of n_head_kv * visible cells: the work */
     bool one_block;     /* every planned row's cells are one score block: no softmax phase */
     int32_t n_db, db_len;
     /* Per group unit (a planned entry's kv head: its group of query rows; unit u holds rows
@@ -273,13 +281,24 @@ static void norm_scale_block(const float *x, float scale, const float *restrict 
     memcpy(y, t, sizeof t);
 }
 
+/* The sum of x[i] * x[i] (float products, like the reference) in double, in eight partial
+ * sums: one chain of dependent double adds took 0.5 us per 576-element row, as long as the rest
+ * of a SmolLM2 norm; the order moves the double sum by a few ulps, far below the float scale's. */
+static double sum_squares(const float *x, int64_t n) {
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)(x[i + k] * x[i + k]);
+    for (; i < n; i++) acc[0] += (double)(x[i] * x[i]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->n;
         float *y = j->y + r * j->n;
-        double sum = 0;
-        for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]); /* float products, like the reference */
+        double sum = sum_squares(x, j->n);
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
         int64_t i = 0;
         for (; i + NORM_BLOCK <= j->n; i += NORM_BLOCK) norm_scale_block(x + i, scale, j->w + i, y + i);
@@ -902,6 +921,7 @@ static void plan_attention(const struct model *m, struct forward_scratch *s, con
     int64_t cb = (cells_heads + 4 * n_thr - 1) / (4 * n_thr);
     cb = (cb + 15) / 16 * 16;
     s->cell_block = cb < ATT_MIN_CELL_BLOCK ? ATT_MIN_CELL_BLOCK : cb;
+    s->cells_heads = cells_heads;
     s->n_ia = 0;
     s->one_block = true;
     for (int32_t d = 0; d < s->n_dseq; d++) {
@@ -930,7 +950,9 @@ static void attention(const struct model *m, struct forward_scratch *s, const st
          * step; as whole units (2 on one thread, 1 on the other) 0.56-0.61 ms, best step
          * 3.42-3.63 -> 3.22-3.35 ms; 8 sequences (24 units) 8.42-8.49 -> 7.97-8.22 ms. */
         struct direct_job dj = {.hp = &m->hp, .s = s, .kv = kv, .b = b, .layer = layer};
-        compute_parallel_for(s->c, n_units, unit_items, &dj);
+        int64_t work = s->cells_heads * (m->hp.n_head / m->hp.n_head_kv) * m->hp.head_dim;
+        if (work < ATT_ALONE_WORK) unit_items(&dj, 0, n_units);
+        else compute_parallel_for(s->c, n_units, unit_items, &dj);
     } else if (s->n_drows > 0) {
         /* the units' counters (rows of a unit are consecutive: unit u = row / group); stores
          * before pool_run's post, which publishes them to the threads */
