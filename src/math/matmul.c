@@ -75,6 +75,9 @@ typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t 
 static x16_rows_fn x16_kernel(enum ggml_type t) {
     return t == UVLM_TYPE_Q8_0_X16 ? q8x16_rows : t == UVLM_TYPE_Q5_0_X16 ? q5x16_rows : NULL;
 }
+/* Any of q8x16.h's layouts (Q4_K_X16 runs q4kx16_rows on the Q8_K activations as they are). */
+static bool is_x16(enum ggml_type t) { return x16_kernel(t) || t == UVLM_TYPE_Q4_K_X16; }
+static enum ggml_type x16_xtype(enum ggml_type t) { return t == UVLM_TYPE_Q4_K_X16 ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0; }
 
 /* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
 static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
@@ -185,7 +188,8 @@ struct mat_desc {
     const uint8_t *w;
     int64_t n_out;
     float *y;
-    int64_t chunk0; /* its first chunk in the job's chunk numbering */
+    int64_t chunk0;     /* its first chunk in the job's chunk numbering */
+    int64_t chunk_rows; /* vector path: rows per chunk (the job's, or vec_shared's per matrix) */
     /* vector path: this matrix's row bytes and kernels (vec_kernels; matrices of different
      * types can share a job when their activations are of one type) */
     size_t w_stride;
@@ -193,6 +197,7 @@ struct mat_desc {
     quant_vec_dot4_fn dot4;
     quant_vec_dotr_fn dotr;
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
+    bool k4x16;      /* Q4_K_X16: q4kx16_rows on the job's xq instead */
 };
 
 struct matmul_job {
@@ -256,6 +261,10 @@ static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int6
         d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
         return;
     }
+    if (d->k4x16) {
+        q4kx16_rows(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->n_tok, d->y);
+        return;
+    }
     const uint8_t *w = d->w;
     float *y = d->y;
     const int64_t n_out = d->n_out;
@@ -296,8 +305,8 @@ static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
     int m = 0;
     while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
     const struct mat_desc *d = &j->mats[m];
-    int64_t r0 = (chunk - d->chunk0) * j->chunk_rows;
-    int64_t r1 = r0 + j->chunk_rows < d->n_out ? r0 + j->chunk_rows : d->n_out;
+    int64_t r0 = (chunk - d->chunk0) * d->chunk_rows;
+    int64_t r1 = r0 + d->chunk_rows < d->n_out ? r0 + d->chunk_rows : d->n_out;
     vec_chunk(j, d, r0, r1);
 }
 
@@ -529,16 +538,26 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
                        const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX && j->n_tok <= c->max_tokens && j->n_in <= c->max_n_in);
     bool all_x16 = true;
-    for (int m = 0; m < n_mats; m++) all_x16 = all_x16 && x16_kernel(types[m]);
-    j->chunk_rows = j->n_tok >= MATMUL_BLAS_MIN_TOKENS ? GEMM_CHUNK_ROWS : all_x16 ? X16_CHUNK_ROWS : VEC_CHUNK_ROWS;
+    for (int m = 0; m < n_mats; m++) all_x16 = all_x16 && is_x16(types[m]);
+    j->chunk_rows = j->n_tok >= MATMUL_BLAS_MIN_TOKENS ? GEMM_CHUNK_ROWS : VEC_CHUNK_ROWS;
     j->n_mats = n_mats;
     j->n_chunks = 0;
     for (int m = 0; m < n_mats; m++) {
         struct mat_desc *d = &j->mats[m];
-        *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks};
+        *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks,
+                               .chunk_rows = j->chunk_rows};
+        if (all_x16 && j->n_tok < MATMUL_BLAS_MIN_TOKENS) {
+            /* a decode step: a multiple of the thread count of chunks of about X16_CHUNK_ROWS
+             * rows each (whole groups), so the parts start even (576 rows made 5 chunks of 128,
+             * 3 for one thread and 2 for the other, the third 2.5 us of weights late) */
+            int64_t n = div_up(div_up(d->n_out, X16_CHUNK_ROWS), c->n_threads) * c->n_threads;
+            d->chunk_rows = div_up(div_up(d->n_out, n), Q8X16_ROWS) * Q8X16_ROWS;
+        }
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
             j->x16_acts = true;
+        } else if ((d->k4x16 = types[m] == UVLM_TYPE_Q4_K_X16)) {
+            ASSERT(j->xtype == GGML_TYPE_Q8_K);
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
             struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = j->n_tok,
@@ -550,7 +569,7 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
             d->dot4 = k.dot4;
             d->dotr = k.dotr;
         }
-        j->n_chunks += div_up(mats[m].n_out, j->chunk_rows);
+        j->n_chunks += div_up(mats[m].n_out, d->chunk_rows);
     }
     quantize_all(j);
     vec_dispatch(c, j);
@@ -563,7 +582,7 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
 
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y) {
-    if (x16_kernel(wtype)) { /* one path at every token count, not the reference's order */
+    if (is_x16(wtype)) { /* one path at every token count */
         ASSERT(path == MATMUL_AUTO || path == MATMUL_VEC);
         if (n_out > 0) matmul_multi(c, wtype, n_in, x, n_tok, 1, &(struct matmul_out){.w = w, .n_out = n_out, .y = y});
         return;
@@ -628,8 +647,8 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         quantize_all(&j);
     }
     j.n_mats = 1;
-    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0, .w_stride = j.w_stride, .dot = j.dot,
-                                  .dot4 = j.dot4, .dotr = j.dotr};
+    j.mats[0] = (struct mat_desc){.w = w, .n_out = n_out, .y = y, .chunk0 = 0, .chunk_rows = VEC_CHUNK_ROWS,
+                                  .w_stride = j.w_stride, .dot = j.dot, .dot4 = j.dot4, .dotr = j.dotr};
     if (q4_K_tiles(c, wtype, n_tok)) {
         /* vec_rows' numbers (MATMUL_REFERENCE: with its grouped order), weights and activations
          * shared by 4 x 4 tiles */
@@ -647,8 +666,8 @@ void matmul_multi(struct compute *c, enum ggml_type wtype, int64_t n_in, const f
     if (n_tok <= 0) return;
     enum ggml_type types[MATMUL_MULTI_MAX];
     for (int m = 0; m < n_mats; m++) types[m] = wtype;
-    if (x16_kernel(wtype)) {
-        struct matmul_job j = {.c = c, .wtype = wtype, .xtype = GGML_TYPE_Q8_0, .n_in = n_in, .n_tok = n_tok, .x = x};
+    if (is_x16(wtype)) {
+        struct matmul_job j = {.c = c, .wtype = wtype, .xtype = x16_xtype(wtype), .n_in = n_in, .n_tok = n_tok, .x = x};
         vec_shared(c, &j, types, n_mats, mats);
         return;
     }
@@ -690,14 +709,15 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
      * token count: all in those layouts (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V), the
      * matrices share one dispatch for prompts too. */
     bool same = true, all_x16 = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
-    enum ggml_type xtype = x16_kernel(types[0]) ? GGML_TYPE_Q8_0 : quant_vec_dot_type(types[0]);
+    enum ggml_type xtype = is_x16(types[0]) ? x16_xtype(types[0]) : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {
+        bool x16 = is_x16(types[m]);
         same = same && types[m] == types[0];
-        all_x16 = all_x16 && x16_kernel(types[m]);
+        all_x16 = all_x16 && x16 && x16_xtype(types[m]) == xtype;
         shared = shared && xtype != GGML_TYPE_F32 &&
-                 (x16_kernel(types[m]) ? xtype == GGML_TYPE_Q8_0
-                                       : quant_vec_dot_type(types[m]) == xtype && auto_path(c, types[m], n_tok) == MATMUL_VEC &&
-                                             !q4_K_tiles(c, types[m], n_tok));
+                 (x16 ? x16_xtype(types[m]) == xtype
+                      : quant_vec_dot_type(types[m]) == xtype && auto_path(c, types[m], n_tok) == MATMUL_VEC &&
+                            !q4_K_tiles(c, types[m], n_tok));
     }
     shared = shared || all_x16;
     if (same) {

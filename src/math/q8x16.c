@@ -350,3 +350,194 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
                        const struct q8x16_act *acts, int64_t n_tok, float *y) {
     rows(n_in, n_out, w, r0, r1, acts, n_tok, y, true);
 }
+
+/* ---- Q4_K ------------------------------------------------------------------------------- */
+
+/* A group's super-block i (16 rows of 256 elements, 2304 bytes: 16 GGUF super-blocks) in four
+ * parts: 2048 bytes of nibbles, 32 bytes of the rows' d, 32 of their dmin, 192 of packed scales
+ * (see q8x16.h). Every super-block of a tensor lies at the same offset mod 64 (2304 = 36 * 64),
+ * so when they start 32 bytes past a 64-byte boundary d comes first and the nibbles' 64-byte
+ * loads stay aligned. */
+#define K4_NIB 2048
+#define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
+_Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
+/* Tokens per pass over a group (each holds three accumulators beside 8 weight registers). */
+#define K4_TOKEN_TILE 4
+/* Super-blocks (2304 bytes each) fetched ahead of use. */
+#define K4_PREFETCH_SB 3
+
+struct k4_parts {
+    uint8_t *nib;    /* [32 words][16 rows][4 bytes]: word k of row l = GGUF qs[4k .. 4k + 3] */
+    uint16_t *d;     /* [16] */
+    uint16_t *dmin;  /* [16] */
+    uint8_t *planes; /* [12][16]: byte b of row l's packed scales */
+};
+
+static struct k4_parts k4_sb(const void *w, int64_t nb, int64_t g, int64_t i) {
+    uint8_t *b = (uint8_t *)w + ((size_t)g * (size_t)nb + (size_t)i) * K4_SB;
+    int ahead = (uintptr_t)b % 64 == 32;
+    return (struct k4_parts){.nib = b + 32 * ahead, .d = (uint16_t *)(ahead ? b : b + K4_NIB),
+                             .dmin = (uint16_t *)(b + K4_NIB + 32), .planes = b + K4_NIB + 64};
+}
+
+int q4kx16_repack(void *w, int64_t n_in, int64_t n_out) {
+    const int64_t nb = n_in / QK_K, n_groups = n_out / Q8X16_ROWS;
+    const size_t rb = (size_t)nb * sizeof(block_q4_K);
+    block_q4_K *rows = malloc(Q8X16_ROWS * rb);
+    if (!rows) return -ERR_NOMEM;
+    for (int64_t g = 0; g < n_groups; g++) {
+        memcpy(rows, (uint8_t *)w + (size_t)g * Q8X16_ROWS * rb, Q8X16_ROWS * rb); /* the 16 GGUF rows */
+        for (int64_t i = 0; i < nb; i++) {
+            struct k4_parts p = k4_sb(w, nb, g, i);
+            for (int l = 0; l < Q8X16_ROWS; l++) {
+                const block_q4_K *b = &rows[l * nb + i];
+                p.d[l] = b->d;
+                p.dmin[l] = b->dmin;
+                for (int k = 0; k < K_SCALE_SIZE; k++) p.planes[k * Q8X16_ROWS + l] = b->scales[k];
+                for (int k = 0; k < QK_K / 8; k++) memcpy(p.nib + k * 64 + l * 4, b->qs + 4 * k, 4);
+            }
+        }
+    }
+    free(rows);
+    return 0;
+}
+
+/* Super-block i of row r as GGUF holds it (from either layout). */
+static block_q4_K k4_block(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i) {
+    const int64_t nb = n_in / QK_K;
+    if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS)
+        return ((const block_q4_K *)((const uint8_t *)w + (size_t)r * (size_t)nb * sizeof(block_q4_K)))[i];
+    struct k4_parts p = k4_sb(w, nb, r / Q8X16_ROWS, i);
+    const int l = (int)(r % Q8X16_ROWS);
+    block_q4_K b = {.d = p.d[l], .dmin = p.dmin[l]};
+    for (int k = 0; k < K_SCALE_SIZE; k++) b.scales[k] = p.planes[k * Q8X16_ROWS + l];
+    for (int k = 0; k < QK_K / 8; k++) memcpy(b.qs + 4 * k, p.nib + k * 64 + l * 4, 4);
+    return b;
+}
+
+float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq) {
+    const block_q8_K *x = xq;
+    float a = 0.0f, m = 0.0f;
+    for (int64_t i = 0; i < n_in / QK_K; i++) {
+        const block_q4_K b = k4_block(w, n_in, n_out, r, i);
+        const float d = h2f(b.d) * x[i].d, dmin = h2f(b.dmin) * x[i].d;
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, mn;
+            k4_scale_min(j, b.scales, &sc, &mn);
+            int32_t si = 0;
+            for (int e = 0; e < 32; e++) { /* sub-block j: the low (even j) or high nibbles of 32 bytes */
+                int q = b.qs[32 * (j / 2) + e];
+                si += (j % 2 ? q >> 4 : q & 0xF) * x[i].qs[32 * j + e];
+            }
+            sumi += sc * si;
+            summ += mn * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        }
+        a = fmaf((float)sumi, d, a);
+        m = fmaf((float)summ, dmin, m);
+    }
+    return a - m;
+}
+
+/* k4_scale_min for the 16 rows at once (byte l of each vector: row l): sc[j], mn[j]. The shifts
+ * are 16-bit, the masks keep each byte's own bits. */
+AVX512 static inline __attribute__((always_inline)) void k4_scales16(const uint8_t *planes, __m128i sc[8],
+                                                                     __m128i mn[8]) {
+    __m128i q[K_SCALE_SIZE];
+    for (int b = 0; b < K_SCALE_SIZE; b++) q[b] = _mm_loadu_si128((const __m128i *)(planes + 16 * b));
+    const __m128i c63 = _mm_set1_epi8(63), c15 = _mm_set1_epi8(15), c48 = _mm_set1_epi8(0x30);
+    for (int j = 0; j < 4; j++) {
+        sc[j] = _mm_and_si128(q[j], c63);
+        mn[j] = _mm_and_si128(q[j + 4], c63);
+        /* (x >> 6) << 4 = (x >> 2) & 0x30 */
+        sc[j + 4] = _mm_or_si128(_mm_and_si128(q[j + 8], c15), _mm_and_si128(_mm_srli_epi16(q[j], 2), c48));
+        mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 8], 4), c15),
+                                 _mm_and_si128(_mm_srli_epi16(q[j + 4], 2), c48));
+    }
+}
+
+/* Group g (16 rows from row 16g) against tokens [0, nt) of the Q8_K rows xq (xq_stride bytes
+ * apart): y[t * n_out + l]. Per super-block: the rows' scales and mins unpacked once; per
+ * sub-block j, its nibbles (8 registers: 16 rows x 32 levels) once for the tile's tokens, 8
+ * vpdpbusd per token into the exact integer dot of each row, times the row's scale; then per
+ * token the mins' integer sum and the two fmas of dot_q4_K's order (quant.c). */
+AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t nb, const void *w, int64_t g,
+                                                                       const uint8_t *xq, size_t xq_stride,
+                                                                       float *y, int64_t n_out, const int nt) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 a[K4_TOKEN_TILE], m[K4_TOKEN_TILE];
+    for (int t = 0; t < nt; t++) a[t] = m[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct k4_parts p = k4_sb(w, nb, g, i);
+        /* K4_PREFETCH_SB super-blocks ahead (past the matrix's end near its last group: lines
+         * nobody reads; a prefetch never faults) */
+        const char *pf = (const char *)p.nib + K4_PREFETCH_SB * K4_SB;
+#pragma GCC unroll 36
+        for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+        __m128i sc[8], mn[8];
+        k4_scales16(p.planes, sc, mn);
+        __m512i sumi[K4_TOKEN_TILE];
+        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i wv[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i raw = _mm512_loadu_si512(p.nib + (size_t)(8 * (j / 2) + k) * 64);
+                wv[k] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+            }
+            const __m512i scj = _mm512_cvtepu8_epi32(sc[j]);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].qs + 32 * j;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int k = 0; k < 8; k += 2) { /* exact integer sums: the order does not matter */
+                    int32_t x0, x1;
+                    memcpy(&x0, xs + 4 * k, 4);
+                    memcpy(&x1, xs + 4 * k + 4, 4);
+                    s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(x0));
+                    s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(x1));
+                }
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), scj));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
+        const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
+            __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                summ = _mm512_add_epi32(summ, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(mn[j]),
+                                                                 _mm512_set1_epi32(x->bsums[2 * j] + x->bsums[2 * j + 1])));
+            const __m512 xd = _mm512_set1_ps(x->d);
+            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, xd), a[t]);
+            m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmw, xd), m[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) _mm512_storeu_ps(y + t * n_out, _mm512_sub_ps(a[t], m[t]));
+}
+
+AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                        size_t xq_stride, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += K4_TOKEN_TILE) {
+        const int64_t nt = n_tok - t0 < K4_TOKEN_TILE ? n_tok - t0 : K4_TOKEN_TILE;
+        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
+            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+            switch (nt) {
+            case 1: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
+            case 2: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
+            case 3: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
+            default: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+            }
+        }
+    }
+    for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
+}

@@ -1,6 +1,6 @@
-/* q8x16.h: Q8_0 and Q5_0 matrices interleaved by 16 rows, the serving engine's layouts for those
- * weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them as the
- * weight types UVLM_TYPE_Q8_0_X16 and UVLM_TYPE_Q5_0_X16 of gguf/types.h).
+/* q8x16.h: Q8_0, Q5_0 and Q4_K matrices interleaved by 16 rows, the serving engine's layouts for
+ * those weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them as
+ * the weight types UVLM_TYPE_Q8_0_X16, UVLM_TYPE_Q5_0_X16 and UVLM_TYPE_Q4_K_X16 of gguf/types.h).
  *
  * Why: in GGUF's Q8_0 a row's 32-element blocks lie one after the other, so a SIMD dot spreads one
  * block over 8 integer lanes and pays a float conversion and a multiply-add per block and token for
@@ -87,5 +87,22 @@ void q5x16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, f
 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
                 int64_t n_tok, float *y);
 float q5x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
+
+/* Q4_K (UVLM_TYPE_Q4_K_X16): 16 rows side by side per 256-element super-block, 2304 bytes (16 GGUF
+ * super-blocks) in four parts: 2048 bytes of nibbles, byte k * 64 + l * 4 + m = the GGUF byte
+ * qs[4k + m] of row l (its low nibble: element 64(k/8) + 4(k%8) + m, sub-block 2(k/8); its high
+ * nibble: the same + 32, sub-block 2(k/8) + 1); the rows' d (16 fp16); their dmin (16 fp16);
+ * their packed scales, byte b * 16 + l = scales[b] of row l. d comes first, before the nibbles,
+ * where the super-block starts 32 bytes past a 64-byte boundary (nibble loads aligned). The
+ * activations are the matmul's Q8_K rows as they are. Numbers: quant.c's dot_q4_K order exactly
+ * (per super-block the exact integer sums, then a = fma(sumi, d_w * d_x, a), m = fma(summ,
+ * dmin_w * d_x, m); a - m), the order every Q4_K kernel of the serving path computes: rewriting
+ * changes no number, only speed. Tied embeddings of this type are not rewritten (no row lookup). */
+int q4kx16_repack(void *w, int64_t n_in, int64_t n_out);
+/* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
+void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
+                 int64_t n_tok, float *y);
+/* Row r . one token's Q8_K row by scalar code, in the order above (tests; the tail rows). */
+float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
 
 #endif

@@ -184,17 +184,28 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     return 0;
 }
 
-/* model_options.serving_layout: each Q8_0 and Q5_0 matrix the forward pass multiplies by (the
- * output once when it is the embedding too) rewritten in place into q8x16.h's layouts. A tensor
+/* model_options.serving_layout: each Q8_0, Q5_0 and Q4_K matrix the forward pass multiplies by
+ * (the output once when it is the embedding too; not when that is Q4_K) rewritten in place into
+ * q8x16.h's layouts. A tensor
  * not on a 32-byte boundary (general.alignment below 32) keeps the file's layout. */
 static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
     int rc;
     if ((uintptr_t)w->data % 32) return 0;
-    if (w->type == GGML_TYPE_Q8_0) rc = q8x16_repack((void *)w->data, w->n_in, w->n_out);
-    else if (w->type == GGML_TYPE_Q5_0) rc = q5x16_repack((void *)w->data, w->n_in, w->n_out);
-    else return 0;
+    enum ggml_type to;
+    if (w->type == GGML_TYPE_Q8_0) {
+        rc = q8x16_repack((void *)w->data, w->n_in, w->n_out);
+        to = UVLM_TYPE_Q8_0_X16;
+    } else if (w->type == GGML_TYPE_Q5_0) {
+        rc = q5x16_repack((void *)w->data, w->n_in, w->n_out);
+        to = UVLM_TYPE_Q5_0_X16;
+    } else if (w->type == GGML_TYPE_Q4_K && w->data != m->token_embd.data) { /* no row lookup in Q4_K's */
+        rc = q4kx16_repack((void *)w->data, w->n_in, w->n_out);
+        to = UVLM_TYPE_Q4_K_X16;
+    } else {
+        return 0;
+    }
     if (rc < 0) return fail(why, why_len, -ERR_NOMEM, "out of memory");
-    w->type = w->type == GGML_TYPE_Q8_0 ? UVLM_TYPE_Q8_0_X16 : UVLM_TYPE_Q5_0_X16;
+    w->type = to;
     m->serving_layout = true;
     return 0;
 }

@@ -5,12 +5,13 @@
  * batch size where sgemm overtakes the vector kernels.
  *
  *   build/bench/kernels [--threads N] [--quick]
- *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k|q5_0|q8_0x16|q5_0x16]
+ *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k|q5_0|q8_0x16|q5_0x16|q4_kx16]
  *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
  *       (576x576, 576x192, 576x1536, 1536x576, 576x49152), weights cycled through enough copies
  *       (about 64 MB per shape) that they come from L3 or memory as a model's layers do; prints
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
- *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16: the serving layouts of math/q8x16.h.
+ *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16: the serving layouts of
+ *       math/q8x16.h (shapes whose rows are not whole blocks of the type print n/a).
  */
 #include "common/hugemem.h"
 #include "math/matmul.h"
@@ -88,7 +89,10 @@ static double cpu_now(void) {
 /* --small-batch: see the top of the file. */
 static int small_batch(int n_threads, enum ggml_type ty) {
     /* the serving layouts: quantized as their GGUF type, then each copy rewritten */
-    enum ggml_type file_ty = ty == UVLM_TYPE_Q8_0_X16 ? GGML_TYPE_Q8_0 : ty == UVLM_TYPE_Q5_0_X16 ? GGML_TYPE_Q5_0 : ty;
+    enum ggml_type file_ty = ty == UVLM_TYPE_Q8_0_X16   ? GGML_TYPE_Q8_0
+                             : ty == UVLM_TYPE_Q5_0_X16 ? GGML_TYPE_Q5_0
+                             : ty == UVLM_TYPE_Q4_K_X16 ? GGML_TYPE_Q4_K
+                                                        : ty;
     static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}};
     static const int toks[] = {1, 2, 4, 8, 16};
     struct compute *c;
@@ -96,10 +100,19 @@ static int small_batch(int n_threads, enum ggml_type ty) {
     float *x = random_floats((int64_t)16 * 1536, 2);
     float *y = malloc(sizeof(float) * 16 * 49152);
     printf("small batches, %s, %d threads: us per matmul, best wall / best CPU (all threads), GMAC/s of CPU\n",
-           ty == file_ty ? ggml_type_info(ty)->name : ty == UVLM_TYPE_Q8_0_X16 ? "q8_0x16" : "q5_0x16", n_threads);
+           ty == file_ty                ? ggml_type_info(ty)->name
+           : ty == UVLM_TYPE_Q8_0_X16 ? "q8_0x16"
+           : ty == UVLM_TYPE_Q5_0_X16 ? "q5_0x16"
+                                      : "q4_kx16",
+           n_threads);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int n_in = shapes[s][0], n_out = shapes[s][1];
         size_t bytes = ggml_row_size(file_ty, (uint64_t)n_in) * (size_t)n_out;
+        if (bytes == 0) { /* rows of n_in do not divide into the type's blocks (Q4_K: 256) */
+            printf("  %5dx%-5d  n/a: %d is not a whole number of %s blocks\n", n_in, n_out, n_in,
+                   ggml_type_info(file_ty)->name);
+            continue;
+        }
         int copies = (int)(((size_t)64 << 20) / bytes) + 1;
         float *wf = random_floats((int64_t)n_in * n_out, 1 + (unsigned)s);
         uint8_t *w = malloc(bytes * (size_t)copies);
@@ -107,7 +120,10 @@ static int small_batch(int n_threads, enum ggml_type ty) {
         quant_from_float(file_ty, wf, w, (int64_t)n_in * n_out);
         for (int i = 1; i < copies; i++) memcpy(w + bytes * i, w, bytes);
         for (int i = 0; ty != file_ty && i < copies; i++)
-            if ((ty == UVLM_TYPE_Q8_0_X16 ? q8x16_repack : q5x16_repack)(w + bytes * i, n_in, n_out) < 0) return 1;
+            if ((ty == UVLM_TYPE_Q8_0_X16   ? q8x16_repack
+                 : ty == UVLM_TYPE_Q5_0_X16 ? q5x16_repack
+                                            : q4kx16_repack)(w + bytes * i, n_in, n_out) < 0)
+                return 1;
         free(wf);
         printf("  %5dx%-5d", n_in, n_out);
         for (size_t k = 0; k < sizeof toks / sizeof *toks; k++) {
@@ -145,7 +161,8 @@ int main(int argc, char **argv) {
             const char *t = argv[++i];
             small_type = !strcmp(t, "q4_k") ? GGML_TYPE_Q4_K : !strcmp(t, "q6_k") ? GGML_TYPE_Q6_K
                        : !strcmp(t, "q5_0") ? GGML_TYPE_Q5_0 : !strcmp(t, "q8_0x16") ? UVLM_TYPE_Q8_0_X16
-                       : !strcmp(t, "q5_0x16") ? UVLM_TYPE_Q5_0_X16 : GGML_TYPE_Q8_0;
+                       : !strcmp(t, "q5_0x16") ? UVLM_TYPE_Q5_0_X16 : !strcmp(t, "q4_kx16") ? UVLM_TYPE_Q4_K_X16
+                       : GGML_TYPE_Q8_0;
         }
     }
     if (small) return small_batch(n_threads, small_type);

@@ -1,8 +1,10 @@
-/* Tests of math/q8x16.h (Q8_0 and Q5_0 rows interleaved by 16): the rewritten matrix holds the
- * same numbers, the kernels compute exactly their documented order at every token count and for
- * the tail rows, and matmul gives every token the same numbers whatever its batch. */
+/* Tests of math/q8x16.h (Q8_0, Q5_0 and Q4_K rows interleaved by 16): the rewritten matrix holds
+ * the same numbers, the kernels compute exactly their documented order at every token count and
+ * for the tail rows, and matmul gives every token the same numbers whatever its batch (Q4_K: the
+ * very numbers of the GGUF matrix). */
 #include "test.h"
 #include "math/blocks.h"
+#include "math/kernels.h"
 #include "math/matmul.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
@@ -35,7 +37,9 @@ static int make_pair_type(struct pair *p, enum ggml_type type, int64_t n_in, int
     quant_from_float(type, wf, p->gguf, n_in * n_out);
     memcpy(p->x16, p->gguf, bytes);
     free(wf);
-    return type == GGML_TYPE_Q5_0 ? q5x16_repack(p->x16, n_in, n_out) : q8x16_repack(p->x16, n_in, n_out);
+    return type == GGML_TYPE_Q5_0   ? q5x16_repack(p->x16, n_in, n_out)
+           : type == GGML_TYPE_Q4_K ? q4kx16_repack(p->x16, n_in, n_out)
+                                    : q8x16_repack(p->x16, n_in, n_out);
 }
 
 static int make_pair(struct pair *p, int64_t n_in, int64_t n_out, size_t offset) {
@@ -208,4 +212,80 @@ TEST(matmul_q8_0_x16_numbers_do_not_depend_on_the_batch) {
 TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q5_0 as it is");
     check_matmul_batches(t, GGML_TYPE_Q5_0, UVLM_TYPE_Q5_0_X16);
+}
+
+/* ---- Q4_K ---- */
+
+/* q4kx16_rows against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's scalar
+ * dot_q4_K (quant.c): token counts of 1 to 9, row ranges of whole groups and the tail rows, both
+ * alignments, nothing written outside the range; the scales and mins use all 6 bits. */
+TEST(q4kx16_rows_equal_the_gguf_numbers) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 9 };
+    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
+    static uint8_t xq[MAX_TOK * N_IN * 2];
+    const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, N_IN), row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
+    quant_vec_dot_fn gguf_dot = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q4_K);
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 5);
+    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_K, x + t * N_IN, xq + t * xq_stride, N_IN);
+    int bad_kernel = 0, bad_gguf = 0, bad_outside = 0, high_scales = 0;
+    for (size_t offset = 0; offset <= 32; offset += 32) {
+        struct pair p;
+        CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q4_K, N_IN, N_OUT, offset), 0);
+        for (int64_t r = 0; r < N_OUT; r++) {
+            const block_q4_K *b = (const block_q4_K *)((const uint8_t *)p.gguf + (size_t)r * row);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                k4_scale_min(j, b->scales, &sc, &mn);
+                high_scales += sc >= 32 || mn >= 32;
+            }
+            for (int t = 0; t < MAX_TOK; t++)
+                bad_gguf += q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + t * xq_stride) !=
+                            gguf_dot(N_IN, (const uint8_t *)p.gguf + (size_t)r * row, xq + t * xq_stride);
+        }
+        static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {48, N_OUT}};
+        for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
+            for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
+                int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
+                q4kx16_rows(N_IN, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
+                for (int t = 0; t < MAX_TOK; t++)
+                    for (int64_t r = 0; r < N_OUT; r++) {
+                        float got = y[t * N_OUT + r];
+                        if (t >= n_tok || r < r0 || r >= r1) bad_outside += !isnan(got);
+                        else bad_kernel += got != q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + t * xq_stride);
+                    }
+            }
+        free_pair(&p);
+    }
+    CHECK_EQ_INT(bad_gguf, 0);
+    CHECK_EQ_INT(bad_kernel, 0);
+    CHECK_EQ_INT(bad_outside, 0);
+    CHECK(high_scales > 0);
+}
+
+/* matmul on Q4_K's layout gives exactly the GGUF Q4_K matrix's numbers, at decode and prompt
+ * token counts (the GGUF prompt path's tiles give every token its single-token numbers too), on
+ * 1 to 3 threads (201 rows: a tail row). */
+TEST(matmul_q4_k_x16_equals_gguf_q4_k) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q4_K as it is");
+    enum { N_IN = 768, N_OUT = 201, MAX_TOK = 75 };
+    struct pair p;
+    CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q4_K, N_IN, N_OUT, 32), 0);
+    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand();
+    int bad = 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, N_IN), 0);
+        static const int n_toks[] = {1, 2, 5, 8, 9, 31, 32, 33, MAX_TOK};
+        for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
+            matmul(c, UVLM_TYPE_Q4_K_X16, p.x16, N_IN, N_OUT, x, n_toks[ti], y);
+            matmul(c, GGML_TYPE_Q4_K, p.gguf, N_IN, N_OUT, x, n_toks[ti], want);
+            bad += memcmp(y, want, sizeof(float) * (size_t)(n_toks[ti] * N_OUT)) != 0;
+        }
+        compute_destroy(c);
+    }
+    free_pair(&p);
+    CHECK_EQ_INT(bad, 0);
 }
