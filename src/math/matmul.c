@@ -189,7 +189,8 @@ struct mat_desc {
     int64_t n_out;
     float *y;
     int64_t chunk0;     /* its first chunk in the job's chunk numbering */
-    int64_t chunk_rows; /* vector path: rows per chunk (the job's, or vec_shared's per matrix) */
+    int64_t chunk_rows; /* vector path: rows per chunk, or 0: n_split chunks of whole 16-row groups */
+    int64_t n_split;
     /* vector path: this matrix's row bytes and kernels (vec_kernels; matrices of different
      * types can share a job when their activations are of one type) */
     size_t w_stride;
@@ -305,8 +306,16 @@ static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
     int m = 0;
     while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
     const struct mat_desc *d = &j->mats[m];
-    int64_t r0 = (chunk - d->chunk0) * d->chunk_rows;
-    int64_t r1 = r0 + d->chunk_rows < d->n_out ? r0 + d->chunk_rows : d->n_out;
+    int64_t k = chunk - d->chunk0, r0, r1;
+    if (d->chunk_rows) {
+        r0 = k * d->chunk_rows;
+        r1 = r0 + d->chunk_rows < d->n_out ? r0 + d->chunk_rows : d->n_out;
+    } else {
+        const int64_t groups = (d->n_out + Q8X16_ROWS - 1) / Q8X16_ROWS;
+        r0 = groups * k / d->n_split * Q8X16_ROWS;
+        r1 = groups * (k + 1) / d->n_split * Q8X16_ROWS;
+        if (r1 > d->n_out) r1 = d->n_out;
+    }
     vec_chunk(j, d, r0, r1);
 }
 
@@ -529,11 +538,12 @@ static void vec_dispatch(struct compute *c, struct matmul_job *j) {
 
 /* The vector path's shared dispatch of the matrices mats[0, n_mats), mats[m] of types[m] (one
  * n_in; one activation type, j->xtype, set by the caller with c, n_in, n_tok and x): x quantized
- * once, each matrix on the kernels matmul would give it (vec_kernels per type; Q8_0_X16 and
- * Q5_0_X16: q8x16.h's), one dispatch in contiguous parts per thread. Prompts in those layouts
- * (the only matrices shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per
- * chunk: each chunk reads all the activations, as the Q8_0 GEMM's do; their decode steps
- * X16_CHUNK_ROWS. */
+ * once, each matrix on the kernels matmul would give it (vec_kernels per type; the x16 types:
+ * q8x16.h's), one dispatch in contiguous parts per thread. Prompts in those layouts (the only
+ * matrices shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per chunk:
+ * each chunk reads all the activations, as the Q8_0 GEMM's do; their decode steps a multiple of
+ * the thread count of chunks of about X16_CHUNK_ROWS rows, whole 16-row groups each (576 rows
+ * made 5 chunks of 128: 3 for one thread, 2 for the other, which waited 2.5 us of weights). */
 static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_type *types, int n_mats,
                        const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX && j->n_tok <= c->max_tokens && j->n_in <= c->max_n_in);
@@ -546,12 +556,13 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         struct mat_desc *d = &j->mats[m];
         *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks,
                                .chunk_rows = j->chunk_rows};
+        int64_t n_chunks = div_up(d->n_out, d->chunk_rows);
         if (all_x16 && j->n_tok < MATMUL_BLAS_MIN_TOKENS) {
-            /* a decode step: a multiple of the thread count of chunks of about X16_CHUNK_ROWS
-             * rows each (whole groups), so the parts start even (576 rows made 5 chunks of 128,
-             * 3 for one thread and 2 for the other, the third 2.5 us of weights late) */
-            int64_t n = div_up(div_up(d->n_out, X16_CHUNK_ROWS), c->n_threads) * c->n_threads;
-            d->chunk_rows = div_up(div_up(d->n_out, n), Q8X16_ROWS) * Q8X16_ROWS;
+            const int64_t groups = div_up(d->n_out, Q8X16_ROWS);
+            d->n_split = div_up(div_up(d->n_out, X16_CHUNK_ROWS), c->n_threads) * c->n_threads;
+            if (d->n_split > groups) d->n_split = groups; /* 0 for no rows: no chunk */
+            d->chunk_rows = 0;
+            n_chunks = d->n_split;
         }
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
@@ -569,7 +580,7 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
             d->dot4 = k.dot4;
             d->dotr = k.dotr;
         }
-        j->n_chunks += div_up(mats[m].n_out, d->chunk_rows);
+        j->n_chunks += n_chunks;
     }
     quantize_all(j);
     vec_dispatch(c, j);
@@ -705,9 +716,9 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
                         int n_mats, const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
-    /* The q8x16.h layouts take Q8_0 activations (then its blocks made from them), at every
-     * token count: all in those layouts (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V), the
-     * matrices share one dispatch for prompts too. */
+    /* The q8x16.h layouts take one activation type at every token count (Q8_0, then its blocks
+     * made from them; Q4_K_X16: Q8_K): all in those layouts of one activation type (SmolLM2's
+     * Q5_0_X16 Q/K beside its Q8_0_X16 V), the matrices share one dispatch for prompts too. */
     bool same = true, all_x16 = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
     enum ggml_type xtype = is_x16(types[0]) ? x16_xtype(types[0]) : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {

@@ -32,6 +32,10 @@
  *       Measured (forward_bench, SmolLM2-135M Q8_0, 2 threads, busy machine): a decode step of 8
  *       sequences 5.4-6.1 ms against 7.2, of one 2.6 against 3.0; TinyLlama pp512 385 against 205.
  *       SmolLM2-135M Q4_K_M (80% of its bytes Q5_0), see q8x16.h for the figures.
+ *   UVLM_TYPE_Q4_K_X16 (Q4_K rewritten the same way): q4kx16_rows on the Q8_K activations, at
+ *       every token count, exactly the numbers of GGUF Q4_K on every path here (dot_q4_K's
+ *       order). Shares a dispatch with Q6_K (one activation type: TinyLlama Q4_K_M's Q/K/V) on
+ *       decode steps, not with the Q8_0-activation layouts above.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
@@ -98,7 +102,7 @@ size_t compute_scratch_bytes(const struct compute *c);
 
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tok, o < n_out.
  * W: n_out rows of n_in elements of type wtype, rows ggml_row_size(wtype, n_in) bytes apart
- * (UVLM_TYPE_Q8_0_X16: Q8_0's bytes in math/q8x16.h's layout).
+ * (the UVLM_TYPE_*_X16 types: the GGUF type's bytes in math/q8x16.h's layout).
  * x: n_tok x n_in F32 (row-major), y: n_tok x n_out F32 (must not overlap x).
  * n_tok <= max_tokens, n_in <= max_n_in, n_in a multiple of the type's block size. */
 void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in, int64_t n_out,
@@ -112,8 +116,8 @@ void matmul(struct compute *c, enum ggml_type wtype, const void *w, int64_t n_in
  * MATMUL_AUTO takes for Q8_0 from MATMUL_GEMM_Q8_MIN_TOKENS tokens on where the CPU has it: an
  * integer GEMM whose every output equals the vector path's (math/gemm_q8.h), so with Q8_0
  * weights no result depends on the batch size.
- * MATMUL_REFERENCE: see the top of this header (never for UVLM_TYPE_Q8_0_X16 / Q5_0_X16, which
- * take MATMUL_AUTO or MATMUL_VEC, both their one path). */
+ * MATMUL_REFERENCE: see the top of this header (never for the UVLM_TYPE_*_X16 types, which take
+ * MATMUL_AUTO or MATMUL_VEC, both their one path). */
 enum matmul_path { MATMUL_AUTO, MATMUL_VEC, MATMUL_BLAS, MATMUL_BLAS_THREADED, MATMUL_GEMM_Q8, MATMUL_REFERENCE };
 void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype, const void *w,
                  int64_t n_in, int64_t n_out, const float *x, int64_t n_tok, float *y);

@@ -270,6 +270,7 @@ struct rows_job {
     int64_t n;
     const float *cos, *sin;
     int32_t n_heads;
+    bool sequential; /* rmsnorm: the sum of squares in the reference's order (forward_config.reference) */
 };
 
 /* y = x * scale * w over NORM_BLOCK elements (a constant count: vectorized at -O2, as
@@ -282,8 +283,9 @@ static void norm_scale_block(const float *x, float scale, const float *restrict 
 }
 
 /* The sum of x[i] * x[i] (float products, like the reference) in double, in eight partial
- * sums: one chain of dependent double adds took 0.5 us per 576-element row, as long as the rest
- * of a SmolLM2 norm; the order moves the double sum by a few ulps, far below the float scale's. */
+ * sums (the serving path's; reference runs keep the reference's one chain): one chain of
+ * dependent double adds took 0.5 us per 576-element row, as long as the rest of a SmolLM2 norm;
+ * the order moves the double sum by a few ulps, far below the float scale's rounding. */
 static double sum_squares(const float *x, int64_t n) {
     double acc[8] = {0};
     int64_t i = 0;
@@ -298,7 +300,11 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->n;
         float *y = j->y + r * j->n;
-        double sum = sum_squares(x, j->n);
+        double sum = 0;
+        if (j->sequential) /* the reference's order: one chain */
+            for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]);
+        else
+            sum = sum_squares(x, j->n);
         float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
         int64_t i = 0;
         for (; i + NORM_BLOCK <= j->n; i += NORM_BLOCK) norm_scale_block(x + i, scale, j->w + i, y + i);
@@ -307,10 +313,10 @@ static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
 }
 
 /* y = rmsnorm(x) * w over n_rows rows of n_embd. */
-static void rmsnorm(struct compute *c, const struct model_hparams *hp, const float *x, float *y, const float *w,
-                    int64_t n_rows) {
-    struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd};
-    rows_for(c, n_rows, hp->n_embd, rmsnorm_rows, &j);
+static void rmsnorm(struct forward_scratch *s, const struct model_hparams *hp, const float *x, float *y,
+                    const float *w, int64_t n_rows) {
+    struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd, .sequential = s->reference};
+    rows_for(s->c, n_rows, hp->n_embd, rmsnorm_rows, &j);
 }
 
 /* Rotate the first n_rot dims of each of n_heads heads of each row (row r at the angles of
@@ -1017,7 +1023,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        rmsnorm(c, hp, s->x, s->xn, L->attn_norm, n);
+        rmsnorm(s, hp, s->x, s->xn, L->attn_norm, n);
         mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
                  (float *const[]){s->q, s->k, s->v});
         add_bias(s->q, L->bq, L->wq.n_out, n);
@@ -1028,7 +1034,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         mm(s, &L->wo, s->att, n, s->tmp);
         for (int64_t i = 0; i < n * E; i++) s->x[i] += s->tmp[i];
 
-        rmsnorm(c, hp, s->x, s->xn, L->ffn_norm, n);
+        rmsnorm(s, hp, s->x, s->xn, L->ffn_norm, n);
         mm_multi(s, 2, (const struct model_weight *const[]){&L->w_gate, &L->w_up}, s->xn, n,
                  (float *const[]){s->gate, s->up});
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
@@ -1042,7 +1048,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         if (b->want_logits[i]) memcpy(s->xo + (int64_t)n_out++ * E, s->x + i * E, (size_t)E * sizeof(float));
     fc->n_outputs = n_out;
     if (n_out > 0) {
-        rmsnorm(c, hp, s->xo, s->xo, m->output_norm, n_out);
+        rmsnorm(s, hp, s->xo, s->xo, m->output_norm, n_out);
         mm(s, &m->output, s->xo, n_out, fc->logits);
     }
     return 0;

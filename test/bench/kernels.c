@@ -7,7 +7,8 @@
  *   build/bench/kernels [--threads N] [--quick]
  *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k|q5_0|q8_0x16|q5_0x16|q4_kx16]
  *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
- *       (576x576, 576x192, 576x1536, 1536x576, 576x49152), weights cycled through enough copies
+ *       (576x576, 576x192, 576x1536, 1536x576, 576x49152) and TinyLlama-1.1B's (2048x2048,
+ *       2048x5632, 5632x2048; Q4_K's rows fit only those and 1536), weights cycled through enough copies
  *       (about 64 MB per shape) that they come from L3 or memory as a model's layers do; prints
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
  *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16: the serving layouts of
@@ -93,11 +94,12 @@ static int small_batch(int n_threads, enum ggml_type ty) {
                              : ty == UVLM_TYPE_Q5_0_X16 ? GGML_TYPE_Q5_0
                              : ty == UVLM_TYPE_Q4_K_X16 ? GGML_TYPE_Q4_K
                                                         : ty;
-    static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}};
+    static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152},
+                                    {2048, 2048}, {2048, 5632}, {5632, 2048}};
     static const int toks[] = {1, 2, 4, 8, 16};
     struct compute *c;
-    if (compute_create(&c, n_threads, 512, 1536) < 0) return 1;
-    float *x = random_floats((int64_t)16 * 1536, 2);
+    if (compute_create(&c, n_threads, 512, 5632) < 0) return 1;
+    float *x = random_floats((int64_t)16 * 5632, 2);
     float *y = malloc(sizeof(float) * 16 * 49152);
     printf("small batches, %s, %d threads: us per matmul, best wall / best CPU (all threads), GMAC/s of CPU\n",
            ty == file_ty                ? ggml_type_info(ty)->name

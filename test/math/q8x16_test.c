@@ -289,3 +289,25 @@ TEST(matmul_q4_k_x16_equals_gguf_q4_k) {
     free_pair(&p);
     CHECK_EQ_INT(bad, 0);
 }
+
+/* matmul_multi on a serving layout with a matrix of no rows beside one of 48 (a decode step's
+ * split into groups): the empty one gets no work item, the other its matmul's numbers. */
+TEST(matmul_multi_x16_with_a_matrix_of_no_rows) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q8_0 / Q4_K as they are");
+    enum { N_IN = 256, N_OUT = 48 };
+    static const enum ggml_type types[][2] = {{GGML_TYPE_Q8_0, UVLM_TYPE_Q8_0_X16}, {GGML_TYPE_Q4_K, UVLM_TYPE_Q4_K_X16}};
+    static float x[N_IN], y[N_OUT], want[N_OUT], none[1];
+    for (int i = 0; i < N_IN; i++) x[i] = nrand();
+    struct compute *c;
+    CHECK_EQ_INT(compute_create(&c, 2, 4, N_IN), 0);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        struct pair p;
+        CHECK_EQ_INT(make_pair_type(&p, types[k][0], N_IN, N_OUT, 0), 0);
+        struct matmul_out outs[2] = {{.w = p.x16, .n_out = 0, .y = none}, {.w = p.x16, .n_out = N_OUT, .y = y}};
+        matmul_multi(c, types[k][1], N_IN, x, 1, 2, outs);
+        matmul(c, types[k][1], p.x16, N_IN, N_OUT, x, 1, want);
+        CHECK(memcmp(y, want, sizeof y) == 0);
+        free_pair(&p);
+    }
+    compute_destroy(c);
+}

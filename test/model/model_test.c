@@ -2,8 +2,10 @@
  * the KV memory: batches mixing sequences equal separate runs, shared prefixes, save/restore,
  * errors. Uses the small trained kjv-tiny model of ../shared. */
 #include "test.h"
+#include "cmd/cmd.h"
 #include "common/err.h"
 #include "gguf/writer.h"
+#include "math/q8x16.h"
 #include "memory/kv.h"
 #include "model/eval.h"
 #include "model/model.h"
@@ -258,6 +260,61 @@ TEST(model_serving_layout_refuses_reference_contexts) {
     teardown(&f);
     teardown(&g);
 }
+
+/* Q4_K in the serving layout (math/q8x16.h's Q4_K_X16) changes no number: models written by
+ * mkmodel as q4_k, tied (the output is the embedding: kept GGUF, as the lookup reads it) and
+ * untied, give bit-identical logits loaded for serving and as the file has them, over a prompt
+ * and three decode steps on 2 threads. */
+static void q4_k_layouts_agree(struct test_case *t, bool tied) {
+    SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+    char path[] = "/tmp/uvlm-q4k-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    char *argv[16] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--type", "q4_k",
+                      "--n-layer", "2", "--n-embd", "256", "--n-ff", "512"};
+    int argc = 13;
+    if (tied) argv[argc++] = "--tied";
+    CHECK_EQ_INT(cmd_mkmodel(argc, argv), 0);
+    struct fixture f[2] = {{0}, {0}};
+    char why[256];
+    int V = 0;
+    float *logits[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(model_load(&f[k].m, path, &(struct model_options){.serving_layout = k == 0}, why, sizeof why), 0);
+        if (!f[k].m) break;
+        CHECK_EQ_INT(model_memory_create(f[k].m, 64, 1, &f[k].mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f[k].fc, f[k].m, &(struct forward_config){.max_tokens = 16, .n_ctx = 64,
+                                                                                     .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f[k].b, 16), 0);
+        V = f[k].m->hp.n_vocab;
+        logits[k] = malloc(sizeof(float) * (size_t)V * 4);
+        batch_clear(&f[k].b);
+        for (int32_t i = 0; i < NA; i++) batch_add(&f[k].b, prompt_a[i], i, 0, i == NA - 1);
+        CHECK_EQ_INT(run(&f[k]), 0);
+        memcpy(logits[k], f[k].fc->logits, sizeof(float) * (size_t)V);
+        for (int32_t step = 1; step < 4; step++) {
+            batch_clear(&f[k].b);
+            batch_add(&f[k].b, prompt_b[step], NA + step - 1, 0, true);
+            CHECK_EQ_INT(run(&f[k]), 0);
+            memcpy(logits[k] + (size_t)step * V, f[k].fc->logits, sizeof(float) * (size_t)V);
+        }
+    }
+    if (q8x16_supported()) CHECK(f[0].m && f[0].m->serving_layout); /* something was rewritten */
+    if (logits[0] && logits[1]) {
+        CHECK(max_diff(logits[0], logits[1], V * 4) == 0);
+        CHECK(max_diff(logits[0], logits[0] + V, V) > 0); /* the steps do differ */
+    }
+    for (int k = 0; k < 2; k++) {
+        free(logits[k]);
+        teardown(&f[k]);
+    }
+    unlink(path);
+}
+
+TEST(model_q4_k_serving_layout_changes_no_number_untied) { q4_k_layouts_agree(t, false); }
+TEST(model_q4_k_serving_layout_changes_no_number_tied) { q4_k_layouts_agree(t, true); }
 
 /* A forward context whose n_ctx is below head_dim (kjv-tiny: 32): a decode step's direct
  * attention rounds the query through F16 scratch whose rows must hold head_dim halfs (under
