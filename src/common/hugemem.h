@@ -9,7 +9,7 @@
  *
  * hugemem_alloc(bytes): zero-filled read-write anonymous memory, 2 MB-aligned from 2 MB on (plain
  * pages below that: a huge page would commit 2 MB for a small buffer), committed page by page as
- * it is written. NULL when the mapping fails. The caller owns it and gives it back with
+ * it is written (or all at once: hugemem_commit). NULL when the mapping fails. The caller owns it and gives it back with
  * hugemem_free(p, the same bytes) (p may be NULL). Linux's THP setting decides whether advised
  * memory gets huge pages ("always" or "madvise"; "never": 4 KB pages, nothing else changes).
  *
@@ -25,6 +25,11 @@
 
 void *hugemem_alloc(size_t bytes);
 void hugemem_free(void *p, size_t bytes);
+/* Has the kernel back the whole buffer now (a write to every 4 KB page: each fault brings a
+ * whole huge page where there is one), for memory sized at startup that a request would
+ * otherwise fault in mid-step: here the first touch of a 2 MB page costs 1-3 ms (this VM's
+ * host backs it then; a 4 KB page costs ~11 us). */
+void hugemem_commit(void *p, size_t bytes);
 /* Makes the whole buffer read-only (the protection of its every page, so no huge page is split):
  * 0, or -1 with errno set (mprotect's). */
 int hugemem_seal(void *p, size_t bytes);

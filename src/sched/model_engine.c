@@ -112,7 +112,7 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
              "memory (%s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
              hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
              (double)e->model->weight_bytes / (1 << 20),
-             e->model->serving_layout ? " (Q8_0 / Q5_0 interleaved by 16 rows)" : "", e->mem->ops->kind, (long long)u.cells_total,
+             e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind, (long long)u.cells_total,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
 }
 
