@@ -68,6 +68,7 @@ struct compute {
 };
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The serving layouts of q8x16.h: their kernel (NULL for the GGUF types). */
 typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
@@ -311,7 +312,7 @@ static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
         r0 = k * d->chunk_rows;
         r1 = r0 + d->chunk_rows < d->n_out ? r0 + d->chunk_rows : d->n_out;
     } else {
-        const int64_t groups = (d->n_out + Q8X16_ROWS - 1) / Q8X16_ROWS;
+        const int64_t groups = div_up(d->n_out, Q8X16_ROWS);
         r0 = groups * k / d->n_split * Q8X16_ROWS;
         r1 = groups * (k + 1) / d->n_split * Q8X16_ROWS;
         if (r1 > d->n_out) r1 = d->n_out;
@@ -437,8 +438,6 @@ static void sgemm_tiles(void *job) {
                     j->y + r0, (blasint)j->n_out);
     }
 }
-
-static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Whether prompts (n_tok >= MATMUL_BLAS_MIN_TOKENS) of wtype take the vector path instead of
  * dequantize + sgemm: AVX-512 Q4_K and Q6_K, whose integer kernels give every token its
