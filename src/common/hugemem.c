@@ -2,6 +2,7 @@
 #include "common/hugemem.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/mman.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -30,6 +31,17 @@ void *hugemem_alloc(size_t bytes) {
 void hugemem_commit(void *p, size_t bytes) {
     volatile uint8_t *b = p; /* volatile: a store of the zero already there is still made */
     for (size_t i = 0; i < bytes; i += 4096) b[i] = 0;
+}
+
+int64_t hugemem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[128];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
 int hugemem_seal(void *p, size_t bytes) {

@@ -22,6 +22,7 @@
 #define UVLM_COMMON_HUGEMEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 void *hugemem_alloc(size_t bytes);
 void hugemem_free(void *p, size_t bytes);
@@ -30,6 +31,10 @@ void hugemem_free(void *p, size_t bytes);
  * otherwise fault in mid-step: here the first touch of a 2 MB page costs 1-3 ms (this VM's
  * host backs it then; a 4 KB page costs ~11 us). */
 void hugemem_commit(void *p, size_t bytes);
+/* Bytes the kernel can hand out without swapping (/proc/meminfo's MemAvailable), or -1 where it
+ * does not say: a check before hugemem_commit, so that a budget beyond the machine fails with an
+ * error rather than the OOM killer. (A cgroup's own limit is not in it.) */
+int64_t hugemem_available(void);
 /* Makes the whole buffer read-only (the protection of its every page, so no huge page is split):
  * 0, or -1 with errno set (mprotect's). */
 int hugemem_seal(void *p, size_t bytes);

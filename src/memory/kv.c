@@ -348,7 +348,10 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
          * [layer][cell], so the step that first reaches a page boundary faults 2 x n_layer
          * pages at once (SmolLM2: 60 pages, 60-180 ms of one step here; TinyLlama's first
          * decode steps spent ~90 ms in such faults in forward_bench). It also makes the memory
-         * the budget promises resident from the start, as the startup log says. */
+         * the budget promises resident from the start, as the startup log says, and a budget
+         * beyond the machine's available memory an error here instead of an OOM kill later. */
+        int64_t avail = ok ? hugemem_available() : -1;
+        if (avail >= 0 && (uint64_t)avail < (uint64_t)kv_k_bytes(kv) + kv_v_bytes(kv)) ok = false; /* -ERR_NOMEM */
         if (ok) {
             hugemem_commit(kv->k, kv_k_bytes(kv));
             hugemem_commit(kv->v, kv_v_bytes(kv));

@@ -58,7 +58,8 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     if (model_memory_counts_states(e->model)) n_cells = cfg->recurrent_states > 0 ? cfg->recurrent_states : cfg->n_seq_max;
     rc = model_memory_create(e->model, n_cells, cfg->n_seq_max, &e->mem);
     if (rc) {
-        snprintf(why, why_len, "memory of %lld cells: %s", (long long)n_cells, err_str(rc));
+        snprintf(why, why_len, "memory of %lld cells: %s%s", (long long)n_cells, err_str(rc),
+                 rc == -ERR_NOMEM ? " (more than the machine has available: lower --kv-tokens)" : "");
         model_engine_free(e);
         return rc;
     }

@@ -1,8 +1,11 @@
 """Model loading and shutdown around the serving engine: 503 loading before the model is ready,
-a missing model ends the server with a message, a drain lets a running generation finish."""
+a missing model or a memory budget beyond the machine ends the server with a message, a drain lets
+a running generation finish."""
 import json
 import signal
 import subprocess
+
+import pytest
 
 from conftest import BIN, ROOT, Server
 from serving_helpers import PROMPT, post, sse_events, start, wait_ready
@@ -26,6 +29,22 @@ def test_missing_model_exits_2_naming_it():
                        text=True, timeout=30)
     assert p.returncode == 2
     assert "/nonexistent/model.gguf" in p.stderr and "loading failed" in p.stderr
+
+
+def test_kv_budget_beyond_the_machine_exits_1_saying_so():
+    """--kv-tokens at its maximum (16777216 cells of the default model: ~25 GB of K/V) on a machine
+    with less memory available: refused at load with a message, not an OOM kill later."""
+    avail = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    if avail >= 26 * 2**30:
+        pytest.skip("this machine has %d GiB available: the budget fits" % (avail >> 30))
+    p = subprocess.run([BIN, "--port", "0", "--kv-tokens", "16777216"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "memory of 16777216 cells: out of memory" in p.stderr and "--kv-tokens" in p.stderr, p.stderr
 
 
 def test_unknown_chat_template_is_refused_at_load():
