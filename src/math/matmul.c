@@ -70,6 +70,21 @@ struct compute {
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Work items of a matrix of n_out rows as whole units of `unit` rows (the GEMM's 4-row tiles,
+ * the x16 layouts' 16-row groups): about `rows` rows each, a multiple of the thread count so
+ * that the parts start even, at most one per unit (none for no rows). */
+static int64_t even_chunks(int64_t n_out, int64_t unit, int64_t rows, int n_threads) {
+    int64_t n = div_up(div_up(n_out, rows), n_threads) * n_threads, units = div_up(n_out, unit);
+    return n < units ? n : units;
+}
+
+/* Rows [r0, r1) of item k of such a split into n items: the units shared out as evenly as n allows. */
+static void even_chunk_rows(int64_t n_out, int64_t unit, int64_t n, int64_t k, int64_t *r0, int64_t *r1) {
+    int64_t units = div_up(n_out, unit);
+    *r0 = unit * (units * k / n);
+    *r1 = unit * (units * (k + 1) / n) < n_out ? unit * (units * (k + 1) / n) : n_out;
+}
+
 /* The serving layouts of q8x16.h: their kernel (NULL for the GGUF types). */
 typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
                             const struct q8x16_act *acts, int64_t n_tok, float *y);
@@ -190,8 +205,7 @@ struct mat_desc {
     int64_t n_out;
     float *y;
     int64_t chunk0;     /* its first chunk in the job's chunk numbering */
-    int64_t chunk_rows; /* vector path: rows per chunk, or 0: n_split chunks of whole 16-row groups */
-    int64_t n_split;
+    int64_t chunk_rows; /* vector path: rows per chunk, or 0: its chunks split its 16-row groups evenly */
     /* vector path: this matrix's row bytes and kernels (vec_kernels; matrices of different
      * types can share a job when their activations are of one type) */
     size_t w_stride;
@@ -303,19 +317,24 @@ static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int6
     }
 }
 
-static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
+/* The matrix holding work item `chunk` (mats[m] holds items [its chunk0, the next one's)), the
+ * item's index *k in it and the matrix's item count *n. */
+static int chunk_mat(const struct matmul_job *j, int64_t chunk, int64_t *k, int64_t *n) {
     int m = 0;
     while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
-    const struct mat_desc *d = &j->mats[m];
-    int64_t k = chunk - d->chunk0, r0, r1;
+    *k = chunk - j->mats[m].chunk0;
+    *n = (m + 1 < j->n_mats ? j->mats[m + 1].chunk0 : j->n_chunks) - j->mats[m].chunk0;
+    return m;
+}
+
+static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
+    int64_t k, n, r0, r1;
+    const struct mat_desc *d = &j->mats[chunk_mat(j, chunk, &k, &n)];
     if (d->chunk_rows) {
         r0 = k * d->chunk_rows;
         r1 = r0 + d->chunk_rows < d->n_out ? r0 + d->chunk_rows : d->n_out;
     } else {
-        const int64_t groups = div_up(d->n_out, Q8X16_ROWS);
-        r0 = groups * k / d->n_split * Q8X16_ROWS;
-        r1 = groups * (k + 1) / d->n_split * Q8X16_ROWS;
-        if (r1 > d->n_out) r1 = d->n_out;
+        even_chunk_rows(d->n_out, Q8X16_ROWS, n, k, &r0, &r1);
     }
     vec_chunk(j, d, r0, r1);
 }
@@ -354,14 +373,9 @@ static void pack_pairs(void *job) {
 /* The GEMM's work items: chunk k of matrix m covers rows [r0, r1), a run of whole 4-row tiles
  * (the matrix's tiles split as evenly as its chunk count allows). */
 static void gemm_chunk_rows(const struct matmul_job *j, int64_t chunk, int *m_out, int64_t *r0, int64_t *r1) {
-    int m = 0;
-    while (m + 1 < j->n_mats && chunk >= j->mats[m + 1].chunk0) m++;
-    const struct mat_desc *d = &j->mats[m];
-    int64_t n = (m + 1 < j->n_mats ? j->mats[m + 1].chunk0 : j->n_chunks) - d->chunk0, k = chunk - d->chunk0;
-    int64_t tiles = (d->n_out + 3) / 4;
-    *m_out = m;
-    *r0 = 4 * (tiles * k / n);
-    *r1 = 4 * (tiles * (k + 1) / n) < d->n_out ? 4 * (tiles * (k + 1) / n) : d->n_out;
+    int64_t k, n;
+    *m_out = chunk_mat(j, chunk, &k, &n);
+    even_chunk_rows(j->mats[*m_out].n_out, 4, n, k, r0, r1);
 }
 
 /* The integer GEMMs' row chunks (Q8_0: gemm_q8.h on the packed activations; AVX-512 Q4_K with
@@ -460,10 +474,8 @@ static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
 static void tiles_dispatch(struct compute *c, struct matmul_job *j) {
     j->n_chunks = 0;
     for (int m = 0; m < j->n_mats; m++) {
-        int64_t n = div_up(div_up(j->mats[m].n_out, GEMM_CHUNK_ROWS), c->n_threads) * c->n_threads;
-        int64_t tiles = div_up(j->mats[m].n_out, 4);
         j->mats[m].chunk0 = j->n_chunks;
-        j->n_chunks += n < tiles ? n : tiles;
+        j->n_chunks += even_chunks(j->mats[m].n_out, 4, GEMM_CHUNK_ROWS, c->n_threads);
     }
     set_parts(c, j);
     (j->n_parts <= 1 ? pool_run_alone : pool_run)(c->pool, tile_rows, j);
@@ -556,12 +568,9 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         *d = (struct mat_desc){.w = mats[m].w, .n_out = mats[m].n_out, .y = mats[m].y, .chunk0 = j->n_chunks,
                                .chunk_rows = j->chunk_rows};
         int64_t n_chunks = div_up(d->n_out, d->chunk_rows);
-        if (all_x16 && j->n_tok < MATMUL_BLAS_MIN_TOKENS) {
-            const int64_t groups = div_up(d->n_out, Q8X16_ROWS);
-            d->n_split = div_up(div_up(d->n_out, X16_CHUNK_ROWS), c->n_threads) * c->n_threads;
-            if (d->n_split > groups) d->n_split = groups; /* 0 for no rows: no chunk */
+        if (all_x16 && j->n_tok < MATMUL_BLAS_MIN_TOKENS) { /* a decode step: even_chunks of groups */
             d->chunk_rows = 0;
-            n_chunks = d->n_split;
+            n_chunks = even_chunks(d->n_out, Q8X16_ROWS, X16_CHUNK_ROWS, c->n_threads);
         }
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
