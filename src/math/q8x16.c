@@ -56,28 +56,44 @@ static uint16_t *group_scales(const void *w, int64_t nb, size_t db, int64_t g, i
     return (uint16_t *)(i < scales_ahead(base) ? base : base + (size_t)nb * db + (size_t)i * SCALE_BYTES);
 }
 
-int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
-    const int64_t nb = n_in / QK8_0, n_groups = n_out / Q8X16_ROWS;
-    const size_t rb = row_bytes(n_in);
-    block_q8_0 *rows = malloc(Q8X16_ROWS * rb);
+/* The layouts' interleave: 4-byte word k of row l (bytes 4k..4k+3 of src) at dst + k * 64 + l * 4,
+ * for k < n_words. */
+static void put_words(uint8_t *dst, int l, const uint8_t *src, int n_words) {
+    for (int k = 0; k < n_words; k++) memcpy(dst + k * 64 + l * 4, src + 4 * k, 4);
+}
+
+/* Writes block i of group g into a layout at w from the group's 16 GGUF rows copied out to
+ * `rows` (row l at rows + l * rb, its blocks one after the other). */
+typedef void (*pack_block_fn)(void *w, int64_t nb, int64_t g, int64_t i, const uint8_t *rows, size_t rb);
+
+/* The three repacks: each whole group of 16 GGUF rows (nb blocks of bs bytes; group g at its
+ * own 16 rows' bytes) copied out, then rewritten in place block by block; the n_out % 16 rows
+ * after them stay as they are. 0, or -ERR_NOMEM (a 16-row buffer). */
+static int repack_groups(void *w, int64_t nb, size_t bs, int64_t n_out, pack_block_fn pack) {
+    const size_t rb = (size_t)nb * bs;
+    uint8_t *rows = malloc(Q8X16_ROWS * rb);
     if (!rows) return -ERR_NOMEM;
-    for (int64_t g = 0; g < n_groups; g++) {
-        memcpy(rows, group_base(w, nb, Q8_DATA, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
-        uint8_t *lv = group_data(w, nb, Q8_DATA, g);
-        for (int64_t i = 0; i < nb; i++) {
-            uint16_t *sc = group_scales(w, nb, Q8_DATA, g, i);
-            uint8_t *blk = lv + i * Q8_DATA;
-            for (int l = 0; l < Q8X16_ROWS; l++) {
-                const block_q8_0 *b = &rows[l * nb + i];
-                sc[l] = b->d;
-                for (int part = 0; part < QK8_0 / 4; part++) /* levels 4 part..4 part+3 of row l */
-                    memcpy(blk + part * 64 + l * 4, b->qs + 4 * part, 4);
-            }
-            for (int k = 0; k < 512; k++) blk[k] ^= 0x80; /* level + 128 */
-        }
+    for (int64_t g = 0; g < n_out / Q8X16_ROWS; g++) {
+        memcpy(rows, (uint8_t *)w + (size_t)g * Q8X16_ROWS * rb, Q8X16_ROWS * rb);
+        for (int64_t i = 0; i < nb; i++) pack(w, nb, g, i, rows, rb);
     }
     free(rows);
     return 0;
+}
+
+static void pack_q8_block(void *w, int64_t nb, int64_t g, int64_t i, const uint8_t *rows, size_t rb) {
+    uint16_t *sc = group_scales(w, nb, Q8_DATA, g, i);
+    uint8_t *blk = group_data(w, nb, Q8_DATA, g) + i * Q8_DATA;
+    for (int l = 0; l < Q8X16_ROWS; l++) {
+        const block_q8_0 *b = (const block_q8_0 *)(rows + l * rb) + i;
+        sc[l] = b->d;
+        put_words(blk, l, (const uint8_t *)b->qs, QK8_0 / 4); /* levels 4k..4k+3 of row l */
+    }
+    for (int k = 0; k < Q8_DATA; k++) blk[k] ^= 0x80; /* level + 128 */
+}
+
+int q8x16_repack(void *w, int64_t n_in, int64_t n_out) {
+    return repack_groups(w, n_in / QK8_0, sizeof(block_q8_0), n_out, pack_q8_block);
 }
 
 /* Level k of block i of row l (k < 32) in a group's levels lv. */
@@ -165,33 +181,25 @@ static int gguf_level5(const block_q5_0 *b, int k) {
     return nib | (int)((qh >> k) & 1) << 4;
 }
 
-int q5x16_repack(void *w, int64_t n_in, int64_t n_out) {
-    const int64_t nb = n_in / QK5_0, n_groups = n_out / Q8X16_ROWS;
-    const size_t rb = row_bytes5(n_in);
-    block_q5_0 *rows = malloc(Q8X16_ROWS * rb);
-    if (!rows) return -ERR_NOMEM;
-    for (int64_t g = 0; g < n_groups; g++) {
-        memcpy(rows, group_base(w, nb, Q5_DATA, g), Q8X16_ROWS * rb); /* the group's 16 GGUF rows */
-        uint8_t *dat = group_data(w, nb, Q5_DATA, g);
-        for (int64_t i = 0; i < nb; i++) {
-            uint8_t *p = dat + i * Q5_DATA;
-            uint16_t *scales = group_scales(w, nb, Q5_DATA, g, i);
-            uint32_t qh[Q8X16_ROWS];
-            for (int l = 0; l < Q8X16_ROWS; l++) {
-                const block_q5_0 *b = &rows[l * nb + i];
-                memcpy(&qh[l], b->qh, sizeof qh[l]);
-                scales[l] = b->d;
-                for (int j = 0; j < 4; j++) memcpy(p + j * 64 + l * 4, b->qs + 4 * j, 4);
-            }
-            for (int k = 0; k < 8; k++) { /* mask k: bits 4k..4k+3 of each row's qh, 4 per row */
-                uint64_t mask = 0;
-                for (int l = 0; l < Q8X16_ROWS; l++) mask |= (uint64_t)((qh[l] >> (4 * k)) & 0xF) << (4 * l);
-                for (int byte = 0; byte < 8; byte++) p[256 + k * 8 + byte] = (uint8_t)(mask >> (8 * byte)); /* little-endian */
-            }
-        }
+static void pack_q5_block(void *w, int64_t nb, int64_t g, int64_t i, const uint8_t *rows, size_t rb) {
+    uint8_t *p = group_data(w, nb, Q5_DATA, g) + i * Q5_DATA;
+    uint16_t *scales = group_scales(w, nb, Q5_DATA, g, i);
+    uint32_t qh[Q8X16_ROWS];
+    for (int l = 0; l < Q8X16_ROWS; l++) {
+        const block_q5_0 *b = (const block_q5_0 *)(rows + l * rb) + i;
+        memcpy(&qh[l], b->qh, sizeof qh[l]);
+        scales[l] = b->d;
+        put_words(p, l, b->qs, 4);
     }
-    free(rows);
-    return 0;
+    for (int k = 0; k < 8; k++) { /* mask k: bits 4k..4k+3 of each row's qh, 4 per row */
+        uint64_t mask = 0;
+        for (int l = 0; l < Q8X16_ROWS; l++) mask |= (uint64_t)((qh[l] >> (4 * k)) & 0xF) << (4 * l);
+        for (int byte = 0; byte < 8; byte++) p[256 + k * 8 + byte] = (uint8_t)(mask >> (8 * byte)); /* little-endian */
+    }
+}
+
+int q5x16_repack(void *w, int64_t n_in, int64_t n_out) {
+    return repack_groups(w, n_in / QK5_0, sizeof(block_q5_0), n_out, pack_q5_block);
 }
 
 /* Element k (< 32) of block i of row l of group g as the unsigned level 0..31. */
@@ -380,26 +388,19 @@ static struct k4_parts k4_sb(const void *w, int64_t nb, int64_t g, int64_t i) {
                              .dmin = (uint16_t *)(b + K4_NIB + 32), .planes = b + K4_NIB + 64};
 }
 
-int q4kx16_repack(void *w, int64_t n_in, int64_t n_out) {
-    const int64_t nb = n_in / QK_K, n_groups = n_out / Q8X16_ROWS;
-    const size_t rb = (size_t)nb * sizeof(block_q4_K);
-    block_q4_K *rows = malloc(Q8X16_ROWS * rb);
-    if (!rows) return -ERR_NOMEM;
-    for (int64_t g = 0; g < n_groups; g++) {
-        memcpy(rows, (uint8_t *)w + (size_t)g * Q8X16_ROWS * rb, Q8X16_ROWS * rb); /* the 16 GGUF rows */
-        for (int64_t i = 0; i < nb; i++) {
-            struct k4_parts p = k4_sb(w, nb, g, i);
-            for (int l = 0; l < Q8X16_ROWS; l++) {
-                const block_q4_K *b = &rows[l * nb + i];
-                p.d[l] = b->d;
-                p.dmin[l] = b->dmin;
-                for (int k = 0; k < K_SCALE_SIZE; k++) p.planes[k * Q8X16_ROWS + l] = b->scales[k];
-                for (int k = 0; k < QK_K / 8; k++) memcpy(p.nib + k * 64 + l * 4, b->qs + 4 * k, 4);
-            }
-        }
+static void pack_q4k_block(void *w, int64_t nb, int64_t g, int64_t i, const uint8_t *rows, size_t rb) {
+    struct k4_parts p = k4_sb(w, nb, g, i);
+    for (int l = 0; l < Q8X16_ROWS; l++) {
+        const block_q4_K *b = (const block_q4_K *)(rows + l * rb) + i;
+        p.d[l] = b->d;
+        p.dmin[l] = b->dmin;
+        for (int k = 0; k < K_SCALE_SIZE; k++) p.planes[k * Q8X16_ROWS + l] = b->scales[k];
+        put_words(p.nib, l, b->qs, QK_K / 8);
     }
-    free(rows);
-    return 0;
+}
+
+int q4kx16_repack(void *w, int64_t n_in, int64_t n_out) {
+    return repack_groups(w, n_in / QK_K, sizeof(block_q4_K), n_out, pack_q4k_block);
 }
 
 /* Super-block i of row r as GGUF holds it (from either layout). */
