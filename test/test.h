@@ -1,5 +1,5 @@
 /* test.h: the unit-test harness. One runner (test/runner.c) runs every TEST in every
- * every test/.../NAME_test.c and prints "N passed, N failed" (failed test names above it).
+ * test/.../NAME_test.c and prints "N passed, N failed" (failed test names above it).
  *
  *   #include "test.h"
  *   TEST(gguf_rejects_bad_magic) {
@@ -10,7 +10,8 @@
  * A TEST registers itself at start-up; a failed CHECK marks the test failed, prints file:line
  * and returns from it. SKIP("reason") marks a test skipped, and the runner prints the reason:
  * a test never skips silently. Filter with: test-runner NAME_SUBSTRING...
- * shared_path("models/x.gguf") gives "../shared/models/x.gguf" (or $UVLM_SHARED/...).
+ * shared_path("models/x.gguf") gives "../shared/models/x.gguf" (or $UVLM_SHARED/...); with
+ * UVLM_NO_SKIP=1 in the environment (CI) a missing shared file fails the test instead of skipping.
  */
 #ifndef UVLM_TEST_H
 #define UVLM_TEST_H
@@ -29,8 +30,8 @@ struct test_case {
 };
 
 void test_register(struct test_case *t);
-/* Path of a file under ../shared; NULL (and the test is skipped with the reason) when it
- * does not exist. The returned string lives until the next call from the same test. */
+/* Path of a file under ../shared; NULL when it does not exist: the test is then skipped with the
+ * reason, or failed when $UVLM_NO_SKIP is set (as CI sets it). The returned string lives until the next call from the same test. */
 const char *shared_path(struct test_case *t, const char *rel);
 
 #define TEST(name)                                                          \

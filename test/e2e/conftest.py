@@ -26,6 +26,23 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("UVLM_BIN", os.path.join(ROOT, "uvlm"))
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+SHARED = os.environ.get("UVLM_SHARED", os.path.join(os.path.dirname(ROOT), "shared"))
+# CI sets UVLM_NO_SKIP=1: a test that needs what the machine lacks (../shared, node, haproxy)
+# fails there instead of skipping, so no gate disappears silently.
+NO_SKIP = os.environ.get("UVLM_NO_SKIP", "") not in ("", "0")
+
+
+def need(ok, reason):
+    """Skip the calling test (fail it under UVLM_NO_SKIP) unless ok."""
+    if not ok:
+        (pytest.fail if NO_SKIP else pytest.skip)(reason)
+
+
+def shared_file(*parts):
+    """The path of a file under ../shared ($UVLM_SHARED); skips (fails under UVLM_NO_SKIP) when absent."""
+    path = os.path.join(SHARED, *parts)
+    need(os.path.exists(path), "shared test data missing: " + path)
+    return path
 
 
 class Server:

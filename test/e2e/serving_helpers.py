@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, shared_file
 
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 KJV = os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")  # the default model, in the repository
 PROMPT = "And God said"
 PROMPTS = ["And God said", "In the beginning", "The LORD is my shepherd", "And Moses went up",
@@ -35,10 +34,7 @@ def wait_ready(srv, timeout=30.0):
 
 
 def shared_model(name):
-    path = os.path.join(SHARED, "models", name)
-    if not os.path.exists(path):
-        pytest.skip("SKIP: %s missing (../shared not present)" % path)
-    return path
+    return shared_file("models", name)
 
 
 def post(srv, path, body, timeout=60.0):

@@ -5,10 +5,9 @@ import subprocess
 import tempfile
 import unittest
 
+from conftest import shared_file
+
 UVLM = os.environ.get("UVLM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "uvlm"))
-SHARED = os.environ.get("UVLM_SHARED",
-                        os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
-TEMPLATES = os.path.join(SHARED, "chat", "templates.jsonl")
 
 # One template per kind of format: role-named, per-role markers, system folded into user,
 # mistral's [INST] blocks, and a default system turn.
@@ -42,9 +41,7 @@ class ApplyTemplate(unittest.TestCase):
         return path
 
     def shared_templates(self):
-        if not os.path.exists(TEMPLATES):
-            self.skipTest("shared test data not found: " + TEMPLATES)
-        with open(TEMPLATES, encoding="utf-8") as f:
+        with open(shared_file("chat", "templates.jsonl"), encoding="utf-8") as f:
             return {t["name"]: t for t in map(json.loads, f)}
 
     def test_prints_exactly_the_expected_prompt(self):
@@ -60,9 +57,7 @@ class ApplyTemplate(unittest.TestCase):
                     self.assertEqual(r.stdout.decode("utf-8"), conv["expected"])
 
     def test_model_chat_template(self):
-        model = os.path.join(SHARED, "models", "qwen2-q8_0.gguf")
-        if not os.path.exists(model):
-            self.skipTest("shared test data not found: " + model)
+        model = shared_file("models", "qwen2-q8_0.gguf")
         msgs = self.write("m.json", json.dumps([{"role": "user", "content": "Hi"}]))
         r = run("--model", model, "--messages", msgs)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -9,17 +9,14 @@ import subprocess
 import tempfile
 import unittest
 
+from conftest import shared_file
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 UVLM = os.environ.get("UVLM_BIN", os.path.join(ROOT, "uvlm"))
-SHARED = os.environ.get("UVLM_SHARED", os.path.join(ROOT, "..", "shared"))
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
 
 
-def shared(*parts):
-    path = os.path.join(SHARED, *parts)
-    if not os.path.exists(path):
-        raise unittest.SkipTest("shared test data missing: " + path)
-    return path
+shared = shared_file
 
 
 def uvlm(*args):

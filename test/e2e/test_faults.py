@@ -6,8 +6,6 @@ import importlib.util
 import os
 import types
 
-import pytest
-
 from conftest import BIN, ROOT
 
 _loader = importlib.machinery.SourceFileLoader("faults", os.path.join(ROOT, "scripts", "faults"))
@@ -16,9 +14,6 @@ _loader.exec_module(faults)
 
 # loose /health bound: this is a shared 2-core machine running a Python load generator too
 ARGS = types.SimpleNamespace(bin=BIN, model=None, clients=16, health_ms=200)
-
-needs_model = pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
-                                 reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
 
 
 def run(name, **kw):
@@ -39,21 +34,17 @@ def test_connections_over_the_limit_get_503_retry_after_then_recover():
     run("conn-limit")
 
 
-@needs_model
 def test_missing_or_corrupt_model_fails_at_start_naming_the_file():
     run("bad-model", bad_model_exit=None)
 
 
-@needs_model
 def test_missing_or_corrupt_model_exits_2():
     run("bad-model")
 
 
-@needs_model
 def test_full_queue_gives_503_retry_after_then_recovers():
     run("queue-full", clients=24)
 
 
-@needs_model
 def test_exhausted_kv_memory_preempts_and_every_request_completes():
     run("kv-exhausted", clients=8)

@@ -7,9 +7,10 @@ import subprocess
 import tempfile
 import unittest
 
+from conftest import shared_file
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 UVLM = os.environ.get("UVLM_BIN", os.path.join(ROOT, "uvlm"))
-SHARED = os.environ.get("UVLM_SHARED", os.path.join(ROOT, "..", "shared"))
 
 
 def run(*args):
@@ -21,9 +22,7 @@ def run(*args):
 
 class MkmodelMamba(unittest.TestCase):
     def test_mamba_types_load_and_track_f32(self):
-        vocab = os.path.join(SHARED, "vocab", "ggml-vocab-llama-spm.gguf")
-        if not os.path.exists(vocab):
-            raise unittest.SkipTest("shared test data missing: " + vocab)
+        vocab = shared_file("vocab", "ggml-vocab-llama-spm.gguf")
         with tempfile.TemporaryDirectory() as d:
             prompts = os.path.join(d, "p.txt")
             with open(prompts, "w") as f:

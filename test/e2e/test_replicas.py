@@ -21,13 +21,15 @@ import urllib.request
 
 import pytest
 
-from conftest import BIN, ROOT, SANITIZER_MARKS
+from conftest import BIN, ROOT, SANITIZER_MARKS, need
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import uvlmload  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
-                                reason="haproxy is not installed (scripts/install-deps installs it)")
+
+@pytest.fixture(autouse=True)
+def _haproxy_installed():
+    need(shutil.which("haproxy"), "haproxy is not installed (scripts/install-deps installs it)")
 
 
 def free_ports(n):
@@ -155,21 +157,11 @@ def test_same_session_id_goes_to_the_same_replica(cluster):
     assert len(spread) > 1, spread  # no header: round-robin
 
 
-def model_available():
-    """The binary serves a model (the serving branch is in): a completion endpoint exists."""
-    return os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf"))
-
-
-needs_model = pytest.mark.skipif(not model_available(),
-                                 reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
-
-
 def metric(c, i, name):
     res = c.get("/metrics", port=c.base + i)
     return uvlmload.parse_metrics(res.body.decode()).get(name, 0.0)
 
 
-@needs_model
 def test_multi_turn_chat_with_session_id_hits_one_replicas_prompt_cache(cluster):
     c = cluster("--kv-tokens", "2048")
     session = {"X-Session-Id": "user-42"}
@@ -190,7 +182,6 @@ def test_multi_turn_chat_with_session_id_hits_one_replicas_prompt_cache(cluster)
     assert others == [0, 0], others
 
 
-@needs_model
 def test_replica_prefilling_long_prompts_is_never_marked_down(cluster):
     c = cluster("--kv-tokens", "8192", "--threads", "1")
     long_prompt = " ".join(["And the LORD spake unto Moses, saying, Speak unto the children of Israel"] * 50)  # ~950 tokens of 1023
@@ -228,8 +219,7 @@ def test_systemd_unit_verifies_and_its_command_line_serves(tmp_path, start_serve
         p = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=30", str(path)],
                            capture_output=True, text=True)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr  # exposure 3.0 or better
-    if not os.path.exists(subst["/var/lib/uvlm/model.gguf"]):
-        pytest.skip("no shipped model to start the unit's command line with")
+    assert os.path.exists(subst["/var/lib/uvlm/model.gguf"]), "the shipped default model is missing"
     assert exec_start[0][1] == "serve", exec_start
     # the same flags after start_server's --host/--port (flags alone run serve); SIGTERM -> exit 0
     srv = start_server(*exec_start[0][2:])

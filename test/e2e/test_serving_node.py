@@ -5,8 +5,7 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
+from conftest import need
 from serving_helpers import start
 
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
@@ -14,10 +13,9 @@ NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 
 def test_openai_node_sdk_streams_chat_and_completion_n2():
     node = shutil.which("node")
-    if not node:
-        pytest.skip("SKIP: node is not installed (scripts/install-deps installs it)")
-    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")):
-        pytest.skip("SKIP: the OpenAI SDK is not installed: (cd test/e2e/node && npm ci)")
+    need(node, "node is not installed (scripts/install-deps installs it)")
+    need(os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")),
+         "the OpenAI SDK is not installed: (cd test/e2e/node && npm ci)")
     srv = start()
     try:
         out = subprocess.run([node, "openai_sdk.mjs", "http://127.0.0.1:%d/v1" % srv.port], cwd=NODE_DIR,

@@ -1,14 +1,12 @@
-"""Short soak runs of scripts/soak (the full one is 10 minutes with 500 connections: see README,
-"Reliability"). Each run starts its own uvlm ($UVLM_BIN, an ASan build under make check, whose
+"""Short soak runs of scripts/soak (the full one is 10 minutes with 500 connections: see
+docs/reliability.md). Each run starts its own uvlm ($UVLM_BIN, an ASan build under make check, whose
 LeakSanitizer report at exit fails the run), mixes streaming and non-streaming requests with 20%
 of the streams left mid-way, and drains the server on SIGTERM during the load: every request not
 left on purpose must get a complete, valid answer. The /health bound is loose here (a shared
-2-core machine also runs the load generator); the full soak's figures are in the README."""
+2-core machine also runs the load generator); the full soak's figures are in docs/reliability.md."""
 import json
 import os
 import subprocess
-
-import pytest
 
 from conftest import BIN, ROOT
 
@@ -29,11 +27,10 @@ def soak(tmp_path, *args):
 
 def test_soak_http_layer_with_drain_under_load(tmp_path):
     s = soak(tmp_path, "--debug", "--duration", "8", "--connections", "100", "--sigterm-at", "6")
-    assert s["disconnected"] > 0 and s["refused_while_draining"] >= 0
+    assert s["disconnected"] > 0
+    assert s["refused_while_draining"] > 0  # the load went on into the drain, which refused it
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
-                    reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
 def test_soak_model_short(tmp_path):
     s = soak(tmp_path, "--duration", "14", "--connections", "64", "--max-tokens", "8", "--window", "5")
     assert s["disconnected"] > 0
@@ -48,8 +45,6 @@ def test_soak_model_short(tmp_path):
     assert sum(h["n"] for h in loop["hist"]) == loop["iterations"] == sum(h["n"] for h in loop["cpu_hist"])
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "models", "kjv-tiny-q8_0.gguf")),
-                    reason="this build serves no model yet (models/kjv-tiny-q8_0.gguf absent)")
 def test_sigterm_during_model_load_drops_no_request(tmp_path):
     s = soak(tmp_path, "--duration", "8", "--connections", "48", "--max-tokens", "24", "--sigterm-at", "5")
     assert s["refused_while_draining"] > 0  # the load went on into the drain

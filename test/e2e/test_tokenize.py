@@ -6,9 +6,9 @@ import subprocess
 import tempfile
 import unittest
 
+from conftest import shared_file
+
 UVLM = os.environ.get("UVLM_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "uvlm"))
-SHARED = os.environ.get("UVLM_SHARED",
-                        os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 VOCABS = ["llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2"]
 MODELS = ["llama-spm-q8_0", "llama3-bpe-q8_0", "qwen2-q8_0", "kjv-tiny-q8_0"]
 
@@ -17,11 +17,7 @@ def tokenize(*args, stdin=None):
     return subprocess.run([UVLM, "tokenize", *args], input=stdin, capture_output=True, timeout=60)
 
 
-def shared(*parts):
-    path = os.path.join(SHARED, *parts)
-    if not os.path.exists(path):
-        raise unittest.SkipTest("shared test data missing: " + path)
-    return path
+shared = shared_file
 
 
 class TokenizeVocabFiles(unittest.TestCase):
