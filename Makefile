@@ -26,7 +26,7 @@ RUNNER    := $(BUILD)/test-runner
 $(TEST_OBJS): CFLAGS += -Itest
 BENCH_BINS := $(patsubst test/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test unit e2e check bench fuzz clean
+.PHONY: all test unit e2e check bench fuzz flags-table clean
 all: $(BIN)
 
 $(BIN): $(LIB_OBJS) $(BUILD)/src/main.o
@@ -39,12 +39,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# make test: C unit + golden tests, then end-to-end tests against the real binary. One after the
-# other even under -j: the e2e servers' timing checks (a first /health within a second, ready
-# within 10 s, completions while loading is over) ran beside the unit tests' 2-thread golden runs,
-# and under ASan a server's niced compute thread loading its model beside them was starved past
-# the 10 s wait (a completion got 503 "Loading model"); alone the ASan e2e suite takes 119 s, beside
-# the unit tests 214 s.
+# make test: C unit + golden tests, then end-to-end tests against the real binary, one after the
+# other even under -j, so the e2e servers' timing checks never share the cores with golden runs.
 test:
 	$(MAKE) unit
 	$(MAKE) e2e
@@ -69,6 +65,10 @@ $(BUILD)/bench/%: test/bench/%.c $(LIB_OBJS)
 
 fuzz:
 	$(MAKE) -f scripts/fuzz.mk
+
+# README.md's flag table is `uvlm --help-markdown` (test/e2e/test_docs.py fails when it differs).
+flags-table: $(BIN)
+	scripts/flags-table $(abspath $(BIN))
 
 clean:
 	rm -rf build build-check build-fuzz $(BIN)

@@ -1,6 +1,7 @@
 /* main.c: ./uvlm [SUBCOMMAND] [FLAGS]. With no subcommand (or a flag first) it serves.
  * The only place in uvlm that exits the process. */
 #include "cmd/cmd.h"
+#include "common/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ static const struct subcommand subcommands[] = {
     {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
     {"generate", cmd_generate, "generate text from one prompt, then print tok/s (--model M --prompt P)"},
     {"eval-logits", cmd_eval_logits, "top-K logits of prompts and greedy runs as reference JSON"},
-    {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2 GGUF of any shape and weight type"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2/mamba GGUF of any shape and weight type"},
 };
 
 static void usage(FILE *out) {
@@ -60,6 +61,12 @@ static void openblas_pick_core(char **argv) {
 int main(int argc, char **argv) {
     openblas_pick_core(argv);
     const char *name = argc > 1 ? argv[1] : NULL;
+    /* `uvlm [serve] --help-markdown`: the server's flag table for README.md (make flags-table) */
+    int first = name && !strcmp(name, "serve") ? 2 : 1;
+    if (argc == first + 1 && !strcmp(argv[first], "--help-markdown")) {
+        config_usage_markdown(stdout);
+        return 0;
+    }
     if (!name || name[0] == '-') /* no arguments, or flags only: serve, argv[0] = program */
         return cmd_serve(argc, argv);
     for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)

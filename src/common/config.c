@@ -22,9 +22,10 @@ const struct config_setting config_settings[] = {
      "TCP port to listen on (0 picks a free one and logs it)"},
     {"model", 'm', CONFIG_STR, F(model), "", 0, 0, NULL,
      "GGUF model file to serve (empty: models/kjv-tiny-q8_0.gguf, shipped in the repository)"},
-    /* the serving engine (issue 5) */
+    /* the serving engine */
     {"kv-tokens", 0, CONFIG_INT, F(kv_tokens), "4096", 16, 1LL << 24, NULL,
-     "KV cells shared by all sequences: the memory budget requests are admitted against"},
+     "KV cells shared by all sequences: the memory budget requests are admitted against; committed "
+     "at load, which fails when they exceed the machine's available memory"},
     {"batch-tokens", 0, CONFIG_INT, F(batch_tokens), "512", 1, 65536, NULL,
      "most tokens per step (decode tokens + prompt chunks)"},
     {"max-step-ms", 0, CONFIG_INT, F(max_step_ms), "100", 1, 600000, NULL,
@@ -53,7 +54,7 @@ const struct config_setting config_settings[] = {
      "most tokens (prompt + generated) per sequence, below the model's context (0: the context)"},
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,
      "recurrent (Mamba) models: sequence states held at once, live or cached; more requests "
-     "take turns (0: one per sequence id)"},
+     "take turns (0: one per sequence id, the larger of 64 and 4 x max-n)"},
     {"stall-timeout", 0, CONFIG_MS, F(stall_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,
@@ -415,4 +416,68 @@ void config_usage(FILE *out, const char *prog) {
                 s->choices ? "  one of: " : "", s->choices ? s->choices : "", env);
     }
     fprintf(out, "  %-32s %s\n", "-h, --help", "print this and exit");
+    fprintf(out, "  %-32s %s\n", "    --help-markdown", "print this table as Markdown (README.md's flag table) and exit");
+}
+
+/* A size in bytes or a duration in ms the way a user would write it: "16M", "30s", "24h". */
+static void fmt_amount(char *out, size_t cap, long long v, enum config_type type) {
+    static const struct { long long unit; const char *suffix; } sizes[] = {
+        {GiB, "G"}, {MiB, "M"}, {KiB, "k"}}, times[] = {{HOUR_MS, "h"}, {60000, "m"}, {1000, "s"}};
+    const bool size = type == CONFIG_SIZE;
+    for (size_t i = 0; v && i < 3; i++) {
+        long long unit = size ? sizes[i].unit : times[i].unit;
+        if (v % unit == 0) {
+            snprintf(out, cap, "%lld%s", v / unit, size ? sizes[i].suffix : times[i].suffix);
+            return;
+        }
+    }
+    snprintf(out, cap, "%lld%s", v, size || !v ? "" : "ms");
+}
+
+/* Text for a Markdown table cell: '|' would end the cell. */
+static void md_cell(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void config_usage_markdown(FILE *out) {
+    fprintf(out, "| flag | config key | environment | default | values | what |\n"
+                 "| --- | --- | --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < config_n_settings; i++) {
+        const struct config_setting *s = &config_settings[i];
+        char env[80], lo[32], hi[32];
+        env_name(s, env, sizeof env);
+        fputs("| ", out);
+        if (s->alias) fprintf(out, "`-%c`, ", s->alias);
+        fprintf(out, "`--%s` | ", s->name);
+        if (s->offset == offsetof(struct config, config_file)) fputs("- | ", out); /* a file names no file */
+        else fprintf(out, "`%s` | ", s->name);
+        fprintf(out, "`%s` | %s%s%s | ", env, *s->def ? "`" : "", *s->def ? s->def : "(none)", *s->def ? "`" : "");
+        switch (s->type) {
+        case CONFIG_STR:
+            if (!s->choices) {
+                fputs("text", out);
+                break;
+            }
+            for (const char *p = s->choices; *p; p++) {
+                if (*p == '|') fputs(", ", out);
+                else fputc(*p, out);
+            }
+            break;
+        case CONFIG_INT: fprintf(out, "%lld..%lld", s->min, s->max); break;
+        case CONFIG_SIZE:
+        case CONFIG_MS:
+            fmt_amount(lo, sizeof lo, s->min, s->type);
+            fmt_amount(hi, sizeof hi, s->max, s->type);
+            fprintf(out, "%s..%s%s", lo, hi, s->type == CONFIG_SIZE ? " bytes" : "");
+            break;
+        case CONFIG_BOOL: fputs("true, false", out); break;
+        case CONFIG_LIST: fputs("comma-separated list", out); break;
+        }
+        fputs(" | ", out);
+        md_cell(out, s->help);
+        fputs(" |\n", out);
+    }
 }

@@ -109,4 +109,9 @@ void config_free(struct config *cfg);
 /* Print the flags table (name, alias, default, env, help). */
 void config_usage(FILE *out, const char *prog);
 
+/* Print the same table as Markdown: one row per setting with its flag (and alias), config-file
+ * key, UVLM_* variable, default, accepted values and help. `uvlm --help-markdown` prints it;
+ * `make flags-table` copies it into README.md, and test/e2e/test_docs.py checks that copy. */
+void config_usage_markdown(FILE *out);
+
 #endif

@@ -171,3 +171,34 @@ TEST(config_file_line_too_long_is_an_error) {
         unlink(path);
     }
 }
+
+/* --help-markdown: a header, then one row per setting in table order, each with its flag,
+ * variable and range; a config file cannot name another one, so --config has no file key. */
+TEST(config_usage_markdown_one_row_per_setting) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ASSERT(f);
+    config_usage_markdown(f);
+    fclose(f);
+    int rows = 0;
+    for (const char *line = text; *line; rows++) {
+        const char *nl = strchr(line, '\n');
+        CHECK(nl && line[0] == '|' && nl[-1] == '|');
+        if (!nl) break;
+        if (rows >= 2) {
+            const struct config_setting *s = &config_settings[rows - 2];
+            char flag[64];
+            snprintf(flag, sizeof flag, "`--%s` |", s->name);
+            CHECK(strstr(line, flag) && strstr(line, flag) < nl);
+        }
+        line = nl + 1;
+    }
+    CHECK_EQ_INT(rows, (long long)config_n_settings + 2);
+    CHECK(strstr(text, "| `--config` | - | `UVLM_CONFIG` |"));
+    CHECK(strstr(text, "| `-p`, `--port` | `port` | `UVLM_PORT` | `8080` | 0..65535 |"));
+    CHECK(strstr(text, "| `UVLM_MAX_HEADER_BYTES` | `16k` | 256..16M bytes |"));
+    CHECK(strstr(text, "| `UVLM_DRAIN_TIMEOUT` | `30s` | 0..24h |"));
+    CHECK(strstr(text, "| debug, info, warn, error, off |"));
+    free(text);
+}
