@@ -304,6 +304,9 @@ static int parse_stop(struct parser *ps, struct completion_params *p) {
 
 /* ---- logit_bias ---- */
 
+/* The largest |bias|: llama.cpp's native endpoint takes any float, OpenAI's [-100, 100]. */
+static double bias_limit(const struct parser *ps) { return ps->endpoint == API_COMPLETION ? FLT_MAX : 100.0; }
+
 static int bias_value(struct parser *ps, const json_t *v, const char *param, float *out) {
     if (json_is_false(v)) {
         *out = -INFINITY;
@@ -312,7 +315,7 @@ static int bias_value(struct parser *ps, const json_t *v, const char *param, flo
     if (!json_is_number(v))
         return bad(ps, param, "expected a number or false, got %s", json_type_name(v));
     double b = json_number_value(v);
-    double lim = ps->endpoint == API_COMPLETION ? FLT_MAX : 100.0;
+    double lim = bias_limit(ps);
     if (!(b >= -lim && b <= lim)) return bad(ps, param, "must be in [%g, %g], got %g", -lim, lim, b);
     *out = (float)b;
     return 0;
@@ -328,6 +331,30 @@ static int parse_id_key(const char *key, int32_t *out) {
     }
     if (id > INT32_MAX) return -1;
     *out = (int32_t)id;
+    return 0;
+}
+
+static int bias_cmp(const void *a, const void *b) {
+    const struct logit_bias *x = a, *y = b;
+    return (x->token > y->token) - (x->token < y->token);
+}
+
+/* One entry per token, in token order: a token listed twice gets the sum of its biases, which
+ * must stay within the endpoint's range (a ban, false, stays a ban). Returns the entry count. */
+static int merge_biases(struct parser *ps, struct logit_bias *lb, size_t n, double lim, size_t *n_out) {
+    qsort(lb, n, sizeof *lb, bias_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        double sum = 0;
+        for (; j < n && lb[j].token == lb[i].token; j++) sum += lb[j].bias;
+        if (!(sum >= -lim && sum <= lim) && sum != -INFINITY)
+            return bad(ps, "logit_bias", "the entries for token %d add up to %g, outside [%g, %g]",
+                       (int)lb[i].token, sum, -lim, lim);
+        lb[m++] = (struct logit_bias){lb[i].token, (float)sum};
+        i = j;
+    }
+    *n_out = m;
     return 0;
 }
 
@@ -372,8 +399,7 @@ static int parse_logit_bias(struct parser *ps, struct completion_params *p) {
         }
     }
     p->logit_bias = lb;
-    p->n_logit_bias = n;
-    return 0;
+    return merge_biases(ps, lb, n, bias_limit(ps), &p->n_logit_bias);
 }
 
 /* ---- chat messages ---- */
@@ -662,13 +688,10 @@ int completion_params_check_tokens(const struct completion_params *p, int32_t n_
                                    struct api_error *err) {
     int rc = check_ids(p->prompt_tokens, p->n_prompt_tokens, n_vocab, "prompt", err);
     for (size_t i = 0; rc == 0 && i < p->n_logit_bias; i++)
-        if (p->logit_bias[i].token >= n_vocab) {
-            char where[PARAM_SIZE];
-            param_fmt(where, "logit_bias[%zu]", i);
-            rc = api_error_set(err, 400, "invalid_request_error", where,
-                               "%s: unknown token id %d (the vocabulary has %d tokens)", where,
+        if (p->logit_bias[i].token >= n_vocab)
+            rc = api_error_set(err, 400, "invalid_request_error", "logit_bias",
+                               "logit_bias: unknown token id %d (the vocabulary has %d tokens)",
                                (int)p->logit_bias[i].token, (int)n_vocab);
-        }
     return rc;
 }
 

@@ -160,7 +160,8 @@ struct completion_params {
     bool cache_prompt;
     bool ignore_eos;
 
-    const struct logit_bias *logit_bias; /* in request order; ids checked like the prompt's */
+    const struct logit_bias *logit_bias; /* one per token, in token order (duplicates summed);
+                                          * ids checked like the prompt's */
     size_t n_logit_bias;
 
     int32_t n;                /* choices: 1..max_n */

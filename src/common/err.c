@@ -15,6 +15,7 @@ const char *err_str(int code) {
         [ERR_TIMEOUT] = "timed out",
         [ERR_STATE] = "invalid state",
         [ERR_AUTH] = "unauthorized",
+        [ERR_NUMERIC] = "the model produced invalid numbers (NaN or infinity)",
     };
     if (code < 0) code = -code;
     return code < ERR_COUNT_ && names[code] ? names[code] : "unknown error";

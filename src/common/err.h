@@ -23,6 +23,7 @@ enum err {
     ERR_TIMEOUT = 10,     /* a deadline passed */
     ERR_STATE = 11,       /* not valid in the current state (not ready, draining) */
     ERR_AUTH = 12,        /* missing or wrong credentials */
+    ERR_NUMERIC = 13,     /* a computation produced NaN or infinity (a corrupt model) */
     ERR_COUNT_
 };
 

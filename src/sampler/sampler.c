@@ -3,6 +3,7 @@
 #include "sampler/sampler.h"
 #include "common/err.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ struct sampler {
     uint64_t rng[4];          /* xoshiro256** state */
     int32_t *window;          /* [max_window] ring of the last tokens */
     int32_t n_window, window_head;
+    int32_t n_nonfinite;      /* non-finite logits in the last sampler_sample's input */
     struct sampler_scratch *sc; /* shared, or own (then in the same block as the sampler) */
     struct sampler_scratch own;
 };
@@ -129,11 +131,27 @@ void sampler_accept(struct sampler *s, int32_t token) {
     if (s->n_window < s->max_window) s->n_window++;
 }
 
-/* Steps 1 and 2 into s->sc->work. */
+/* A logit every later step can order and subtract: NaN ranks below everything (as a ban), +inf
+ * becomes the largest finite float (so differences of logits stay finite). */
+static float orderable(float l) {
+    if (l != l) return -INFINITY;
+    return l > FLT_MAX ? FLT_MAX : l;
+}
+
+/* Steps 1 and 2 into s->sc->work, every value orderable; counts the input's non-finite logits. */
 static void bias_and_penalties(struct sampler *s, const float *logits) {
     const struct sampler_params *p = &s->p;
-    memcpy(s->sc->work, logits, (size_t)s->n_vocab * sizeof *s->sc->work);
-    for (int32_t i = 0; i < p->n_logit_bias; i++) s->sc->work[p->logit_bias[i].token] += p->logit_bias[i].bias;
+    float *work = s->sc->work;
+    int32_t bad = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        bad += !isfinite(logits[i]);
+        work[i] = orderable(logits[i]);
+    }
+    s->n_nonfinite = bad;
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        float *l = &work[p->logit_bias[i].token];
+        *l = orderable(*l + p->logit_bias[i].bias);
+    }
     bool rep = p->repeat_penalty > 0 && p->repeat_penalty != 1.0f;
     if (!rep && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
     int32_t n = p->repeat_last_n < s->n_window ? p->repeat_last_n : s->n_window;
@@ -144,9 +162,9 @@ static void bias_and_penalties(struct sampler *s, const float *logits) {
     for (int32_t i = 0; i < n; i++) {
         int32_t t = s->window[(s->window_head - 1 - i + s->max_window) % s->max_window];
         if (t < 0 || t >= s->n_vocab || s->sc->counts[t] == 0) continue;
-        float *l = &s->sc->work[t];
+        float *l = &work[t];
         if (rep) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)s->sc->counts[t] * p->frequency_penalty + p->presence_penalty;
+        *l = orderable(*l - ((float)s->sc->counts[t] * p->frequency_penalty + p->presence_penalty));
         s->sc->counts[t] = 0;  /* each distinct token once; leaves counts zeroed */
     }
 }
@@ -199,7 +217,7 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
     if (mx == -INFINITY) mx = 0;
     double sum = 0;
     for (int32_t i = 0; i < nv; i++) sum += exp((double)s->sc->work[i] - mx);
-    double lse = mx + log(sum);
+    double lse = sum > 0 ? mx + log(sum) : mx; /* every token banned: each one's logprob is -inf */
     int32_t k = n < nv ? n : nv;
     if (k > 0) top_k_sorted(s->sc->work, nv, k, s->sc->cand);
     bool have_chosen = false;
@@ -210,6 +228,8 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
     if (!have_chosen) probs[k++] = (struct sampler_prob){chosen, (float)(s->sc->work[chosen] - lse)};
     *n_out = k;
 }
+
+int32_t sampler_last_nonfinite(const struct sampler *s) { return s->n_nonfinite; }
 
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out) {
     const struct sampler_params *p = &s->p;
@@ -246,6 +266,7 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
             for (int32_t i = 0; i < n; i++)
                 if (s->sc->cand[i].logit > mx) mx = s->sc->cand[i].logit;
             float cut = mx + logf(p->min_p);  /* p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p) */
+            if (!(cut <= mx)) cut = mx;       /* min_p > 1 (or NaN) still keeps the best candidate */
             int32_t m = 0;
             for (int32_t i = 0; i < n; i++)
                 if (s->sc->cand[i].logit >= cut) s->sc->cand[m++] = s->sc->cand[i];

@@ -15,6 +15,9 @@
  *   3. temperature <= 0: greedy, the largest logit (smallest id on a tie); stop here
  *   4. top_k (k <= 0: off), top_p (>= 1: off), min_p (<= 0: off: keep p >= min_p * p_max)
  *   5. temperature, softmax over what is left, draw with the RNG
+ * The sampler is total: whatever the logits and parameters (NaN, infinities, every token banned,
+ * min_p > 1), sampler_sample returns a token id in [0, n_vocab). A NaN logit ranks as banned and
+ * +inf as the largest float; sampler_last_nonfinite tells the caller the model's row was invalid.
  * Reported log-probs (n_probs > 0): the n_probs most likely tokens of the distribution after
  * step 2 at temperature 1 over the whole vocabulary (what the model says, with the request's
  * bias and penalties; independent of truncation and temperature), plus the chosen token's.
@@ -79,5 +82,8 @@ void sampler_accept(struct sampler *s, int32_t token);
  * n_probs + 1 entries: the top n_probs, then, if not among them, the chosen token; *n_out their
  * count. */
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out);
+/* How many logits of the last sampler_sample call's input were NaN or infinite (0 from a sound
+ * model: a caller ends the sequence with -ERR_NUMERIC otherwise). */
+int32_t sampler_last_nonfinite(const struct sampler *s);
 
 #endif

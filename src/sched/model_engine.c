@@ -145,7 +145,8 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
     struct model_engine *e = engine;
     struct sampler_params p = *(const struct sampler_params *)params;
     p.seed = seed;
-    int32_t window = p.repeat_last_n < 0 ? e->n_ctx : p.repeat_last_n;
+    /* the penalty window never outgrows the context (-1: the whole context) */
+    int32_t window = p.repeat_last_n < 0 || p.repeat_last_n > e->n_ctx ? e->n_ctx : p.repeat_last_n;
     struct sampler *s;
     if (sampler_create(&s, e->n_vocab, window > 0 ? window : 1, e->sampling) < 0) return NULL;
     if (sampler_reset(s, &p) < 0) {
@@ -161,6 +162,7 @@ static int32_t engine_sample(void *engine, void *sampler, const float *logits, i
     struct sampler_prob top[SAMPLER_MAX_PROBS + 1];
     int32_t n_top = 0;
     int32_t tok = sampler_sample(sampler, logits, probs ? top : NULL, &n_top);
+    if (sampler_last_nonfinite(sampler) > 0) return -ERR_NUMERIC; /* this sequence ends, alone */
     sampler_accept(sampler, tok);
     if (probs) { /* top[0..n_probs): the alternatives; the chosen token is among them or last */
         int32_t n_alt = n_top < n_probs ? n_top : n_probs;

@@ -173,7 +173,9 @@ struct sched_engine_ops {
     void *(*sampler_create)(void *engine, const void *params, uint64_t seed,
                             const int32_t *prompt, int32_t n_prompt);
     /* Pick the next token from one row of logits and remember it as generated; fill probs->
-     * logprob and, when n_probs > 0, up to n_probs alternatives. Worker thread. */
+     * logprob and, when n_probs > 0, up to n_probs alternatives. Worker thread. A negative
+     * ERR_* instead (e.g. -ERR_NUMERIC: the row holds NaN) fails this sequence's request alone;
+     * the other sequences of the step go on. */
     int32_t (*sample)(void *engine, void *sampler, const float *logits, int32_t n_probs,
                       struct sched_token_probs *probs);
     void (*sampler_free)(void *engine, void *sampler);

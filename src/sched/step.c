@@ -653,6 +653,10 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
             const struct step_sample *sm = &st->samples[e->first_sample + k];
             int32_t id = r->seqs[sm->choice];
             if (id < 0 || r->cancelled) continue;
+            if (sm->out.token < 0) { /* no token for this sequence: its request fails alone */
+                sched_req_fail(s, r, sm->out.token);
+                break;
+            }
             take_token(s, id, &sm->out, now_ms);
             if (r->state == REQ_FREE) break; /* its last choice ended */
         }

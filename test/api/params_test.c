@@ -80,8 +80,9 @@ TEST(params_native_every_field) {
     CHECK(p.stream && p.want_logprobs && !p.cache_prompt && p.ignore_eos);
     CHECK_EQ_INT(p.n_probs, 3);
     CHECK_EQ_INT(p.n_logit_bias, 2);
-    CHECK(p.logit_bias[0].token == 15043 && p.logit_bias[0].bias == -1.5f);
-    CHECK(p.logit_bias[1].token == 2 && isinf(p.logit_bias[1].bias) && p.logit_bias[1].bias < 0);
+    /* in token order */
+    CHECK(p.logit_bias[1].token == 15043 && p.logit_bias[1].bias == -1.5f);
+    CHECK(p.logit_bias[0].token == 2 && isinf(p.logit_bias[0].bias) && p.logit_bias[0].bias < 0);
     CHECK_EQ_INT(p.n, 4);
     CHECK_EQ_STR(p.model, "kjv");
     completion_params_free(&p);
@@ -102,8 +103,8 @@ TEST(params_oai_completion_fields) {
     CHECK(p.stream && p.include_usage && p.want_logprobs && p.seed_random);
     CHECK_EQ_INT(p.n_probs, 2);
     CHECK_EQ_INT(p.n_logit_bias, 2);
-    CHECK(p.logit_bias[0].token == 50256 && p.logit_bias[0].bias == -100.0f);
-    CHECK(p.logit_bias[1].token == 13 && p.logit_bias[1].bias == 5.0f);
+    CHECK(p.logit_bias[1].token == 50256 && p.logit_bias[1].bias == -100.0f);
+    CHECK(p.logit_bias[0].token == 13 && p.logit_bias[0].bias == 5.0f);
     CHECK_EQ_INT(p.n_stop, 1);
     CHECK_EQ_STR(p.stop[0], "\n");
     completion_params_free(&p);
@@ -264,6 +265,10 @@ static const struct reject_case rejects[] = {
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", "logit_bias.-3"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}", "logit_bias.99999999999"},
+    /* duplicates are summed, and the sum must stay in range (two FLT_MAX entries: inf) */
+    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[0, 3.4e38], [0, 3.4e38]]}", "logit_bias"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"7\": 3e38, \"007\": 3e38}}", "logit_bias"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logit_bias\": {\"7\": 60, \"07\": 60}}", "logit_bias"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"7\": null}}", "logit_bias.7"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"7\": 1e39}}", "logit_bias.7"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"7\": 101}}", "logit_bias.7"},
@@ -420,7 +425,7 @@ TEST(params_check_tokens_against_vocab) {
                        "\"logit_bias\": [[5, 1], [100, false]]}", &err), 0);
     CHECK_EQ_INT(completion_params_check_tokens(&p, 101, &err), 0);
     CHECK_EQ_INT(completion_params_check_tokens(&p, 100, &err), -ERR_INVAL);
-    CHECK_EQ_STR(err.param, "logit_bias[1]");
+    CHECK_EQ_STR(err.param, "logit_bias");
     completion_params_free(&p);
 }
 

@@ -3,6 +3,8 @@
   gguf/       small GGUF v2/v3 files: every metadata type, tiny SPM and BPE vocabularies, tensors
   tokenizer/  byte 0 = vocabulary index, byte 1 = flags (1 add_special, 2 parse_special,
               4 render special), then a text snippet
+  sampler/    big-endian u32 fields read by sampler_fuzz.c: vocabulary, window, parameters
+              (float bits), biases, accepted tokens, then rows of logits
 """
 import os
 import struct
@@ -107,6 +109,39 @@ def main():
         raw = text.encode('utf-8', 'surrogateescape')
         for v in range(5):
             write('tokenizer', 's%02d-v%d' % (i, v), bytes([v, (i * 3 + v) % 8]) + raw)
+    sampler_seeds()
+
+
+def sampler_seed(n_vocab, window, params, biases, accepted, rows):
+    """params: temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence,
+    frequency, n_probs, seed (ints for top_k, repeat_last_n, n_probs, seed)."""
+    u = lambda v: struct.pack('>I', v & 0xffffffff)
+    f = lambda v: struct.pack('>f', v)
+    temp, top_k, top_p, min_p, rep, last_n, pres, freq, n_probs, seed = params
+    out = u(n_vocab - 1) + u(window) + f(temp) + u(top_k) + f(top_p) + f(min_p) + f(rep) + u(last_n)
+    out += f(pres) + f(freq) + u(len(biases)) + u(n_probs) + u(seed)
+    for tok, b in biases:
+        out += u(tok) + f(b)
+    out += u(len(accepted)) + b''.join(u(t) for t in accepted)
+    for row in rows:
+        out += b''.join(f(x) for x in row)
+    return out
+
+
+def sampler_seeds():
+    inf, nan = float('inf'), float('nan')
+    row = [float(i % 7) - 3 for i in range(16)]
+    write('sampler', 'greedy', sampler_seed(16, 8, (0, 0, 1, 0, 1, 64, 0, 0, 0, 1), [], [1, 2], [row]))
+    write('sampler', 'chain', sampler_seed(16, 8, (0.8, 5, 0.9, 0.05, 1.1, 8, 0.1, 0.1, 3, 7),
+                                           [(3, -inf), (4, 2.0)], [4, 4, 5], [row, row[::-1]]))
+    # the request that crashed the server: FLT_MAX twice and a ban on one token, top_k 1
+    write('sampler', 'summed-bias', sampler_seed(16, 8, (1, 1, 1, 0.05, 1, 64, 0, 0, 1, 3),
+                                                 [(0, 3.4e38), (0, 3.4e38), (0, -inf)], [], [row]))
+    write('sampler', 'nan-row', sampler_seed(16, 8, (1, 40, 0.95, 0.05, 1, 64, 0, 0, 2, 3), [], [1], [[nan] * 16]))
+    write('sampler', 'inf-row', sampler_seed(16, 8, (0.7, 0, 0.5, 2.0, 1.3, -1, 0, 0, 20, 3), [],
+                                             [0, 1, 2], [[inf, -inf] * 8]))
+    write('sampler', 'banned', sampler_seed(4, 0, (nan, 2, nan, nan, nan, 5, 3e38, -3e38, 1, 0), [],
+                                            [], [[-inf] * 4]))
 
 
 if __name__ == '__main__':

@@ -258,3 +258,52 @@ TEST(sampler_top_k_equals_a_full_sort_with_ties) {
         sampler_destroy(s);
     }
 }
+
+/* Whatever the logits and parameters, a token in range comes back, and the log-probs name tokens
+ * in range: the request that summed two FLT_MAX biases into inf, a NaN row, every token banned,
+ * min_p above 1, and the NaN/inf parameters a caller could pass. */
+TEST(sampler_is_total) {
+    enum { NV = 8 };
+    float finite[NV] = {1, 5, 2, 5, -3, 0, 4, 1};
+    float nan_row[NV], inf_row[NV] = {1, INFINITY, 2, -INFINITY, INFINITY, 0, 0, 0};
+    float banned[NV];
+    for (int i = 0; i < NV; i++) nan_row[i] = NAN, banned[i] = -INFINITY;
+    const float *rows[] = {finite, nan_row, inf_row, banned};
+    struct sampler_bias huge[] = {{0, 3.4e38f}, {1, -INFINITY}, {2, 3.4e38f}};
+    struct sampler_params ps[] = {
+        {.temperature = 0},
+        {.temperature = 1, .top_k = 1, .min_p = 0.05f, .n_probs = 3, .logit_bias = huge, .n_logit_bias = 3},
+        {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .min_p = 5.0f, .n_probs = 20},
+        {.temperature = 1e-30f, .top_p = 0.5f, .repeat_penalty = 1e30f, .frequency_penalty = 3e38f,
+         .presence_penalty = -3e38f, .repeat_last_n = -1},
+        {.temperature = NAN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN},
+        {.temperature = INFINITY, .top_k = 3, .n_probs = 1},
+    };
+    for (size_t pi = 0; pi < sizeof ps / sizeof *ps; pi++) {
+        struct sampler *s = make(t, NV, &ps[pi]);
+        CHECK(s);
+        for (int a = 0; a < 5; a++) sampler_accept(s, a);
+        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+            struct sampler_prob probs[SAMPLER_MAX_PROBS + 1];
+            int32_t n = -1;
+            int32_t tok = sampler_sample(s, rows[ri], probs, &n);
+            CHECK(tok >= 0 && tok < NV);
+            CHECK(n >= 0 && n <= ps[pi].n_probs + 1);
+            for (int32_t i = 0; i < n; i++) CHECK(probs[i].token >= 0 && probs[i].token < NV);
+            CHECK_EQ_INT(sampler_last_nonfinite(s), ri == 0 || ri == 3 ? (ri == 3 ? NV : 0) : (ri == 1 ? NV : 3));
+        }
+        sampler_destroy(s);
+    }
+}
+
+TEST(sampler_nan_ranks_as_banned_inf_as_largest) {
+    float l[4] = {NAN, 1, INFINITY, 2};
+    struct sampler *s = make(t, 4, &(struct sampler_params){.temperature = 0});
+    CHECK(s);
+    CHECK_EQ_INT(sampler_sample(s, l, NULL, NULL), 2);
+    CHECK_EQ_INT(sampler_last_nonfinite(s), 2);
+    float ok[4] = {0, 1, 3, 2};
+    CHECK_EQ_INT(sampler_sample(s, ok, NULL, NULL), 2);
+    CHECK_EQ_INT(sampler_last_nonfinite(s), 0);
+    sampler_destroy(s);
+}

@@ -46,7 +46,10 @@ struct fake_engine {
     float *logits;           /* [batch capacity][n_vocab] */
     int32_t logits_rows;
 };
-struct fake_sampling { bool random; };
+struct fake_sampling {
+    bool random;
+    int invalid_after;       /* > 0: the sample after this many returns -ERR_NUMERIC (a NaN row) */
+};
 
 extern const struct sched_engine_ops fake_engine_ops;
 void fake_engine_init(struct fake_engine *e, struct memory *mem, int32_t n_vocab, int32_t max_rows);

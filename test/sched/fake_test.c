@@ -411,6 +411,7 @@ static bool fe_is_eog(void *engine, int32_t token) { return token == FAKE_EOS; }
 struct fake_sampler {
     uint64_t state;
     bool random;
+    int invalid_after, n_sampled;
 };
 
 static void *fe_sampler_create(void *engine, const void *params, uint64_t seed, const int32_t *prompt,
@@ -421,6 +422,7 @@ static void *fe_sampler_create(void *engine, const void *params, uint64_t seed, 
     if (!sm) return NULL;
     sm->state = mix(seed, 12345);
     sm->random = p && p->random;
+    sm->invalid_after = p ? p->invalid_after : 0;
     e->samplers_live++;
     return sm;
 }
@@ -429,6 +431,7 @@ static int32_t fe_sample(void *engine, void *sampler, const float *logits, int32
                          struct sched_token_probs *probs) {
     struct fake_engine *e = engine;
     struct fake_sampler *sm = sampler;
+    if (sm->invalid_after > 0 && sm->n_sampled++ == sm->invalid_after) return -ERR_NUMERIC;
     int32_t best = 0;
     for (int32_t v = 1; v < e->n_vocab; v++)
         if (logits[v] > logits[best]) best = v;

@@ -628,6 +628,35 @@ TEST(sched_forward_failure_fails_the_step_requests) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+TEST(sched_invalid_logits_fail_only_their_request) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t p[8], p2[8];
+    struct recorder alone, bad, good;
+    struct sched_request q = prompt_request(p, 8, 21, 12);
+    CHECK_EQ_INT(submit(&f, &alone, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(alone.done[0], 1 + SCHED_STOP_LIMIT);
+    /* the same request beside one whose model output turns to NaN after 3 tokens */
+    struct fake_sampling poison = {.invalid_after = 3};
+    struct sched_request qb = prompt_request(p2, 8, 22, 12);
+    qb.sampler_params = &poison;
+    CHECK_EQ_INT(submit(&f, &bad, &qb, NULL), 0);
+    CHECK_EQ_INT(submit(&f, &good, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(bad.error, -ERR_NUMERIC);
+    CHECK_EQ_INT(bad.n_tokens[0], 3);
+    CHECK_EQ_INT(bad.calls_after_end, 0);
+    CHECK_EQ_INT(good.error, 0);
+    CHECK_EQ_INT(good.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(good.n_tokens[0], alone.n_tokens[0]);
+    CHECK(memcmp(good.tokens[0], alone.tokens[0], sizeof(int32_t) * (size_t)alone.n_tokens[0]) == 0);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.requests_failed, 1);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
 TEST(sched_prompt_budget_follows_the_learned_step_time) {
     struct fx f;
     struct sched_config c = base_config();
