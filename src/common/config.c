@@ -3,9 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define F(field) offsetof(struct config, field)
 #define KiB 1024LL
@@ -256,16 +259,36 @@ static void env_name(const struct config_setting *s, char *out, size_t cap) {
 }
 
 static int load_file(struct config *cfg, struct load_state *st, const char *path, char *msg, size_t msglen) {
-    FILE *f = fopen(path, "r");
+    /* O_NONBLOCK: a FIFO named here must not block the start; only a regular file is read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        fail(msg, msglen, "config: cannot open '%s': %s", path, strerror(errno));
+        return -ERR_IO;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) { /* a directory, /dev/zero, a FIFO */
+        fail(msg, msglen, "config: '%s' is not a regular file", path);
+        close(fd);
+        return -ERR_INVAL;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
-        fail(msg, msglen, "config: cannot open '%s'", path);
+        close(fd);
+        fail(msg, msglen, "config: cannot read '%s'", path);
         return -ERR_IO;
     }
     char line[4096];
     int lineno = 0, rc = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    for (;;) {
+        memset(line, 0xff, sizeof line); /* fgets' terminator is then the last NUL in the buffer */
+        if (rc || !fgets(line, sizeof line, f)) break;
         lineno++;
         char *p = line, *end = line + strlen(line);
+        if (memrchr(line, '\0', sizeof line) != end) {
+            fail(msg, msglen, "%s:%d: the line holds a NUL byte", path, lineno);
+            rc = -ERR_INVAL;
+            break;
+        }
         if (end > line && end[-1] != '\n' && !feof(f)) { /* buffer full: a longer line, or exactly this? */
             int next = getc(f);
             if (next != '\n' && next != EOF) { /* never read the rest as a line of its own */

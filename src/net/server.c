@@ -233,7 +233,8 @@ static void loop_short_slice(struct app *app) {
                                 .sched_flags = 1 /* SCHED_FLAG_RESET_ON_FORK */, .sched_nice = nice,
                                 .sched_runtime = (uint64_t)app->cfg->loop_slice_us * 1000};
     if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
-        log_debug(&app->log, "loop thread: no short time slice (%s)", strerror(errno));
+        log_warn(&app->log, "--loop-slice-us: the loop thread keeps the kernel's time slice (%s)",
+                 strerror(errno));
 }
 
 static void dispatch_pace_cb(uv_prepare_t *h) {

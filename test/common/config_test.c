@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int load(struct config *cfg, char **env, char *msg, int argc, ...) {
@@ -170,6 +171,35 @@ TEST(config_file_line_too_long_is_an_error) {
         config_free(&cfg);
         unlink(path);
     }
+}
+
+/* Only a regular file is read: a directory, /dev/zero (endless NULs), a FIFO (would block the
+ * start) and a file with a NUL byte are errors that name the file. */
+TEST(config_file_must_be_a_regular_text_file) {
+    struct config cfg;
+    char msg[256], path[64];
+    const char *bad[4] = {"/tmp", "/dev/zero", "/dev/null", NULL};
+    char fifo[] = "/tmp/uvlm-config-fifo-XXXXXX";
+    CHECK(mkdtemp(fifo));
+    char fifo_path[64];
+    snprintf(fifo_path, sizeof fifo_path, "%s/f", fifo);
+    CHECK_EQ_INT(mkfifo(fifo_path, 0600), 0);
+    bad[3] = fifo_path;
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", bad[i]), -ERR_INVAL);
+        CHECK(strstr(msg, bad[i]) && strstr(msg, "not a regular file"));
+        config_free(&cfg);
+    }
+    unlink(fifo_path);
+    rmdir(fifo);
+    static const char text[] = "port = 1\nport\0 = 2\n";
+    FILE *f = fopen(strcpy(path, "/tmp/uvlm-config-nul.conf"), "wb");
+    CHECK(f && fwrite(text, 1, sizeof text - 1, f) == sizeof text - 1);
+    fclose(f);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), -ERR_INVAL);
+    CHECK(strstr(msg, ":2:") && strstr(msg, "NUL"));
+    config_free(&cfg);
+    unlink(path);
 }
 
 /* --help-markdown: a header, then one row per setting in table order, each with its flag,

@@ -201,6 +201,41 @@ def test_replica_prefilling_long_prompts_is_never_marked_down(cluster):
     assert "is DOWN" not in c.haproxy_log()
 
 
+def syscall_group(name):
+    """The calls of a systemd syscall group (@name), nested groups expanded, or {name}."""
+    if not name.startswith("@"):
+        return {name}
+    out = subprocess.run(["systemd-analyze", "syscall-filter", name], capture_output=True, text=True,
+                         check=True).stdout
+    calls = set()
+    for line in out.splitlines()[1:]:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            calls |= syscall_group(line)
+    return calls
+
+
+def test_systemd_unit_lets_the_server_set_its_threads_scheduling():
+    """SystemCallFilter= lines, read as systemd does (the first decides allow- or deny-list, each
+    later line adds to or takes from it): the sandbox denies the @resources calls but the three that
+    set --compute-nice and --loop-slice-us (else they fail with EPERM and the compute threads
+    compete with /health as equals), and no other of them."""
+    need(shutil.which("systemd-analyze"), "systemd-analyze is not installed")
+    unit = open(os.path.join(ROOT, "conf", "uvlm.service")).read()
+    allowed = None
+    for line in unit.splitlines():
+        if not line.startswith("SystemCallFilter="):
+            continue
+        words = line.split("=", 1)[1].split()
+        deny = words[0].startswith("~")
+        calls = set().union(*(syscall_group(w.lstrip("~")) for w in words))
+        assert allowed is not None or not deny, "the unit's filter starts as an allow-list"
+        allowed = calls if allowed is None else (allowed - calls if deny else allowed | calls)
+    scheduling = {"sched_setattr", "sched_setscheduler", "setpriority"}
+    assert scheduling <= allowed, scheduling - allowed
+    assert not (syscall_group("@resources") - scheduling) & allowed
+
+
 def test_systemd_unit_verifies_and_its_command_line_serves(tmp_path, start_server):
     """conf/uvlm.service: systemd accepts it, and its ExecStart (with this checkout's binary,
     config and model in place of the installed paths) starts a server that answers /health."""
