@@ -11,6 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *app_state_name(enum app_state s) {
+    switch (s) {
+    case APP_LOADING: return "loading";
+    case APP_READY: return "ok";
+    case APP_DRAINING: return "draining";
+    }
+    return "unknown";
+}
+
 const double app_loop_bounds_ms[APP_LOOP_BUCKETS] = {1, 2, 5, 10, 20, 50, 1e300};
 const char *const app_work_names[APP_WORK_N] = {"accept", "read", "step", "build", "close", "flush"};
 
@@ -23,7 +32,6 @@ int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop) {
     app->state = APP_LOADING;
     int level = log_level_parse(cfg->log_level);
     log_init(&app->log, level < 0 ? LOG_INFO : (enum log_level)level, stderr);
-    router_init(&app->router, &cfg->api_key, &cfg->cors_origin);
     app->limits = (struct http_parse_limits){
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .max_headers = (size_t)cfg->max_headers,
