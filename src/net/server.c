@@ -227,11 +227,11 @@ struct loop_sched_attr {
  * (about 3 ms, the tail of /health's latency). Unprivileged: same policy, same nice; it changes
  * only when this thread gets a core, not how much CPU it gets. RESET_ON_FORK: threads created
  * from here on (libuv's threadpool, and through it the compute threads) keep the default slice.
- * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
- * Default 500 us: 100 had the loop preempted that much more often in the middle of its iterations
- * on a loaded machine; 500 keeps a normal-priority thread that has just taken the core (a kernel
- * thread such as kdamond, running ~4 ms every 0.5 s on this machine) from delaying /health by its
- * slice (README "Reliability"). */
+ * Older kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
+ * The default, 500 us, is short enough that a normal-priority thread which has just taken the core
+ * (a kernel thread running a few ms at a time) does not delay /health by its whole slice, and long
+ * enough that the loop is seldom preempted in the middle of an iteration on a loaded machine:
+ * scripts/soak prints /health's latency per window under load. */
 static void loop_short_slice(struct app *app) {
     if (app->cfg->loop_slice_us <= 0) return;
     errno = 0;

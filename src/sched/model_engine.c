@@ -13,9 +13,9 @@ _Static_assert(SCHED_MAX_PROBS <= SAMPLER_MAX_PROBS, "the sampler reports every 
 
 /* One small throwaway forward at load: it faults in every weight page (the file is mmap'd),
  * starts the compute threads and touches the forward buffers, so that the first request does not
- * pay for that in its first step (a cold 32-token step of a 135M model took 1.3 s on a busy
- * 2-core machine against ~0.15 s warm), while requests arriving meanwhile wait for it. The memory
- * is left empty. Its errors are the forward's (a model that cannot run fails at load). */
+ * pay for that in its first step (a cold step is several times slower than a warm one), while
+ * requests arriving meanwhile wait for it. The memory is left empty. Its errors are the
+ * forward's (a model that cannot run fails at load). */
 static int engine_warm_up(struct model_engine *e, int32_t n) {
     struct batch b;
     int rc = batch_init(&b, n);
