@@ -390,6 +390,7 @@ static void dispatch(struct conn *c) {
     app->counters.requests_total++;
     if (!counted) app->counters.requests_inflight++;
     app->loop_stats.requests_iter++;
+    ASSERT(app->on_request); /* set before app_start (server.h) */
     app->on_request(req, app->request_data);
 }
 

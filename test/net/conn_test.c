@@ -542,7 +542,8 @@ static void drain_route(struct http_request *req, void *data) {
     }
     if (f->events_sent++ == 0) usleep(300 * 1000); /* the loop is busy while the others arrive */
     /* what serving_not_ready does: 503 when draining, unless held before the drain began */
-    if (f->app.state == APP_DRAINING && !req->before_drain) http_respond(req, 503, "text/plain", "late!", 5);
+    ASSERT(req->draining == (f->app.state == APP_DRAINING)); /* as dispatched */
+    if (req->draining && !req->before_drain) http_respond(req, 503, "text/plain", "late!", 5);
     else http_respond(req, 200, "text/plain", "done!", 5);
 }
 
