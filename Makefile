@@ -26,7 +26,7 @@ RUNNER    := $(BUILD)/test-runner
 $(TEST_OBJS): CFLAGS += -Itest
 BENCH_BINS := $(patsubst test/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test unit e2e check bench fuzz flags-table clean
+.PHONY: all test unit e2e check bench fuzz flags-table clean layers
 all: $(BIN)
 
 $(BIN): $(LIB_OBJS) $(BUILD)/src/main.o
@@ -44,8 +44,11 @@ $(BUILD)/%.o: %.c
 test:
 	$(MAKE) unit
 	$(MAKE) e2e
-unit: $(RUNNER) $(BIN)
+unit: layers $(RUNNER) $(BIN)
 	$(RUNNER)
+# The one-way layers of src/ (scripts/check-layers), on the includes and the built objects.
+layers: $(LIB_OBJS) $(BUILD)/src/main.o
+	scripts/check-layers $(BUILD)
 e2e: $(BIN)
 	UVLM_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q test/e2e
 

@@ -30,12 +30,13 @@ FUZZ_TARGETS ?= http api gguf tokenizer sampler
 # What each target links: only the layers it exercises (no libuv, no BLAS).
 FUZZ_SRCS_gguf      := src/common/err.c src/common/hugemem.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
 FUZZ_SRCS_tokenizer := $(FUZZ_SRCS_gguf)
-FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c
+FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c src/api/errors.c
 FUZZ_SRCS_api       := src/common/err.c $(addprefix src/api/,params.c render.c chat_json.c chat_template.c \
                        errors.c stream_text.c)
 FUZZ_SRCS_sampler   := src/common/err.c src/sampler/sampler.c
 FUZZ_LLHTTP_http    := $(FUZZ_BUILD)/llhttp/api.o $(FUZZ_BUILD)/llhttp/http.o $(FUZZ_BUILD)/llhttp/llhttp.o
 FUZZ_LIBS_api       := -ljansson
+FUZZ_LIBS_http      := -ljansson
 $(foreach t,$(FUZZ_TARGETS),$(eval FUZZ_OBJS_$(t) := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS_$(t)))))
 FUZZ_MAXLEN_gguf      := 65536
 FUZZ_MAXLEN_tokenizer := 8192

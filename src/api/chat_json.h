@@ -18,7 +18,7 @@
  * /v1/chat/completions need):
  *
  *   char *prompt, why[128];
- *   int len = chat_prompt_from_json(app->chat_family, json_object_get(body, "messages"), true,
+ *   int len = chat_prompt_from_json(srv->chat_family, json_object_get(body, "messages"), true,
  *                                   &prompt, why, sizeof why);
  *   if (len < 0) -> error status for len, message why
  *   ... reply {"prompt": prompt}; free(prompt);

@@ -1,6 +1,6 @@
 /* generate.c: the completion endpoints (POST /completion, /v1/completions,
  * /v1/chat/completions): request -> tokens -> sched_submit, and the scheduler's sink callbacks ->
- * text (streaming detokenizer, stop strings) -> JSON bodies or SSE events.
+ * text (the engine's streaming detokenizer, stop strings) -> JSON bodies or SSE events.
  *
  * One struct gen_job per request, owned by the request: freed when the last choice is done (the
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
@@ -16,9 +16,7 @@
 #include "api/stream_text.h"
 #include "common/err.h"
 #include "sched/model_engine.h"
-#include "sampler/sampler.h"
 #include "sched/sched.h"
-#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +26,7 @@
 
 struct gen_choice {
     struct stream_text st;          /* the text so far (cut at a stop string), what was streamed */
-    struct detok detok;
+    struct model_engine_detok *detok;
     struct sched_token_probs *probs;/* per generated token when logprobs were asked for */
     int32_t n_probs, cap_probs, probs_sent;
     int32_t n_tokens;               /* generated so far */
@@ -43,8 +41,8 @@ struct gen_job {
     struct http_request *req;
     struct sched_req *handle;       /* NULL once the scheduler request ended */
     struct completion_params p;
-    struct sampler_params sp;
-    struct sampler_bias *bias;
+    struct model_engine_sampling sp;
+    struct model_engine_bias *bias;
     int32_t *prompt;
     size_t n_prompt;
     struct gen_choice *ch;
@@ -61,6 +59,7 @@ static void job_free(struct gen_job *job) {
     if (job->ch)
         for (int i = 0; i < job->p.n; i++) {
             stream_text_free(&job->ch[i].st);
+            model_engine_detok_free(job->ch[i].detok);
             free(job->ch[i].probs);
         }
     free(job->ch);
@@ -111,17 +110,17 @@ static struct token_probs *probs_view(const struct gen_job *job, const struct ge
         free(top);
         return NULL;
     }
-    const struct tokenizer *tok = job->srv->engine->tok;
+    const struct model_engine *e = job->srv->engine;
     for (int32_t i = 0; i < n; i++) {
         const struct sched_token_probs *sp = &c->probs[from + i];
         struct token_logprob *t = top + (size_t)i * SCHED_MAX_PROBS;
         tp[i].chosen.id = sp->token;
-        tp[i].chosen.piece = tokenizer_token_piece(tok, sp->token, false, &tp[i].chosen.piece_len);
+        tp[i].chosen.piece = model_engine_token_piece(e, sp->token, false, &tp[i].chosen.piece_len);
         tp[i].chosen.logprob = sp->logprob;
         int32_t n_top = sp->n_top < job->p.n_probs ? sp->n_top : job->p.n_probs;
         for (int32_t k = 0; k < n_top; k++) {
             t[k].id = sp->top_token[k];
-            t[k].piece = tokenizer_token_piece(tok, t[k].id, false, &t[k].piece_len);
+            t[k].piece = model_engine_token_piece(e, t[k].id, false, &t[k].piece_len);
             t[k].logprob = sp->top_logprob[k];
         }
         tp[i].top = t;
@@ -264,7 +263,7 @@ static bool gen_on_token(void *owner, int32_t choice, int32_t token, const struc
         }
         c->probs[c->n_probs++] = *probs;
     }
-    int k = detok_push(&c->detok, token, job->piece, job->piece_cap);
+    int k = model_engine_detok_push(c->detok, token, job->piece, job->piece_cap);
     if (k > 0 && stream_text_append(&c->st, job->piece, (size_t)k) < 0) return false;
     if (job->p.stream && !c->st.stopped) stream_progress(job, choice);
     return !c->st.stopped && !job->dead;
@@ -274,7 +273,7 @@ static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, con
     struct gen_job *job = owner;
     struct gen_choice *c = &job->ch[choice];
     if (reason != SCHED_STOP_WORD) { /* the held bytes of an incomplete character */
-        int k = detok_flush(&c->detok, job->piece, job->piece_cap);
+        int k = model_engine_detok_flush(c->detok, job->piece, job->piece_cap);
         if (k > 0) stream_text_append(&c->st, job->piece, (size_t)k);
     }
     c->done = true;
@@ -340,7 +339,6 @@ static uint64_t next_seed(struct serving *srv) {
 /* The prompt as token ids into job->prompt. 0, or an error already answered. */
 static int job_tokenize(struct gen_job *job, struct http_request *req) {
     struct serving *srv = job->srv;
-    const struct tokenizer *tok = srv->engine->tok;
     struct completion_params *p = &job->p;
     if (p->prompt_tokens) {
         job->prompt = malloc(sizeof *job->prompt * (p->n_prompt_tokens ? p->n_prompt_tokens : 1));
@@ -360,7 +358,7 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
         text = chat;
         len = (size_t)n;
     }
-    int rc = tokenizer_encode_alloc(tok, text, len, true, true, &job->prompt, &job->n_prompt);
+    int rc = model_engine_tokenize(srv->engine, text, len, true, true, &job->prompt, &job->n_prompt);
     free(chat);
     if (rc < 0) return respond_err_code(srv, req, rc, "prompt", "tokenization failed"), -1;
     if (job->n_prompt == 0) return respond_err_code(srv, req, -ERR_INVAL, "prompt", "the prompt has no tokens"), -1;
@@ -369,7 +367,7 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
 
 static void job_sampling(struct gen_job *job, int32_t n_probs) {
     const struct completion_params *p = &job->p;
-    job->sp = (struct sampler_params){
+    job->sp = (struct model_engine_sampling){
         .temperature = p->temperature,
         .top_k = p->top_k,
         .top_p = p->top_p,
@@ -384,7 +382,7 @@ static void job_sampling(struct gen_job *job, int32_t n_probs) {
     };
     if (job->bias)
         for (size_t i = 0; i < p->n_logit_bias; i++)
-            job->bias[i] = (struct sampler_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
+            job->bias[i] = (struct model_engine_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
 }
 
 static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep) {
@@ -399,7 +397,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
     lim.max_n = (int32_t)srv->cfg->max_n;
-    lim.max_logit_bias = SAMPLER_MAX_BIAS;
+    lim.max_logit_bias = MODEL_ENGINE_MAX_BIAS;
     int rc = completion_params_parse(&job->p, ep, req->body, req->body_len, &lim, &err);
     if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &err);
     if (rc < 0) {
@@ -420,7 +418,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         return;
     }
     job->ch = calloc((size_t)p->n, sizeof *job->ch);
-    job->piece_cap = detok_buf_size(srv->engine->tok);
+    job->piece_cap = model_engine_detok_buf_size(srv->engine);
     job->piece = malloc(job->piece_cap);
     job->bias = p->n_logit_bias ? calloc(p->n_logit_bias, sizeof *job->bias) : NULL;
     if (!job->ch || !job->piece || (p->n_logit_bias && !job->bias)) {
@@ -429,8 +427,13 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         return;
     }
     for (int i = 0; i < p->n; i++) {
-        detok_init(&job->ch[i].detok, srv->engine->tok, false, false);
         stream_text_init(&job->ch[i].st, p->stop, p->n_stop);
+        job->ch[i].detok = model_engine_detok_new(srv->engine);
+        if (!job->ch[i].detok) {
+            respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
+            job_free(job);
+            return;
+        }
     }
     /* logprobs without alternatives still need the chosen token's: ask the sampler for one */
     int32_t n_probs = p->want_logprobs || p->n_probs > 0 ? (p->n_probs > 0 ? p->n_probs : 1) : 0;

@@ -1,6 +1,7 @@
-/* http.c: the pure helpers of http.h (header and query lookup). The response functions are
- * implemented by the server in src/net/conn.c. */
+/* http.c: the helpers of http.h: header and query lookup (pure), and the answering functions,
+ * which check their arguments and call the request's responder. */
 #include "api/http.h"
+#include "api/errors.h"
 #include "common/err.h"
 
 #include <stdlib.h>
@@ -59,4 +60,44 @@ long long http_query_int(const struct http_request *req, const char *key, long l
     if (http_query(req, key, v, sizeof v) <= 0) return def;
     long long x = strtoll(v, NULL, 10);
     return x < 0 ? 0 : x > max ? max : x;
+}
+
+int http_add_header(struct http_request *req, const char *name, const char *value) {
+    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return -ERR_INVAL; /* no header injection */
+    return req->resp->add_header(req, name, value);
+}
+
+int http_respond(struct http_request *req, int status, const char *content_type, const char *body, size_t len) {
+    return req->resp->respond(req, status, content_type, body, len);
+}
+
+int http_respond_json(struct http_request *req, int status, const char *json) {
+    return http_respond(req, status, "application/json", json, strlen(json));
+}
+
+int http_respond_error(struct http_request *req, int status, const char *message) {
+    char body[1024];
+    size_t n = api_error_json(body, sizeof body, status, message);
+    return http_respond(req, status, "application/json", body, n);
+}
+
+void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data) {
+    req->resp->on_cancel(req, cb, data);
+}
+
+void http_on_abort(struct http_request *req, http_cancel_cb cb) {
+    req->resp->on_abort(req, cb);
+}
+
+int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
+    return req->resp->sse_start(req, cb, data);
+}
+
+int http_sse_send(struct http_request *req, const char *data, size_t len) {
+    if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
+    return req->resp->sse_send(req, data, len);
+}
+
+int http_sse_end(struct http_request *req) {
+    return req->resp->sse_end(req);
 }

@@ -1,20 +1,23 @@
 /* http.h: the interface between the HTTP server (src/net) and whatever produces responses
  * (src/api handlers, and behind them the scheduler). No libuv, no llhttp here: a handler sees a
- * parsed request and answers it with the functions below, which src/net implements.
+ * parsed request and answers it with the http_* functions below. They call through the request's
+ * responder (struct http_responder), a table of functions that whoever parsed the request fills:
+ * src/net/conn.c for a connection, a test's fake for a socket-free unit test. So api calls nothing
+ * of net; net calls api through the request hook the server is given (net/server.h).
  *
  * A handler (see router.h) is called on the loop thread with a complete request. It answers in
  * one of three ways:
  *   1. at once:      http_respond_json(req, 200, "{\"ok\":true}");
  *   2. later:        http_on_cancel(req, my_cancel_cb, work); ...return; and when the work is
- *                    done (on the loop thread, e.g. in a uv_after_work callback of the sched
- *                    glue) call http_respond*(req, ...).
+ *                    done (on the loop thread, e.g. in a sink callback of the scheduler, which
+ *                    the engine driver runs there) call http_respond*(req, ...).
  *   3. as a stream:  http_sse_start(req, my_cancel_cb, work); then http_sse_send(req, json, n)
  *                    per event, over time; http_sse_end(req) when done.
  *
  * Ownership and lifetime (the important part):
- *   - `req` and everything it points to belong to src/net. They stay valid until the request
- *     is *finished* (a respond call, or http_sse_end) or its cancel callback has returned.
- *     After either, never touch `req` again.
+ *   - `req` and everything it points to belong to the responder's owner (src/net). They stay
+ *     valid until the request is *finished* (a respond call, or http_sse_end) or its cancel
+ *     callback has returned. After either, never touch `req` again.
  *   - The cancel callback runs exactly once if, and only if, the request dies before it is
  *     finished: the client disconnected, a stream's write queue overflowed (slow reader), or
  *     the server stopped (drain timeout, second signal). It runs on the loop thread from the
@@ -38,7 +41,7 @@
  *     must finish the request before its next return to the loop (it cannot learn of a
  *     disconnect otherwise).
  *   - All calls are made on the loop thread. Work on other threads reports back through the
- *     loop (uv_async / after-work callbacks in the sched glue in src/net).
+ *     loop (the engine driver's after-work callbacks in src/net).
  *
  * Example: an SSE endpoint that counts to 3 on a timer owned by the caller.
  *
@@ -67,6 +70,22 @@ struct http_header {
     const char *value;
 };
 
+struct http_request;
+typedef void (*http_cancel_cb)(struct http_request *req, void *data);
+
+/* How a request is answered: one function per http_* call below, with the same contract, filled
+ * by the owner of the request (src/net/conn.c; a test's fake). The http_* functions check their
+ * arguments (a newline in an event, CR/LF or ':' in a header) before calling these. */
+struct http_responder {
+    int (*add_header)(struct http_request *req, const char *name, const char *value);
+    int (*respond)(struct http_request *req, int status, const char *content_type, const char *body, size_t len);
+    void (*on_cancel)(struct http_request *req, http_cancel_cb cb, void *data);
+    void (*on_abort)(struct http_request *req, http_cancel_cb cb);
+    int (*sse_start)(struct http_request *req, http_cancel_cb cb, void *data);
+    int (*sse_send)(struct http_request *req, const char *data, size_t len);
+    int (*sse_end)(struct http_request *req);
+};
+
 struct http_request {
     const char *method;   /* "GET", "POST", ... */
     const char *target;   /* as sent: "/v1/x?a=1" */
@@ -77,12 +96,13 @@ struct http_request {
     const char *body;     /* NUL-terminated for convenience; body_len excludes the NUL */
     size_t body_len;
     const char *remote;   /* peer "ip:port" */
+    bool draining;        /* the server was draining (SIGTERM) when the request was dispatched */
     bool before_drain;    /* complete before the server began draining (held by its pacing until
                            * now): answer it as if the drain had not begun, not with 503 */
     void *route_data;     /* the data registered with the route (router.h) */
+    const struct http_responder *resp; /* how to answer it (set by the request's owner) */
+    void *resp_ctx;       /* the responder's own state (a connection) */
 };
-
-typedef void (*http_cancel_cb)(struct http_request *req, void *data);
 
 /* Header value by name (case-insensitive), or NULL. */
 const char *http_header(const struct http_request *req, const char *name);
@@ -94,10 +114,11 @@ int http_query(const struct http_request *req, const char *key, char *out, size_
  * def when it is absent, empty or longer than 31 bytes. Pure. */
 long long http_query_int(const struct http_request *req, const char *key, long long def, long long max);
 
-/* --- implemented by src/net (loop thread only) --------------------------------------------- */
+/* --- answering, through req->resp (loop thread only) ----------------------------------------- */
 
 /* Add a response header (for the next respond or sse_start), e.g. "Allow", "GET, POST".
- * Returns -ERR_TOOBIG when the per-request header space is used up. */
+ * Returns -ERR_INVAL for a name with CR, LF or ':' or a value with CR or LF (no header
+ * injection), -ERR_TOOBIG when the per-request header space is used up. */
 int http_add_header(struct http_request *req, const char *name, const char *value);
 
 /* Finish the request with a complete response. content_type NULL means application/json.

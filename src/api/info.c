@@ -1,7 +1,7 @@
 /* info.c: the serving endpoints that generate nothing: /health (stall detection, capacity
  * detail), /v1/models, /props, /slots, /metrics, /tokenize, /detokenize, /apply-template.
  * Everything here answers at once on the loop thread from the scheduler's counters (sched_stats
- * is safe while a step computes) and the immutable tokenizer. */
+ * is safe while a step computes) and the engine's immutable tokenizer. */
 #include "api/chat_template.h"
 #include "api/errors.h"
 #include "api/metrics_text.h"
@@ -9,10 +9,8 @@
 #include "api/render.h"
 #include "api/serving.h"
 #include "common/err.h"
-#include "model/model.h"
 #include "sched/model_engine.h"
 #include "sched/sched.h"
-#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -34,10 +32,13 @@ static void respond_api_error(struct serving *srv, struct http_request *req, con
     free(json);
 }
 
+/* GET /health: 503 {"status":"loading"} until the engine has started, 503 {"status":"draining"}
+ * once the server drains, else {"status":"ok"} (200) or {"status":"stalled"} (503, sched.h's
+ * stall detection); ?detail=1 adds the capacity counts. ROUTE_PUBLIC: no API key needed. */
 void serving_health_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
-    if (*srv->state != APP_READY || !srv->sched) {
-        health_handle(req, (void *)srv->state);
+    if (req->draining || !srv->sched) {
+        http_respond_json(req, 503, req->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}");
         return;
     }
     struct sched_stats st;
@@ -66,15 +67,15 @@ void serving_health_handle(struct http_request *req, void *data) {
 void serving_models_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
-    const struct model *m = srv->engine->model;
+    const struct model_engine *e = srv->engine;
     struct model_info mi = {
         .id = srv->model_name,
         .created = srv->created,
-        .n_vocab = m->hp.n_vocab,
-        .n_ctx_train = m->hp.n_ctx_train,
-        .n_embd = m->hp.n_embd,
+        .n_vocab = e->n_vocab,
+        .n_ctx_train = e->n_ctx_train,
+        .n_embd = e->n_embd,
         .n_params = 0,
-        .size = (int64_t)m->weight_bytes,
+        .size = e->weight_bytes,
     };
     char *json = render_models(&mi);
     serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
@@ -187,16 +188,16 @@ void serving_tokenize_handle(struct http_request *req, void *data) {
         respond_api_error(srv, req, &err);
         return;
     }
-    const struct tokenizer *tok = srv->engine->tok;
+    const struct model_engine *e = srv->engine;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = tokenizer_encode_alloc(tok, p.content, p.content_len, p.add_special, p.parse_special, &ids, &n);
+    int rc = model_engine_tokenize(e, p.content, p.content_len, p.add_special, p.parse_special, &ids, &n);
     struct token_piece *pieces = rc == 0 && p.with_pieces ? calloc(n + 1, sizeof *pieces) : NULL;
     if (rc == 0 && p.with_pieces && !pieces) rc = -ERR_NOMEM;
     if (rc < 0) {
         serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"tokenization failed\",\"type\":\"server_error\"}}");
     } else {
-        for (size_t i = 0; pieces && i < n; i++) pieces[i].ptr = tokenizer_token_piece(tok, ids[i], true, &pieces[i].len);
+        for (size_t i = 0; pieces && i < n; i++) pieces[i].ptr = model_engine_token_piece(e, ids[i], true, &pieces[i].len);
         char *json = render_tokenize(ids, n, pieces);
         serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
         free(json);
@@ -218,10 +219,8 @@ void serving_detokenize_handle(struct http_request *req, void *data) {
         detokenize_params_free(&p);
         return;
     }
-    const struct tokenizer *tok = srv->engine->tok;
-    size_t cap = p.n_tokens * (tokenizer_max_piece(tok) + 1) + 1;
-    char *buf = malloc(cap);
-    int64_t n = buf ? tokenizer_decode(tok, p.tokens, p.n_tokens, false, true, buf, cap) : -ERR_NOMEM;
+    char *buf = NULL;
+    int64_t n = model_engine_detokenize(srv->engine, p.tokens, p.n_tokens, false, true, &buf);
     char *json = n >= 0 ? render_detokenize(buf, (size_t)n) : NULL;
     serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
     free(json);

@@ -14,9 +14,9 @@
  *
  *   struct router r;
  *   router_init(&r, &cfg.api_key, &cfg.cors_origin);
- *   router_add(&r, "GET", "/health", health_handle, &app->state, ROUTE_PUBLIC);
- *   router_add(&r, "POST", "/completion", completion_handle, engine, 0);
- *   ... for each parsed request: router_dispatch(&r, req);
+ *   router_add(&r, "GET", "/health", serving_health_handle, &srv, ROUTE_PUBLIC);
+ *   router_add(&r, "POST", "/completion", serving_completion_handle, &srv, 0);
+ *   ... for each parsed request: router_dispatch(&r, req);   // the server's request hook
  *
  * The router keeps pointers to the lists and to every string given to router_add: they must
  * outlive it. Routes are added at startup, before the server accepts; lookups are linear

@@ -1,9 +1,18 @@
+/* serving.c: the serving state's lifecycle (init, the engine interface serving_ops, free), the
+ * request policy the endpoints share (not ready, counting) and the route table. */
 #include "api/serving.h"
 
+#include "api/chat_template.h"
 #include "api/errors.h"
 #include "common/err.h"
+#include "sched/model_engine.h"
+#include "sched/sched.h"
 
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double serving_now_ms(void) {
     struct timespec ts;
@@ -31,11 +40,10 @@ int serving_respond_json(struct serving *srv, struct http_request *req, int stat
 
 bool serving_not_ready(struct serving *srv, struct http_request *req) {
     /* a request held by the server's pacing when a drain began arrived before it: it is served */
-    if (srv->sched && (*srv->state == APP_READY || (*srv->state == APP_DRAINING && req->before_drain))) return false;
+    if (srv->sched && (!req->draining || req->before_drain)) return false;
     char body[160];
     int status = 503;
-    api_error_json(body, sizeof body, status,
-                   *srv->state == APP_DRAINING ? "Server is shutting down" : "Loading model");
+    api_error_json(body, sizeof body, status, req->draining ? "Server is shutting down" : "Loading model");
     serving_respond_json(srv, req, status, body);
     return true;
 }
@@ -67,3 +75,143 @@ int serving_routes_add(struct router *r, struct serving *srv) {
     }
     return 0;
 }
+
+/* --- lifecycle ------------------------------------------------------------------------------- */
+
+/* SERVING_DEFAULT_MODEL from the working directory, else next to the binary (./uvlm or
+ * build-check/uvlm in the repository). */
+static void default_model_path(char *out, size_t cap) {
+    snprintf(out, cap, "%s", SERVING_DEFAULT_MODEL);
+    if (access(out, R_OK) == 0) return;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return;
+    exe[n] = '\0';
+    char *dir = dirname(exe);
+    for (int up = 0; up < 2; up++) {
+        snprintf(out, cap, "%s/%s%s", dir, up ? "../" : "", SERVING_DEFAULT_MODEL);
+        if (access(out, R_OK) == 0) return;
+    }
+    snprintf(out, cap, "%s", SERVING_DEFAULT_MODEL); /* the error names the expected place */
+}
+
+void serving_init(struct serving *srv, const struct config *cfg, const struct log *log) {
+    memset(srv, 0, sizeof *srv);
+    srv->cfg = cfg;
+    srv->log = log;
+    srv->seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+    if (*cfg->model) snprintf(srv->model_path, sizeof srv->model_path, "%s", cfg->model);
+    else default_model_path(srv->model_path, sizeof srv->model_path);
+}
+
+void serving_free(struct serving *srv) {
+    ASSERT(!srv->step);
+    if (srv->sched) sched_destroy(srv->sched);
+    srv->sched = NULL;
+    model_engine_free(srv->engine);
+    model_engine_free(srv->loaded);
+    srv->engine = srv->loaded = NULL;
+}
+
+/* --- serving_ops ----------------------------------------------------------------------------- */
+
+static int ops_load(void *engine) {
+    struct serving *srv = engine;
+    const struct config *cfg = srv->cfg;
+    log_info(srv->log, "loading %s", srv->model_path);
+    struct model_engine_config ec = {
+        .path = srv->model_path,
+        .kv_tokens = cfg->kv_tokens,
+        .batch_tokens = (int32_t)cfg->batch_tokens,
+        .n_seq_max = (int32_t)(cfg->max_n * 4 > 64 ? cfg->max_n * 4 : 64),
+        .max_seq_tokens = (int32_t)cfg->max_seq_tokens,
+        .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
+        .n_threads = (int)cfg->threads,
+        .yield_us = cfg->compute_yield_us,
+    };
+    return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);
+}
+
+static int ops_start(void *engine, int load_rc) {
+    struct serving *srv = engine;
+    const struct config *cfg = srv->cfg;
+    const struct log *lg = srv->log;
+    if (load_rc < 0) {
+        log_error(lg, "loading %s: %s", srv->model_path, srv->load_why[0] ? srv->load_why : err_str(load_rc));
+        return load_rc;
+    }
+    struct model_engine *e = srv->loaded;
+    char line[512];
+    model_engine_describe(e, line, sizeof line);
+    log_info(lg, "model %s: %s", srv->model_path, line);
+    if (e->tokenizer_warning[0]) log_warn(lg, "tokenizer: %s", e->tokenizer_warning);
+
+    size_t tlen;
+    const char *tmpl = model_engine_chat_template(e, &tlen);
+    enum chat_family fam;
+    char why[512];
+    int rc = chat_family_resolve(*cfg->chat_template ? cfg->chat_template : NULL, tmpl, tlen, &fam, why, sizeof why);
+    if (rc < 0) {
+        log_error(lg, "--chat-template: %s", why);
+        return rc;
+    }
+    if (why[0]) log_warn(lg, "%s", why);
+    log_info(lg, "chat template: %s", chat_family_name(fam));
+    srv->chat_family = (int)fam;
+
+    struct sched_config sc;
+    sched_config_default(&sc);
+    sc.n_ctx = e->n_ctx;
+    sc.max_seq_tokens = (int32_t)cfg->max_seq_tokens;
+    sc.batch_tokens = (int32_t)cfg->batch_tokens;
+    sc.max_step_ms = (double)cfg->max_step_ms;
+    sc.solo_step_ms = (double)cfg->solo_step_ms;
+    sc.max_queue = (int32_t)cfg->max_queue;
+    sc.max_n = (int32_t)cfg->max_n;
+    sc.stall_timeout_ms = (double)cfg->stall_timeout_ms;
+    if (sc.chunk_tokens > sc.batch_tokens) sc.chunk_tokens = sc.batch_tokens;
+    rc = sched_create(&srv->sched, &sc, e->mem, &model_engine_ops, e);
+    if (rc < 0) {
+        log_error(lg, "scheduler: %s", err_str(rc));
+        return rc;
+    }
+    srv->engine = e;
+    srv->loaded = NULL;
+    srv->created = (int64_t)time(NULL);
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s", srv->model_path);
+    snprintf(srv->model_name, sizeof srv->model_name, "%s", basename(base));
+    return 0;
+}
+
+static bool ops_build_step(void *engine) {
+    struct serving *srv = engine;
+    double now = serving_now_ms();
+    if (sched_build_step(srv->sched, now, &srv->step) <= 0) return false;
+    srv->step_built_ms = now;
+    srv->step_parts = 0;
+    return true;
+}
+
+static void ops_compute_step(void *engine) {
+    struct serving *srv = engine;
+    sched_step_compute(srv->sched, srv->step);
+}
+
+static bool ops_complete_step(void *engine, int max_outputs) {
+    struct serving *srv = engine;
+    double now = serving_now_ms();
+    if (srv->step_parts++ == 0)
+        log_debug(srv->log, "step: %d tokens, %.1f ms", sched_step_batch(srv->step)->n_tokens, now - srv->step_built_ms);
+    if (sched_step_complete_some(srv->sched, srv->step, now, max_outputs)) return true;
+    srv->step = NULL;
+    return false;
+}
+
+const struct serving_engine_ops serving_ops = {
+    .load = ops_load,
+    .start = ops_start,
+    .build_step = ops_build_step,
+    .compute_step = ops_compute_step,
+    .complete_step = ops_complete_step,
+};

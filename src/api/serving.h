@@ -1,31 +1,55 @@
-/* serving.h: what the serving endpoints share: the loaded engine, the scheduler, the chat family,
- * counters for /metrics, and a way to wake the driver. No libuv here: the driver
- * (net/engine_driver.h) owns a struct serving, fills it when the model is loaded and sets `kick`;
- * the handlers (generate.c: the three completion endpoints; info.c: everything else) only read
- * it and call the scheduler on the loop thread.
+/* serving.h: what the serving endpoints share (the engine, the scheduler, the chat family,
+ * counters for /metrics, a way to wake the driver), and the engine interface the driver runs.
+ * No libuv here: serving owns the model engine (sched/model_engine.h) and the scheduler
+ * (sched/sched.h); the driver (net/engine_driver.h) owns the threads and timers and calls
+ * serving_ops on the threads each operation names. The handlers (generate.c: the three
+ * completion endpoints; info.c: everything else) run on the loop thread.
+ *
+ *   loop thread                                  compute thread (the driver's)
+ *   ───────────                                  ──────────────
+ *   driver: app->load ─────────────────────────> serving_ops.load (map the model, size memory)
+ *   serving_ops.start: log it, resolve the    <─┘
+ *     chat family, create the scheduler (then every model endpoint answers)
+ *   serving_ops.build_step (a request came or went, or the driver's tick)
+ *                    ──────────────────────────> serving_ops.compute_step (forward + sampling)
+ *   serving_ops.complete_step, in parts       <─┘
+ *     (sink callbacks: tokens to the clients)
  *
  * Request path of a completion: params.h parses and validates the body; the prompt is tokenized
  * (chat: formatted by the model's chat family first); sched_submit queues it with a sink whose
- * callbacks detokenize (streaming detokenizer), match stop strings (stream_text.h) and send JSON
- * (render.h) at once or as SSE events; the HTTP cancel callback calls sched_cancel.
+ * callbacks detokenize (the engine's streaming detokenizer), match stop strings (stream_text.h)
+ * and send JSON (render.h) at once or as SSE events; the HTTP cancel callback calls sched_cancel.
  *
- *   serving_routes_add(&app->router, &driver->srv);   // every endpoint of issue 5, /health too
+ *   struct serving srv;
+ *   serving_init(&srv, &cfg, &app.log);          // resolves the model path
+ *   serving_routes_add(&router, &srv);           // /health and every model endpoint
+ *   engine_driver_init(&drv, &app, &serving_ops, &srv);
+ *   srv.kick = engine_driver_kick; srv.driver = &drv;
+ *   ... run the loop ...
+ *   serving_free(&srv);                          // no step in flight: after the loop
  *
- * Until the model is loaded (srv->sched == NULL) every model endpoint answers 503 loading.
+ * Until the engine has started (srv->sched == NULL) every model endpoint answers 503 loading;
+ * once the server drains (req->draining) they answer 503 shutting down, except for requests the
+ * server held before the drain began (req->before_drain).
  */
 #ifndef UVLM_API_SERVING_H
 #define UVLM_API_SERVING_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "api/health.h"
 #include "api/http.h"
 #include "api/router.h"
 #include "common/config.h"
+#include "common/log.h"
 
 struct sched;
+struct sched_step;
 struct model_engine;
+
+/* Served when --model is empty; looked up in the working directory, then next to the binary. */
+#define SERVING_DEFAULT_MODEL "models/kjv-tiny-q8_0.gguf"
 
 #define SERVING_STATUS_SLOTS 16
 
@@ -38,19 +62,50 @@ struct serving_metrics {
 
 struct serving {
     const struct config *cfg;
-    const enum app_state *state;  /* the app's lifecycle (loading/ready/draining) */
-    struct model_engine *engine;  /* NULL until loaded */
-    struct sched *sched;          /* NULL until loaded */
+    const struct log *log;        /* the server's: loading, the model, the chat template, steps */
+    char model_path[PATH_MAX];    /* the file served (--model, or the default model's path) */
+    char model_name[128];         /* its file name, reported as "model" */
+    struct model_engine *engine;  /* NULL until started */
+    struct sched *sched;          /* NULL until started */
     int chat_family;              /* enum chat_family */
-    char model_name[128];         /* the file name, reported as "model" */
-    const char *model_path;       /* the file served (--model, or the default model's path) */
-    int64_t created;              /* unix seconds of the load */
+    int64_t created;              /* unix seconds of the start */
     uint64_t next_id;             /* for response ids */
     uint64_t seed_state;          /* seeds for requests without one */
     void (*kick)(void *driver);   /* a request was submitted or cancelled: build a step soon */
     void *driver;
     struct serving_metrics metrics;
+    /* serving_ops' state */
+    struct model_engine *loaded;  /* loaded on the compute thread, not started yet */
+    char load_why[256];           /* why the load failed */
+    struct sched_step *step;      /* built and not completed yet, or NULL */
+    double step_built_ms;
+    int step_parts;               /* complete_step calls for this step so far */
 };
+
+/* The engine as the driver runs it. `engine` is the data given with the table (a struct serving
+ * for serving_ops). One load, then one step at a time: build, compute, complete. */
+struct serving_engine_ops {
+    /* Compute thread: load the model (reads the whole file). 0 or an error, kept for start. */
+    int (*load)(void *engine);
+    /* Loop thread, after the load (load_rc: its result, or the driver's error): log the outcome
+     * and, loaded, start serving. 0, or the error (logged): the server stops (app_loaded). */
+    int (*start)(void *engine, int load_rc);
+    /* Loop thread: build the next step; true when one must run (compute, then complete it). */
+    bool (*build_step)(void *engine);
+    /* Compute thread: run the step built. */
+    void (*compute_step)(void *engine);
+    /* Loop thread: hand the output of at most max_outputs sequences of the computed step to the
+     * clients (<= 0: all); true while some remain (call again after a poll), false when the step
+     * is done and the next may be built. */
+    bool (*complete_step)(void *engine, int max_outputs);
+};
+extern const struct serving_engine_ops serving_ops;
+
+/* cfg and log must outlive srv. Resolves the model path: --model, else SERVING_DEFAULT_MODEL in
+ * the working directory, else next to the binary (./uvlm or build-check/uvlm in the repository). */
+void serving_init(struct serving *srv, const struct config *cfg, const struct log *log);
+/* The scheduler and the engine. No step in flight (after the loop has run out). */
+void serving_free(struct serving *srv);
 
 /* Milliseconds on the monotonic clock the scheduler is driven with. */
 double serving_now_ms(void);
@@ -65,7 +120,8 @@ void serving_count(struct serving *srv, int status);
 
 /* Answer with a status, counting it. */
 int serving_respond_json(struct serving *srv, struct http_request *req, int status, const char *json);
-/* 503 {"error": ... "Loading model"} unless the engine is ready; returns true when it answered. */
+/* 503 {"error": ... "Loading model" / "Server is shutting down"} unless the engine has started
+ * and the request may be served; returns true when it answered. */
 bool serving_not_ready(struct serving *srv, struct http_request *req);
 
 /* The route handlers (data: struct serving *). */

@@ -1,6 +1,9 @@
 /* serve.c: `uvlm [serve] [FLAGS]`: load the config, start the HTTP server, run the loop until
- * drained. The only place that wires the layers together (config -> app -> routes). */
-#include "api/health.h"
+ * drained. The only place that wires the layers together: the server (net) hands each request
+ * to the router (api), whose routes reach the serving state (api), which the engine driver (net)
+ * runs on the loop and its compute thread. */
+#include "api/router.h"
+#include "api/serving.h"
 #include "cmd/cmd.h"
 #include "common/config.h"
 #include "common/err.h"
@@ -13,9 +16,15 @@
 
 extern char **environ;
 
-static int add_routes(struct app *app, struct engine_driver *engine) {
-    int rc = engine_driver_init(engine, app); /* the model loader, /health and every model endpoint */
-    if (!rc && app->cfg->debug_endpoints) rc = debug_routes_add(app);
+/* The server's request hook: every complete request goes through the router. */
+static void serve_request(struct http_request *req, void *router) {
+    router_dispatch(router, req);
+}
+
+static int add_routes(struct router *r, struct app *app, struct serving *srv, struct engine_driver *drv) {
+    int rc = serving_routes_add(r, srv); /* /health and every model endpoint */
+    if (!rc && app->cfg->debug_endpoints) rc = engine_driver_routes_add(drv, r);
+    if (!rc && app->cfg->debug_endpoints) rc = debug_routes_add(app, r);
     return rc;
 }
 
@@ -34,14 +43,24 @@ int cmd_serve(int argc, char **argv) {
     uv_loop_init(&loop);
     struct app app;
     app_init(&app, &cfg, &loop);
-    struct engine_driver engine;
-    rc = add_routes(&app, &engine);
+    struct router router;
+    router_init(&router, &cfg.api_key, &cfg.cors_origin);
+    app.on_request = serve_request;
+    app.request_data = &router;
+    struct serving srv;
+    serving_init(&srv, &cfg, &app.log);
+    struct engine_driver drv;
+    engine_driver_init(&drv, &app, &serving_ops, &srv); /* the model loads when the app starts */
+    srv.kick = engine_driver_kick;
+    srv.driver = &drv;
+    rc = add_routes(&router, &app, &srv, &drv);
     if (!rc) rc = app_start(&app);
     if (!rc) uv_run(&loop, UV_RUN_DEFAULT);
     else app.exit_status = 1;
-    engine_driver_close(&engine);
+    engine_driver_close(&drv);
     app_close(&app);
-    engine_driver_free(&engine);
+    serving_free(&srv);
+    engine_driver_free(&drv);
     if (uv_loop_close(&loop)) log_error(&app.log, "loop closed with handles still open");
     log_info(&app.log, "exit %d", app.exit_status);
     config_free(&cfg);

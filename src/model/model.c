@@ -259,6 +259,12 @@ int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_ma
 
 bool model_memory_counts_states(const struct model *m) { return m->hp.impl->memory_counts_states; }
 
+const char *model_chat_template(const struct model *m, size_t *len) {
+    struct gguf_str s = gguf_get_str(&m->file, "tokenizer.chat_template");
+    *len = s.ptr ? s.len : 0;
+    return s.ptr;
+}
+
 int forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     struct forward_config c = *cfg;
     if (c.max_tokens <= 0) return -ERR_INVAL;

@@ -110,6 +110,9 @@ int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_ma
 /* Does model_memory_create's n_cells count sequence states (a recurrent model) rather than
  * tokens? Lets a server size each kind from its own budget. */
 bool model_memory_counts_states(const struct model *m);
+/* The chat template the file carries (tokenizer.chat_template), or NULL with *len 0. Valid until
+ * model_free. */
+const char *model_chat_template(const struct model *m, size_t *len);
 
 struct forward_config {
     int32_t max_tokens;   /* largest batch (entries) */

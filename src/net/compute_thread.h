@@ -5,9 +5,9 @@
  * work item with uv_async_send from the threadpool thread, and the loop thread, woken by that
  * very send, spins (pause x 997, then sched_yield, again) until the sender has marked the send
  * done. A sender niced below the loop (--compute-nice) and preempted inside that window is not
- * handed the CPU back by sched_yield, so the loop spun for milliseconds with sockets waiting
- * (measured: a quarter of the loop thread's CPU time in a 500-connection soak at --compute-nice
- * 10 was that spin). So the threadpool threads keep the loop's priority and only wait here; the
+ * handed the CPU back by sched_yield, so the loop would spin for milliseconds with sockets waiting
+ * (scripts/soak --connections 500 -- --compute-nice 10 prints where the loop's CPU time goes,
+ * from /debug/stats). So the threadpool threads keep the loop's priority and only wait here; the
  * compute runs on this thread, and the forward pass's own workers (math/pool.h), created from
  * it while loading, inherit its nice level.
  *

@@ -1,6 +1,6 @@
-/* conn.c: one client connection: reading and parsing requests one at a time, writing
- * responses and event streams, timeouts, backpressure, and the http.h functions handlers
- * call. Everything runs on the loop thread.
+/* conn.c: one client connection: reading and parsing requests one at a time, handing each to the
+ * request hook (app->on_request), writing responses and event streams through the responder its
+ * requests carry (http.h), timeouts, backpressure. Everything runs on the loop thread.
  *
  * States:  IDLE ──first byte──> READING ──complete──> HANDLING ──respond──> IDLE (keep-alive)
  *                                                      └─sse_start─> STREAMING ──sse_end──> IDLE
@@ -84,6 +84,7 @@ struct write_req {
     char data[];
 };
 
+static const struct http_responder conn_responder;
 static void conn_process(struct conn *c);
 static void conn_close(struct conn *c, const char *why);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -99,7 +100,7 @@ static void *conn_malloc(struct app *app, size_t n) {
 }
 
 static struct conn *conn_of(struct http_request *req) {
-    return (struct conn *)((char *)req - offsetof(struct conn, parse.req));
+    return req->resp_ctx;
 }
 
 /* --- closing -------------------------------------------------------------------------------- */
@@ -383,10 +384,14 @@ static void dispatch(struct conn *c) {
     c->bytes_out = 0;
     c->continue_sent = false;
     req->remote = c->remote;
+    req->draining = app->state == APP_DRAINING;
+    req->resp = &conn_responder;
+    req->resp_ctx = c;
     app->counters.requests_total++;
     if (!counted) app->counters.requests_inflight++;
     app->loop_stats.requests_iter++;
-    router_dispatch(&app->router, req);
+    ASSERT(app->on_request); /* set before app_start (server.h) */
+    app->on_request(req, app->request_data);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -622,7 +627,7 @@ void conn_close_all(struct app *app) {
     }
 }
 
-/* --- http.h, the handler side --------------------------------------------------------------- */
+/* --- the responder: http.h's answering functions for a connection's request ----------------- */
 
 /* The owner finishes a request whose connection died (before, or in the finishing call's own
  * write): it gets no cancel callback. */
@@ -631,16 +636,15 @@ static int finish_dead(struct conn *c) {
     return -ERR_CANCELLED;
 }
 
-int http_add_header(struct http_request *req, const char *name, const char *value) {
+static int conn_add_header(struct http_request *req, const char *name, const char *value) {
     struct conn *c = conn_of(req);
-    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return -ERR_INVAL; /* no header injection */
     int n = snprintf(c->extra + c->extra_len, sizeof c->extra - c->extra_len, "%s: %s\r\n", name, value);
     if (n < 0 || (size_t)n >= sizeof c->extra - c->extra_len) return -ERR_TOOBIG;
     c->extra_len += (size_t)n;
     return 0;
 }
 
-int http_respond(struct http_request *req, int status, const char *content_type, const char *body, size_t len) {
+static int conn_respond(struct http_request *req, int status, const char *content_type, const char *body, size_t len) {
     struct conn *c = conn_of(req);
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_HANDLING) return -ERR_STATE;
@@ -657,24 +661,14 @@ int http_respond(struct http_request *req, int status, const char *content_type,
     return 0;
 }
 
-int http_respond_json(struct http_request *req, int status, const char *json) {
-    return http_respond(req, status, "application/json", json, strlen(json));
-}
-
-int http_respond_error(struct http_request *req, int status, const char *message) {
-    char body[1024];
-    size_t n = api_error_json(body, sizeof body, status, message);
-    return http_respond(req, status, "application/json", body, n);
-}
-
-void http_on_cancel(struct http_request *req, http_cancel_cb cb, void *data) {
+static void conn_on_cancel(struct http_request *req, http_cancel_cb cb, void *data) {
     struct conn *c = conn_of(req);
     ASSERT(request_open(c) || c->state == C_CLOSED);
     c->cancel_cb = cb;
     c->cancel_data = data;
 }
 
-void http_on_abort(struct http_request *req, http_cancel_cb cb) {
+static void conn_on_abort(struct http_request *req, http_cancel_cb cb) {
     struct conn *c = conn_of(req);
     ASSERT(request_open(c) || c->state == C_CLOSED);
     if (c->state != C_CLOSED) c->abort_cb = cb; /* already dead: the cancel callback still comes */
@@ -701,7 +695,7 @@ static void ping_cb(uv_timer_t *t) {
     sse_write(t->data, ": ping", "", 0);
 }
 
-int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
+static int conn_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
     struct conn *c = conn_of(req);
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_HANDLING) return -ERR_STATE;
@@ -721,12 +715,11 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
     return 0;
 }
 
-int http_sse_send(struct http_request *req, const char *data, size_t len) {
-    if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
+static int conn_sse_send(struct http_request *req, const char *data, size_t len) {
     return sse_write(conn_of(req), "data: ", data, len);
 }
 
-int http_sse_end(struct http_request *req) {
+static int conn_sse_end(struct http_request *req) {
     struct conn *c = conn_of(req);
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_STREAMING) return -ERR_STATE;
@@ -737,3 +730,13 @@ int http_sse_end(struct http_request *req) {
     request_finished(c);
     return 0;
 }
+
+static const struct http_responder conn_responder = {
+    .add_header = conn_add_header,
+    .respond = conn_respond,
+    .on_cancel = conn_on_cancel,
+    .on_abort = conn_on_abort,
+    .sse_start = conn_sse_start,
+    .sse_send = conn_sse_send,
+    .sse_end = conn_sse_end,
+};

@@ -148,11 +148,11 @@ static void stats_handle(struct http_request *req, void *data) {
     http_respond_json(req, 200, body);
 }
 
-int debug_routes_add(struct app *app) {
+int debug_routes_add(struct app *app, struct router *r) {
     int rc = 0;
-    rc = rc ? rc : router_add(&app->router, "GET", "/debug/stream", stream_handle, app, 0);
-    rc = rc ? rc : router_add(&app->router, "GET", "/debug/delay", delay_handle, app, 0);
-    rc = rc ? rc : router_add(&app->router, "POST", "/debug/echo", echo_handle, app, 0);
-    rc = rc ? rc : router_add(&app->router, "GET", "/debug/stats", stats_handle, app, 0);
+    rc = rc ? rc : router_add(r, "GET", "/debug/stream", stream_handle, app, 0);
+    rc = rc ? rc : router_add(r, "GET", "/debug/delay", delay_handle, app, 0);
+    rc = rc ? rc : router_add(r, "POST", "/debug/echo", echo_handle, app, 0);
+    rc = rc ? rc : router_add(r, "GET", "/debug/stats", stats_handle, app, 0);
     return rc;
 }

@@ -11,6 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *app_state_name(enum app_state s) {
+    switch (s) {
+    case APP_LOADING: return "loading";
+    case APP_READY: return "ok";
+    case APP_DRAINING: return "draining";
+    }
+    return "unknown";
+}
+
 const double app_loop_bounds_ms[APP_LOOP_BUCKETS] = {1, 2, 5, 10, 20, 50, 1e300};
 const char *const app_work_names[APP_WORK_N] = {"accept", "read", "step", "build", "close", "flush"};
 
@@ -23,7 +32,6 @@ int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop) {
     app->state = APP_LOADING;
     int level = log_level_parse(cfg->log_level);
     log_init(&app->log, level < 0 ? LOG_INFO : (enum log_level)level, stderr);
-    router_init(&app->router, &cfg->api_key, &cfg->cors_origin);
     app->limits = (struct http_parse_limits){
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .max_headers = (size_t)cfg->max_headers,
@@ -219,11 +227,11 @@ struct loop_sched_attr {
  * (about 3 ms, the tail of /health's latency). Unprivileged: same policy, same nice; it changes
  * only when this thread gets a core, not how much CPU it gets. RESET_ON_FORK: threads created
  * from here on (libuv's threadpool, and through it the compute threads) keep the default slice.
- * Earlier kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
- * Default 500 us: 100 had the loop preempted that much more often in the middle of its iterations
- * on a loaded machine; 500 keeps a normal-priority thread that has just taken the core (a kernel
- * thread such as kdamond, running ~4 ms every 0.5 s on this machine) from delaying /health by its
- * slice (README "Reliability"). */
+ * Older kernels ignore the field; a refusal (seccomp, another OS) only costs latency.
+ * The default, 500 us, is short enough that a normal-priority thread which has just taken the core
+ * (a kernel thread running a few ms at a time) does not delay /health by its whole slice, and long
+ * enough that the loop is seldom preempted in the middle of an iteration on a loaded machine:
+ * scripts/soak prints /health's latency per window under load. */
 static void loop_short_slice(struct app *app) {
     if (app->cfg->loop_slice_us <= 0) return;
     errno = 0;

@@ -4,23 +4,26 @@
  * signal handlers and the lifecycle state (loading -> ready -> draining). Every uv handle's
  * `data` points back to its owner, and through it to the app; there is no global state.
  *
- *   loop thread ──accept──> conn ──llhttp (parse.c)──> struct http_request
- *                                                        │ router_dispatch (api/router.c)
+ *   loop thread ──accept──> conn ──llhttp (parse.c)──> struct http_request (api/http.h)
+ *                                                        │ app->on_request (cmd/serve.c: the router)
  *                                                        v
- *                                   handler: http_respond / http_sse_* (api/http.h)
+ *                                   handler: http_respond / http_sse_* ──> conn.c's responder
+ *
+ * The server knows no route: each complete request goes to the request hook, app->on_request,
+ * with its responder (req->resp) filled in, and whatever the hook calls answers through it.
  *
  * Lifecycle: app_start() listens first, so /health answers 503 "loading" while the model
- * loads; app->load (the model loader hook, set by serve.c before app_start) starts loading
- * and calls app_loaded() on the loop thread when it is done; with no loader the app is ready
- * at once (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT starts a drain: the
- * listener closes, /health says "draining", responses carry "Connection: close", in-flight
- * requests run until they finish or --drain-timeout passes (then they are cancelled), and
- * the loop runs out. A second signal cancels everything at once.
+ * loads; app->load (the model loader hook, set before app_start) starts loading and calls
+ * app_loaded() on the loop thread when it is done; with no loader the app is ready at once
+ * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT starts a drain: the listener
+ * closes, requests see req->draining (/health says "draining"), responses carry "Connection:
+ * close", in-flight requests run until they finish or --drain-timeout passes (then they are
+ * cancelled), and the loop runs out. A second signal cancels everything at once.
  *
  *   uv_loop_t loop; uv_loop_init(&loop);
  *   struct app app;
  *   app_init(&app, &cfg, &loop);
- *   router_add(&app.router, "GET", "/health", health_handle, &app.state, ROUTE_PUBLIC);
+ *   app.on_request = my_dispatch; app.request_data = &router;  // e.g. router_dispatch
  *   app.load = engine_load; app.load_data = engine;    // optional: ready when engine_load is done
  *   app_on_stop(&app, engine_stop, engine);            // optional: close the engine's handles
  *   if (app_start(&app) == 0) uv_run(&loop, UV_RUN_DEFAULT);
@@ -31,8 +34,7 @@
 #ifndef UVLM_NET_SERVER_H
 #define UVLM_NET_SERVER_H
 
-#include "api/health.h"
-#include "api/router.h"
+#include "api/http.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "net/parse.h"
@@ -43,6 +45,14 @@
 
 struct conn;
 struct app;
+
+enum app_state { APP_LOADING, APP_READY, APP_DRAINING };
+/* "loading", "ok", "draining": the words /health uses. */
+const char *app_state_name(enum app_state s);
+
+/* Request hook: a complete request, its responder filled in, to answer as api/http.h says. Loop
+ * thread. cmd/serve.c sets the router (api/router.h) here. */
+typedef void (*app_request_fn)(struct http_request *req, void *data);
 
 /* Model loader hook: start loading (e.g. uv_queue_work on app->loop) and call app_loaded() on
  * the loop thread when done. Return 0 if loading started, or a negative ERR_* code. */
@@ -128,7 +138,8 @@ struct app {
     const struct config *cfg;
     struct log log;
     uv_loop_t *loop;
-    struct router router;
+    app_request_fn on_request; /* set before app_start */
+    void *request_data;
     struct http_parse_limits limits;
     enum app_state state;
     struct app_counters counters;
@@ -165,7 +176,7 @@ struct app {
     struct app_faults faults;
 };
 
-/* cfg must outlive the app. Fills the router with nothing: the caller adds routes. */
+/* cfg must outlive the app. The caller sets on_request (and load, if anything loads). */
 int app_init(struct app *app, const struct config *cfg, uv_loop_t *loop);
 
 /* Listen, install the signal handlers, start loading. On error (e.g. address in use) logs it

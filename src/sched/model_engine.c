@@ -8,11 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+_Static_assert(MODEL_ENGINE_MAX_BIAS == SAMPLER_MAX_BIAS, "the engine passes every bias to the sampler");
+_Static_assert(SCHED_MAX_PROBS <= SAMPLER_MAX_PROBS, "the sampler reports every alternative asked for");
+
 /* One small throwaway forward at load: it faults in every weight page (the file is mmap'd),
  * starts the compute threads and touches the forward buffers, so that the first request does not
- * pay for that in its first step (a cold 32-token step of a 135M model took 1.3 s on a busy
- * 2-core machine against ~0.15 s warm), while requests arriving meanwhile wait for it. The memory
- * is left empty. Its errors are the forward's (a model that cannot run fails at load). */
+ * pay for that in its first step (a cold step is several times slower than a warm one), while
+ * requests arriving meanwhile wait for it. The memory is left empty. Its errors are the
+ * forward's (a model that cannot run fails at load). */
 static int engine_warm_up(struct model_engine *e, int32_t n) {
     struct batch b;
     int rc = batch_init(&b, n);
@@ -40,6 +43,9 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     }
     const struct model_hparams *hp = &e->model->hp;
     e->n_vocab = hp->n_vocab;
+    e->n_ctx_train = hp->n_ctx_train;
+    e->n_embd = hp->n_embd;
+    e->weight_bytes = (int64_t)e->model->weight_bytes;
     if (tokenizer_n_vocab(e->tok) != e->n_vocab) {
         snprintf(why, why_len, "tokenizer has %d tokens, the model %d", tokenizer_n_vocab(e->tok), e->n_vocab);
         model_engine_free(e);
@@ -118,9 +124,7 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
 }
 
 const char *model_engine_chat_template(const struct model_engine *e, size_t *len) {
-    struct gguf_str s = gguf_get_str(&e->model->file, "tokenizer.chat_template");
-    *len = s.ptr ? s.len : 0;
-    return s.ptr;
+    return model_chat_template(e->model, len);
 }
 
 /* --- engine_ops ---------------------------------------------------------------------------- */
@@ -143,8 +147,24 @@ static bool engine_is_eog(void *engine, int32_t token) {
 static void *engine_sampler_create(void *engine, const void *params, uint64_t seed, const int32_t *prompt,
                                    int32_t n_prompt) {
     struct model_engine *e = engine;
-    struct sampler_params p = *(const struct sampler_params *)params;
-    p.seed = seed;
+    const struct model_engine_sampling *rp = params;
+    if (rp->n_logit_bias < 0 || rp->n_logit_bias > MODEL_ENGINE_MAX_BIAS) return NULL; /* sampler_reset's refusal */
+    struct sampler_bias bias[MODEL_ENGINE_MAX_BIAS]; /* sampler_reset copies them */
+    for (int32_t i = 0; i < rp->n_logit_bias; i++) bias[i] = (struct sampler_bias){rp->logit_bias[i].token, rp->logit_bias[i].bias};
+    struct sampler_params p = {
+        .temperature = rp->temperature,
+        .top_k = rp->top_k,
+        .top_p = rp->top_p,
+        .min_p = rp->min_p,
+        .repeat_penalty = rp->repeat_penalty,
+        .repeat_last_n = rp->repeat_last_n,
+        .presence_penalty = rp->presence_penalty,
+        .frequency_penalty = rp->frequency_penalty,
+        .logit_bias = rp->n_logit_bias ? bias : NULL,
+        .n_logit_bias = rp->n_logit_bias,
+        .n_probs = rp->n_probs,
+        .seed = seed,
+    };
     /* the penalty window never outgrows the context (-1: the whole context) */
     int32_t window = p.repeat_last_n < 0 || p.repeat_last_n > e->n_ctx ? e->n_ctx : p.repeat_last_n;
     struct sampler *s;
@@ -190,3 +210,51 @@ const struct sched_engine_ops model_engine_ops = {
     .sample = engine_sample,
     .sampler_free = engine_sampler_free,
 };
+
+/* --- text and tokens -------------------------------------------------------------------------- */
+
+int model_engine_tokenize(const struct model_engine *e, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t **out, size_t *n_out) {
+    return tokenizer_encode_alloc(e->tok, text, len, add_special, parse_special, out, n_out);
+}
+
+const char *model_engine_token_piece(const struct model_engine *e, int32_t id, bool special, size_t *len) {
+    return tokenizer_token_piece(e->tok, id, special, len);
+}
+
+int64_t model_engine_detokenize(const struct model_engine *e, const int32_t *ids, size_t n, bool remove_special,
+                                bool special, char **out) {
+    size_t cap = n * (tokenizer_max_piece(e->tok) + 1) + 2; /* every piece, and the NUL */
+    char *buf = malloc(cap);
+    int64_t len = buf ? tokenizer_decode(e->tok, ids, n, remove_special, special, buf, cap - 1) : -ERR_NOMEM;
+    if (len < 0) {
+        free(buf);
+        *out = NULL;
+        return len;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return len;
+}
+
+struct model_engine_detok {
+    struct detok d;
+};
+
+struct model_engine_detok *model_engine_detok_new(const struct model_engine *e) {
+    struct model_engine_detok *d = malloc(sizeof *d);
+    if (d) detok_init(&d->d, e->tok, false, false);
+    return d;
+}
+
+void model_engine_detok_free(struct model_engine_detok *d) { free(d); }
+
+size_t model_engine_detok_buf_size(const struct model_engine *e) { return detok_buf_size(e->tok); }
+
+int model_engine_detok_push(struct model_engine_detok *d, int32_t token, char *out, size_t cap) {
+    return detok_push(&d->d, token, out, cap);
+}
+
+int model_engine_detok_flush(struct model_engine_detok *d, char *out, size_t cap) {
+    return detok_flush(&d->d, out, cap);
+}

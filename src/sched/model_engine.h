@@ -2,27 +2,35 @@
  * (model.h; the architecture comes from general.architecture), its tokenizer, the memory every
  * sequence shares (--kv-tokens KV cells, or one recurrent state per sequence for Mamba), the
  * forward context sized for the biggest step (--batch-tokens), and samplers (sampler/sampler.h).
+ * It is also what the API layer knows of the model: the tokenizer's text <-> tokens, a streaming
+ * detokenizer, the sampling parameters and the model's sizes, so that src/api reaches model,
+ * tokenizer and sampler only through here.
  *
- * Loading reads and maps the whole file, so it runs on a worker thread at startup (the libuv
- * driver does it in uv_queue_work); everything is sized here, once, and logged by the caller
- * with model_engine_describe(). After loading, the engine is used by the scheduler only:
- * forward and sample on the worker thread of a step, the rest on the loop thread.
+ * Loading reads and maps the whole file, so it runs on a worker thread at startup (the serving
+ * state does it on the engine driver's compute thread); everything is sized here, once, and
+ * logged by the caller with model_engine_describe(). After loading, the engine is used by the
+ * scheduler (forward and sample on the worker thread of a step, the rest on the loop thread) and
+ * by the endpoints on the loop thread (the tokenizer is immutable: any thread may use it).
  *
  *   struct model_engine_config ec = {.path = "m.gguf", .kv_tokens = 4096, .batch_tokens = 512,
  *                                    .n_seq_max = 64, .n_threads = 2};
  *   struct model_engine *e;  char why[256];
  *   if (model_engine_load(&e, &ec, why, sizeof why) < 0) ... why ...
  *   sched_create(&s, &cfg, e->mem, &model_engine_ops, e);
+ *   struct model_engine_sampling sp = {.temperature = 0.8f, .top_k = 40, .repeat_penalty = 1};
+ *   struct sched_request r = {..., .n_probs = sp.n_probs, .sampler_params = &sp};
+ *   sched_submit(s, &r, ...);            // the samplers copy sp: it may go after the call
  *   ...
  *   sched_destroy(s); model_engine_free(e);
  *
  * The sampler parameters a request hands to sched_submit (sched_request.sampler_params) are a
- * const struct sampler_params * (sampler/sampler.h) with n_probs = the request's n_probs; the
- * scheduler's seed for each choice replaces its seed.
+ * const struct model_engine_sampling * with n_probs = the request's n_probs; the scheduler's seed
+ * for each choice is the sampler's seed.
  */
 #ifndef UVLM_SCHED_MODEL_ENGINE_H
 #define UVLM_SCHED_MODEL_ENGINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +61,9 @@ struct model_engine {
     struct memory *mem;     /* KV cells, or one recurrent state per sequence (model's choice) */
     struct sampler_scratch *sampling; /* shared by every request's sampler: steps sample one row at a time */
     int32_t n_vocab;
+    int32_t n_ctx_train;    /* the model's context (its metadata) */
+    int32_t n_embd;
+    int64_t weight_bytes;   /* bytes of the weights read per token */
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
     int64_t kv_tokens;
     int32_t n_seq_max;
@@ -71,5 +82,61 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap);
 const char *model_engine_chat_template(const struct model_engine *e, size_t *len);
 
 extern const struct sched_engine_ops model_engine_ops;
+
+/* --- sampling: what sched_request.sampler_params points to ---------------------------------- */
+
+#define MODEL_ENGINE_MAX_BIAS 1024 /* most logit_bias entries (the sampler's SAMPLER_MAX_BIAS) */
+
+struct model_engine_bias {
+    int32_t token;
+    float bias;               /* added to the logit; -INFINITY bans */
+};
+
+/* A request's sampling (sampler/sampler.h's chain). */
+struct model_engine_sampling {
+    float temperature;        /* <= 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1 or <= 0: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1 or <= 0: off */
+    int32_t repeat_last_n;    /* window of the penalties; < 0: the context */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    const struct model_engine_bias *logit_bias; /* at most MODEL_ENGINE_MAX_BIAS, ids in the vocabulary */
+    int32_t n_logit_bias;
+    int32_t n_probs;          /* log-probs to report (the request's n_probs) */
+};
+
+/* --- text and tokens (the tokenizer; any thread) ------------------------------------------- */
+
+/* Tokenize text[0..len) (tokenizer.h's tokenizer_encode_alloc): *out is malloc'd (the caller
+ * frees it; NULL when *n_out is 0). add_special: BOS/EOS as the vocabulary says; parse_special:
+ * control tokens' text becomes the token. 0 or -ERR_NOMEM. */
+int model_engine_tokenize(const struct model_engine *e, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t **out, size_t *n_out);
+/* The bytes one token decodes to (special: control tokens' text too, else ""). Not
+ * NUL-terminated, maybe part of a UTF-8 character; valid while the engine lives. */
+const char *model_engine_token_piece(const struct model_engine *e, int32_t id, bool special, size_t *len);
+/* Decode a whole sequence (tokenizer_decode) into *out, malloc'd and NUL-terminated (the caller
+ * frees it). Returns the byte count, or -ERR_NOMEM. */
+int64_t model_engine_detokenize(const struct model_engine *e, const int32_t *ids, size_t n, bool remove_special,
+                                bool special, char **out);
+
+/* Streaming detokenizer of generated text (tokenizer.h's struct detok): only whole UTF-8
+ * characters come out, an incomplete one is held until the next token completes it; leading
+ * spaces are kept (the text continues a prompt), control tokens give "".
+ *
+ *   struct model_engine_detok *d = model_engine_detok_new(e);      // NULL: out of memory
+ *   size_t cap = model_engine_detok_buf_size(e);                   // room for any one call
+ *   int k = model_engine_detok_push(d, token, buf, cap);           // per token: k bytes
+ *   k = model_engine_detok_flush(d, buf, cap);                     // at the end: held bytes as U+FFFD
+ *   model_engine_detok_free(d);
+ */
+struct model_engine_detok;
+struct model_engine_detok *model_engine_detok_new(const struct model_engine *e);
+void model_engine_detok_free(struct model_engine_detok *d);
+size_t model_engine_detok_buf_size(const struct model_engine *e);
+int model_engine_detok_push(struct model_engine_detok *d, int32_t token, char *out, size_t cap);
+int model_engine_detok_flush(struct model_engine_detok *d, char *out, size_t cap);
 
 #endif

@@ -17,7 +17,7 @@ void sched_config_default(struct sched_config *c) {
         .batch_tokens = 512,
         .chunk_tokens = 128,
         .max_step_ms = 100,
-        .solo_step_ms = 150,
+        .solo_step_ms = 100,
         .max_queue = 64,
         .max_n = 16,
         .starve_steps = 8,

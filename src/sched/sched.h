@@ -12,12 +12,14 @@
  *   - while other sequences wait, the prompt budget shrinks so a step stays under
  *     config.max_step_ms, from a cost model learned from measured step times (step_cost.h:
  *     fixed + per token + per attended cell, so chunks shrink as a long prompt's context grows);
- *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (150 ms,
+ *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (100 ms,
  *     never below max_step_ms; 0: no time cap, batch_tokens only). The two promises together:
  *     a request that arrives while a long prompt is read alone waits for the step in flight
  *     (<= solo_step_ms) and then for its own step (<= max_step_ms), so its first token comes
- *     after about solo_step_ms + max_step_ms at worst, while the lone prompt still runs in steps
- *     1.5x longer than shared ones (the fixed cost per step is amortized over more tokens).
+ *     after about solo_step_ms + max_step_ms at worst; a longer solo_step_ms amortizes the fixed
+ *     cost per step over more tokens of the lone prompt at the price of that wait
+ *     (scripts/bench.d/50-serving shows both: the time to first token during a long prefill and
+ *     the prefill's time).
  *     Before any step was measured there is no cost model: a step's prompt budget is then a
  *     small probe (32 tokens), so the first step of a fresh server cannot run for seconds; a
  *     prompt alone never gets less than that probe (smaller prefill steps cost several times
@@ -85,7 +87,8 @@
  * at sched_create; building and completing steps does not allocate, except host snapshots of
  * preempted sequences. sched_submit copies the prompt.
  *
- * Usage (the libuv driver does the same with a uv_timer and uv_queue_work):
+ * Usage (the server does the same across threads: api/serving.c's serving_ops, which
+ * net/engine_driver.c runs with a uv_timer and uv_queue_work):
  *
  *   struct sched *s;
  *   sched_config_default(&cfg); cfg.n_ctx = 4096;
@@ -98,13 +101,13 @@
  *   }
  *   sched_destroy(s);
  *
- * The libuv driver (net side): one uv_work_t, a `running` flag. kick(): if not running and
- * sched_build_step(s, uv_now(loop), &step) > 0, set running and uv_queue_work(work_cb: compute,
- * after_work_cb: sched_step_complete(s, step, uv_now(loop)), clear running, kick()). Call kick()
- * after every sched_submit and sched_cancel; a uv_timer tick calling kick() is only a safety net
- * (memory is only freed by a completion or a cancel, both of which kick). With
- * uv_queue_work's status UV_ECANCELED (shutdown: compute never ran), still call
- * sched_step_complete: the step's requests end with on_error(-ERR_CANCELLED).
+ * Driving it from an event loop: one step in flight, a `running` flag. kick(): if not running
+ * and sched_build_step(s, now, &step) > 0, set running and compute on a worker; when that is
+ * done, on the loop: sched_step_complete(s, step, now) (or sched_step_complete_some, in parts),
+ * clear running, kick(). Call kick() after every sched_submit and sched_cancel; a timer tick
+ * calling kick() is only a safety net (memory is only freed by a completion or a cancel, both of
+ * which kick). A step whose compute never ran (shutdown) is still completed: its requests end
+ * with on_error(-ERR_CANCELLED).
  *
  * Errors for the API layer: sched_submit's -ERR_INVAL -> 400 naming the field; -ERR_TOOBIG ->
  * 400 exceed_context_size_error with n_prompt and sched_max_prompt_tokens() (or too many
@@ -135,7 +138,7 @@ struct sched_config {
     int32_t batch_tokens;     /* token budget per step (--batch-tokens, 512) */
     int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait (128) */
     double max_step_ms;       /* step time target while others wait (--max-step-ms, 100) */
-    double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 150; 0: none) */
+    double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 100; 0: none) */
     int32_t max_queue;        /* requests waiting for admission, beyond: -ERR_BUSY (--max-queue, 64) */
     int32_t max_n;            /* most choices per request (--max-n, 16) */
     int32_t starve_steps;     /* a sequence not served for this many steps goes first (8) */
@@ -159,8 +162,8 @@ struct sched_token_probs {
     float top_logprob[SCHED_MAX_PROBS];
 };
 
-/* The seam to the model and sampler (the integrating engineer implements it with model_forward
- * and src/sampler). `engine` is passed back unchanged. */
+/* The seam to the model and sampler (sched/model_engine.h implements it with model_forward and
+ * src/sampler; test/sched/fake.h with a bookkeeping engine). `engine` is passed back unchanged. */
 struct sched_engine_ops {
     /* Run the batch (memory_reserve'd by the scheduler) and point *logits at n_outputs rows of
      * n_vocab floats, in entry order; they stay valid until the next forward. Worker thread. */

@@ -10,9 +10,9 @@
  * target: otherwise a crowd of generating sequences would starve every new prompt. */
 #define SCHED_MIN_PROMPT_TOKENS 16
 /* SCHED_PROBE_TOKENS (sched.h): until a step has been measured its cost is unknown, so the first
- * prompt step of a fresh server is this small (a 1B model on 2 cores reads 32 tokens in ~0.2 s)
- * and a request arriving during it does not wait seconds; the cost line learned from it sizes
- * the next ones. */
+ * prompt step of a fresh server is this small (a fraction of a second for a 1B model on 2 cores:
+ * scripts/bench.d/40-forward gives the prompt tokens/s) and a request arriving during it does not
+ * wait seconds; the cost line learned from it sizes the next ones. */
 
 /* ---------------------------------------------------------------- admission */
 

@@ -4,7 +4,8 @@
  * attends (pos + 1 for a row at position pos of a plain sequence). A prompt chunk attends to all
  * earlier positions, so as a long prompt advances the same chunk size costs more; without the
  * attention term a line in n_tokens lags behind it and the steps of a lone long prompt overrun
- * their target (several times 200 ms -> 500 ms at 2900 tokens of context).
+ * their target, the more the longer its context (test/sched/sched_test.c:
+ * sched_a_lone_long_prompt_stays_within_solo_step_ms_as_its_context_grows).
  *
  * The scheduler observes every completed step (tokens, attention cells, measured milliseconds)
  * and asks two questions: how long should a given step take (for stall detection), and how many

@@ -1,11 +1,20 @@
 #include "test.h"
 #include "api/errors.h"
+#include "api/fake.h"
 #include "api/router.h"
 #include "common/err.h"
 
 #include <stdlib.h>
 
 static void nop_handle(struct http_request *req, void *data) {}
+
+/* Answers with its route data's text, and remembers that it ran. */
+static int handled;
+static void text_handle(struct http_request *req, void *data) {
+    handled++;
+    if (req->route_data != data) return; /* no answer: the test sees status 0 */
+    http_respond(req, 200, "text/plain", data, strlen(data));
+}
 
 TEST(router_matches_404_405_and_allow) {
     struct router r;
@@ -105,4 +114,77 @@ TEST(http_query_int_defaults_and_clamps) {
     CHECK_EQ_INT(http_query_int(&req, "word", 7, 100), 0);
     CHECK_EQ_INT(http_query_int(&req, "long", 7, 100), 7);
     CHECK_EQ_INT(http_query_int(&req, "nope", 7, 100), 7);
+}
+
+/* router_dispatch through a fake responder: 404, 405 with Allow, 401 with WWW-Authenticate, CORS
+ * preflight and headers, and the handler with its route data. */
+TEST(router_dispatch_answers_in_the_documented_order) {
+    struct config_list keys = {1, {"sesame"}};
+    struct config_list origins = {1, {"https://app.example"}};
+    struct router r;
+    router_init(&r, &keys, &origins);
+    CHECK_EQ_INT(router_add(&r, "GET", "/health", text_handle, "healthy", ROUTE_PUBLIC), 0);
+    CHECK_EQ_INT(router_add(&r, "POST", "/v1/x", text_handle, "x", 0), 0);
+    CHECK_EQ_INT(router_add(&r, "GET", "/v1/x", text_handle, "x-get", 0), 0);
+    handled = 0;
+    struct fake_http f;
+
+    fake_http_init(&f, "GET", "/nope?a=1", NULL);
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 404);
+    CHECK_EQ_STR(f.body, "{\"error\":{\"code\":404,\"message\":\"File Not Found: /nope\",\"type\":\"not_found_error\"}}");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "DELETE", "/v1/x", NULL);
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 405);
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK(strstr(f.body, "Method DELETE not allowed on /v1/x") != NULL);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "POST", "/v1/x", "{}");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 401);
+    CHECK_EQ_STR(fake_http_out(&f, "WWW-Authenticate"), "Bearer");
+    CHECK_EQ_INT(handled, 0);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "POST", "/v1/x", "{}");
+    fake_http_header(&f, "Authorization", "Bearer sesame");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(handled, 1);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "x");
+    CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL); /* no Origin: no CORS headers */
+    CHECK_EQ_INT(f.ends, 1);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "GET", "/health", NULL); /* public: no key needed */
+    fake_http_header(&f, "Origin", "https://app.example");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "healthy");
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Origin"), "https://app.example");
+    CHECK_EQ_STR(fake_http_out(&f, "Vary"), "Origin");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "OPTIONS", "/v1/x", NULL); /* a preflight: no key needed */
+    fake_http_header(&f, "Origin", "https://app.example");
+    fake_http_header(&f, "Access-Control-Request-Headers", "Authorization");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 204);
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, OPTIONS");
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Headers"), "Authorization");
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Max-Age"), "86400");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "OPTIONS", "/v1/x", NULL); /* an origin CORS does not allow: Allow only */
+    fake_http_header(&f, "Origin", "https://evil.example");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 204);
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL);
+    CHECK(fake_http_out(&f, "Access-Control-Allow-Methods") == NULL);
+    CHECK_EQ_INT(handled, 2);
+    fake_http_free(&f);
 }

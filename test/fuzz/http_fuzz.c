@@ -3,10 +3,11 @@
  * Checks the parser's promises: limits hold, strings are NUL-terminated, every byte is consumed
  * or reported, an error carries a status and a reason; and the header/query lookups of
  * src/api/http.c on every parsed request (no overrun, a decoded value fits or is refused).
- * Build by hand (scripts/fuzz.mk does not list it yet):
+ * Built and run by `make fuzz FUZZ_TARGETS=http` (scripts/fuzz.mk); by hand:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -Isrc -I/usr/share/include/llhttp \
- *     test/fuzz/http_fuzz.c src/net/parse.c src/api/http.c src/common/err.c /usr/share/llhttp/{api,http,llhttp}.c -o fuzz-http
- *   ./fuzz-http -max_total_time=60 test/fuzz/corpus/http   (2M runs in 60 s, nothing found so far) */
+ *     test/fuzz/http_fuzz.c src/net/parse.c src/api/http.c src/api/errors.c src/common/err.c \
+ *     /usr/share/llhttp/{api,http,llhttp}.c -ljansson -o fuzz-http
+ *   ./fuzz-http -max_total_time=60 test/fuzz/corpus/http */
 #include "common/err.h"
 #include "api/http.h"
 #include "net/parse.h"

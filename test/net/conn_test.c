@@ -1,6 +1,7 @@
 /* conn_test.c: the handler contract of api/http.h against the real server on a real loop: a
  * client thread talks to it over loopback with blocking sockets while the loop runs here. */
 #include "test.h"
+#include "api/router.h"
 #include "common/err.h"
 #include "net/server.h"
 
@@ -16,6 +17,7 @@ struct fixture {
     uv_loop_t loop;
     struct config cfg;
     struct app app;
+    struct router router;   /* the request hook, as cmd/serve.c sets it */
     uv_async_t done;        /* the client thread is finished: drain the server */
     pthread_t client;
     void (*scenario)(struct fixture *f);
@@ -76,6 +78,10 @@ static void done_cb(uv_async_t *a) {
     app_drain(&f->app);
 }
 
+static void dispatch_cb(struct http_request *req, void *router) {
+    router_dispatch(router, req);
+}
+
 /* Serve `route` with the given extra flags while `scenario` runs in a client thread. */
 static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)(struct fixture *),
                       const char *flag, const char *value) {
@@ -86,8 +92,11 @@ static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)
     uv_loop_init(&f->loop);
     app_init(&f->app, &f->cfg, &f->loop);
     f->app.faults = f->faults;
-    router_add(&f->app.router, "GET", "/t", route, f, 0);
-    router_add(&f->app.router, "POST", "/t", route, f, 0); /* a request with model work (held when many) */
+    router_init(&f->router, &f->cfg.api_key, &f->cfg.cors_origin);
+    f->app.on_request = dispatch_cb;
+    f->app.request_data = &f->router;
+    router_add(&f->router, "GET", "/t", route, f, 0);
+    router_add(&f->router, "POST", "/t", route, f, 0); /* a request with model work (held when many) */
     uv_timer_init(&f->loop, &f->timer); /* a live handle of someone else's: closed by the stop hook */
     f->timer.data = f;
     app_on_stop(&f->app, stop_hook, f);
@@ -533,7 +542,8 @@ static void drain_route(struct http_request *req, void *data) {
     }
     if (f->events_sent++ == 0) usleep(300 * 1000); /* the loop is busy while the others arrive */
     /* what serving_not_ready does: 503 when draining, unless held before the drain began */
-    if (f->app.state == APP_DRAINING && !req->before_drain) http_respond(req, 503, "text/plain", "late!", 5);
+    ASSERT(req->draining == (f->app.state == APP_DRAINING)); /* as dispatched */
+    if (req->draining && !req->before_drain) http_respond(req, 503, "text/plain", "late!", 5);
     else http_respond(req, 200, "text/plain", "done!", 5);
 }
 

@@ -5,7 +5,6 @@
 #include "common/err.h"
 #include "model/model.h"
 #include "sched/model_engine.h"
-#include "sampler/sampler.h"
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,7 +67,7 @@ TEST(model_engine_greedy_reference_text_and_shared_prompt) {
     int32_t prompt[16];
     size_t n_prompt;
     CHECK_EQ_INT(tokenizer_encode(e->tok, "And God said", 12, true, false, prompt, 16, &n_prompt), 0);
-    struct sampler_params sp = {.temperature = 0, .repeat_penalty = 1.0f};
+    struct model_engine_sampling sp = {.temperature = 0, .repeat_penalty = 1.0f};
     struct sched_request req = {.prompt = prompt, .n_prompt = (int32_t)n_prompt, .n_predict = 8,
                                 .n_choices = 2, .seed = 1, .cache_prompt = false, .sampler_params = &sp};
     struct collect c = {0};
@@ -111,7 +110,7 @@ TEST(model_engine_serves_mamba_with_recurrent_memory) {
     CHECK_EQ_STR(e->model->hp.arch_name, "mamba");
     CHECK_EQ_INT(e->n_ctx, 128); /* capped like a transformer's, not the trained 1 Mi */
     int32_t prompt[] = {1, 15043, 3186};
-    struct sampler_params sp = {.temperature = 0, .repeat_penalty = 1.0f};
+    struct model_engine_sampling sp = {.temperature = 0, .repeat_penalty = 1.0f};
     struct sched_request req = {.prompt = prompt, .n_prompt = 3, .n_predict = 6, .n_choices = 2, .seed = 1,
                                 .sampler_params = &sp};
     struct collect c = {0};

@@ -1,0 +1,231 @@
+/* generate_test.c: the completion endpoints (api/generate.c) through the router, over the
+ * repository's model, with a fake responder and steps run on this thread: no sockets, no loop. */
+#include "test.h"
+#include "api/fake.h"
+#include "common/err.h"
+#include "sched/model_engine.h"
+#include "sched/sched.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+
+/* The reference's greedy continuation of "And God said" (../shared/README.md). */
+#define PROMPT "And God said"
+#define GREEDY_8 " unto him, Thou shalt not"
+
+static const char *jstr(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static long long jint(const json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
+
+TEST(generate_completion_returns_the_reference_text) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":8,\"temperature\":0}");
+    CHECK_EQ_INT(fake_serving_request(&fs, &f), 0);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.content_type, "application/json");
+    CHECK_EQ_INT(f.ends, 1);
+    CHECK(fs.kicks >= 1); /* the submit woke the driver */
+    int32_t *ids;
+    size_t n_prompt;
+    CHECK_EQ_INT(model_engine_tokenize(fs.srv.engine, PROMPT, sizeof PROMPT - 1, true, true, &ids, &n_prompt), 0);
+    free(ids);
+    json_t *body = json_loads(f.body, 0, NULL);
+    CHECK(body);
+    CHECK_EQ_STR(jstr(body, "content"), GREEDY_8);
+    CHECK_EQ_STR(jstr(body, "stop_type"), "limit");
+    CHECK_EQ_INT(jint(body, "tokens_predicted"), 8);
+    CHECK_EQ_INT(jint(body, "tokens_evaluated"), (long long)n_prompt);
+    CHECK_EQ_STR(jstr(body, "model"), "kjv-tiny-q8_0.gguf");
+    json_decref(body);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
+
+TEST(generate_bad_requests_get_400_with_the_error_body) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    static const struct {
+        const char *path, *body, *param; /* param NULL: none named */
+    } cases[] = {
+        {"/completion", "{not json", NULL},
+        {"/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":\"many\"}", "n_predict"},
+        {"/completion", "{\"prompt\":[1,99999999]}", "prompt[1]"},
+        {"/v1/completions", "{\"prompt\":\"" PROMPT "\",\"n\":17}", "n"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct fake_http f;
+        fake_http_init(&f, "POST", cases[i].path, cases[i].body);
+        fake_serving_request(&fs, &f);
+        if (f.status != 400) fprintf(stderr, "  %s %s -> %d %s\n", cases[i].path, cases[i].body, f.status, f.body);
+        CHECK_EQ_INT(f.status, 400);
+        CHECK_EQ_INT(f.ends, 1);
+        json_t *body = json_loads(f.body, 0, NULL);
+        json_t *err = json_object_get(body, "error");
+        CHECK_EQ_INT(jint(err, "code"), 400);
+        CHECK_EQ_STR(jstr(err, "type"), "invalid_request_error");
+        if (cases[i].param) CHECK_EQ_STR(jstr(err, "param"), cases[i].param);
+        else CHECK(!json_is_string(json_object_get(err, "param")));
+        json_decref(body);
+        fake_http_free(&f);
+    }
+    CHECK_EQ_INT(fs.srv.metrics.requests_total, sizeof cases / sizeof *cases); /* each counted */
+    fake_serving_close(&fs);
+}
+
+/* A prompt longer than the context: 400 exceed_context_size_error with both sizes. */
+TEST(generate_long_prompt_exceeds_the_context) {
+    struct fake_serving fs;
+    const char *flags[] = {"--max-seq-tokens", "16", NULL};
+    CHECK_EQ_INT(fake_serving_open(&fs, flags), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion",
+                   "{\"prompt\":\"And And And And And And And And And And And And And And And And And And And\"}");
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.status, 400);
+    json_t *body = json_loads(f.body, 0, NULL);
+    json_t *err = json_object_get(body, "error");
+    CHECK_EQ_STR(jstr(err, "type"), "exceed_context_size_error");
+    CHECK(jint(err, "n_ctx") > 0 && jint(err, "n_ctx") <= 16);
+    CHECK(jint(err, "n_prompt_tokens") > 16);
+    json_decref(body);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
+
+/* /completion streamed: the events' content is the non-streamed text; the last one says stop. */
+TEST(generate_completion_stream_equals_the_whole_text) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion",
+                   "{\"prompt\":\"" PROMPT "\",\"n_predict\":8,\"temperature\":0,\"stream\":true}");
+    CHECK_EQ_INT(fake_serving_request(&fs, &f), 0);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.content_type, "text/event-stream");
+    CHECK_EQ_INT(f.ends, 1); /* http_sse_end */
+    CHECK(f.n_events >= 2);
+    char text[256] = "";
+    for (int i = 0; i < f.n_events; i++) {
+        json_t *e = json_loads(f.events[i], 0, NULL);
+        CHECK(e);
+        CHECK(json_is_true(json_object_get(e, "stop")) == (i == f.n_events - 1));
+        strncat(text, jstr(e, "content"), sizeof text - strlen(text) - 1);
+        if (i == f.n_events - 1) {
+            CHECK_EQ_STR(jstr(e, "stop_type"), "limit");
+            CHECK_EQ_INT(jint(e, "tokens_predicted"), 8);
+        }
+        json_decref(e);
+    }
+    CHECK_EQ_STR(text, GREEDY_8);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
+
+/* /v1/chat/completions streamed: chunks with the role first, a finish_reason last, then [DONE];
+ * their deltas make the non-streamed message. */
+TEST(generate_chat_stream_ends_with_done) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+#define CHAT "\"messages\":[{\"role\":\"user\",\"content\":\"Who made the heaven?\"}],\"max_tokens\":6,\"temperature\":0"
+    struct fake_http whole;
+    fake_http_init(&whole, "POST", "/v1/chat/completions", "{" CHAT "}");
+    CHECK_EQ_INT(fake_serving_request(&fs, &whole), 0);
+    CHECK_EQ_INT(whole.status, 200);
+    json_t *body = json_loads(whole.body, 0, NULL);
+    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
+    CHECK_EQ_STR(jstr(body, "object"), "chat.completion");
+    const char *message = jstr(json_object_get(choice, "message"), "content");
+    CHECK(message[0]);
+
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/v1/chat/completions", "{" CHAT ",\"stream\":true}");
+    CHECK_EQ_INT(fake_serving_request(&fs, &f), 0);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_INT(f.ends, 1);
+    CHECK(f.n_events >= 3);
+    CHECK_EQ_STR(f.events[f.n_events - 1], "[DONE]");
+    char text[512] = "";
+    const char *finish = NULL;
+    for (int i = 0; i < f.n_events - 1; i++) {
+        json_t *e = json_loads(f.events[i], 0, NULL);
+        CHECK(e);
+        CHECK_EQ_STR(jstr(e, "object"), "chat.completion.chunk");
+        json_t *c = json_array_get(json_object_get(e, "choices"), 0);
+        json_t *delta = json_object_get(c, "delta");
+        if (i == 0) CHECK_EQ_STR(jstr(delta, "role"), "assistant");
+        strncat(text, jstr(delta, "content"), sizeof text - strlen(text) - 1);
+        const char *fr = json_string_value(json_object_get(c, "finish_reason"));
+        CHECK(!finish); /* only the last chunk finishes */
+        if (fr) finish = strcmp(fr, "length") ? "other" : "length";
+        json_decref(e);
+    }
+    CHECK(finish != NULL);
+    CHECK_EQ_STR(jstr(choice, "finish_reason"), finish);
+    CHECK_EQ_STR(text, message);
+    json_decref(body);
+    fake_http_free(&whole);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+#undef CHAT
+}
+
+/* A streaming client that leaves: no events after the disconnect, the cancel callback frees the
+ * request, the scheduler holds nothing for it, and /metrics counts a 499. */
+TEST(generate_client_gone_cancels_the_request) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion",
+                   "{\"prompt\":\"" PROMPT "\",\"n_predict\":200,\"temperature\":0,\"stream\":true}");
+    router_dispatch(&fs.router, &f.req);
+    CHECK_EQ_INT(f.status, 200); /* the stream started */
+    for (int i = 0; i < 3; i++) { /* a few steps: tokens flow */
+        CHECK(serving_ops.build_step(&fs.srv));
+        serving_ops.compute_step(&fs.srv);
+        while (serving_ops.complete_step(&fs.srv, 0)) {
+        }
+    }
+    CHECK(f.n_events >= 1);
+    int sent = f.n_events;
+    fake_http_disconnect(&f);              /* the abort callback: no step holds it from now on */
+    CHECK_EQ_INT(fake_serving_run(&fs), 0); /* the sweep frees its cells; nothing to run */
+    CHECK_EQ_INT(f.n_events, sent);
+    fake_http_closed(&f);                  /* the cancel callback frees the request */
+    CHECK_EQ_INT(f.cancels, 1);
+    CHECK_EQ_INT(f.ends, 1);
+    struct sched_stats st;
+    sched_stats(fs.srv.sched, serving_now_ms(), &st);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(st.queued, 0);
+    bool counted = false;
+    for (int i = 0; i < fs.srv.metrics.n_status; i++) counted |= fs.srv.metrics.status[i] == 499;
+    CHECK(counted);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
+
+/* While the server drains, a completion is refused with 503, unless the request was held by the
+ * server before the drain began. */
+TEST(generate_draining_refuses_new_work) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":2}");
+    f.req.draining = true;
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.status, 503);
+    CHECK(strstr(f.body, "Server is shutting down") != NULL);
+    fake_http_free(&f);
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":2}");
+    f.req.draining = f.req.before_drain = true;
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.status, 200);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
