@@ -1,8 +1,9 @@
 /* tokenize.c: ./uvlm tokenize --model M [--file F] [--text T] [--add-special] [--parse-special]
  * Prints the token ids of a text, space-separated on one line (each id preceded by a space, as in
  * the ../shared/vocab .out files). With --file in the .inp format (tests separated by
- * "\n__ggml_vocab_test__\n", each test followed by one), one line per test, so that the output
- * diffs against the .out file. Works with vocabulary-only GGUF files. */
+ * "\n__ggml_vocab_test__\n", each test followed by one, the last one maybe by the end of the
+ * file), one line per test, so that the output diffs against the .out file. Works with
+ * vocabulary-only GGUF files. */
 #include "cmd/cmd.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -111,6 +112,8 @@ int cmd_tokenize(int argc, char **argv) {
                 status = print_ids(tok, p, (size_t)(sep - p), add_special, parse_special);
                 p = sep + sep_len;
             }
+            /* a last test may end the file without its separator */
+            if (!status && p < end) status = print_ids(tok, p, (size_t)(end - p), add_special, parse_special);
         }
         free(buf);
     }
