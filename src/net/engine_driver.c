@@ -211,6 +211,7 @@ static int driver_load(struct app *app, void *data) {
         .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
         .n_threads = (int)cfg->threads,
         .yield_us = cfg->compute_yield_us,
+        .allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer,
     };
     log_info(&app->log, "loading %s", d->model_path);
     int rc = compute_thread_start(&d->compute, d->compute_nice);

@@ -31,7 +31,8 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     if (!e) return -ERR_NOMEM;
     int rc = model_load(&e->model, cfg->path, &(struct model_options){.serving_layout = true}, why, why_len);
     if (!rc) {
-        rc = tokenizer_load(&e->tok, &e->model->file, e->tokenizer_warning, sizeof e->tokenizer_warning);
+        struct tokenizer_options topt = {.allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer};
+        rc = tokenizer_load_with(&e->tok, &e->model->file, &topt, e->tokenizer_warning, sizeof e->tokenizer_warning);
         if (rc) snprintf(why, why_len, "tokenizer: %s", e->tokenizer_warning);
     }
     if (rc) {
