@@ -210,9 +210,11 @@ void bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struc
     size_t longest = 0;
     for (size_t i = 0, start = 0; i < n_words; start = ends[i++])
         if (ends[i] - start > longest) longest = ends[i] - start;
-    /* A code point is up to 4 bytes, each byte one printable character of up to 2 bytes. */
-    w.enc = malloc(longest * 8 + 1);
-    w.syms = malloc((longest * 4 + 1) * sizeof *w.syms);
+    /* A code point is up to 4 bytes, each byte (byte-level) one printable character of up to 2
+     * bytes and one symbol; raw UTF-8 keeps the code point's bytes as one symbol. */
+    size_t per_cp = tok->raw_utf8 ? 1 : 4;
+    w.enc = malloc(longest * (tok->raw_utf8 ? 4 : 8) + 1);
+    w.syms = malloc((longest * per_cp + 1) * sizeof *w.syms);
     if (!w.enc || !w.syms) goto oom;
     for (size_t i = 0, start = 0; i < n_words && !out->oom; start = ends[i++]) {
         size_t elen = 0;
