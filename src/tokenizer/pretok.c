@@ -40,8 +40,8 @@ static bool is_alpha(const struct span *s, size_t p) {
 }
 /* [^\s\p{L}\p{N}] ([^\s\p{L}\p{M}\p{N}] with no_mark) */
 static bool is_other(const struct span *s, size_t p, bool no_mark) {
-    unsigned not = UCP_WHITESPACE | UCP_LETTER | UCP_NUMBER | (no_mark ? UCP_MARK : 0);
-    return p < s->end && !(s->fl[p] & not);
+    unsigned excluded = UCP_WHITESPACE | UCP_LETTER | UCP_NUMBER | (no_mark ? UCP_MARK : 0);
+    return p < s->end && !(s->fl[p] & excluded);
 }
 /* [^\r\n\p{L}\p{N}]: the optional character before a run of letters */
 static bool is_lead(const struct span *s, size_t p) {
