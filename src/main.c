@@ -30,6 +30,7 @@ static const struct subcommand subcommands[] = {
     {"generate", cmd_generate, "generate text from one prompt, then print tok/s (--model M --prompt P)"},
     {"eval-logits", cmd_eval_logits, "top-K logits of prompts and greedy runs as reference JSON"},
     {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2/mamba GGUF of any shape and weight type"},
+    {"inspect", cmd_inspect, "what a GGUF model is and the memory serving it takes, from its metadata"},
 };
 
 static void usage(FILE *out) {

@@ -128,6 +128,7 @@ static int ops_load(void *engine) {
         .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
         .n_threads = (int)cfg->threads,
         .yield_us = cfg->compute_yield_us,
+        .allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer,
     };
     return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);
 }

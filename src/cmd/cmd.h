@@ -12,5 +12,6 @@ int cmd_apply_template(int argc, char **argv);
 int cmd_eval_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 #endif

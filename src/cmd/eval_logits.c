@@ -1,4 +1,5 @@
 /* eval_logits.c: ./uvlm eval-logits --model M --prompts FILE [--topk K] [--n-gen N] [--threads T]
+ *                                   [--allow-unknown-pretokenizer]
  * Writes to stdout the JSON of ../shared/reference/MODEL.json for this engine: per prompt
  * (prompts separated by "\n---\n", tokenized with add_special), the teacher-forced top-K logits
  * after every prompt token, then N greedy tokens with the top-K logits after each. Comparing it
@@ -19,6 +20,7 @@
 
 static void eval_usage(FILE *out) {
     fprintf(out, "usage: uvlm eval-logits --model M --prompts FILE [--topk K] [--n-gen N] [--threads T]\n"
+                 "                        [--allow-unknown-pretokenizer]\n"
                  "  prompts in FILE are separated by \"\\n---\\n\"; JSON on stdout (K 20, N 32 by default)\n");
 }
 
@@ -99,11 +101,16 @@ static int eval_prompt(const struct model *m, const struct tokenizer *tok, struc
 int cmd_eval_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompts_path = NULL;
     int32_t k = 20, n_gen = 32, n_threads = 0;
+    struct tokenizer_options topt = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             eval_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--allow-unknown-pretokenizer")) {
+            topt.allow_unknown_pretokenizer = true;
+            continue;
         }
         if (!v) {
             eval_usage(stderr);
@@ -142,10 +149,11 @@ int cmd_eval_logits(int argc, char **argv) {
         goto done;
     }
     if (k > m->hp.n_vocab) k = m->hp.n_vocab;
-    if ((rc = tokenizer_load(&tok, &m->file, why, sizeof why)) < 0) {
+    if ((rc = tokenizer_load_with(&tok, &m->file, &topt, why, sizeof why)) < 0) {
         fprintf(stderr, "eval-logits: tokenizer: %s\n", why);
         goto done;
     }
+    if (why[0]) fprintf(stderr, "eval-logits: tokenizer: %s\n", why);
     /* One sequence; the longest prompt plus its generation must fit in the context. */
     int64_t n_ctx = (int64_t)len + 2 + n_gen;
     if ((rc = model_memory_create(m, n_ctx, 1, &mem)) < 0 ||

@@ -1,5 +1,6 @@
 /* generate.c: ./uvlm generate --model M --prompt P [--n-predict N] [--threads T] [--temp X]
  *             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
+ *             [--allow-unknown-pretokenizer]
  * Feeds the prompt in batches of up to 512 tokens, then samples one token at a time, printing
  * each as soon as it completes a UTF-8 character; stops at N tokens or an end-of-generation
  * token. Then prints the prompt and generation speeds (tok/s) on stderr. */
@@ -19,7 +20,7 @@ enum { GEN_BATCH = 512 };
 static void generate_usage(FILE *out) {
     fprintf(out, "usage: uvlm generate --model M --prompt P [--n-predict N (64)] [--threads T (all cores)]\n"
                  "         [--temp X (0: greedy)] [--top-k K (40)] [--top-p P (0.95)] [--min-p P (0.05)]\n"
-                 "         [--repeat-penalty R (1)] [--seed S (0)]\n");
+                 "         [--repeat-penalty R (1)] [--seed S (0)] [--allow-unknown-pretokenizer]\n");
 }
 
 static double now_s(void) {
@@ -88,11 +89,16 @@ int cmd_generate(int argc, char **argv) {
     int32_t n_predict = 64, n_threads = 0;
     struct sampler_params sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                 .repeat_penalty = 1.0f, .repeat_last_n = 64};
+    struct tokenizer_options topt = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             generate_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--allow-unknown-pretokenizer")) {
+            topt.allow_unknown_pretokenizer = true;
+            continue;
         }
         if (!v) {
             generate_usage(stderr);
@@ -130,10 +136,11 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "generate: %s: %s\n", model_path, why);
         return 1;
     }
-    if ((rc = tokenizer_load(&tok, &m->file, why, sizeof why)) < 0) {
+    if ((rc = tokenizer_load_with(&tok, &m->file, &topt, why, sizeof why)) < 0) {
         fprintf(stderr, "generate: tokenizer: %s\n", why);
         goto done;
     }
+    if (why[0]) fprintf(stderr, "generate: tokenizer: %s\n", why);
     if ((rc = tokenizer_encode_alloc(tok, prompt, strlen(prompt), true, false, &ids, &n)) < 0 || n == 0) {
         fprintf(stderr, "generate: cannot tokenize the prompt\n");
         goto done;

@@ -62,6 +62,9 @@ const struct config_setting config_settings[] = {
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,
      "force a chat template family (chatml, llama3, mistral-v7, gemma, ...); empty: detect"},
+    {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
+     "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
+     "(tokens may differ from the model's; without it such a model is refused)"},
     {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
      "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
      "for several; /health never needs it"},

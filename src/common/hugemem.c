@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -34,6 +35,13 @@ void hugemem_commit(void *p, size_t bytes) {
 }
 
 int64_t hugemem_available(void) {
+    const char *set = getenv("UVLM_MEMORY_AVAILABLE");
+    if (set && *set) {
+        char *end;
+        double v = strtod(set, &end);
+        double unit = *end == 'k' || *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1;
+        if (v >= 0 && end != set && (unit == 1 ? !*end : !end[1])) return (int64_t)(v * unit);
+    }
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[128];

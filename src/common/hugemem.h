@@ -33,7 +33,9 @@ void hugemem_free(void *p, size_t bytes);
 void hugemem_commit(void *p, size_t bytes);
 /* Bytes the kernel can hand out without swapping (/proc/meminfo's MemAvailable), or -1 where it
  * does not say: a check before hugemem_commit, so that a budget beyond the machine fails with an
- * error rather than the OOM killer. (A cgroup's own limit is not in it.) */
+ * error rather than the OOM killer. (A cgroup's own limit is not in it.) The environment variable
+ * UVLM_MEMORY_AVAILABLE (bytes, or with a k/M/G suffix) stands in for MemAvailable when set: for a
+ * container whose limit is below what the host reports, and for tests of the refusal. */
 int64_t hugemem_available(void);
 /* Makes the whole buffer read-only (the protection of its every page, so no huge page is split):
  * 0, or -1 with errno set (mprotect's). */

@@ -165,7 +165,9 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     free(fc);
 }
 
-static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) { return fc->s->bytes; }
+static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) {
+    return fc->s->bytes + compute_scratch_bytes(fc->s->c);
+}
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 

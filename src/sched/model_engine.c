@@ -1,6 +1,8 @@
 #include "sched/model_engine.h"
 
 #include "common/err.h"
+#include "common/hugemem.h"
+#include "model/footprint.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -28,13 +30,31 @@ static int engine_warm_up(struct model_engine *e, int32_t n) {
     return rc;
 }
 
+/* Weights + memory + buffers against what the machine has, from the metadata, before any of it is
+ * committed (the file is read whole by model_load): a load that cannot fit fails naming the sizes,
+ * not in the OOM killer. A file whose metadata lacks the shape is left to model_load to refuse. */
+static int check_fits(const struct model_engine_config *cfg, char *why, size_t why_len) {
+    struct model_footprint fp;
+    struct footprint_config fc = {.kv_tokens = cfg->kv_tokens, .batch_tokens = cfg->batch_tokens,
+                                  .n_seq_max = cfg->n_seq_max, .max_seq_tokens = cfg->max_seq_tokens,
+                                  .recurrent_states = cfg->recurrent_states};
+    if (model_footprint_of_path(cfg->path, &fc, &fp, why, why_len) < 0) {
+        why[0] = 0;
+        return 0;
+    }
+    return model_footprint_fits(&fp, hugemem_available(), why, why_len);
+}
+
 int model_engine_load(struct model_engine **out, const struct model_engine_config *cfg, char *why,
                       size_t why_len) {
+    int rc = check_fits(cfg, why, why_len);
+    if (rc < 0) return rc;
     struct model_engine *e = calloc(1, sizeof *e);
     if (!e) return -ERR_NOMEM;
-    int rc = model_load(&e->model, cfg->path, &(struct model_options){.serving_layout = true}, why, why_len);
+    rc = model_load(&e->model, cfg->path, &(struct model_options){.serving_layout = true}, why, why_len);
     if (!rc) {
-        rc = tokenizer_load(&e->tok, &e->model->file, e->tokenizer_warning, sizeof e->tokenizer_warning);
+        struct tokenizer_options topt = {.allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer};
+        rc = tokenizer_load_with(&e->tok, &e->model->file, &topt, e->tokenizer_warning, sizeof e->tokenizer_warning);
         if (rc) snprintf(why, why_len, "tokenizer: %s", e->tokenizer_warning);
     }
     if (rc) {

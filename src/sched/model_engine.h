@@ -50,6 +50,7 @@ struct model_engine_config {
     int32_t recurrent_states; /* a recurrent model's state cells (0: one per sequence id) */
     int n_threads;          /* compute threads of the forward pass (<= 0: all cores) */
     int64_t yield_us;       /* forward_config.yield_us */
+    bool allow_unknown_pretokenizer; /* tokenizer_options.allow_unknown_pretokenizer */
 };
 
 struct sampler_scratch;

@@ -1,5 +1,6 @@
-/* bpe.c: byte-level BPE (tokenizer.ggml.model "gpt2"): text -> code points -> words (pretok.h)
- * -> each byte of a word as its GPT-2 printable character -> merges by rank, lowest first.
+/* bpe.c: BPE with merge ranks: text -> code points -> words (pretok.h) -> each byte of a word as
+ * its GPT-2 printable character ("gpt2"; raw UTF-8 with spaces as U+2581 for "gemma4") -> merges
+ * by rank, lowest first.
  *
  * Symbols carry the id of their text in tok->vocab (real tokens, or merge parts that are not
  * tokens, with ids >= n_vocab), so a merge is one lookup of the id pair. The queue is a binary
@@ -64,6 +65,9 @@ static int32_t symbol_id(struct tokenizer *tok, const char *s, size_t len, char 
 
 int bpe_load_merges(struct tokenizer *tok, const struct gguf_file *f, char *why, size_t why_len) {
     const struct gguf_array *a = gguf_get_arr(f, "tokenizer.ggml.merges");
+    static const struct gguf_array none = {.type = GGUF_STRING};
+    if (!a && tok->pre == PRETOK_KIMI_K2 && !gguf_find_kv(f, "tokenizer.ggml.merges"))
+        a = &none; /* Kimi K2's vocabulary has no merges: its words are looked up whole */
     if (!a || a->type != GGUF_STRING) {
         snprintf(why, why_len, "tokenizer.ggml.merges: missing or not a string array");
         return -ERR_FORMAT;
@@ -136,16 +140,24 @@ static void emit_symbol(struct bpe_work *w, const struct sym *s) {
         ids_push(w->out, s->id);
         return;
     }
-    /* Not a token: each byte that is a token on its own (the reference drops the others). */
+    /* Not a token: each byte that is a token on its own (raw UTF-8: its <0xNN> token); the
+     * reference drops the others. */
     for (uint32_t i = 0; i < s->n; i++) {
-        int32_t id = strmap_get(&tok->vocab, w->enc + s->off + i, 1);
+        int32_t id = tok->raw_utf8 ? tok->byte_token[(unsigned char)w->enc[s->off + i]]
+                                   : strmap_get(&tok->vocab, w->enc + s->off + i, 1);
         if (id >= 0 && id < tok->n_vocab) ids_push(w->out, id);
     }
 }
 
+static bool all_newlines(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (s[i] != '\n') return false;
+    return true;
+}
+
 static void merge_word(struct bpe_work *w, size_t len) {
     const struct tokenizer *tok = w->tok;
-    if (tok->ignore_merges) {
+    if (tok->ignore_merges || (tok->whole_newlines && all_newlines(w->enc, len))) {
         int32_t id = strmap_get(&tok->vocab, w->enc, len);
         if (id >= 0 && id < tok->n_vocab) {
             ids_push(w->out, id);
@@ -190,6 +202,7 @@ void bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struc
     if (!cps || !fl || !ends || !scratch) goto oom;
     for (size_t off = 0, adv; off < len; off += adv) {
         cps[n] = utf8_decode(text + off, len - off, &adv);
+        if (tok->raw_utf8 && cps[n] == ' ') cps[n] = 0x2581;
         fl[n] = (uint16_t)ucp_flags(cps[n]);
         n++;
     }
@@ -197,15 +210,22 @@ void bpe_encode(const struct tokenizer *tok, const char *text, size_t len, struc
     size_t longest = 0;
     for (size_t i = 0, start = 0; i < n_words; start = ends[i++])
         if (ends[i] - start > longest) longest = ends[i] - start;
-    /* A code point is up to 4 bytes, each byte one printable character of up to 2 bytes. */
-    w.enc = malloc(longest * 8 + 1);
-    w.syms = malloc((longest * 4 + 1) * sizeof *w.syms);
+    /* A code point is up to 4 bytes, each byte (byte-level) one printable character of up to 2
+     * bytes and one symbol; raw UTF-8 keeps the code point's bytes as one symbol. */
+    size_t per_cp = tok->raw_utf8 ? 1 : 4;
+    w.enc = malloc(longest * (tok->raw_utf8 ? 4 : 8) + 1);
+    w.syms = malloc((longest * per_cp + 1) * sizeof *w.syms);
     if (!w.enc || !w.syms) goto oom;
     for (size_t i = 0, start = 0; i < n_words && !out->oom; start = ends[i++]) {
         size_t elen = 0;
         for (size_t c = start; c < ends[i]; c++) {
             char u[4];
             size_t ul = utf8_encode(cps[c], u);
+            if (tok->raw_utf8) {
+                memcpy(w.enc + elen, u, ul);
+                elen += ul;
+                continue;
+            }
             for (size_t k = 0; k < ul; k++) {
                 const char *e = tok->byte_char[(unsigned char)u[k]];
                 w.enc[elen++] = e[0];

@@ -42,6 +42,7 @@ void ids_push(struct ids *a, int32_t id);
 struct tokenizer {
     enum tokenizer_model model;
     enum pretok pre;
+    char pre_name[64];        /* tokenizer.ggml.pre as given ("" for "llama") */
     int32_t n_vocab;
     /* Vocabulary text of token i: text + text_off[i] .. text_off[i + 1]. */
     char *text;
@@ -56,8 +57,9 @@ struct tokenizer {
     size_t max_token_len;     /* longest vocabulary text: SPM bigrams longer cannot be tokens */
     int32_t *special;         /* ids of special tokens, longest text first */
     size_t n_special;
-    bool has_user_defined;
-    int32_t byte_token[256];  /* SPM byte fallback: <0xNN> (or the byte itself) token, -1 */
+    bool has_plain_special;   /* a special token that is neither control nor unknown: looked for
+                               * in the text even without parse_special */
+    int32_t byte_token[256];  /* SPM and raw UTF-8 BPE byte fallback: <0xNN> (or the byte itself) token, -1 */
     /* BPE merges: open addressing over merge_slot, power-of-two size. */
     struct merge_slot *merges;
     size_t merges_cap;
@@ -66,6 +68,9 @@ struct tokenizer {
     char byte_char[256][3];   /* BPE: UTF-8 of each byte's printable character, NUL-padded */
     int32_t bos, eos, eot, eom, unk;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool force_add_bos;       /* BOS whatever add_bos_token says (Gemma 4, as the reference) */
+    bool raw_utf8;            /* BPE over raw UTF-8 with spaces as U+2581 and <0xNN> byte tokens */
+    bool whole_newlines;      /* a word of newlines that is a token is that token (Gemma 4) */
     bool spm_word_split;      /* SPM: no token has U+2581 after another character (spm.c) */
 };
 

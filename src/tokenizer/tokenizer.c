@@ -65,7 +65,7 @@ static size_t make_piece(const struct tokenizer *tok, int32_t id, char *out) {
         memcpy(out, t, n);
         return n;
     }
-    if (tok->model == TOKENIZER_SPM) {
+    if (tok->model == TOKENIZER_SPM || tok->raw_utf8) {
         if (a & TA_BYTE) {
             if (n == 6 && !memcmp(t, "<0x", 3) && isxdigit((unsigned char)t[3]) && isxdigit((unsigned char)t[4])) {
                 out[0] = (char)strtol((char[]){t[3], t[4], 0}, NULL, 16);
@@ -115,15 +115,74 @@ static int cmp_special(const void *a, const void *b, void *arg) {
     return x < y ? -1 : x > y;
 }
 
-/* End-of-turn and end-of-generation markers, recognised by their text as the reference does. */
-static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                        "<|endoftext|>", "<EOT>", "_<EOT>",
-                                        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>"};
-static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                                        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
-                                        "<|end_of_text|>"};
+/* Markers the reference recognises by their text (the GGUF keys often leave them out). Each is made
+ * a control token if its type says otherwise, as the reference does: then its text in the input
+ * is only the token with parse_special. */
+static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                                        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+                                        "<end_of_utterance>"};
+/* Fill-in-the-middle markers: prefix, suffix, middle, then pad, repository and file separator,
+ * the last three also ending generation. */
+#define FBAR "\xEF\xBD\x9C" /* the fullwidth bar of DeepSeek's markers */
+static const char *const fim_texts[6][9] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FBAR "fim\xE2\x96\x81" "begin" FBAR ">", "<PRE>",
+     "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FBAR "fim\xE2\x96\x81" "hole" FBAR ">", "<SUF>",
+     "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FBAR "fim\xE2\x96\x81" "end" FBAR ">", "<MID>",
+     "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"},
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"},
+    {"<|file_sep|>"},
+};
+static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+                                        "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+                                        "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+                                        "<turn|>", "<|tool_response>",
+                                        "<" FBAR "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence" FBAR ">", "[e~["};
+#undef FBAR
+
+static int32_t find_text(const struct tokenizer *tok, const char *text) {
+    return tokenizer_find_token(tok, text, strlen(text));
+}
+
+/* The first of texts[0..n) that is a token (n: up to a NULL entry), made control; -1 if none. */
+static int32_t find_marker(struct tokenizer *tok, const char *const *texts, size_t n) {
+    for (size_t k = 0; k < n && texts[k]; k++) {
+        int32_t id = find_text(tok, texts[k]);
+        if (id >= 0) {
+            tok->attr[id] |= TA_CONTROL;
+            return id;
+        }
+    }
+    return -1;
+}
 
 static int load_specials(struct tokenizer *tok, const struct gguf_file *f) {
+    if (tok->eot < 0) tok->eot = find_marker(tok, eot_texts, sizeof eot_texts / sizeof *eot_texts);
+    if (tok->eom < 0) tok->eom = find_marker(tok, (const char *const[]){"<|eom_id|>"}, 1);
+    for (size_t k = 0; k < 6; k++) {
+        int32_t id = find_marker(tok, fim_texts[k], sizeof fim_texts[k] / sizeof *fim_texts[k]);
+        if (k >= 3 && id >= 0) tok->attr[id] |= TA_EOG;
+    }
+    for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
+        int32_t id = find_text(tok, eog_texts[k]);
+        if (id >= 0) tok->attr[id] |= TA_EOG | TA_CONTROL;
+    }
+    if (tok->eos >= 0) tok->attr[tok->eos] |= TA_EOG;
+    if (tok->eot >= 0) tok->attr[tok->eot] |= TA_EOG;
+    if (tok->eom >= 0) tok->attr[tok->eom] |= TA_EOG;
+    /* gpt-oss's <|end|> ends a message, not the generation, when <|return|> and <|call|> (or
+     * <|calls|> and <|flush|>) are there; Gemma 4's </s> is text. */
+    int32_t end = find_text(tok, "<|end|>"), call = find_text(tok, "<|call|>"), calls = find_text(tok, "<|calls|>");
+    if (end >= 0 && (tok->attr[end] & TA_EOG) &&
+        ((find_text(tok, "<|return|>") >= 0 && call >= 0) || (calls >= 0 && find_text(tok, "<|flush|>") >= 0)))
+        tok->attr[end] = TA_USER_DEFINED;
+    int32_t s_end = find_text(tok, "</s>");
+    if (s_end >= 0 && (tok->attr[s_end] & TA_EOG) && find_text(tok, "<|tool_response>") >= 0)
+        tok->attr[s_end] = TA_NORMAL;
+
     int32_t n = 0;
     for (int32_t i = 0; i < tok->n_vocab; i++)
         n += (tok->attr[i] & (TA_CONTROL | TA_USER_DEFINED | TA_UNKNOWN)) && text_len(tok, i) > 0;
@@ -132,7 +191,7 @@ static int load_specials(struct tokenizer *tok, const struct gguf_file *f) {
     for (int32_t i = 0; i < tok->n_vocab; i++) {
         if ((tok->attr[i] & (TA_CONTROL | TA_USER_DEFINED | TA_UNKNOWN)) && text_len(tok, i) > 0) {
             tok->special[tok->n_special++] = i;
-            tok->has_user_defined |= (tok->attr[i] & TA_USER_DEFINED) != 0;
+            tok->has_plain_special |= !(tok->attr[i] & (TA_CONTROL | TA_UNKNOWN));
         }
     }
     qsort_r(tok->special, tok->n_special, sizeof *tok->special, cmp_special, tok);
@@ -152,17 +211,6 @@ static int load_specials(struct tokenizer *tok, const struct gguf_file *f) {
                 tok->attr[i] &= (uint16_t)~TA_RSTRIP;
         }
     }
-
-    for (int32_t i = 0; i < tok->n_vocab; i++) {
-        if (!(tok->attr[i] & (TA_CONTROL | TA_USER_DEFINED | TA_UNKNOWN | TA_NORMAL))) continue;
-        for (size_t k = 0; tok->eot < 0 && k < sizeof eot_texts / sizeof *eot_texts; k++)
-            if (text_is(tok, i, eot_texts[k])) tok->eot = i;
-        for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++)
-            if (text_is(tok, i, eog_texts[k])) tok->attr[i] |= TA_EOG;
-    }
-    if (tok->eos >= 0) tok->attr[tok->eos] |= TA_EOG;
-    if (tok->eot >= 0) tok->attr[tok->eot] |= TA_EOG;
-    if (tok->eom >= 0) tok->attr[tok->eom] |= TA_EOG;
     return 0;
 }
 
@@ -217,7 +265,57 @@ static int load_vocab(struct tokenizer *tok, const struct gguf_file *f, char *wh
     return 0;
 }
 
+/* The BPE settings: the pre-tokenizer named by tokenizer.ggml.pre (Gemma 4's model implies its
+ * own), the default special ids, the byte-level or raw UTF-8 alphabet, and the merges. */
+static int load_bpe(struct tokenizer *tok, const struct gguf_file *f, bool gemma4,
+                    const struct tokenizer_options *opt, char *why, size_t why_len) {
+    struct gguf_str pre = gguf_get_str(f, "tokenizer.ggml.pre");
+    const struct pretok_info *pi = gemma4 ? pretok_lookup("gemma4", 6) : NULL;
+    if (!pi && pre.ptr) pi = pretok_lookup(pre.ptr, pre.len);
+    int n = (int)(pre.len > 64 ? 64 : pre.len);
+    if (!pi && pre.ptr) {
+        if (!opt || !opt->allow_unknown_pretokenizer) {
+            snprintf(why, why_len,
+                     "tokenizer.ggml.pre '%.*s' is not a pre-tokenizer uvlm knows: its text would be split "
+                     "into other words than the model was trained on (--allow-unknown-pretokenizer splits "
+                     "it as 'default' anyway)", n, pre.ptr);
+            return -ERR_UNSUPPORTED;
+        }
+        snprintf(why, why_len, "warning: unknown pre-tokenizer '%.*s', splitting as 'default' "
+                 "(--allow-unknown-pretokenizer)", n, pre.ptr);
+    } else if (!pi) {
+        snprintf(why, why_len, "warning: no tokenizer.ggml.pre, splitting as 'default'");
+    }
+    if (!pi) pi = pretok_lookup("default", 7);
+    snprintf(tok->pre_name, sizeof tok->pre_name, "%.*s", pre.ptr && !gemma4 ? n : (int)strlen(pi->name),
+             pre.ptr && !gemma4 ? pre.ptr : pi->name);
+    tok->pre = pi->kind;
+    tok->ignore_merges = pi->ignore_merges;
+    tok->add_bos = pi->add_bos;
+    tok->force_add_bos = pi->force_add_bos;
+    tok->raw_utf8 = pi->raw_utf8;
+    tok->whole_newlines = pi->whole_newlines;
+    int32_t dflt = gemma4 ? -1 : 11; /* the reference's defaults */
+    tok->bos = special_id(tok, f, "tokenizer.ggml.bos_token_id", pi->no_bos_id ? -1 : dflt);
+    tok->eos = special_id(tok, f, "tokenizer.ggml.eos_token_id", dflt);
+    tok->unk = special_id(tok, f, "tokenizer.ggml.unknown_token_id", -1);
+    for (unsigned b = 0; b < 256; b++) {
+        memset(tok->byte_char[b], 0, sizeof tok->byte_char[b]);
+        utf8_encode(bpe_byte_to_cp((unsigned char)b), tok->byte_char[b]);
+        char hex[7];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        tok->byte_token[b] = tok->raw_utf8 ? strmap_get(&tok->vocab, hex, 6) : -1;
+        if (tok->byte_token[b] >= tok->n_vocab) tok->byte_token[b] = -1;
+    }
+    return bpe_load_merges(tok, f, why, why_len);
+}
+
 int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why, size_t why_len) {
+    return tokenizer_load_with(out, f, NULL, why, why_len);
+}
+
+int tokenizer_load_with(struct tokenizer **out, const struct gguf_file *f, const struct tokenizer_options *opt,
+                        char *why, size_t why_len) {
     *out = NULL;
     if (why_len) why[0] = 0;
     struct gguf_str model = gguf_get_str(f, "tokenizer.ggml.model");
@@ -226,10 +324,11 @@ int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why,
         return -ERR_FORMAT;
     }
     enum tokenizer_model kind;
+    bool gemma4 = gguf_str_eq(model, "gemma4"); /* BPE over raw UTF-8, spaces as U+2581 */
     if (gguf_str_eq(model, "llama")) kind = TOKENIZER_SPM;
-    else if (gguf_str_eq(model, "gpt2")) kind = TOKENIZER_BPE;
+    else if (gguf_str_eq(model, "gpt2") || gemma4) kind = TOKENIZER_BPE;
     else {
-        snprintf(why, why_len, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2 are)",
+        snprintf(why, why_len, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2, gemma4 are)",
                  (int)(model.len > 64 ? 64 : model.len), model.ptr);
         return -ERR_UNSUPPORTED;
     }
@@ -261,31 +360,12 @@ int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why,
             int32_t id = strmap_get(&tok->vocab, hex, 6);
             tok->byte_token[b] = id >= 0 ? id : strmap_get(&tok->vocab, (char[]){(char)b}, 1);
         }
-    } else {
-        struct gguf_str pre = gguf_get_str(f, "tokenizer.ggml.pre");
-        tok->pre = pre.ptr ? pretok_from_name(pre.ptr, pre.len) : PRETOK_DEFAULT;
-        if (tok->pre == PRETOK_UNKNOWN) {
-            snprintf(why, why_len, "warning: unknown pre-tokenizer '%.*s', using 'default'",
-                     (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-            tok->pre = PRETOK_DEFAULT;
-        }
-        if (tok->pre == PRETOK_LLAMA3) {
-            tok->ignore_merges = true;
-            tok->add_bos = true;
-        }
-        tok->bos = special_id(tok, f, "tokenizer.ggml.bos_token_id", 11);
-        tok->eos = special_id(tok, f, "tokenizer.ggml.eos_token_id", 11);
-        tok->unk = special_id(tok, f, "tokenizer.ggml.unknown_token_id", -1);
-        for (unsigned b = 0; b < 256; b++) {
-            memset(tok->byte_char[b], 0, sizeof tok->byte_char[b]);
-            utf8_encode(bpe_byte_to_cp((unsigned char)b), tok->byte_char[b]);
-            tok->byte_token[b] = -1;
-        }
-        if ((rc = bpe_load_merges(tok, f, why, why_len)) < 0) goto fail;
+    } else if ((rc = load_bpe(tok, f, gemma4, opt, why, why_len)) < 0) {
+        goto fail;
     }
     tok->eot = special_id(tok, f, "tokenizer.ggml.eot_token_id", -1);
     tok->eom = special_id(tok, f, "tokenizer.ggml.eom_token_id", -1);
-    tok->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", tok->add_bos);
+    tok->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", tok->add_bos) || tok->force_add_bos;
     tok->add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", false);
     tok->add_space_prefix = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix);
     if (tok->add_bos && tok->bos < 0) tok->add_bos = false;
@@ -364,14 +444,14 @@ static bool split_on(const struct tokenizer *tok, int32_t id, const char *text, 
 }
 
 /* Longest special tokens first, each over the whole text, as the reference does; without
- * parse_special only user-defined tokens are looked for. */
+ * parse_special control and unknown tokens are not looked for (user-defined ones are). */
 static bool partition(const struct tokenizer *tok, const char *text, size_t len, bool parse_special,
                       struct frags *out) {
     struct frags other = {0};
     out->n = 0;
     if (!len) return true; /* no fragment at all: an empty text gets no SPM space prefix either */
     bool ok = frags_push(out, (struct frag){0, len, -1});
-    if (!ok || (!parse_special && !tok->has_user_defined)) return ok;
+    if (!ok || (!parse_special && !tok->has_plain_special)) return ok;
     /* Which byte pairs occur: most special tokens can be skipped without a scan. */
     uint8_t *pairs = calloc(65536 / 8, 1);
     if (!pairs) return false;
@@ -381,7 +461,7 @@ static bool partition(const struct tokenizer *tok, const char *text, size_t len,
     }
     for (size_t k = 0; k < tok->n_special && ok; k++) {
         int32_t id = tok->special[k];
-        if (!parse_special && !(tok->attr[id] & TA_USER_DEFINED)) continue;
+        if (!parse_special && (tok->attr[id] & (TA_CONTROL | TA_UNKNOWN))) continue;
         const char *t = text_of(tok, id);
         if (text_len(tok, id) >= 2) {
             unsigned p = (unsigned char)t[0] << 8 | (unsigned char)t[1];
@@ -524,6 +604,4 @@ size_t tokenizer_mem_size(const struct tokenizer *tok) {
            (size_t)(tok->n_symbols - tok->n_vocab) * 16;
 }
 
-const char *tokenizer_pre_name(const struct tokenizer *tok) {
-    return tok->model == TOKENIZER_SPM ? "" : pretok_name(tok->pre);
-}
+const char *tokenizer_pre_name(const struct tokenizer *tok) { return tok->pre_name; }

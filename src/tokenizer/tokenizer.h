@@ -5,10 +5,13 @@
  *   - "llama": SentencePiece BPE with scores and byte fallback (<0xNN> tokens). A space is
  *     prefixed to the text (tokenizer.ggml.add_space_prefix, default on) and spaces become U+2581.
  *   - "gpt2": byte-level BPE with merge ranks; the text is first split into words by the
- *     pre-tokenizer named by tokenizer.ggml.pre (pretok.h; unknown names fall back to "default"
- *     with a warning in the load message).
+ *     pre-tokenizer named by tokenizer.ggml.pre (pretok.h; an unknown name fails the load unless
+ *     tokenizer_options.allow_unknown_pretokenizer).
+ *   - "gemma4": BPE with merge ranks over raw UTF-8 (spaces become U+2581, bytes no token covers
+ *     become <0xNN> tokens), each line merged whole.
  * Control, unknown and user-defined tokens are "special": with parse_special their text in the
- * input becomes the token; without it only user-defined ones are (as the reference does).
+ * input becomes the token; without it only user-defined ones that are not control are (as the
+ * reference does; end-of-turn and other markers it recognises by their text count as control).
  *
  * Ownership and threads: tokenizer_load copies everything it needs, so the gguf_file may be
  * closed afterwards. A loaded tokenizer is immutable: encode, pieces and detok may run from any
@@ -44,9 +47,19 @@ struct tokenizer;
 enum tokenizer_model { TOKENIZER_SPM = 1, TOKENIZER_BPE = 2 };
 
 /* Build a tokenizer from a GGUF file's tokenizer.ggml.* keys. Returns 0, or -ERR_FORMAT (missing
- * or malformed keys), -ERR_UNSUPPORTED (unknown tokenizer.ggml.model), -ERR_NOMEM; why gets the
- * reason. On success why holds "" or a warning (unknown pre-tokenizer, ...) worth logging. */
+ * or malformed keys), -ERR_UNSUPPORTED (unknown tokenizer.ggml.model, or a tokenizer.ggml.pre
+ * uvlm does not know: its words would differ from the model's), -ERR_NOMEM; why gets the
+ * reason. On success why holds "" or a warning (no pre-tokenizer named, ...) worth logging. */
 int tokenizer_load(struct tokenizer **out, const struct gguf_file *f, char *why, size_t why_len);
+
+struct tokenizer_options {
+    /* An unknown tokenizer.ggml.pre splits as "default" (a warning in why) instead of failing the
+     * load: for a model whose family uvlm does not know yet, at the risk of other tokens. */
+    bool allow_unknown_pretokenizer;
+};
+/* tokenizer_load with options (NULL: the defaults, all false). */
+int tokenizer_load_with(struct tokenizer **out, const struct gguf_file *f, const struct tokenizer_options *opt,
+                        char *why, size_t why_len);
 void tokenizer_free(struct tokenizer *tok);
 
 /* Tokenize text[0..len), any bytes (malformed UTF-8: "llama" keeps the bytes through byte
@@ -93,7 +106,7 @@ bool tokenizer_is_eog(const struct tokenizer *tok, int32_t id);
 bool tokenizer_is_control(const struct tokenizer *tok, int32_t id);
 /* Bytes the loaded tokenizer holds (for the start-up memory log). */
 size_t tokenizer_mem_size(const struct tokenizer *tok);
-/* Pre-tokenizer name in use ("llama-bpe", "qwen2", "gpt-2", "default"; "" for "llama"). */
+/* tokenizer.ggml.pre as the file names it ("llama-bpe", "qwen2", "gemma4", ...; "" for "llama"). */
 const char *tokenizer_pre_name(const struct tokenizer *tok);
 
 /* Streaming detokenizer: feed ids one at a time, get bytes that are always whole, valid UTF-8

@@ -67,7 +67,8 @@ static void run(const struct tokenizer *tok, const char *name, const char *what,
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "../shared/vocab";
-    static const char *const vocabs[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2"};
+    static const char *const vocabs[] = {"llama-spm", "phi-3",  "gpt-2",   "llama-bpe", "qwen2",
+                                         "deepseek-coder", "refact", "gemma-4", "qwen35"};
     size_t len = 1 << 20, run_len = 200 * 1024;
     char *text = english(len), *letters = malloc(run_len);
     memset(letters, 'a', run_len);

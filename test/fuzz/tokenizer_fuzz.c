@@ -6,7 +6,7 @@
  *     the whole-sequence decoder whenever that one's output is valid UTF-8;
  *   - decode(encode(x)) == x for valid UTF-8 x without special-token parsing (except Phi-3,
  *     whose user-defined </s> swallows the whitespace after it, and except a literal U+2581 in
- *     SentencePiece input, which is how those vocabularies write a space). */
+ *     SentencePiece or Gemma 4 input, which is how those vocabularies write a space). */
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const vocab_names[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2"};
+static const char *const vocab_names[] = {"llama-spm", "phi-3",  "gpt-2",   "llama-bpe", "qwen2",
+                                           "deepseek-coder", "refact", "gemma-4", "qwen35"};
 #define N_VOCABS (sizeof vocab_names / sizeof *vocab_names)
 
 /* Loaded once per process: fuzzing harness state, not part of uvlm. */
@@ -77,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (valid_utf8(whole, (size_t)wl) && (sl != (size_t)wl || memcmp(whole, streamed, sl))) abort();
 
-    bool spm_space_sign = vi <= 1 && memmem(text, len, "\xE2\x96\x81", 3);
+    bool spm_space_sign = (vi <= 1 || vi == 7) && memmem(text, len, "\xE2\x96\x81", 3);
     if (!parse_special && !add_special && vi != 1 && !spm_space_sign && valid_utf8(text, len) &&
         ((size_t)wl != len || memcmp(whole, text, len))) {
         fprintf(stderr, "round trip failed on %s\n", vocab_names[vi]);

@@ -47,12 +47,100 @@ TEST(tokenizer_load_errors_name_the_problem) {
     gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
     CHECK(load_expect(&b, -ERR_FORMAT, "tokenizer.ggml.merges", t));
 
+    /* A pre-tokenizer uvlm does not know is refused, never split some other way unasked. */
     gb_begin(&b);
     gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
     gb_kv_str(&b, "tokenizer.ggml.pre", "no-such-pre");
     gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, 2);
     gb_kv_strs(&b, "tokenizer.ggml.merges", (const char *const[]){"a b"}, 1);
-    CHECK(load_expect(&b, 0, "unknown pre-tokenizer 'no-such-pre'", t));
+    CHECK(load_expect(&b, -ERR_UNSUPPORTED, "tokenizer.ggml.pre 'no-such-pre' is not a pre-tokenizer uvlm knows", t));
+}
+
+TEST(tokenizer_unknown_pretokenizer_only_when_allowed) {
+    static const char *const toks[] = {"a", "b", "ab"};
+    struct gbuf b;
+    struct tokenizer *tok = NULL;
+    char why[256];
+    gb_begin(&b);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&b, "tokenizer.ggml.pre", "no-such-pre");
+    gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, 3);
+    gb_kv_strs(&b, "tokenizer.ggml.merges", (const char *const[]){"a b"}, 1);
+    struct tokenizer_options opt = {.allow_unknown_pretokenizer = true};
+    CHECK_EQ_INT(gb_load_with(&b, &tok, &opt, why, sizeof why), 0);
+    free(b.data);
+    CHECK(strstr(why, "warning: unknown pre-tokenizer 'no-such-pre', splitting as 'default'"));
+    CHECK_EQ_STR(tokenizer_pre_name(tok), "no-such-pre");
+    int32_t ids[4];
+    CHECK_EQ_INT(enc(tok, "ab", false, false, ids, 4), 1);
+    CHECK_EQ_INT(ids[0], 2);
+    tokenizer_free(tok);
+
+    /* Kimi K2's vocabulary has no merges: loads, words are looked up whole or as bytes */
+    gb_begin(&b);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    gb_kv_str(&b, "tokenizer.ggml.pre", "kimi-k2");
+    gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, 3);
+    CHECK_EQ_INT(gb_load(&b, &tok, why, sizeof why), 0);
+    free(b.data);
+    CHECK_EQ_INT(enc(tok, "ab", false, false, ids, 4), 2);
+    tokenizer_free(tok);
+}
+
+/* Gemma 4's BPE: raw UTF-8 with spaces as U+2581, lines merged whole, a run of newlines that is
+ * a token taken as it is, <0xNN> tokens for bytes no token covers, BOS whatever the key says. */
+TEST(tokenizer_raw_utf8_bpe) {
+    enum { N = 256 + 8 };
+    const char *toks[N];
+    char bytes[256][7];
+    int32_t types[N];
+    const char *extra[] = {"<bos>", "<eos>", SPACE, "a", SPACE "a", "\n", "\n\n\n", "b"};
+    for (int i = 0; i < 8; i++) {
+        toks[i] = extra[i];
+        types[i] = i < 2 ? 3 : 1;
+    }
+    for (int i = 0; i < 256; i++) {
+        snprintf(bytes[i], sizeof bytes[i], "<0x%02X>", i);
+        toks[8 + i] = bytes[i];
+        types[8 + i] = 6;
+    }
+    /* "\n \n" ranks first: the newline runs must not be merged from it */
+    const char *merges[] = {"\n \n", SPACE " a", "a b"};
+    struct gbuf b;
+    gb_begin(&b);
+    gb_kv_str(&b, "tokenizer.ggml.model", "gemma4");
+    gb_kv_strs(&b, "tokenizer.ggml.tokens", toks, N);
+    gb_kv_i32s(&b, "tokenizer.ggml.token_type", types, N);
+    gb_kv_strs(&b, "tokenizer.ggml.merges", merges, 3);
+    gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 0);
+    gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 1);
+    gb_kv_bool(&b, "tokenizer.ggml.add_bos_token", false);
+    struct tokenizer *tok = NULL;
+    char why[256];
+    CHECK_EQ_INT(gb_load(&b, &tok, why, sizeof why), 0);
+    free(b.data);
+    CHECK_EQ_STR(tokenizer_pre_name(tok), "gemma4");
+    int32_t ids[16];
+    /* BOS, "▁a" (merged), "\n\n\n" whole, then "c" as its byte */
+    CHECK_EQ_INT(enc(tok, " a\n\n\nc", true, false, ids, 16), 4);
+    CHECK_EQ_INT(ids[0], 0);
+    CHECK_EQ_INT(ids[1], 4);
+    CHECK_EQ_INT(ids[2], 6);
+    CHECK_EQ_INT(ids[3], 8 + 'c');
+    /* "\n\n" is no token: "\n \n" merges it into a symbol that is none, which becomes its bytes */
+    CHECK_EQ_INT(enc(tok, "\n\n", false, false, ids, 16), 2);
+    CHECK_EQ_INT(ids[0], 8 + '\n');
+    CHECK_EQ_INT(ids[1], 8 + '\n');
+    CHECK_EQ_INT(enc(tok, "\n", false, false, ids, 16), 1);
+    CHECK_EQ_INT(ids[0], 5);
+    CHECK_EQ_INT(enc(tok, "ab", false, false, ids, 16), 2); /* the same for "a b" */
+    CHECK_EQ_INT(ids[0], 8 + 'a');
+    CHECK_EQ_INT(ids[1], 8 + 'b');
+    char out[32];
+    CHECK_EQ_INT(enc(tok, " a \xC3\xA9", false, false, ids, 16), 4); /* "▁a", "▁", é as two bytes */
+    CHECK_EQ_INT(tokenizer_decode(tok, ids, 4, false, false, out, sizeof out), 5);
+    CHECK(!memcmp(out, " a \xC3\xA9", 5));
+    tokenizer_free(tok);
 }
 
 /* <unk> <s> </s> <0x00>..<0xFF> then a few pieces with scores. */

@@ -13,7 +13,8 @@
 #include <string.h>
 #include <stdint.h>
 
-static const char *const shared_vocabs[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2"};
+static const char *const shared_vocabs[] = {"llama-spm", "phi-3",  "gpt-2",   "llama-bpe", "qwen2",
+                                            "deepseek-coder", "refact", "gemma-4", "qwen35"};
 #define N_SHARED_VOCABS (sizeof shared_vocabs / sizeof *shared_vocabs)
 
 /* The tokenizer of ../shared/vocab/ggml-vocab-NAME.gguf, loaded on first use and kept for the
@@ -98,14 +99,18 @@ static inline void gb_finish(struct gbuf *b) { memcpy(b->data + 16, &b->n_kv, 8)
 
 /* Parse the built file and load a tokenizer from it: the tokenizer_load code (the file is closed
  * before returning, which also checks that the tokenizer copied what it needs). */
-static inline int gb_load(struct gbuf *b, struct tokenizer **tok, char *why, size_t why_len) {
+static inline int gb_load_with(struct gbuf *b, struct tokenizer **tok, const struct tokenizer_options *opt,
+                               char *why, size_t why_len) {
     gb_finish(b);
     struct gguf_file f;
     int rc = gguf_parse(&f, b->data, b->len, why, why_len);
     if (rc < 0) return rc;
-    rc = tokenizer_load(tok, &f, why, why_len);
+    rc = tokenizer_load_with(tok, &f, opt, why, why_len);
     gguf_close(&f);
     return rc;
+}
+static inline int gb_load(struct gbuf *b, struct tokenizer **tok, char *why, size_t why_len) {
+    return gb_load_with(b, tok, NULL, why, why_len);
 }
 
 /* Encode into a fixed array; returns the count or a negative error. */

@@ -1,4 +1,4 @@
-/* tokenizer_test.c: the five shared vocabularies: every test vector reproduced exactly (golden),
+/* tokenizer_test.c: the shared vocabularies: every test vector reproduced exactly (golden),
  * decode(encode(x)) == x, special tokens, BOS/EOS and end-of-generation ids, long inputs. */
 #include "tok_fixtures.h"
 
@@ -34,7 +34,8 @@ static void check_vectors(struct test_case *t, const char *name) {
     CHECK(inp && outf);
     const char *p = inp, *sep, *line = outf;
     int n_tests = 0, bad = 0, bad_trip = 0;
-    while ((sep = strstr(p, SEP))) {
+    /* Each test ends at its separator, the last one maybe at the end of the file. */
+    while ((sep = strstr(p, SEP)) || (*p && (sep = p + strlen(p)))) {
         int32_t *ids;
         size_t n;
         CHECK_EQ_INT(tokenizer_encode_alloc(tok, p, (size_t)(sep - p), false, false, &ids, &n), 0);
@@ -66,7 +67,7 @@ static void check_vectors(struct test_case *t, const char *name) {
         }
         free(ids);
         line = eol + 1;
-        p = sep + strlen(SEP);
+        p = *sep ? sep + strlen(SEP) : sep;
         n_tests++;
     }
     free(inp);
@@ -81,6 +82,10 @@ TEST(tokenizer_golden_phi_3) { check_vectors(t, "phi-3"); }
 TEST(tokenizer_golden_gpt_2) { check_vectors(t, "gpt-2"); }
 TEST(tokenizer_golden_llama_bpe) { check_vectors(t, "llama-bpe"); }
 TEST(tokenizer_golden_qwen2) { check_vectors(t, "qwen2"); }
+TEST(tokenizer_golden_deepseek_coder) { check_vectors(t, "deepseek-coder"); }
+TEST(tokenizer_golden_refact) { check_vectors(t, "refact"); }
+TEST(tokenizer_golden_gemma_4) { check_vectors(t, "gemma-4"); }
+TEST(tokenizer_golden_qwen35) { check_vectors(t, "qwen35"); }
 
 TEST(tokenizer_bos_eos_and_eog) {
     int32_t ids[16];
@@ -276,4 +281,45 @@ TEST(tokenizer_spm_word_split_matches_whole_text_merge) {
             free(text);
         }
     }
+}
+
+/* The special tokens of the families added with their pre-tokenizers, as the reference sets them. */
+TEST(tokenizer_specials_of_new_families) {
+    int32_t ids[32];
+    VOCAB(g4, "gemma-4"); /* BOS always (the reference overrides add_bos_token) */
+    CHECK(tokenizer_add_bos(g4));
+    CHECK_EQ_INT(tokenizer_bos(g4), 2);
+    CHECK_EQ_INT(enc(g4, "Hello", true, false, ids, 32), 2);
+    CHECK_EQ_INT(ids[0], 2);
+    CHECK_EQ_INT(ids[1], 9259);
+    CHECK(tokenizer_is_eog(g4, 1) && tokenizer_is_eog(g4, 106) && tokenizer_is_eog(g4, 50)); /* <eos> <turn|> <|tool_response> */
+    CHECK(!tokenizer_is_eog(g4, 212) && !tokenizer_is_control(g4, 212)); /* </s> is text here */
+    /* <|tool_response> is user-defined in the file but an end marker: only parse_special finds it */
+    long n = enc(g4, "a<|tool_response>b", false, false, ids, 32);
+    CHECK(n > 3);
+    for (long i = 0; i < n; i++) CHECK(ids[i] != 50);
+    CHECK_EQ_INT(enc(g4, "a<|tool_response>b", false, true, ids, 32), 3);
+    CHECK_EQ_INT(ids[1], 50);
+    size_t len;
+    const char *p = tokenizer_token_piece(g4, 236743, false, &len); /* "▁" */
+    CHECK(len == 1 && p[0] == ' ');
+    p = tokenizer_token_piece(g4, 248, false, &len); /* <0x0A> */
+    CHECK(len == 1 && p[0] == '\n');
+    CHECK_EQ_STR(tokenizer_pre_name(g4), "gemma4");
+
+    VOCAB(dsc, "deepseek-coder"); /* the fill-in-the-middle markers count as control */
+    CHECK(tokenizer_add_bos(dsc) && tokenizer_bos(dsc) == 32013 && tokenizer_is_eog(dsc, 32014));
+    const char *fim = "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+    CHECK_EQ_INT(enc(dsc, fim, false, true, ids, 32), 1);
+    CHECK_EQ_INT(ids[0], 32016);
+    n = enc(dsc, fim, false, false, ids, 32);
+    CHECK(n > 1);
+
+    VOCAB(rf, "refact"); /* fill-in-the-middle pad and repository markers end generation */
+    CHECK(tokenizer_is_eog(rf, 0) && tokenizer_is_eog(rf, 4) && tokenizer_is_eog(rf, 18));
+    CHECK(!tokenizer_is_eog(rf, 1));
+
+    VOCAB(q35, "qwen35");
+    CHECK(!tokenizer_add_bos(q35) && tokenizer_is_eog(q35, 151645));
+    CHECK_EQ_STR(tokenizer_pre_name(q35), "qwen35");
 }

@@ -1,0 +1,202 @@
+/* footprint.c: a model's memory from its metadata (see footprint.h). */
+#include "model/footprint.h"
+#include "common/err.h"
+#include "gguf/gguf.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* "<arch>.<suffix>" of layer il: a scalar, or element il of a per-layer array; dflt if absent. */
+static int64_t layer_int(const struct gguf_file *f, const char *arch, const char *suffix, int32_t il, int64_t dflt) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv) return dflt;
+    if (kv->type == GGUF_ARRAY) {
+        const struct gguf_array *a = &kv->v.arr;
+        if (a->type == GGUF_STRING || a->type == GGUF_FLOAT32 || a->type == GGUF_FLOAT64 || (uint64_t)il >= a->n)
+            return dflt;
+        return gguf_arr_int(a, (uint64_t)il);
+    }
+    return gguf_get_int(f, key, dflt);
+}
+
+static int64_t arch_int(const struct gguf_file *f, const char *arch, const char *suffix, int64_t dflt) {
+    return layer_int(f, arch, suffix, 0, dflt);
+}
+
+/* Whether layer il keeps a recurrent state rather than K/V cells. */
+static bool layer_recurrent(const struct gguf_file *f, const char *arch, int32_t il, bool ssm, bool attention) {
+    if (!ssm) return false;
+    if (!attention) return true; /* Mamba: every layer */
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", arch);
+    const struct gguf_array *a = gguf_get_arr(f, key);
+    if (a && a->type == GGUF_BOOL && (uint64_t)il < a->n) return gguf_arr_int(a, (uint64_t)il) != 0;
+    int64_t every = arch_int(f, arch, "full_attention_interval", 0);
+    return every > 0 && (il + 1) % every != 0;
+}
+
+static int read_shape(const struct gguf_file *f, struct model_shape *s, char *why, size_t why_len) {
+    memset(s, 0, sizeof *s);
+    struct gguf_str a = gguf_get_str(f, "general.architecture");
+    if (!a.ptr || a.len == 0 || a.len >= sizeof s->arch) {
+        snprintf(why, why_len, "general.architecture is missing");
+        return -ERR_FORMAT;
+    }
+    memcpy(s->arch, a.ptr, a.len);
+    const char *arch = s->arch;
+    s->n_layer = (int32_t)arch_int(f, arch, "block_count", 0);
+    s->n_embd = (int32_t)arch_int(f, arch, "embedding_length", 0);
+    s->n_ctx_train = arch_int(f, arch, "context_length", 2048);
+    s->n_head = (int32_t)arch_int(f, arch, "attention.head_count", 0);
+    s->sliding_window = (int32_t)arch_int(f, arch, "attention.sliding_window", 0);
+    const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    const struct gguf_array *toks = gguf_get_arr(f, "tokenizer.ggml.tokens");
+    s->n_vocab = te ? (int32_t)te->ne[1] : toks ? (int32_t)toks->n : (int32_t)arch_int(f, arch, "vocab_size", 0);
+    if (s->n_layer <= 0 || s->n_embd <= 0 || s->n_vocab <= 0 || s->n_ctx_train <= 0) {
+        snprintf(why, why_len, "%s: block_count, embedding_length, context_length or the vocabulary is missing", arch);
+        return -ERR_FORMAT;
+    }
+    bool attention = s->n_head > 0;
+    int64_t conv = arch_int(f, arch, "ssm.conv_kernel", 0), inner = arch_int(f, arch, "ssm.inner_size", 0);
+    int64_t state = arch_int(f, arch, "ssm.state_size", 0), groups = arch_int(f, arch, "ssm.group_count", 0);
+    bool ssm = conv > 0 && inner > 0 && state > 0;
+    if (ssm) {
+        s->ssm_inner = (int32_t)inner;
+        s->ssm_state = (int32_t)state;
+        s->ssm_conv = (int32_t)conv;
+    }
+    if (attention) {
+        s->head_dim_k = (int32_t)arch_int(f, arch, "attention.key_length", s->n_embd / s->n_head);
+        s->head_dim_v = (int32_t)arch_int(f, arch, "attention.value_length", s->head_dim_k);
+    }
+    /* a recurrent layer's state: the convolution's last conv-1 inputs of its channels (the inner
+     * width, plus the grouped B and C of a gated delta net) and the inner x state matrix, in F32 */
+    uint64_t layer_state = ssm ? 4 * (uint64_t)((conv - 1) * (inner + 2 * groups * state) + inner * state) : 0;
+    for (int32_t il = 0; il < s->n_layer; il++) {
+        int64_t ff = layer_int(f, arch, "feed_forward_length", il, 0);
+        if (ff > s->n_ff) s->n_ff = (int32_t)ff;
+        if (layer_recurrent(f, arch, il, ssm, attention)) {
+            s->n_recurrent_layers++;
+            s->state_bytes += layer_state;
+            continue;
+        }
+        if (!attention) continue;
+        int64_t kv_heads = layer_int(f, arch, "attention.head_count_kv", il, s->n_head);
+        if (kv_heads > s->n_head_kv) s->n_head_kv = (int32_t)kv_heads;
+        s->n_attn_layers++;
+        s->kv_cell_bytes += 2 * (uint64_t)kv_heads * (uint64_t)(s->head_dim_k + s->head_dim_v); /* F16 */
+    }
+    return 0;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* The forward pass's buffers for steps of T tokens with O rows of logits, as the architectures
+ * size them (model/llama.c, model/mamba.c), the compute scratch (math/matmul.c) and sampling. */
+static uint64_t buffers_bytes(const struct gguf_file *f, const struct model_shape *s, uint64_t T, uint64_t O,
+                              uint64_t ctx, uint64_t threads) {
+    uint64_t E = (uint64_t)s->n_embd, V = (uint64_t)s->n_vocab, ff = (uint64_t)s->n_ff, floats, ints = 0;
+    uint64_t max_rows = T, max_in = max_u64(E, ff);
+    if (s->n_attn_layers > 0) {
+        uint64_t hd = (uint64_t)s->head_dim_k, nq = (uint64_t)s->n_head * hd, nkv = (uint64_t)s->n_head_kv * hd;
+        uint64_t group = s->n_head_kv ? (uint64_t)(s->n_head / s->n_head_kv) : 1;
+        uint64_t rot = (uint64_t)arch_int(f, s->arch, "rope.dimension_count", (int64_t)hd);
+        uint64_t att_rows = group * min_u64(T, 64), slots = min_u64(threads, 8) * 96;
+        uint64_t qg_rows = max_u64(max_u64(slots, att_rows), threads);
+        floats = T * (3 * E + 2 * nq + 2 * nkv + 2 * ff + rot) /* activations */
+                 + ctx * 2 * nkv                                   /* one sequence's K and V in F32 */
+                 + min_u64((uint64_t)s->n_head * 8 * ctx, max_u64((uint64_t)s->n_head * ctx, 1u << 21))
+                 + qg_rows * (2 * hd + ctx) + qg_rows * hd / 2;   /* attention scores and rows */
+        ints = T * (6 + 2 * (uint64_t)s->n_head_kv) + ctx * 3 + 16 * ctx + T * 8;
+        max_rows = max_u64(max_rows, att_rows);
+        max_in = max_u64(max_in, nq);
+    } else { /* recurrent layers (Mamba) */
+        uint64_t inner = (uint64_t)arch_int(f, s->arch, "ssm.inner_size", 0);
+        uint64_t state = (uint64_t)arch_int(f, s->arch, "ssm.state_size", 0);
+        uint64_t rank = (uint64_t)arch_int(f, s->arch, "ssm.time_step_rank", 0);
+        floats = T * (2 * E + 5 * inner + 2 * rank + 2 * state);
+        max_in = max_u64(E, inner);
+    }
+    floats += O * (E + V); /* the rows that want logits, and their logits */
+    /* the matmuls' scratch: activations quantized (F16 at most) and in the 16-row layouts' blocks;
+     * from 32 rows on also F32 rows, packed Q8_0 pairs and a weight tile per thread */
+    uint64_t compute = max_rows * ((max_in * 2 + 63) / 64 * 64) + max_rows * (max_in / 32) * 44;
+    if (max_rows >= 32) {
+        uint64_t tile_rows = min_u64(max_u64((8u << 20) / 4 / max_in, 64), 512);
+        compute += max_rows * max_in * 6 + threads * tile_rows * max_in * 4;
+    }
+    uint64_t sampling = V * 16;
+    return 4 * (floats + ints) + compute + sampling;
+}
+
+int model_footprint(const struct gguf_file *f, const struct footprint_config *cfg, struct model_footprint *out,
+                    char *why, size_t why_len) {
+    memset(out, 0, sizeof *out);
+    int rc = read_shape(f, &out->shape, why, why_len);
+    if (rc < 0) return rc;
+    const struct model_shape *s = &out->shape;
+    int64_t n_ctx = s->n_ctx_train;
+    if (cfg->kv_tokens > 0 && cfg->kv_tokens < n_ctx) n_ctx = cfg->kv_tokens;
+    if (cfg->max_seq_tokens > 0 && cfg->max_seq_tokens < n_ctx) n_ctx = cfg->max_seq_tokens;
+    out->n_ctx = n_ctx;
+    int32_t n_seq = cfg->n_seq_max > 0 ? cfg->n_seq_max : 1;
+    if (s->n_attn_layers > 0) {
+        out->n_cells = cfg->kv_tokens;
+        /* per cell: K/V, position, free count, placement, and the sequence bit set */
+        uint64_t book = 12 + 8 * (uint64_t)((n_seq + 63) / 64);
+        out->kv += (uint64_t)out->n_cells * (s->kv_cell_bytes + book) + 12 * (uint64_t)n_seq;
+    }
+    if (s->n_recurrent_layers > 0) {
+        out->n_states = cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq ? cfg->recurrent_states : n_seq;
+        out->kv += (uint64_t)out->n_states * s->state_bytes;
+    }
+    uint64_t T = cfg->batch_tokens > 0 ? (uint64_t)cfg->batch_tokens : 512;
+    uint64_t O = min_u64((uint64_t)n_seq, T);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    out->weights = f->size;
+    out->buffers = buffers_bytes(f, s, T, O, (uint64_t)n_ctx, cores > 0 ? (uint64_t)cores : 1);
+    out->total = out->weights + out->kv + out->buffers;
+    return 0;
+}
+
+int model_footprint_of_path(const char *path, const struct footprint_config *cfg, struct model_footprint *out,
+                            char *why, size_t why_len) {
+    struct gguf_file f;
+    int rc = gguf_open(&f, path, why, why_len);
+    if (rc < 0) return rc;
+    rc = model_footprint(&f, cfg, out, why, why_len);
+    gguf_close(&f);
+    return rc;
+}
+
+const char *footprint_size(uint64_t bytes, char out[24]) {
+    if (bytes >= (1ull << 30)) snprintf(out, 24, "%.2f GiB", (double)bytes / (1ull << 30));
+    else if (bytes >= (1u << 20)) snprintf(out, 24, "%.1f MiB", (double)bytes / (1 << 20));
+    else snprintf(out, 24, "%.1f KiB", (double)bytes / 1024);
+    return out;
+}
+
+int model_footprint_fits(const struct model_footprint *fp, int64_t available, char *why, size_t why_len) {
+    if (available < 0 || fp->total <= (uint64_t)available) return 0;
+    char t[24], w[24], k[24], b[24], a[24];
+    /* name what to lower: the part that needs the most */
+    const char *advice = fp->kv >= fp->weights && fp->kv >= fp->buffers ? "lower --kv-tokens"
+                         : fp->weights >= fp->buffers ? "a smaller model or a smaller weight type"
+                                                      : "lower --batch-tokens";
+    char what[64] = "";
+    if (fp->n_cells) snprintf(what, sizeof what, " for %lld cells", (long long)fp->n_cells);
+    if (fp->n_states)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s %lld recurrent states",
+                 fp->n_cells ? " and" : " for", (long long)fp->n_states);
+    snprintf(why, why_len,
+             "the model needs %s (weights %s + KV %s%s + buffers %s), more than the %s the machine has "
+             "available: %s",
+             footprint_size(fp->total, t), footprint_size(fp->weights, w), footprint_size(fp->kv, k), what,
+             footprint_size(fp->buffers, b), footprint_size((uint64_t)available, a), advice);
+    return -ERR_NOMEM;
+}
