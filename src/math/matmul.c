@@ -187,6 +187,12 @@ void compute_parallel_for(struct compute *c, int64_t n,
     (job.n_ranges == 1 ? pool_run_alone : pool_run)(c->pool, range_run, &job);
 }
 
+void compute_parallel_for_work(struct compute *c, int64_t n, int64_t work,
+                               void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
+    if (n * work < COMPUTE_SHARE_WORK) fn(arg, 0, n);
+    else compute_parallel_for(c, n, fn, arg);
+}
+
 /* ---- matmul ----------------------------------------------------------------------------- */
 
 /* The vector path splits the rows into one contiguous part per thread (MAX_PARTS at most), each

@@ -151,4 +151,12 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
 
+/* compute_parallel_for for n items of about `work` element operations each, when there is
+ * enough to share (n * work >= COMPUTE_SHARE_WORK); else fn(arg, 0, n) on the calling thread:
+ * a decode step has a few tiny row operations per layer, and waking the other threads for them
+ * costs more than the work (much more on a loaded machine). */
+#define COMPUTE_SHARE_WORK (64 * 1024)
+void compute_parallel_for_work(struct compute *c, int64_t n, int64_t work,
+                               void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
+
 #endif
