@@ -35,7 +35,8 @@ enum { ATT_CHUNK_ENTRIES = 64 };
 /* Most query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item,
  * so a chunk of one kv head is shared by the threads). Every block packs its kv head's K and V
  * again for sgemm, so bigger blocks cost less CPU (a long prompt on one thread shows it:
- * build/bench/forward_bench bench-models/smollm2-135m-q8_0.gguf --prefill 3000 --threads 1);
+ * build/bench/forward_bench bench-models/smollm2-135m-q8_0.gguf --prefill 3000 --threads 1, the
+ * model made by scripts/bench.d/40-forward);
  * see split_chunk for how a chunk is split. Each thread that takes part has scores for a block
  * (ATT_BLOCK_ROWS x n_ctx floats), so at most ATT_CHUNK_SLOTS threads do. */
 enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };

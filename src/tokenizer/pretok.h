@@ -7,7 +7,7 @@
  * of its own. A pre-tokenizer is a sequence of such passes, each splitting the words of the
  * previous one.
  *
- *   enum pretok k = pretok_from_name("qwen2");       // PRETOK_UNKNOWN if not known
+ *   enum pretok k = pretok_from_name("qwen2", 5);    // PRETOK_UNKNOWN if not known
  *   size_t n_words = pretok_split(k, cps, flags, n, ends, scratch);
  *   // word i is cps[i ? ends[i-1] : 0 .. ends[i])
  *
