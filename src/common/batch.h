@@ -11,7 +11,7 @@
  *   batch_init(&b, 512);
  *   batch_clear(&b);
  *   batch_add(&b, tok, pos, seq, true);
- *   ... model_forward(model, mem, &b) ...
+ *   ... memory_reserve(mem, &b); model_forward(model, fc, mem, &b) ...
  *   batch_free(&b);
  */
 #ifndef UVLM_BATCH_H

@@ -9,7 +9,7 @@
  *   log_info(&lg, "listening on %s:%d", host, port);
  *   // 2026-11-22T13:30:00.123Z INFO  listening on 127.0.0.1:8080
  *
- * The access log is one INFO line per finished request, written by src/net (see log_access).
+ * The access log is one INFO line per finished request, written by src/net.
  */
 #ifndef UVLM_LOG_H
 #define UVLM_LOG_H

@@ -315,12 +315,10 @@ err:
 
 /* gguf_open_resident: the file is read into huge pages (common/hugemem.h), made read-only by gguf_seal.
  * A decode step streams every weight once: with the 4 KB pages of a file mapping that is a TLB
- * miss per 4 KB and hardware prefetchers that stop at every page end. Measured (SmolLM2-135M
- * Q8_0, one thread, decode at 512..575 cells, busy machine, best of 3 of a step's sums over 30
- * layers): gate/up 1.18 against 1.30 ms, down 0.63 against 0.74, output 0.64 against 0.69; the
- * mean step suffered less from the other load (tg64 191-233 against 107-163). The cost: the whole
- * file is read at open (page cache to memory, ~0.1 s per GB) and the weights are private memory
- * rather than shared page cache, so only the model loader asks for it. NULL on failure (errno set). */
+ * miss per 4 KB and hardware prefetchers that stop at every page end, and a step's matmuls wait
+ * on them (most of all on a machine busy with other work). The cost: the whole file is read at
+ * open (page cache to memory) and the weights are private memory rather than shared page cache,
+ * so only the model loader asks for it. NULL on failure (errno set). */
 static void *read_resident(int fd, size_t size) {
     uint8_t *a = hugemem_alloc(size);
     if (!a) return NULL;

@@ -216,7 +216,7 @@ AVX512 static inline __m128 fold16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
  * (R <= 4, a compile-time constant once inlined) against four cells: each K vector is loaded
  * once for the R rows, the R x 4 fma chains overlap, and every (row, cell) pair sees the very
  * fmas scores_avx2 does. Written out so that the accumulators stay in registers (as a loop over
- * an array of them, gcc -O2 kept them on the stack: a store-forward chain per fma). */
+ * an array of them, gcc -O2 keeps them on the stack: a store-forward chain per fma). */
 #define SC_FMA(a, kv, qi) a = _mm512_fmadd_ps(kv, qi, a)
 #define SC_ROW(a0, a1, a2, a3, qrow)                                                                 \
     do {                                                                                             \
@@ -248,7 +248,7 @@ AVX512 static inline __attribute__((always_inline)) void scores4x4(const float *
 #undef SC_ROW
 #undef SC_FMA
 
-enum { SC_PREFETCH = 64 }; /* cells ahead: about a memory latency of work (measured 32 / 64 / 128 / 256) */
+enum { SC_PREFETCH = 64 }; /* cells ahead: about a memory latency of work */
 
 /* n_q rows of scores (see attn_scores_f16_rows), hd a multiple of 16; cells in blocks of four,
  * the rows four at a time inside a block (the block's K rows stay in L1 for the next four). */

@@ -6,12 +6,11 @@
  * dotted (vpdpbusd, unsigned x signed) with a packed pair of activation blocks stored as x + 128;
  * the accumulator of that dot starts at -128 * (sum of each 4 weights), so the lanes end up the
  * exact integers of quant.c's dot. Then lane_k * (d_w * d_x) is fused into the float lanes.
- * (Tried: the weights as w + 128 against the levels as they are, each lane's start value
- * -128 * (sum of 4 levels) packed with the activations: a vpdpbusd and a subtraction less per
- * row and block, but 192 packed bytes per pair and block instead of 128, more than L1 holds for
- * a prompt's tile: 576 x 576 at 8 tokens the same speed, 2048 x 5632 at 512 tokens 9% slower.
- * On AMD Zen 5 vpdpbusd, vmulps and vfmadd share two ports and this loop issues about 4
- * instructions a cycle: 576 x 576, 8 tokens, cache-hot, ~30 cycles per block of 16 outputs.)
+ * (The other way round, the weights as w + 128 against the levels as they are with each lane's
+ * start value -128 * (sum of 4 levels) packed with the activations, saves a vpdpbusd and a
+ * subtraction per row and block but packs 192 bytes per pair and block rather than 128, more
+ * than L1 holds for a prompt's tile: no faster on decode steps, slower on prompts. On AMD Zen 5
+ * vpdpbusd, vmulps and vfmadd share two ports, which bound this loop.)
  * Loops: tokens in blocks of TOKEN_PAIRS_PER_PASS pairs (their packed activations stay in L2),
  * inside them the rows four at a time (in L1) against every pair of the block.
  */
@@ -91,11 +90,11 @@ AVX512 static inline __attribute__((always_inline)) void tile(int64_t nb, const 
     const __m512i c80 = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
     for (int64_t i = 0; i < nb; i++) {
         /* the next four rows, one row group ahead of need: four rows walked side by side defeat
-         * the hardware prefetcher (as quant_avx512.c's prefetch_next_rows; measured on a
-         * 576 -> 49152 matrix streamed from memory, 8 tokens: 6.3 ms without, 2.2 ms with).
+         * the hardware prefetcher (as quant_avx512.c's prefetch_next_rows; build/bench/kernels
+         * --small-batch --type q8_0 --threads 1: the 576x49152 case from 2 tokens on).
          * Block i's 136 bytes of them start in one of the three lines fetched here; the line
-         * holding their end, if a fourth, is the first of block i + 1's (unrolled: the loop
-         * was 12 instructions of a ~120-instruction block). */
+         * holding their end, if a fourth, is the first of block i + 1's (unrolled: as a loop it
+         * would be a tenth of the block's instructions). */
         const char *pf = (const char *)next + (size_t)i * 4 * sizeof(block_q8_0);
         _mm_prefetch(pf, _MM_HINT_T0);
         _mm_prefetch(pf + 64, _MM_HINT_T0);

@@ -3,8 +3,8 @@
  * the multi-row dotr of decode steps (QUANT_DOT_WROWS weight rows against one token, the rows
  * 16 KB ahead prefetched into L2), and for Q4_K batches kquant_gemm_q4_K_rows (tiles of 4 rows x 4
  * tokens, tokens in blocks that stay in L2). The kernels are registered as
- * quant_kernels_avx512_k (kernels.h), which takes precedence over quant_kernels_avx512 for these
- * two types (whose older Q4_K/Q6_K kernels, in another order, are no longer reached).
+ * quant_kernels_avx512_k (kernels.h), looked up before quant_kernels_avx512 (which has none for
+ * these two types).
  *
  * Every kernel here returns bit for bit the scalar kernel of quant.c, i.e. the reference's
  * orders:
@@ -143,15 +143,14 @@ AVX512 static void dot4_q4_K(int64_t n, const void *w, const void *x, size_t x_s
 }
 
 /* The multi-row kernels walk QUANT_DOT_WROWS rows side by side, which the hardware prefetcher
- * follows badly (measured on Q8_0, quant_avx512.c). Rows of a matrix are contiguous, so a group
- * of QUANT_DOT_WROWS rows is one run of QUANT_DOT_WROWS * row bytes: super-block step i of a
- * group fetches the i-th share of a later group (`ahead`, from dotr_ahead), one line per 64
- * bytes of the share (a share that starts mid-line leaves its last line to the next step), into
- * L2 (prefetcht1): measured (2 threads streaming 600 MB of Q4_K rows from memory, each thread
- * its half, interleaved runs on a busy machine, best of 40): 2048-wide rows 46-54 GB/s into L1
- * (prefetcht0, 8 KB ahead), 51-58 into L2 16 KB ahead; 5632-wide 46-51 against 48-63. Into L1
- * a prefetch holds one of the core's few L1 miss buffers until its line arrives. Distances from
- * 12 to 32 KB measured alike, 4 KB less; one prefetch per 128 bytes less. */
+ * follows badly (see quant_avx512.c). Rows of a matrix are contiguous, so a group of
+ * QUANT_DOT_WROWS rows is one run of QUANT_DOT_WROWS * row bytes: super-block step i of a group
+ * fetches the i-th share of a later group (`ahead`, from dotr_ahead), one line per 64 bytes of
+ * the share (a share that starts mid-line leaves its last line to the next step), into L2
+ * (prefetcht1): into L1 a prefetch holds one of the core's few L1 miss buffers until its line
+ * arrives, and the stream is slower. Distances from 12 to 32 KB stream alike, shorter ones and
+ * one prefetch per 128 bytes slower (build/bench/kernels --small-batch --type q4_k --threads 2:
+ * the 2048- and 5632-wide cases). */
 AVX512 INLINE void prefetch_rows(const uint8_t *ahead, int64_t i, size_t block_bytes) {
     const uint8_t *p = ahead + (size_t)i * QUANT_DOT_WROWS * block_bytes;
 #pragma GCC unroll 16
@@ -159,7 +158,7 @@ AVX512 INLINE void prefetch_rows(const uint8_t *ahead, int64_t i, size_t block_b
 }
 
 /* How far ahead the multi-row kernels prefetch: at least DOTR_PREFETCH_BYTES, in whole groups
- * (one group, 4.5 KB of 2048-wide Q4_K rows, was too close to hide the memory's latency). */
+ * (one group, 4.5 KB of 2048-wide Q4_K rows, is too close to hide the memory's latency). */
 #define DOTR_PREFETCH_BYTES 16384
 static inline const uint8_t *dotr_ahead(const void *w, size_t w_stride) {
     const size_t group = QUANT_DOT_WROWS * w_stride;
@@ -181,8 +180,8 @@ AVX512 INLINE __m512i k4_scales_mins4(__m512i v) {
 }
 
 /* QUANT_DOT_WROWS (4) weight rows w_stride bytes apart, one token. Fewer instructions per
- * super-block than k4_decode + k4_sums per row (which kept a core well below the memory's speed:
- * 42 GB/s from L2 against 59 for this, one core): the four rows' scales and mins decoded together
+ * super-block than k4_decode + k4_sums per row (which keeps a core well below the memory's
+ * speed): the four rows' scales and mins decoded together
  * (k4_scales_mins4); the levels of 64 bytes of qs unpacked at once (the activations rearranged
  * to match, once for the four rows); vpdpbusd for the products, which fit int16 in groups of
  * four, so vpackssdw pairs two such vectors and one vpdpwssd applies both their scales. Only

@@ -13,9 +13,9 @@
 
 /* sgemm tiles: each thread dequantizes a tile of weight rows to F32 and multiplies it. Every
  * sgemm call repacks all the activations (512 x 2048 floats = 4 MB), so a tile should hold many
- * rows: measured on 2048 -> 5632 at 512 tokens, 128-row tiles ran at half the speed of 512-row
- * ones. The tile buffer of a thread is TILE_BYTES (fewer rows for long rows), its rows at most
- * TILE_MAX_ROWS and at least TILE_MIN_ROWS. */
+ * rows (scripts/bench.d/30-kernels prints the pp512 GFLOPS of each type). The tile buffer of a
+ * thread is TILE_BYTES (fewer rows for long rows), its rows at most TILE_MAX_ROWS and at least
+ * TILE_MIN_ROWS. */
 #define TILE_BYTES ((size_t)8 << 20)
 #define TILE_MAX_ROWS 512
 #define TILE_MIN_ROWS 64
@@ -24,10 +24,8 @@
 #define VEC_CHUNK_ROWS 32
 /* Rows per work item of a decode step on q8x16.h's layouts: claiming an item is a locked
  * instruction, which waits for the loads in flight (the prefetches of the item before), so
- * fewer, larger items stream faster: measured (forward_bench --rows 1, 2 threads, best of 3,
- * load ~1) SmolLM2-135M Q4_K_M step 1.88 ms with 32-row items, 1.82 with 64, 1.77 with 128
- * (perf had put 8% of the step on the claims at 32); 5 interleaved pairs, load ~2: Q4_K_M
- * 2.26 -> 1.88 ms, Q8_0 3.15 -> 3.04 (every pair faster). */
+ * fewer, larger items stream faster (build/bench/forward_bench bench-models/smollm2-135m-q4_k_m.gguf
+ * --rows 1 --threads 2 prints the step time). */
 #define X16_CHUNK_ROWS 128
 /* Tokens per pass over a chunk of rows with the 4-token kernels (a multiple of QUANT_DOT_ROWS):
  * 32 tokens of Q8_K activations are 200 KB for 5632 inputs. */
@@ -39,9 +37,8 @@
 #define GEMM_CHUNK_ROWS 64
 /* Q4_0 / Q5_0 batches of at least this many tokens (and fewer than MATMUL_BLAS_MIN_TOKENS) take
  * the Q8_0 GEMM, their rows rewritten as Q8_0 chunk by chunk (gemm_q8_0_from_q45; the same
- * numbers). Measured (kernels --small-batch --type q5_0, one thread, busy machine) on SmolLM2's
- * Q5_0 576 x 576, vector path / GEMM: 4 tokens 39 / 38 us, 8 tokens 78 / 49, 16 tokens 155 / 75
- * (the rewriting costs about what 4 tokens of the GEMM do). */
+ * numbers): the rewriting costs about what 4 tokens of the GEMM do, so from a few more tokens
+ * on the GEMM wins (build/bench/kernels --small-batch --type q5_0 --threads 1). */
 #define GEMM_Q45_MIN_TOKENS 6
 /* Token pairs per work item when quantizing and packing activations for it. */
 #define PACK_CHUNK_PAIRS 16
@@ -187,12 +184,18 @@ void compute_parallel_for(struct compute *c, int64_t n,
     (job.n_ranges == 1 ? pool_run_alone : pool_run)(c->pool, range_run, &job);
 }
 
+void compute_parallel_for_work(struct compute *c, int64_t n, int64_t work,
+                               void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg) {
+    if (n * work < COMPUTE_SHARE_WORK) fn(arg, 0, n);
+    else compute_parallel_for(c, n, fn, arg);
+}
+
 /* ---- matmul ----------------------------------------------------------------------------- */
 
 /* The vector path splits the rows into one contiguous part per thread (MAX_PARTS at most), each
  * handed out in chunks by a counter of its own line: a thread streams through its own region
- * first (the hardware prefetcher follows one stream; interleaved small chunks of two threads
- * across the matrix ran slower), then helps with the chunks left in the others. */
+ * first (the hardware prefetcher follows one stream; small chunks of two threads interleaved
+ * across the matrix stream slower), then helps with the chunks left in the others. */
 #define MAX_PARTS 16
 struct part_counter {
     _Alignas(64) _Atomic int64_t next; /* the part's next chunk (absolute index) */
@@ -381,9 +384,8 @@ static void gemm_chunk_rows(const struct matmul_job *j, int64_t chunk, int *m_ou
 /* The integer GEMMs' row chunks (Q8_0: gemm_q8.h on the packed activations; AVX-512 Q4_K with
  * 4+ tokens: the 4 x 4 tiles of kquant_gemm_q4_K_rows, every output exactly the vector path's,
  * MATMUL_REFERENCE's grouped order with dot_grouped). As vec_rows: a contiguous part of the
- * chunks per thread first (one memory stream each; measured on SmolLM2's 576 -> 49152 Q8_0
- * output matrix, 8 tokens, 2 threads: 1.14 ms against 1.59 with the chunks handed out in turn),
- * then the chunks left in the others. */
+ * chunks per thread first (one memory stream each, faster than chunks handed out in turn), then
+ * the chunks left in the others. */
 static void tile_rows(void *job) {
     struct matmul_job *j = job;
     float *scratch = NULL; /* this thread's tile buffer (Q4_0 / Q5_0 rows as Q8_0) */
@@ -455,13 +457,12 @@ static void sgemm_tiles(void *job) {
 
 /* Whether prompts (n_tok >= MATMUL_BLAS_MIN_TOKENS) of wtype take the vector path instead of
  * dequantize + sgemm: AVX-512 Q4_K and Q6_K, whose integer kernels give every token its
- * single-token numbers (the reference's GEMV orders) at any batch size. Measured on one core
- * (CPU time, OPENBLAS_CORETYPE=SkylakeX, load average 8): Q4_K on its 4 x 4 tiles
- * (kquant_gemm_q4_K_rows) 2048 -> 5632 x 512 tokens 54 ms against 72 for sgemm (219 / 164
- * GFLOPS), 5632 -> 2048 x 128 tokens 13.3 ms against 21.8. Q6_K's 4-token kernel is slower
- * than sgemm (106 ms against 75) but Q6_K is a small share of a Q4_K_M model (attn_v, half of
- * ffn_down, the output), and on the q4_k_m golden model the serving path's worst logit error
- * went from 2.99% (Q6_K on sgemm) to 2.60% of the bar's 3%. */
+ * single-token numbers (the reference's GEMV orders) at any batch size. Q4_K's 4 x 4 tiles
+ * (kquant_gemm_q4_K_rows) are also faster than sgemm (scripts/bench.d/30-kernels: pp512
+ * GFLOPS). Q6_K's 4-token kernel is slower than sgemm, but Q6_K is a small share of a Q4_K_M
+ * model (attn_v, half of ffn_down, the output), and its single-token numbers keep the serving
+ * path's logits within the golden tests' bar with a margin (build/test-runner
+ * golden_llama_spm_q4_k_m_serving prints the worst error). */
 static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
     return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
 }
@@ -469,8 +470,8 @@ static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
 /* Run tile_rows over the matrices j->mats[0, n_mats) (same n_in, one input, activations ready):
  * one dispatch for all (a decode step's Q/K/V and gate/up: fewer barriers), in contiguous parts
  * per thread. Each matrix is cut into a multiple of the thread count of chunks of whole 4-row
- * tiles, at most GEMM_CHUNK_ROWS rows each (576 rows made 9 chunks of 64: on 2 threads one
- * part had a chunk more). Chunks of 32 rows measured the same as 64 on Q8_0 decode steps. */
+ * tiles, at most GEMM_CHUNK_ROWS rows each (576 rows in 9 chunks of 64 would give one of 2
+ * threads a chunk more). */
 static void tiles_dispatch(struct compute *c, struct matmul_job *j) {
     j->n_chunks = 0;
     for (int m = 0; m < j->n_mats; m++) {
@@ -527,14 +528,12 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     j->dot = quant_get_vec_dot(j->c->level, wtype);
     j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
     j->dotr = quant_get_vec_dotr(j->c->level, wtype);
-    /* Q8_0 rows of any length take the multi-row kernel. It used to stop at 1 KB rows (four rows
-     * side by side measured 10-15% slower than one at a time on TinyLlama's 2176-byte rows) while
-     * it fetched one row group ahead; with four groups ahead (quant_avx512.c) SmolLM2's down
-     * projection (1632-byte rows) decodes faster grouped (one thread, --rows 1 --threads 1,
-     * busy machine: best step 3.69-4.11 ms against 4.00-4.21) and TinyLlama the same (40.1 ms
-     * both). Q4_0/Q5_0's one-row kernels compute at half of memory speed: always grouped. */
-    /* Q6_K: one core streaming 2048-wide rows, 1680 bytes: 25 GB/s for four rows, 29 for one;
-     * Q4_K's four rows stream faster than its one-row kernel (28 against 25). */
+    /* Q8_0 rows of any length take the multi-row kernel: with four row groups fetched ahead
+     * (quant_avx512.c) long rows stream grouped at least as fast as one at a time
+     * (build/bench/forward_bench bench-models/tinyllama-1.1b-q8_0.gguf --rows 1 --threads 1).
+     * Q4_0/Q5_0's one-row kernels compute at half of memory speed: always grouped. */
+    /* Q6_K: rows longer than 1 KB stream faster one at a time; Q4_K's four rows stream faster
+     * than its one-row kernel (build/bench/kernels --small-batch --type q6_k / q4_k --threads 1). */
     if (wtype == GGML_TYPE_Q6_K && j->w_stride > VEC_Q6_K_DOTR_MAX_STRIDE) j->dotr = NULL;
     /* enough tokens for the 4-token kernel: it decodes each weight row once for four */
     if (j->dot4 && j->n_tok >= QUANT_DOT_ROWS) j->dotr = NULL;
@@ -554,7 +553,7 @@ static void vec_dispatch(struct compute *c, struct matmul_job *j) {
  * matrices shared from MATMUL_BLAS_MIN_TOKENS tokens on) take GEMM_CHUNK_ROWS rows per chunk:
  * each chunk reads all the activations, as the Q8_0 GEMM's do; their decode steps a multiple of
  * the thread count of chunks of about X16_CHUNK_ROWS rows, whole 16-row groups each (576 rows
- * made 5 chunks of 128: 3 for one thread, 2 for the other, which waited 2.5 us of weights). */
+ * in 5 chunks of 128 would leave one of 2 threads waiting for the other's third chunk). */
 static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_type *types, int n_mats,
                        const struct matmul_out *mats) {
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX && j->n_tok <= c->max_tokens && j->n_in <= c->max_n_in);
@@ -647,7 +646,7 @@ void matmul_path(struct compute *c, enum matmul_path path, enum ggml_type wtype,
         j.to_float = quant_get_to_float(c->level, wtype);
         /* Tiles as full as fit, at least two per thread so a slow thread does not hold up the
          * rest, and as many as a multiple of the thread count, all of about the same size: 11
-         * tiles of 512 rows on 2 threads (5632 rows) left one thread a whole tile behind. */
+         * tiles of 512 rows on 2 threads (5632 rows) would leave one thread a whole tile behind. */
         int64_t fit = (int64_t)c->tile_floats / n_in;
         if (fit > TILE_MAX_ROWS) fit = TILE_MAX_ROWS;
         int64_t rounds = div_up(n_out, (int64_t)c->n_threads * fit); /* tiles per thread */

@@ -12,8 +12,9 @@
  * well under a microsecond) and then sleep on a futex; an idle compute costs nothing. Work is
  * handed out in small items, so a worker the OS has preempted does not hold up the others; on
  * the vector path each thread first takes the items of a contiguous share of the rows (one
- * memory stream per thread: measured on 2048 -> 5632 Q8_0 from memory, 2 threads, 51 GB/s
- * against 33 for items interleaved across the matrix), then helps with what is left.
+ * memory stream per thread, which the hardware prefetcher follows; items interleaved across the
+ * matrix stream slower: scripts/bench.d/30-kernels prints the matvec GB/s), then helps with what
+ * is left.
  *
  * How matmul computes (the numbers match the reference's):
  *   n_tok <  MATMUL_BLAS_MIN_TOKENS: each activation row is quantized to quant_vec_dot_type(wtype)
@@ -28,10 +29,8 @@
  *       split as on the vector path (the activations quantized to Q8_0 once, then to q8x16's
  *       blocks): 16 outputs per 8 vpdpbusd, a token's numbers independent of its batch, in
  *       q8x16's order, not the reference's. Matrices in these layouts share one dispatch in
- *       matmul_multi_types at every token count (Q4_K_M's Q5_0 Q/K beside its Q8_0 V).
- *       Measured (forward_bench, SmolLM2-135M Q8_0, 2 threads, busy machine): a decode step of 8
- *       sequences 5.4-6.1 ms against 7.2, of one 2.6 against 3.0; TinyLlama pp512 385 against 205.
- *       SmolLM2-135M Q4_K_M (80% of its bytes Q5_0), see q8x16.h for the figures.
+ *       matmul_multi_types at every token count (Q4_K_M's Q5_0 Q/K beside its Q8_0 V). Faster
+ *       than the GGUF layouts at every batch size (see q8x16.h for the commands that show it).
  *   UVLM_TYPE_Q4_K_X16 (Q4_K rewritten the same way): q4kx16_rows on the Q8_K activations, at
  *       every token count, exactly the numbers of GGUF Q4_K on every path here (dot_q4_K's
  *       order). Shares a dispatch with Q6_K (one activation type: TinyLlama Q4_K_M's Q/K/V) on
@@ -50,13 +49,13 @@
  *       on it (OpenBLAS is set to 1 thread by compute_create, so its threads and ours never spin
  *       against each other).
  *   MATMUL_REFERENCE (matmul_path only; what `eval-logits` and the golden tests use): the
- *       reference's arithmetic at every batch size, measured bit for bit against its logits: the
+ *       reference's arithmetic at every batch size (build/test-runner golden compares the logits): the
  *       activations quantized as above and every row dotted by the scalar kernels of quant.c
  *       (the reference's x86 vec_dot / repacked GEMV orders), except that a batch of 2+ rows
  *       takes the reference's batched orders: Q4_K rows in groups of four (from the first) the
  *       repacked GEMM's (quant_dot_q4_K_gemm), F16 the tinyBLAS one (quant_dot_f16_tinyblas).
- *       Dequantized tiles + sgemm measured up to 3.5% of the largest logit off the reference
- *       (over the README's 3% bar); this path is 0. It is scalar, so slow, except for Q8_0 where
+ *       (Dequantized tiles + sgemm round differently: a logit can move by a few percent of the
+ *       largest, beyond the golden tests' 3% bar.) It is scalar, so slow, except for Q8_0 where
  *       the SIMD kernels and the integer GEMM compute the reference's order exactly (used when
  *       the CPU has the GEMM), and for Q4_K and Q6_K on AVX-512 VNNI (kquant_avx512.c; the
  *       Q4_K tiles compute the grouped order too). Q4_0's reference order (one float chain per row, its repacked
@@ -76,15 +75,14 @@
 
 #include "gguf/types.h"
 
-/* Batches of at least this many tokens go through sgemm. Measured (30-kernels, "crossover"):
- * below ~24 tokens the vector kernels win, because dequantizing and repacking a weight tile
- * costs as much as reading the weights several times. */
+/* Batches of at least this many tokens go through sgemm. Below it the vector kernels win,
+ * because dequantizing and repacking a weight tile costs as much as reading the weights several
+ * times (scripts/bench.d/30-kernels prints the crossover). */
 #define MATMUL_BLAS_MIN_TOKENS 32
 /* Q8_0 batches of at least this many tokens take the integer GEMM where there is one (see
- * MATMUL_GEMM_Q8; its numbers are the vector path's, so only the speed depends on this).
- * Measured (one thread, weights streamed from memory, CPU time), GEMM against the vector kernels:
- * 2048 -> 5632, 2 tokens 0.41 ms against 0.74, 3 tokens 0.48 against 1.14; SmolLM2's 576 -> 49152
- * output matrix, 2 tokens 1.06 against 1.24, 3 tokens 1.34 against 1.83 (one token 0.88). */
+ * MATMUL_GEMM_Q8; its numbers are the vector path's, so only the speed depends on this): from
+ * 2 tokens on it reads each weight row once for all of them and beats the vector kernels
+ * (build/bench/kernels --small-batch --type q8_0 --threads 1: the cost of 1, 2, 4 tokens). */
 #define MATMUL_GEMM_Q8_MIN_TOKENS 2
 
 struct compute;
@@ -150,5 +148,13 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
  * thread runs it or that the ranges run in parallel. */
 void compute_parallel_for(struct compute *c, int64_t n,
                           void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
+
+/* compute_parallel_for for n items of about `work` element operations each, when there is
+ * enough to share (n * work >= COMPUTE_SHARE_WORK); else fn(arg, 0, n) on the calling thread:
+ * a decode step has a few tiny row operations per layer, and waking the other threads for them
+ * costs more than the work (much more on a loaded machine). */
+#define COMPUTE_SHARE_WORK (64 * 1024)
+void compute_parallel_for_work(struct compute *c, int64_t n, int64_t work,
+                               void (*fn)(void *arg, int64_t i0, int64_t i1), void *arg);
 
 #endif

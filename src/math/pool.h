@@ -34,9 +34,8 @@ void pool_run(struct pool *p, pool_job_fn run, void *job);
  * job starts, and while it waits for one, once it has run `ns` since it last did; 0 (the default):
  * never. Why: on Linux's fair scheduler (EEVDF) a woken thread that is not yet "eligible" waits
  * behind a busy thread of a lower-priority policy (SCHED_IDLE, high nice) until the next tick
- * (4 ms at HZ 250) unless that thread reschedules itself; measured, a normal-policy thread woken
- * every 5 ms beside idle-policy spinners: 27-45 of 1500 wake-ups over 1 ms, 5-7 with a yield every
- * 100 us. A yield costs ~1.3 us here. Call before pool_run, not during. */
+ * (4 ms at HZ 250) unless that thread reschedules itself; a yield every 100 us or so makes such
+ * late wake-ups rare, for about a microsecond per yield. Call before pool_run, not during. */
 void pool_set_yield_ns(struct pool *p, int64_t ns);
 /* run(job) on the calling thread alone, no worker woken (a job too small to share): a job start
  * all the same, so the same yield point as pool_run's (pool_set_yield_ns). Same rules as pool_run. */

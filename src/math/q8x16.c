@@ -166,9 +166,9 @@ float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const
 
 /* ---- Q5_0 ------------------------------------------------------------------------------- */
 
-/* Q5_0 blocks (320 bytes of data each) fetched ahead of use (7.5 KB). Measured (kernels
- * --small-batch --type q5_0x16, one thread, busy machine, best of 3), 576x49152 at one token:
- * 6 blocks ahead 864 us, 12: 722, 24: 637, 40: 697. */
+/* Q5_0 blocks (320 bytes of data each) fetched ahead of use (7.5 KB): about a memory latency of
+ * work; fewer leave the stream waiting, more evict lines before use (build/bench/kernels
+ * --small-batch --type q5_0x16 --threads 1: the 576x49152 case). */
 #define Q5_PREFETCH_BLOCKS 24
 
 static size_t row_bytes5(int64_t n_in) { return (size_t)(n_in / QK5_0) * sizeof(block_q5_0); }

@@ -8,12 +8,10 @@
  * of a 512-bit register holds 4 levels of row l, and 8 vpdpbusd sum a whole block of 16 rows against
  * one token into 16 lanes, after which one conversion, one multiply and one fma fold 16 outputs.
  * Q5_0 the same, its levels unpacked from nibbles and fifth bits into those 8 registers first.
- * Measured (forward_bench --rows 8 / --rows 1 against --gguf-layout; figures in matmul.h and the
- * README): a decode step of 8 SmolLM2-135M sequences 20-25% faster, prompts about twice as fast.
- * Q5_0 (forward_bench on SmolLM2-135M Q4_K_M, 80% of whose weight bytes are Q5_0, --gguf-layout
- * against these, interleaved runs, best of 3, load 1.0-1.9): a decode step of 1 sequence 2.69 ->
- * 1.94 ms on 2 threads, 3.61 -> 2.62 on one; of 8 sequences 11.93 -> 5.45 on 2, 19.80 -> 8.08 on
- * one; tg64 317 -> 372 t/s on 2 threads, 228 -> 282 on one; pp512 778 -> 1760 t/s (from sgemm).
+ * Decode steps and prompts both run faster than on the GGUF layouts; forward_bench compares the
+ * two on the same model (SmolLM2-135M Q4_K_M: 80% of its weight bytes are Q5_0):
+ *   build/bench/forward_bench bench-models/smollm2-135m-q8_0.gguf --rows 8 [--gguf-layout]
+ *   build/bench/forward_bench bench-models/smollm2-135m-q4_k_m.gguf --threads 2 [--gguf-layout]
  *
  * The numbers: each output is sum over blocks i, in order, of fma((float)dot_i, d_w,i * d_x,i, acc),
  * dot_i the exact integer dot of block i (from 0.0). Every path here (any token count, the tail rows,

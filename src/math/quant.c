@@ -735,8 +735,8 @@ float quant_expf(float x) {
                    fmaf(0x1.ffffecp-1f, b, 1.0f));
     if (!(fabsf(n) <= 192)) return n <= 0 ? 0.0f : INFINITY; /* also x = -inf (NaN n) -> 0 */
     /* j is in [0.70, 1.42]: for -125 <= n <= 127, j * 2^n is a normal float, so multiplying by
-     * the power of two is exact, the very value of ldexpf, without its libm call (which was
-     * ~9% of a decode step's CPU through the softmax and SiLU). */
+     * the power of two is exact, the very value of ldexpf, without its libm call (a call per
+     * element of the softmax and SiLU would be a noticeable share of a decode step's CPU). */
     if (n >= -125 && n <= 127) {
         uint32_t bits = (uint32_t)((int)n + 127) << 23;
         float p2;

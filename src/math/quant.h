@@ -35,7 +35,7 @@ void quant_to_float(enum ggml_type t, const void *src, float *y, int64_t n);
 float quant_vec_dot(enum ggml_type w, int64_t n, const void *w_row, const void *x_row);
 
 /* The reference's float orders where our own kernels differ from them (matmul's
- * MATMUL_REFERENCE path and the attention of model/llama.c use them; they are scalar):
+ * MATMUL_REFERENCE path and the reference attention of model/attention.c use them; they are scalar):
  * quant_dot_f32_lanes16: sum a[i]*b[i] as tinyBLAS<16> of an AVX-512 build: lane i % 16
  *   accumulates fma(a[i], b[i], lane) in order, then GCC's _mm512_reduce_add_ps order.
  * quant_dot_f32_vec_f16: as ggml_vec_dot_f16 of an AVX-512 build on a row padded with zeros

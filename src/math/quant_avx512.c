@@ -30,13 +30,12 @@ AVX512 static inline __m512 scale_pair(uint16_t da, uint16_t db, __m512 dx) {
 }
 
 /* The multi-row kernels walk QUANT_DOT_WROWS rows side by side, which the hardware prefetcher
- * follows badly (measured: one core streaming Q8_0 from memory, 13 GB/s against 28 for one row
+ * follows badly (without software prefetches a core streams them at half the speed of one row
  * at a time). The rows of a matrix are contiguous, so the groups ahead are the next bytes:
  * block step i fetches its share of the group DOTR_PF_GROUPS groups ahead. One group ahead
- * (2.4 KB of SmolLM2's Q8_0 rows) left too few lines in flight: measured with kernels
- * --small-batch --threads 1 (busy machine, best of 3), Q8_0 576x576 15.2 -> 11.1 us, 576x1536
- * 36.1 -> 24.4 us, 576x49152 1364 -> 896 us with 4 groups ahead (8: no better); Q5_0 576x49152
- * 970 -> 828 us. (Past a matrix's end it fetches lines nobody reads: a few KB per matrix.) */
+ * (2.4 KB of SmolLM2's Q8_0 rows) leaves too few lines in flight; four keep the stream busy and
+ * more gain nothing (build/bench/kernels --small-batch --type q8_0 --threads 1). (Past a
+ * matrix's end it fetches lines nobody reads: a few KB per matrix.) */
 #define DOTR_PF_GROUPS 4
 AVX512 static inline void prefetch_next_rows(const uint8_t *next, int64_t i, size_t block_bytes) {
     const uint8_t *p = next + (size_t)i * QUANT_DOT_WROWS * block_bytes;
@@ -116,7 +115,7 @@ AVX512 static void dotr_q4_0(int64_t n, const void *w, size_t w_stride, const vo
  * mask) and the -16 as 16 * (sum of 4 activation bytes), computed once per block for all rows
  * and put in as the dot's starting value. A pair's nibbles are unpacked by loads that broadcast
  * each row's 16 bytes to two 128-bit lanes and one variable shift (the high nibbles' lanes by 4):
- * fewer shuffles than nibble_rows, which was the bottleneck of this kernel. */
+ * fewer shuffles than nibble_rows, which would be the bottleneck of this kernel. */
 AVX512 static void dotr_q5_0(int64_t n, const void *w, size_t w_stride, const void *x, float *out) {
     const block_q5_0 *a[QUANT_DOT_WROWS];
     const block_q8_0 *b = x;

@@ -22,10 +22,8 @@ static const struct memory_ops kv_ops;
 
 /* K and V live in huge pages (common/hugemem.h). A decode step's attention reads a layer's cells
  * spread over hundreds of KB right after the weights have streamed through the TLB and caches;
- * with 4 KB pages that is a TLB miss every few cells. Measured (SmolLM2-135M Q8_0, one thread,
- * decode at 512..575 cells, best step's attention over 30 layers, busy machine): 1.14-1.24 ms
- * with 4 KB pages, 0.72-0.96 ms with 2 MB pages. Zero-filled and committed page by page as cells
- * are written, as calloc's was. */
+ * with 4 KB pages that is a TLB miss every few cells. Zero-filled, and committed whole at
+ * creation (kv_memory_create). */
 static size_t kv_k_bytes(const struct kv_memory *kv) {
     return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * (size_t)kv->shape.n_embd_k * sizeof *kv->k;
 }
@@ -345,11 +343,10 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
         kv->v = hugemem_alloc(kv_v_bytes(kv));
         ok = kv->k && kv->v;
         /* Backed now, not when a step first writes a cell of a fresh page: cells are laid out
-         * [layer][cell], so the step that first reaches a page boundary faults 2 x n_layer
-         * pages at once (SmolLM2: 60 pages, 60-180 ms of one step here; TinyLlama's first
-         * decode steps spent ~90 ms in such faults in forward_bench). It also makes the memory
+         * [layer][cell], so the step that first reached a page boundary would fault 2 x n_layer
+         * huge pages at once (see hugemem_commit for what one costs). It also makes the memory
          * the budget promises resident from the start, as the startup log says, and a budget
-         * beyond the machine's available memory an error here instead of an OOM kill later. */
+         * beyond the machine's available memory an error here rather than an OOM kill later. */
         int64_t avail = ok ? hugemem_available() : -1;
         if (avail >= 0 && (uint64_t)avail < (uint64_t)kv_k_bytes(kv) + kv_v_bytes(kv)) ok = false; /* -ERR_NOMEM */
         if (ok) {

@@ -9,7 +9,8 @@
  *
  * Attention mask, by construction: a batch entry of sequence s at position p attends to every
  * cell that holds s at a position <= p (causal within a sequence, nothing across sequences).
- * kv_cell_visible() is that rule; the forward pass uses nothing else.
+ * kv_cell_visible() states that rule; the forward pass applies it to the cells kv_seq_cell_list
+ * gives for s, at positions <= p (model/attention.h).
  *
  * Bookkeeping-only configuration: with shape == NULL (or shape->n_layer == 0) no K/V is stored;
  * every operation works on cells, positions and sequence sets alone. The scheduler's unit tests
@@ -102,8 +103,8 @@ static inline uint16_t *kv_v_row(const struct kv_memory *kv, int32_t layer, int6
 /* Write to out[0..cap) the cells holding seq (ascending cell order); returns their count
  * (<= n_cells), or -ERR_TOOBIG when more than cap cells hold seq: then out[0..cap) holds the
  * first cap of them and nothing past out[cap - 1] was written (a caller that sized out from
- * seq_n_cells asserts the count it expected instead of finding the overrun later). The forward
- * pass gathers each batch sequence's cells once with this. */
+ * seq_n_cells asserts the count it expected rather than finding the overrun later). The forward
+ * pass lists each batch sequence's cells with this. */
 int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, int64_t cap);
 
 /* Keep only seq: every other sequence leaves every cell (like llama.cpp's seq_keep). */

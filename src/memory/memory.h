@@ -10,9 +10,11 @@
  * Ownership: the memory owns its pool (sized once at creation from the config, logged).
  * A snapshot from seq_save is owned by the caller until memory_snapshot_free.
  *
- *   struct memory *mem = kv_memory_create(&model->hparams, n_cells, n_seq_max);
+ *   struct memory *mem;             // the model picks the kind: model_memory_create (model/model.h)
+ *   if (kv_memory_create(&mem, &(struct kv_shape){.n_layer = 22, .n_embd_k = 256, .n_embd_v = 256},
+ *                        n_cells, n_seq_max) < 0) ...;
  *   if (memory_reserve(mem, &batch) == -ERR_NOMEM) { ... preempt a sequence, retry ... }
- *   model_forward(model, mem, &batch, ...);
+ *   model_forward(model, fc, mem, &batch);
  *   memory_seq_rm(mem, seq, 0, -1);   // sequence finished: free its cells
  *   memory_destroy(mem);
  */

@@ -1,7 +1,7 @@
 /* arch.h (private to src/model): the per-architecture implementations behind model.h. Each
- * architecture family lives in its own file (llama.c: llama and qwen2) and is reached through
- * a struct arch_impl chosen at load time from general.architecture. A new family (e.g. mamba
- * over recurrent memory) adds a file and a table entry in model.c. */
+ * architecture family lives in its own file (llama.c: llama and qwen2; mamba.c) and is reached
+ * through a struct arch_impl chosen at load time from general.architecture. A new family adds a
+ * file and a table entry in model.c; a transformer family attends through attention.h. */
 #ifndef UVLM_MODEL_ARCH_H
 #define UVLM_MODEL_ARCH_H
 

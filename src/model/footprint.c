@@ -101,7 +101,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t buffers_bytes(const struct gguf_file *f, const struct model_shape *s, uint64_t T, uint64_t O,
                               uint64_t ctx, uint64_t threads) {
     uint64_t E = (uint64_t)s->n_embd, V = (uint64_t)s->n_vocab, ff = (uint64_t)s->n_ff, floats, ints = 0;
-    uint64_t max_rows = T, max_in = max_u64(E, ff);
+    uint64_t max_rows = max_u64(T, O), max_in = max_u64(E, ff); /* the matmuls' rows */
     if (s->n_attn_layers > 0) {
         uint64_t hd = (uint64_t)s->head_dim_k, nq = (uint64_t)s->n_head * hd, nkv = (uint64_t)s->n_head_kv * hd;
         uint64_t group = s->n_head_kv ? (uint64_t)(s->n_head / s->n_head_kv) : 1;
@@ -113,7 +113,6 @@ static uint64_t buffers_bytes(const struct gguf_file *f, const struct model_shap
                  + min_u64((uint64_t)s->n_head * 8 * ctx, max_u64((uint64_t)s->n_head * ctx, 1u << 21))
                  + qg_rows * (2 * hd + ctx) + qg_rows * hd / 2;   /* attention scores and rows */
         ints = T * (6 + 2 * (uint64_t)s->n_head_kv) + ctx * 3 + 16 * ctx + T * 8;
-        max_rows = max_u64(max_rows, att_rows);
         max_in = max_u64(max_in, nq);
     } else { /* recurrent layers (Mamba) */
         uint64_t inner = (uint64_t)arch_int(f, s->arch, "ssm.inner_size", 0);

@@ -271,7 +271,8 @@ static void conv_channels(void *arg, int64_t c0, int64_t c1) {
 
 /* The scan's transcendental functions 8 lanes at a time (GCC/Clang vector extensions: AVX where
  * the build targets it, else pairs of SSE registers): as scalar libm calls, expf(delta * A) and
- * the softplus's log1pf(expf(dt)) took about half of a prompt's time. Lane by lane and grouped by
+ * the softplus's log1pf(expf(dt)) would take about half of a prompt's time (scripts/bench.d/45-mamba
+ * prints the prompt's tokens/s). Lane by lane and grouped by
  * absolute index (channels in aligned groups of 8, state elements from 0), so no value depends on
  * its neighbours, the batch or how channels are split over threads. */
 typedef float v8f __attribute__((vector_size(32)));

@@ -1,15 +1,17 @@
-/* model.h: a GGUF transformer model (llama, qwen2) and its forward pass.
+/* model.h: a GGUF model (the transformer families llama and qwen2, and mamba) and its forward
+ * pass.
  *
- * model_load maps the file and reads every hyperparameter from its metadata (nothing is guessed
- * from the file name): widths, layers, heads and kv heads (GQA/MQA), rope type and base, RMSNorm
- * epsilon, tied or separate output matrix. A model of another architecture is refused with
- * -ERR_UNSUPPORTED and its name in `why`. Weights are not copied: each struct model_weight points
- * into the mapping, which lives until model_free.
+ * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
+ * the file name): widths, layers, heads and kv heads (GQA/MQA), rope type and base, RMSNorm
+ * epsilon, tied or separate output matrix (mamba: its own, model/mamba.h). A model of another
+ * architecture is refused with -ERR_UNSUPPORTED and its name in `why`. Weights are not copied:
+ * each struct model_weight points into the file's memory (gguf_open_resident), which lives until
+ * model_free.
  *
  * The forward pass turns a batch (common/batch.h) into logits. Everything it needs is sized once
  * in a struct forward_ctx (one per engine, created for a maximum batch and context), so
- * model_forward never allocates. The memory (KV cells for these architectures) comes from
- * model_memory_create, so the caller never picks the memory kind itself.
+ * model_forward never allocates. The memory (KV cells for the transformers, recurrent states for
+ * mamba) comes from model_memory_create, so the caller never picks the memory kind itself.
  *
  * Per call, the caller first places the batch in memory, then runs the forward pass:
  *
@@ -45,7 +47,7 @@ enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, 
 
 struct model_hparams {
     enum model_arch arch;
-    const char *arch_name;    /* "llama", "qwen2" */
+    const char *arch_name;    /* "llama", "qwen2", "mamba" */
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;
@@ -63,7 +65,7 @@ struct model_hparams {
     const struct arch_impl *impl; /* the architecture's forward pass (model/arch.h) */
 };
 
-/* A tensor inside the mapping. For a matrix: n_out rows of n_in elements of `type`. */
+/* A tensor inside the file's memory. For a matrix: n_out rows of n_in elements of `type`. */
 struct model_weight {
     enum ggml_type type;
     const void *data;
@@ -79,7 +81,7 @@ struct model_layer {
 };
 
 struct model {
-    struct gguf_file file;    /* the mapping: tokenizer_load reads its metadata from here */
+    struct gguf_file file;    /* the file in memory: tokenizer_load reads its metadata from here */
     struct model_hparams hp;
     struct model_weight token_embd;         /* n_vocab rows of n_embd */
     const float *output_norm;               /* [n_embd] */
@@ -94,7 +96,7 @@ struct model_options {
     /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of llama/qwen2 into math/q8x16.h's layouts where
      * the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16): faster at every
      * batch size (a decode step of several sequences most of all), with every token's numbers
-     * still independent of its batch, but no longer the reference's float order (Q4_K's keep
+     * still independent of its batch, but not the reference's float order (Q4_K's keep
      * it), so a forward_ctx with `reference` refuses the model.
      * For serving; eval-logits and the golden tests' reference runs load without it. */
     bool serving_layout;

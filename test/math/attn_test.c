@@ -206,10 +206,10 @@ TEST(attn_f32_dot_is_the_same_at_every_level) {
 
 /* ---- the softmax row ---- */
 
-/* A copy of the softmax row of llama.c before attn_softmax_row (the definition the golden tests
- * were measured with): mask + scale + max, x - max, quant_expf_n, per-16 float folds added in
- * double, multiply by (float)(1 / sum), round to F16 through quant_from_float / quant_to_float. */
-static void softmax_row_before(float *row, int64_t n, const int32_t *cpos, int32_t p, float scale, uint16_t *h16) {
+/* The softmax row written out from its definition (the one the golden tests' figures rest on):
+ * mask + scale + max, x - max, quant_expf_n, per-16 float folds added in double, multiply by
+ * (float)(1 / sum), round to F16 through quant_from_float / quant_to_float. */
+static void softmax_row_definition(float *row, int64_t n, const int32_t *cpos, int32_t p, float scale, uint16_t *h16) {
     float mx = -INFINITY;
     for (int64_t c = 0; c < n; c++) {
         row[c] = cpos[c] <= p ? row[c] * scale : -INFINITY;
@@ -264,7 +264,7 @@ TEST(attn_softmax_row_equals_scalar_code_at_every_level) {
             if (kind == 2) pos = 2 * N; /* nothing masked */
             if (kind == 3) in[urand((uint32_t)n)] = -0.0f;
             memcpy(want, in, sizeof(float) * (size_t)n);
-            softmax_row_before(want, n, cpos, pos, scale, h16);
+            softmax_row_definition(want, n, cpos, pos, scale, h16);
             rows++;
             for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
                 if (!simd_level_supported((enum simd_level)level)) continue;

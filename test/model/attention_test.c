@@ -1,0 +1,219 @@
+/* Tests of model/attention.h on a KV memory filled with random F16 rows, without a model:
+ * attn_layer against attention written out from its definition (softmax over the cells of the
+ * entry's sequence at positions <= its own, in double), for every strategy (a prompt chunk on
+ * sgemm, decode-sized sequences as whole units or as split items, a decode-sized chunk of a
+ * sequence planned per layer, the reference's orders), with cells out of position order, a
+ * layer's own scale, GQA groups; and the promise that a row's numbers depend neither on the
+ * thread count nor on the other sequences of the step (nor on the strategy that follows). */
+#include "test.h"
+#include "common/batch.h"
+#include "common/err.h"
+#include "math/matmul.h"
+#include "math/quant.h"
+#include "memory/kv.h"
+#include "model/attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_HEAD = 6, N_HEAD_KV = 2, HD = 32, N_LAYER = 2, N_CELLS = 512, N_SEQ = 6, MAX_TOKENS = 160 };
+enum { NQ = N_HEAD * HD, NKV = N_HEAD_KV * HD };
+
+struct fixture {
+    struct memory *mem;
+    struct kv_memory *kv;
+    struct batch b;
+    uint64_t rng;
+    int32_t next_pos[N_SEQ];
+    float q[MAX_TOKENS * NQ];
+};
+
+static int fixture_init(struct fixture *f) {
+    memset(f, 0, sizeof *f);
+    f->rng = 0x9E3779B97F4A7C15ull;
+    struct kv_shape shape = {.n_layer = N_LAYER, .n_embd_k = NKV, .n_embd_v = NKV};
+    if (kv_memory_create(&f->mem, &shape, N_CELLS, N_SEQ) < 0) return -1;
+    f->kv = kv_from_memory(f->mem);
+    return batch_init(&f->b, MAX_TOKENS);
+}
+
+static void fixture_free(struct fixture *f) {
+    batch_free(&f->b);
+    memory_destroy(f->mem);
+}
+
+static void add(struct fixture *f, int32_t seq, int32_t n) {
+    for (int32_t i = 0; i < n; i++) batch_add(&f->b, 1, f->next_pos[seq]++, seq, true);
+}
+
+/* Place the batch, give its cells random K and V in every layer and its entries random queries
+ * (F16-exact, as the forward pass hands them over). */
+static int place(struct fixture *f) {
+    int rc = memory_reserve(f->mem, &f->b);
+    if (rc < 0) return rc;
+    for (int32_t i = 0; i < f->b.n_tokens; i++) {
+        int32_t cell = kv_batch_cell(f->kv, i);
+        for (int32_t l = 0; l < N_LAYER; l++)
+            for (int32_t d = 0; d < NKV; d++) {
+                kv_k_row(f->kv, l, cell)[d] = f32_to_fp16(test_nrand(&f->rng));
+                kv_v_row(f->kv, l, cell)[d] = f32_to_fp16(test_nrand(&f->rng));
+            }
+        for (int32_t d = 0; d < NQ; d++) f->q[i * NQ + d] = fp16_to_f32(f32_to_fp16(test_nrand(&f->rng)));
+    }
+    return 0;
+}
+
+/* The worst |out - definition| over every entry and head of layer `layer`. */
+static double worst_error(const struct fixture *f, const struct batch *b, int32_t layer, float scale, const float *out) {
+    const struct kv_memory *kv = f->kv;
+    double worst = 0, p[N_CELLS];
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        for (int32_t h = 0; h < N_HEAD; h++) {
+            int32_t kvh = h / (N_HEAD / N_HEAD_KV);
+            const float *q = f->q + i * NQ + h * HD;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t c = 0; c < kv->n_cells; c++) {
+                p[c] = -INFINITY;
+                if (!kv_cell_visible(kv, c, b->seq[i], b->pos[i])) continue;
+                double s = 0;
+                for (int32_t d = 0; d < HD; d++) s += (double)q[d] * fp16_to_f32(kv_k_row(kv, layer, c)[kvh * HD + d]);
+                p[c] = s * scale;
+                if (p[c] > mx) mx = p[c];
+            }
+            for (int64_t c = 0; c < kv->n_cells; c++) sum += p[c] == -INFINITY ? 0 : exp(p[c] - mx);
+            for (int32_t d = 0; d < HD; d++) {
+                double o = 0;
+                for (int64_t c = 0; c < kv->n_cells; c++)
+                    if (p[c] != -INFINITY)
+                        o += exp(p[c] - mx) / sum * fp16_to_f32(kv_v_row(kv, layer, c)[kvh * HD + d]);
+                double e = fabs(o - out[i * NQ + h * HD + d]);
+                if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+            }
+        }
+    return worst;
+}
+
+/* Every layer of the step through attn, out[layer] its output; the worst error against the
+ * definition. */
+static double run_step(struct fixture *f, struct attn_ctx *a, const struct batch *b, float scale,
+                       float out[N_LAYER][MAX_TOKENS * NQ]) {
+    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = scale};
+    attn_plan(a, f->kv, b);
+    double worst = 0;
+    for (int32_t l = 0; l < N_LAYER; l++) {
+        memset(out[l], 0xff, sizeof out[l]); /* NaN: a row attn_layer leaves out shows */
+        attn_layer(a, &p, l, f->q, out[l]);
+        double e = worst_error(f, b, l, scale, out[l]);
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+/* The steps of a server's life on 1-4 threads: a prompt beside short prompts, decode steps of
+ * several sequences, a freed sequence whose cells others take (out of position order), decode
+ * steps of one sequence (fewer units than threads; over 128+ cells), a chunk of 2 entries. */
+static void check_strategies(struct test_case *t, bool reference) {
+    static float out[N_LAYER][MAX_TOKENS * NQ];
+    for (int nt = 1; nt <= 4; nt++) {
+        struct fixture f;
+        struct compute *c = NULL;
+        struct attn_ctx *a = NULL;
+        struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 0.25f};
+        CHECK_EQ_INT(fixture_init(&f), 0);
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOKENS, NQ), 0);
+        CHECK_EQ_INT(attn_ctx_create(&a, &p, MAX_TOKENS, N_CELLS, reference, c), 0);
+        CHECK(attn_ctx_bytes(a) > 0);
+        double worst = 0;
+        for (int step = 0; step < 12; step++) {
+            batch_clear(&f.b);
+            if (step == 0) { /* 140 x 3 rows: sgemm chunks; 5 x 3 and 1 x 3 rows: decode-sized */
+                add(&f, 0, 140);
+                add(&f, 1, 5);
+                add(&f, 2, 1);
+            } else if (step == 4) { /* sequence 1's cells freed and taken by 3 and 2 */
+                memory_seq_rm(f.mem, 1, 0, -1);
+                add(&f, 3, 3);
+                add(&f, 2, 4);
+            } else if (step == 8) {
+                add(&f, 2, 1); /* alone: 2 units (fewer than 3 or 4 threads: split items) */
+            } else if (step == 10) {
+                add(&f, 0, 1); /* alone, over more cells than a score item takes: a softmax phase */
+            } else if (step == 9) {
+                add(&f, 0, 2); /* a 2-entry decode-sized chunk beside single entries */
+                add(&f, 3, 1);
+                add(&f, 2, 1);
+            } else {
+                for (int32_t s = 0; s < 4; s++)
+                    if (s != 1 || step < 4) add(&f, s, 1);
+            }
+            CHECK_EQ_INT(place(&f), 0);
+            double e = run_step(&f, a, &f.b, p.scale, out);
+            if (!(e <= worst)) worst = e;
+        }
+        /* F16 probabilities (2^-11 relative) over values of about unit size */
+        if (!(worst < 2e-3)) fprintf(stderr, "  threads %d: worst error %g\n", nt, worst);
+        CHECK(worst < 2e-3);
+        attn_ctx_destroy(a);
+        compute_destroy(c);
+        fixture_free(&f);
+    }
+}
+
+TEST(attention_equals_definition_every_strategy) { check_strategies(t, false); }
+TEST(attention_reference_orders_equal_definition) { check_strategies(t, true); }
+
+/* A row's numbers, bit for bit, whatever the thread count and whatever else the step holds. */
+TEST(attention_rows_independent_of_threads_and_step) {
+    static float out[N_LAYER][MAX_TOKENS * NQ], first[N_LAYER][MAX_TOKENS * NQ], alone[N_LAYER][MAX_TOKENS * NQ];
+    struct fixture f;
+    CHECK_EQ_INT(fixture_init(&f), 0);
+    batch_clear(&f.b);
+    add(&f, 0, 150);
+    add(&f, 1, 10);
+    CHECK_EQ_INT(place(&f), 0);
+    batch_clear(&f.b);
+    for (int32_t s = 0; s < 4; s++) add(&f, s, s == 3 ? 2 : 1);
+    CHECK_EQ_INT(place(&f), 0);
+    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 1.0f / sqrtf(HD)};
+    for (int nt = 1; nt <= 4; nt++) {
+        struct compute *c = NULL;
+        struct attn_ctx *a = NULL;
+        CHECK_EQ_INT(compute_create(&c, nt, MAX_TOKENS, NQ), 0);
+        CHECK_EQ_INT(attn_ctx_create(&a, &p, MAX_TOKENS, N_CELLS, false, c), 0);
+        CHECK(run_step(&f, a, &f.b, p.scale, out) < 2e-3);
+        if (nt == 1) memcpy(first, out, sizeof out);
+        CHECK(memcmp(first, out, sizeof out) == 0);
+        /* each sequence's entries in a step of their own: the same rows */
+        for (int32_t i0 = 0, i1; i0 < f.b.n_tokens; i0 = i1) {
+            for (i1 = i0; i1 < f.b.n_tokens && f.b.seq[i1] == f.b.seq[i0]; i1++) {}
+            struct batch own = {.n_tokens = i1 - i0, .capacity = i1 - i0, .token = f.b.token + i0,
+                                .pos = f.b.pos + i0, .seq = f.b.seq + i0, .want_logits = f.b.want_logits + i0,
+                                .n_outputs = i1 - i0};
+            static float q_all[MAX_TOKENS * NQ];
+            memcpy(q_all, f.q, sizeof q_all);
+            memcpy(f.q, q_all + i0 * NQ, sizeof(float) * NQ * (size_t)(i1 - i0));
+            CHECK(run_step(&f, a, &own, p.scale, alone) < 2e-3);
+            memcpy(f.q, q_all, sizeof q_all);
+            for (int32_t l = 0; l < N_LAYER; l++)
+                CHECK(memcmp(alone[l], first[l] + i0 * NQ, sizeof(float) * NQ * (size_t)(i1 - i0)) == 0);
+        }
+        attn_ctx_destroy(a);
+        compute_destroy(c);
+    }
+    fixture_free(&f);
+}
+
+TEST(attention_ctx_refuses_bad_head_shapes) {
+    struct compute *c = NULL;
+    struct attn_ctx *a = (struct attn_ctx *)1;
+    CHECK_EQ_INT(compute_create(&c, 1, 8, 64), 0);
+    CHECK_EQ_INT(attn_ctx_create(&a, &(struct attn_params){.n_head = 6, .n_head_kv = 4, .head_dim = 32}, 8, 64,
+                                 false, c),
+                 -ERR_INVAL);
+    CHECK(a == NULL);
+    CHECK_EQ_INT(attn_ctx_create(&a, &(struct attn_params){.n_head = 6, .n_head_kv = 0, .head_dim = 32}, 8, 64,
+                                 false, c),
+                 -ERR_INVAL);
+    compute_destroy(c);
+}
