@@ -176,8 +176,8 @@ TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
     int32_t list[32];
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 32), 7);
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 7), 7); /* exactly the room */
-    /* Less room than cells: an error, and nothing written past the room (it used to write all 7
-     * and leave the check to the caller, after the overrun). */
+    /* Less room than cells: an error, and nothing written past the room (the check is the
+     * callee's, before any write). */
     for (int i = 0; i < 32; i++) list[i] = -7;
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 4), -ERR_TOOBIG);
     CHECK(list[3] >= 0);
