@@ -515,6 +515,7 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
         if (wtype == GGML_TYPE_F16 && j->n_tok >= 2) j->dot = quant_dot_f16_tinyblas;
         if (wtype == GGML_TYPE_Q4_0) j->dot = quant_dot_q4_0_reference;
         if (wtype == GGML_TYPE_Q4_K) j->dot_grouped = quant_dot_q4_K_gemm;
+        if (wtype == GGML_TYPE_Q2_K) j->dot_grouped = quant_dot_q2_K_gemm;
         /* AVX-512's Q4_K and Q6_K kernels give the scalar ones' numbers (kquant_avx512.c), and
          * the Q4_K GEMM (matmul_path) the grouped order too: the reference's numbers at SIMD speed. */
         if (j->c->level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K)) {

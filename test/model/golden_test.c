@@ -183,6 +183,7 @@ TEST(golden_llama_spm_q4_k_m) { run_golden(t, "llama-spm-q4_k_m", 0.03, 2); }
 TEST(golden_llama3_bpe_q8_0) { run_golden(t, "llama3-bpe-q8_0", 0.03, 2); }
 TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 2); }
 TEST(golden_kjv_tiny_q8_0) { run_golden(t, "kjv-tiny-q8_0", 0.03, 2); }
+TEST(golden_llama_spm_kquants) { run_golden(t, "llama-spm-kquants", 0.03, 2); }
 
 /* The serving path (reference mode off: SIMD kernels, the Q4_K integer GEMM for prompts, sgemm
  * for the other types' prompts; Q8_0 rewritten into math/q8x16.h's layout, qwen2's tied output
