@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define QK4_0 32
 #define QK4_1 32
@@ -106,6 +107,36 @@ static inline int q3k_scale(const uint8_t *s, int j) {
     int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
     int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
     return (lo | hi << 4) - 32;
+}
+
+/* All 16 Q3_K scales as bytes, unsigned (q3k_scale + 32, 0..63): scales 0-7 in *lo, 8-15 in *hi,
+ * for the SIMD kernels (bit arithmetic on the 12 bytes, no per-scale loop). */
+static inline void q3k_scale_bytes(const uint8_t *s, uint64_t *lo, uint64_t *hi) {
+    uint64_t s0;
+    uint32_t u2;
+    memcpy(&s0, s, 8);
+    memcpy(&u2, s + 8, 4);
+    const uint64_t low4 = 0x0F0F0F0F0F0F0F0Full;
+    const uint32_t two = 0x03030303u;
+    const uint64_t h01 = (uint64_t)(u2 & two) | (uint64_t)((u2 >> 2) & two) << 32;
+    const uint64_t h23 = (uint64_t)((u2 >> 4) & two) | (uint64_t)((u2 >> 6) & two) << 32;
+    *lo = (s0 & low4) | h01 << 4;
+    *hi = ((s0 >> 4) & low4) | h23 << 4;
+}
+
+/* The 8 IQ4_XS sub-block scales as bytes, unsigned (iq4xs_scale + 32, 0..63): the nibbles of
+ * scales_l and the 2-bit fields of scales_h spread to one byte each. */
+static inline uint64_t iq4xs_scale_bytes(const block_iq4_xs *b) {
+    uint32_t l;
+    memcpy(&l, b->scales_l, 4);
+    uint64_t t = (uint64_t)(l & 0xFFFF) | (uint64_t)(l & 0xFFFF0000u) << 16; /* 16-bit lanes: 2 bytes */
+    t = (t & 0x000000FF000000FFull) | (t & 0x0000FF000000FF00ull) << 8;       /* one byte per 16 bits */
+    t = (t & 0x000F000F000F000Full) | (t & 0x00F000F000F000F0ull) << 4;       /* nibbles to bytes */
+    uint64_t h = b->scales_h;
+    h = (h | h << 24) & 0x000000FF000000FFull;
+    h = (h | h << 12) & 0x000F000F000F000Full;
+    h = (h | h << 6) & 0x0303030303030303ull;
+    return t | h << 4;
 }
 
 /* The signed scale (-32..31) of sub-block j (0..7) of an IQ4_XS super-block. */

@@ -90,6 +90,7 @@ extern const struct quant_kernels quant_kernels_avx2;
 /* The AVX2 and AVX-512 kernels of the low-bit types (lowbit_avx2.c, lowbit_avx512.c), each the
  * scalar kernel's float bit for bit; looked up after the level's other tables. */
 extern const struct quant_kernels quant_kernels_avx2_lowbit;
+extern const struct quant_kernels quant_kernels_avx512_lowbit;
 extern const struct quant_kernels quant_kernels_avx512;
 extern const struct quant_kernels quant_kernels_avx512_k;
 

@@ -95,7 +95,11 @@ AVX2 static void to_float_q2_K(const void *src, float *y, int64_t n) {
 
 /* The 16 signed scales of a Q3_K super-block (q3k_scale) as bytes. */
 static inline void q3_scales(const uint8_t *s, int8_t out[16]) {
-    for (int j = 0; j < 16; j++) out[j] = (int8_t)q3k_scale(s, j);
+    uint64_t lo, hi;
+    q3k_scale_bytes(s, &lo, &hi);
+    memcpy(out, &lo, 8);
+    memcpy(out + 8, &hi, 8);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(out[j] - 32);
 }
 
 /* Levels + 4 (0..7) of the 32 elements 128h + 32j + l of a Q3_K super-block. */

@@ -523,6 +523,13 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
             if (wtype == GGML_TYPE_Q6_K) j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
             j->dotr = j->n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(j->c->level, wtype) : NULL;
         }
+        /* So do the low-bit types' kernels at every level (lowbit.c); Q2_K's grouped tokens
+         * take dot_grouped, not its 4-token kernel (the single-token order). */
+        if (wtype == GGML_TYPE_Q2_K || wtype == GGML_TYPE_Q3_K || wtype == GGML_TYPE_IQ4_NL || wtype == GGML_TYPE_IQ4_XS) {
+            j->dot = quant_get_vec_dot(j->c->level, wtype);
+            j->dot4 = wtype == GGML_TYPE_Q2_K ? NULL : quant_get_vec_dot4(j->c->level, wtype);
+            j->dotr = j->n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(j->c->level, wtype) : NULL;
+        }
         return;
     }
     j->dot = quant_get_vec_dot(j->c->level, wtype);

@@ -818,7 +818,7 @@ const struct quant_kernels quant_kernels_scalar = {
 static const struct quant_kernels *const level_tables[SIMD_LEVEL_COUNT][TABLES_PER_LEVEL] = {
     [SIMD_SCALAR] = {&quant_kernels_scalar, &quant_kernels_scalar_lowbit},
     [SIMD_AVX2] = {&quant_kernels_avx2, &quant_kernels_avx2_lowbit},
-    [SIMD_AVX512] = {&quant_kernels_avx512_k, &quant_kernels_avx512},
+    [SIMD_AVX512] = {&quant_kernels_avx512_k, &quant_kernels_avx512, &quant_kernels_avx512_lowbit},
 };
 
 /* The entry `field` of type t at exactly level l, or NULL. */

@@ -185,7 +185,8 @@ int main(int argc, char **argv) {
 
     static const enum ggml_type types[] = {
         GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0,
-        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32,
+        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL,
+        GGML_TYPE_IQ4_XS, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32,
     };
     float *wf = random_floats((int64_t)N_IN * N_OUT, 1);
     float *x = random_floats((int64_t)512 * N_IN, 2);
