@@ -82,6 +82,7 @@ AVX512 INLINE __m512i nibbles2(const uint8_t *a, const uint8_t *b) {
 /* Four units' A (16 int32 lanes each) and M (8 lanes each) summed into [A0 M0 A1 M1 A2 M2 A3 M3]. */
 AVX512 INLINE __m256i reduce_am4(const __m512i a[4], const __m256i m[4]) {
     __m256i t[4];
+#pragma GCC unroll 4
     for (int u = 0; u < 4; u++) t[u] = _mm256_hadd_epi32(fold_lanes(a[u]), m[u]);
     /* per 128-bit half: [A0 M0 A1 M1] partial sums of t0, t1; [A2 M2 A3 M3] of t2, t3 */
     __m256i u01 = _mm256_hadd_epi32(t[0], t[1]), u23 = _mm256_hadd_epi32(t[2], t[3]);
@@ -92,7 +93,9 @@ AVX512 INLINE void q2_K_n(int64_t n, const void *w, size_t w_stride, const int R
                           const int T, float *out) {
     const block_q2_K *a[MAX_UNITS];
     const block_q8_K *b[MAX_UNITS];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++) a[r] = (const block_q2_K *)((const uint8_t *)w + r * w_stride);
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++) b[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);
     const uint8_t *ahead = R > 1 ? rows_ahead(w, w_stride) : NULL;
     const __m512i m3 = _mm512_set1_epi8(3);
@@ -103,6 +106,7 @@ AVX512 INLINE void q2_K_n(int64_t n, const void *w, size_t w_stride, const int R
         if (R > 1) prefetch_share(ahead, i, sizeof(block_q2_K));
         __m512i sc16[MAX_UNITS], qs[MAX_UNITS];
         __m256i mins[MAX_UNITS];
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m128i sm = _mm_loadu_si128((const __m128i *)a[r][i].scales);
             sc16[r] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
@@ -110,34 +114,40 @@ AVX512 INLINE void q2_K_n(int64_t n, const void *w, size_t w_stride, const int R
             qs[r] = _mm512_loadu_si512(a[r][i].qs);
         }
         __m512i acc[MAX_UNITS];
+#pragma GCC unroll 4
         for (int u = 0; u < R * T; u++) acc[u] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m512i idx = plane_scale_index(j);
             __m512i xj[MAX_UNITS];
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) xj[t] = plane_acts(b[t][i].qs, j);
+#pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const __m512i v = _mm512_and_si512(_mm512_srli_epi16(qs[r], 2 * j), m3);
                 const __m512i s = _mm512_permutexvar_epi16(idx, sc16[r]);
+#pragma GCC unroll 4
                 for (int t = 0; t < T; t++)
                     acc[r * T + t] = _mm512_dpwssd_epi32(acc[r * T + t], _mm512_maddubs_epi16(v, xj[t]), s);
             }
         }
         __m256i mm[MAX_UNITS];
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 mm[r * T + t] = _mm256_madd_epi16(mins[r], _mm256_loadu_si256((const __m256i *)b[t][i].bsums));
         if (R * T == 1) {
             fa = fmaf((float)_mm512_reduce_add_epi32(acc[0]), h2f(a[0][i].d) * b[0][i].d, fa);
             fm = fmaf((float)hsum_epi32(mm[0]), h2f(a[0][i].dmin) * b[0][i].d, fm);
-        } else {
-            float sc[8];
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) {
-                    sc[2 * (r * T + t)] = h2f(a[r][i].d) * b[t][i].d;
-                    sc[2 * (r * T + t) + 1] = h2f(a[r][i].dmin) * b[t][i].d;
-                }
-            acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce_am4(acc, mm)), _mm256_loadu_ps(sc), acc8);
+        } else { /* [d_w * d_x, dmin_w * d_x] of the four units: a row's d and dmin are adjacent */
+            uint32_t dm[MAX_UNITS];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) memcpy(&dm[r], &a[r][i].d, 4);
+            const __m128i dd = R == 1 ? _mm_set1_epi32((int)dm[0]) : _mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3]);
+            const __m256 dx = T == 1 ? _mm256_set1_ps(b[0][i].d)
+                                     : _mm256_setr_ps(b[0][i].d, b[0][i].d, b[1][i].d, b[1][i].d, b[2][i].d, b[2][i].d, b[3][i].d, b[3][i].d);
+            acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce_am4(acc, mm)), _mm256_mul_ps(_mm256_cvtph_ps(dd), dx), acc8);
         }
     }
     if (R * T == 1) {
@@ -146,6 +156,7 @@ AVX512 INLINE void q2_K_n(int64_t n, const void *w, size_t w_stride, const int R
     }
     float l[8];
     _mm256_storeu_ps(l, acc8);
+#pragma GCC unroll 4
     for (int u = 0; u < 4; u++) out[u] = l[2 * u] - l[2 * u + 1];
 }
 
@@ -167,15 +178,19 @@ AVX512 INLINE void q3_K_n(int64_t n, const void *w, size_t w_stride, const int R
                           const int T, float *out) {
     const block_q3_K *a[MAX_UNITS];
     const block_q8_K *b[MAX_UNITS];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++) a[r] = (const block_q3_K *)((const uint8_t *)w + r * w_stride);
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++) b[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);
     const uint8_t *ahead = R > 1 ? rows_ahead(w, w_stride) : NULL;
     const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1), four = _mm512_set1_epi8(4);
     __m256 acc8[MAX_UNITS];
+#pragma GCC unroll 4
     for (int u = 0; u < R * T; u++) acc8[u] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         if (R > 1) prefetch_share(ahead, i, sizeof(block_q3_K));
         __m512i sc16[MAX_UNITS], qs[MAX_UNITS], hb[MAX_UNITS];
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             uint64_t lo, hi;
             q3k_scale_bytes(a[r][i].scales, &lo, &hi);
@@ -187,34 +202,41 @@ AVX512 INLINE void q3_K_n(int64_t n, const void *w, size_t w_stride, const int R
             hb[r] = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);
         }
         __m512i acc[MAX_UNITS];
+#pragma GCC unroll 4
         for (int u = 0; u < R * T; u++) acc[u] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m512i idx = plane_scale_index(j);
             __m512i xj[MAX_UNITS], x4[MAX_UNITS];
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 xj[t] = plane_acts(b[t][i].qs, j);
                 x4[t] = _mm512_maddubs_epi16(four, xj[t]);
             }
+#pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 /* level + 4 = low 2 bits | 4 * (high bit) */
                 const __m512i low = _mm512_and_si512(_mm512_srli_epi16(qs[r], 2 * j), m3);
                 const __m512i high = _mm512_and_si512(_mm512_srli_epi16(hb[r], j), one);
                 const __m512i v = _mm512_or_si512(low, _mm512_slli_epi16(high, 2));
                 const __m512i s = _mm512_permutexvar_epi16(idx, sc16[r]);
+#pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
                     const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(v, xj[t]), x4[t]);
                     acc[r * T + t] = _mm512_dpwssd_epi32(acc[r * T + t], p, s);
                 }
             }
         }
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const int u = r * T + t;
                 acc8[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold_lanes(acc[u])), _mm256_set1_ps(b[t][i].d * h2f(a[r][i].d)),
                                           acc8[u]);
             }
     }
+#pragma GCC unroll 4
     for (int u = 0; u < R * T; u++) out[u] = hsum_ps(acc8[u]);
 }
 
@@ -236,45 +258,65 @@ AVX512 INLINE void iq4_xs_n(int64_t n, const void *w, size_t w_stride, const int
                             const int T, float *out) {
     const block_iq4_xs *a[MAX_UNITS];
     const block_q8_K *b[MAX_UNITS];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++) a[r] = (const block_iq4_xs *)((const uint8_t *)w + r * w_stride);
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++) b[t] = (const block_q8_K *)((const uint8_t *)x + t * x_stride);
     const uint8_t *ahead = R > 1 ? rows_ahead(w, w_stride) : NULL;
-    const __m512i lut = iq4_abs_lut(), eight = _mm512_set1_epi8(8), zero = _mm512_setzero_si512();
+    const __m512i lut = iq4_abs_lut(), eight = _mm512_set1_epi8(8), zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0xF);
     __m256 acc8[MAX_UNITS];
+#pragma GCC unroll 4
     for (int u = 0; u < R * T; u++) acc8[u] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         if (R > 1) prefetch_share(ahead, i, sizeof(block_iq4_xs));
         __m512i sc16[MAX_UNITS]; /* the 8 sub-block scales as int16 */
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m128i s8 = _mm_sub_epi8(_mm_cvtsi64_si128((long long)iq4xs_scale_bytes(&a[r][i])), _mm_set1_epi8(32));
             sc16[r] = _mm512_castsi128_si512(_mm_cvtepi8_epi16(s8));
         }
         __m512i acc[MAX_UNITS];
+#pragma GCC unroll 4
         for (int u = 0; u < R * T; u++) acc[u] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int s = 0; s < 4; s++) { /* sub-blocks 2s, 2s + 1 */
-            /* int16 lanes 0-15: sub-block 2s's scale, 16-31: 2s + 1's */
-            const __m512i idx = _mm512_mask_set1_epi16(_mm512_set1_epi16((short)(2 * s)), 0xFFFF0000u, (short)(2 * s + 1));
+            /* The 32 bytes of qs as [32 low nibbles | 32 high nibbles]: 128-bit lanes hold elements
+             * 0-15 of sub-block 2s, 0-15 of 2s + 1, 16-31 of 2s, 16-31 of 2s + 1, the activations
+             * rearranged to match (once for all rows); int16 lanes 0-7 and 16-23 take 2s's scale. */
+            const __m512i idx = _mm512_mask_set1_epi16(_mm512_set1_epi16((short)(2 * s)), 0xFF00FF00u, (short)(2 * s + 1));
             __m512i xs[MAX_UNITS];
-            for (int t = 0; t < T; t++) xs[t] = _mm512_loadu_si512(b[t][i].qs + 64 * s);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m512i xv = _mm512_loadu_si512(b[t][i].qs + 64 * s);
+                xs[t] = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
+            }
+#pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                const __m512i nib = nibbles2(a[r][i].qs + 32 * s, a[r][i].qs + 32 * s + 16);
+                const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a[r][i].qs + 32 * s)));
+                const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
                 const __m512i mag = _mm512_shuffle_epi8(lut, nib);
                 const __mmask64 neg = _mm512_testn_epi8_mask(nib, eight);
                 const __m512i sc = _mm512_permutexvar_epi16(idx, sc16[r]);
+#pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
                     const __m512i sx = _mm512_mask_sub_epi8(xs[t], neg, zero, xs[t]);
                     acc[r * T + t] = _mm512_dpwssd_epi32(acc[r * T + t], _mm512_maddubs_epi16(mag, sx), sc);
                 }
             }
         }
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
+                /* the reference's lane k: 128-bit lanes 0 + 1 (k < 4), 2 + 3 (k >= 4) */
                 const int u = r * T + t;
-                acc8[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold_lanes(acc[u])), _mm256_set1_ps(h2f(a[r][i].d) * b[t][i].d),
-                                          acc8[u]);
+                const __m512i lo = _mm512_shuffle_i64x2(acc[u], acc[u], _MM_SHUFFLE(0, 0, 2, 0));
+                const __m512i hi = _mm512_shuffle_i64x2(acc[u], acc[u], _MM_SHUFFLE(0, 0, 3, 1));
+                const __m256i l8 = _mm256_add_epi32(_mm512_castsi512_si256(lo), _mm512_castsi512_si256(hi));
+                acc8[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l8), _mm256_set1_ps(h2f(a[r][i].d) * b[t][i].d), acc8[u]);
             }
     }
+#pragma GCC unroll 4
     for (int u = 0; u < R * T; u++) out[u] = hsum_ps(acc8[u]);
 }
 
@@ -311,7 +353,9 @@ AVX512 INLINE void iq4_nl_n(int64_t n, const void *w, size_t w_stride, const int
                             const int T, float *out) {
     const block_iq4_nl *a[MAX_UNITS];
     const block_q8_0 *b[MAX_UNITS];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++) a[r] = (const block_iq4_nl *)((const uint8_t *)w + r * w_stride);
+#pragma GCC unroll 4
     for (int t = 0; t < T; t++) b[t] = (const block_q8_0 *)((const uint8_t *)x + t * x_stride);
     const uint8_t *ahead = R > 1 ? rows_ahead(w, w_stride) : NULL;
     const __m512i lut = iq4_abs_lut(), eight = _mm512_set1_epi8(8), zero = _mm512_setzero_si512();
@@ -322,13 +366,16 @@ AVX512 INLINE void iq4_nl_n(int64_t n, const void *w, size_t w_stride, const int
     for (; i + 2 <= nb; i += 2) {
         if (R > 1) prefetch_share(ahead, i / 2, 2 * sizeof(block_iq4_nl));
         __m512i xs[MAX_UNITS], p[MAX_UNITS];
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             xs[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[t][i].qs)),
                                        _mm256_loadu_si256((const __m256i *)b[t][i + 1].qs), 1);
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512i nib = nibbles2(a[r][i].qs, a[r][i + 1].qs);
             const __m512i mag = _mm512_shuffle_epi8(lut, nib);
             const __mmask64 neg = _mm512_testn_epi8_mask(nib, eight);
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 p[r * T + t] = _mm512_dpbusd_epi32(zero, mag, _mm512_mask_sub_epi8(xs[t], neg, zero, xs[t]));
         }
@@ -339,21 +386,30 @@ AVX512 INLINE void iq4_nl_n(int64_t n, const void *w, size_t w_stride, const int
             continue;
         }
         const __m256 sums = _mm256_cvtepi32_ps(reduce_blocks4(p));
-        float d[2][4];
+        /* d_w * d_x of the four units, block i then block i + 1 */
+        uint16_t dw[2][MAX_UNITS], dx[2][MAX_UNITS];
+#pragma GCC unroll 2
         for (int k = 0; k < 2; k++)
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) d[k][r * T + t] = h2f(a[r][i + k].d) * h2f(b[t][i + k].d);
-        acc4 = _mm_fmadd_ps(_mm256_castps256_ps128(sums), _mm_loadu_ps(d[0]), acc4);
-        acc4 = _mm_fmadd_ps(_mm256_extractf128_ps(sums, 1), _mm_loadu_ps(d[1]), acc4);
+#pragma GCC unroll 4
+            for (int u = 0; u < MAX_UNITS; u++) {
+                dw[k][u] = a[R == 1 ? 0 : u][i + k].d;
+                dx[k][u] = b[T == 1 ? 0 : u][i + k].d;
+            }
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dw)),
+                                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dx)));
+        acc4 = _mm_fmadd_ps(_mm256_castps256_ps128(sums), _mm256_castps256_ps128(d), acc4);
+        acc4 = _mm_fmadd_ps(_mm256_extractf128_ps(sums, 1), _mm256_extractf128_ps(d, 1), acc4);
     }
     float tail[MAX_UNITS];
     if (R * T == 1) tail[0] = s1;
     else _mm_storeu_ps(tail, acc4);
     for (; i < nb; i++) /* an odd last block */
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256i nib = _mm512_castsi512_si256(nibbles2(a[r][i].qs, a[r][i].qs));
             const __m256i mag = _mm256_shuffle_epi8(_mm512_castsi512_si256(lut), nib);
             const __mmask32 neg = _mm256_testn_epi8_mask(nib, _mm512_castsi512_si256(eight));
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const __m256i xv = _mm256_loadu_si256((const __m256i *)b[t][i].qs);
                 const __m256i pv = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag,
@@ -361,6 +417,7 @@ AVX512 INLINE void iq4_nl_n(int64_t n, const void *w, size_t w_stride, const int
                 tail[r * T + t] = fmaf((float)hsum_epi32(pv), h2f(a[r][i].d) * h2f(b[t][i].d), tail[r * T + t]);
             }
         }
+#pragma GCC unroll 4
     for (int u = 0; u < R * T; u++) out[u] = tail[u];
 }
 

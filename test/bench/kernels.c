@@ -5,11 +5,13 @@
  * batch size where sgemm overtakes the vector kernels.
  *
  *   build/bench/kernels [--threads N] [--quick]
- *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k|q5_0|q8_0x16|q5_0x16|q4_kx16]
+ *   build/bench/kernels --small-batch [--threads N]
+ *       [--type q8_0|q4_k|q6_k|q5_0|q2_k|q3_k|iq4_nl|iq4_xs|q8_0x16|q5_0x16|q4_kx16]
  *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
  *       (576x576, 576x192, 576x1536, 1536x576, 576x49152) and TinyLlama-1.1B's (2048x2048,
- *       2048x5632, 5632x2048; Q4_K's rows fit only those and 1536), weights cycled through enough copies
- *       (about 64 MB per shape) that they come from L3 or memory as a model's layers do; prints
+ *       2048x5632, 5632x2048; the 256-element types' rows fit only those and 1536), weights cycled
+ *       through enough copies (about 64 MB per shape) that they come from L3 or memory as a
+ *       model's layers do; prints
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
  *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16: the serving layouts of
  *       math/q8x16.h (shapes whose rows are not whole blocks of the type print n/a).
@@ -164,6 +166,8 @@ int main(int argc, char **argv) {
             small_type = !strcmp(t, "q4_k") ? GGML_TYPE_Q4_K : !strcmp(t, "q6_k") ? GGML_TYPE_Q6_K
                        : !strcmp(t, "q5_0") ? GGML_TYPE_Q5_0 : !strcmp(t, "q8_0x16") ? UVLM_TYPE_Q8_0_X16
                        : !strcmp(t, "q5_0x16") ? UVLM_TYPE_Q5_0_X16 : !strcmp(t, "q4_kx16") ? UVLM_TYPE_Q4_K_X16
+                       : !strcmp(t, "q2_k") ? GGML_TYPE_Q2_K : !strcmp(t, "q3_k") ? GGML_TYPE_Q3_K
+                       : !strcmp(t, "iq4_nl") ? GGML_TYPE_IQ4_NL : !strcmp(t, "iq4_xs") ? GGML_TYPE_IQ4_XS
                        : GGML_TYPE_Q8_0;
         }
     }
