@@ -461,9 +461,14 @@ static void sgemm_tiles(void *job) {
  * GFLOPS), 5632 -> 2048 x 128 tokens 13.3 ms against 21.8. Q6_K's 4-token kernel is slower
  * than sgemm (106 ms against 75) but Q6_K is a small share of a Q4_K_M model (attn_v, half of
  * ffn_down, the output), and on the q4_k_m golden model the serving path's worst logit error
- * went from 2.99% (Q6_K on sgemm) to 2.60% of the bar's 3%. */
+ * went from 2.99% (Q6_K on sgemm) to 2.60% of the bar's 3%. Q2_K, Q3_K and IQ4_XS on their
+ * 4-token kernels (lowbit_avx512.c) are as fast as sgemm or faster (`build/bench/kernels
+ * --prompt-paths`, busy machine: 58 / 64 / 70 ms against 72 / 71 / 69) and give the
+ * reference's numbers (the kquants golden model's serving path: 2.74% -> 2.63%); IQ4_NL's (104
+ * ms against 67) stays on sgemm (the same worst error either way). */
 static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
-    return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
+    return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K || wtype == GGML_TYPE_Q2_K ||
+                                    wtype == GGML_TYPE_Q3_K || wtype == GGML_TYPE_IQ4_XS);
 }
 
 /* Run tile_rows over the matrices j->mats[0, n_mats) (same n_in, one input, activations ready):

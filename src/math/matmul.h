@@ -42,9 +42,10 @@
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
  *       chunk (the same levels and scales: quant.c dots them in Q8_0's order). The rows are
  *       split into one contiguous part per thread, as on the vector path.
- *   Q4_K and Q6_K weights, AVX-512 VNNI: the vector path at every batch size (kquant_avx512.c:
- *       Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its 4-token kernel), every
- *       output exactly the scalar vec_dot.
+ *   Q4_K, Q6_K, Q2_K, Q3_K and IQ4_XS weights, AVX-512 VNNI: the vector path at every batch
+ *       size (kquant_avx512.c: Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its
+ *       4-token kernel; lowbit_avx512.c's 4-token kernels), every output exactly the scalar
+ *       vec_dot.
  *   n_tok >= MATMUL_BLAS_MIN_TOKENS (other cases): the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm

@@ -192,4 +192,5 @@ TEST(golden_llama_spm_kquants) { run_golden(t, "llama-spm-kquants", 0.03, 2); }
  * 3.8% in q8x16's, at row 520 of the 600-token prompt.) */
 TEST(golden_llama_spm_q4_k_m_serving) { run_golden_mode(t, "llama-spm-q4_k_m", 0.03, 2, false); }
 TEST(golden_llama_spm_q8_0_serving) { run_golden_mode(t, "llama-spm-q8_0", 0.03, 2, false); }
+TEST(golden_llama_spm_kquants_serving) { run_golden_mode(t, "llama-spm-kquants", 0.03, 2, false); }
 TEST(golden_qwen2_q8_0_serving) { run_golden_mode(t, "qwen2-q8_0", 0.03, 2, false); }
