@@ -204,8 +204,8 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_counter(&mt, "uvlm_generated_tokens_total", "Tokens generated.", (double)st.generated_tokens);
     metrics_text_counter(&mt, "uvlm_prompt_seconds_total", "Step time spent on prompt tokens.", st.prompt_ms / 1e3);
     metrics_text_counter(&mt, "uvlm_decode_seconds_total", "Step time spent on decode tokens.", st.decode_ms / 1e3);
-    metrics_text_gauge(&mt, "uvlm_kv_cells_capacity", "KV cells in the pool (--kv-tokens; states of a recurrent model).",
-                       (double)st.cells_total);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_capacity",
+                       "KV cells in the pool (--kv-tokens; states of a recurrent model).", (double)st.cells_total);
     metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
     metrics_text_gauge(&mt, "uvlm_kv_cells_live", "KV cells held by running sequences (a prefix they share with "
                        "the prompt cache included).", (double)st.cells_live);

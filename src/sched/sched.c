@@ -183,7 +183,8 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         .prompt = prompt,
         .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
         .n_probs = in->n_probs, .cache_prompt = in->cache_prompt, .ignore_eos = in->ignore_eos,
-        .partition = in->cache_partition, .t_submit = now_ms, .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
+        .partition = in->cache_partition, .t_submit = now_ms,
+        .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };
     if (s->queue_tail) s->queue_tail->next = r;
     else s->queue_head = r;

@@ -58,9 +58,10 @@
  *     least recently used when cells or sequence ids are needed. Cells are shared only between
  *     requests of one cache partition (request.cache_partition: the API layer's hash of the API
  *     key and cache_salt), live sequences and cache alike, so a request never learns from its
- *     tokens_cached how much of its prompt another partition's requests hold. A memory without partial removal
- *     (recurrent state) is only reused when a cached sequence is a whole prefix of the new prompt:
- *     that is decided through memory->ops->partial_removal, not by memory kind. Such a memory
+ *     tokens_cached how much of its prompt another partition's requests hold. A memory without
+ *     partial removal (recurrent state) is only reused when a cached sequence is a whole prefix
+ *     of the new prompt: that is decided through memory->ops->partial_removal, not by memory
+ *     kind. Such a memory
  *     cannot go back from a prompt's end to give its last logits again, so for an exact repeat a
  *     request with cache_prompt also keeps a copy of its state before its last prompt token: the
  *     prompt's chunks stop there, the copy (memory_seq_cp to a free id, evicting older cache,
