@@ -458,6 +458,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         .seed = p->seed_random ? next_seed(srv) : p->seed,
         .n_probs = n_probs,
         .cache_prompt = p->cache_prompt,
+        .cache_partition = serving_cache_partition(srv, req, p->cache_salt, p->cache_salt_len),
         .ignore_eos = p->ignore_eos,
         .sampler_params = &job->sp,
     };

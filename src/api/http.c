@@ -14,6 +14,16 @@ const char *http_header(const struct http_request *req, const char *name) {
     return NULL;
 }
 
+const char *http_api_key(const struct http_request *req) {
+    const char *auth = http_header(req, "Authorization");
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+        auth += 7;
+        while (*auth == ' ') auth++;
+        return auth;
+    }
+    return http_header(req, "X-Api-Key");
+}
+
 static int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;

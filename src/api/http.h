@@ -106,6 +106,10 @@ struct http_request {
 
 /* Header value by name (case-insensitive), or NULL. */
 const char *http_header(const struct http_request *req, const char *name);
+/* The API key a request presents: the token of "Authorization: Bearer KEY" (spaces after
+ * "Bearer" skipped), else the value of X-Api-Key; NULL when it presents none. The key
+ * router_authorized checks. */
+const char *http_api_key(const struct http_request *req);
 
 /* Query parameter `key` into out (percent-decoded, '+' as space, NUL-terminated). Returns its
  * length, or -ERR_NOTFOUND, or -ERR_TOOBIG if it does not fit in cap. Pure; no server needed. */

@@ -606,6 +606,15 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
         p->model = arena_strndup(ps->arena, json_string_value(model), json_string_length(model));
         if (!p->model) return nomem(ps);
     }
+    json_t *salt = field(ps, NAMES("cache_salt"), &name);
+    if (salt) {
+        if (!json_is_string(salt))
+            return bad(ps, "cache_salt", "expected a string, got %s", json_type_name(salt));
+        if (json_string_length(salt) == 0) return bad(ps, "cache_salt", "expected a non-empty string");
+        p->cache_salt_len = json_string_length(salt);
+        p->cache_salt = arena_strndup(ps->arena, json_string_value(salt), p->cache_salt_len);
+        if (!p->cache_salt) return nomem(ps);
+    }
     return 0;
 }
 

@@ -62,6 +62,8 @@
  *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
  *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
+ *   cache_salt   a non-empty string (vLLM's): requests with different salts never share cached
+ *                prompt cells (serving.h: the cache partition); null or absent: no salt.
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
  * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.
  */
@@ -166,6 +168,8 @@ struct completion_params {
 
     int32_t n;                /* choices: 1..max_n */
     const char *model;        /* as the client named it, or NULL */
+    const char *cache_salt;   /* NULL or cache_salt_len (> 0) bytes, NUL-terminated */
+    size_t cache_salt_len;
 
     struct params_arena *arena_;
     struct chat_messages chat_;  /* owns messages */

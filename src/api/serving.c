@@ -38,6 +38,30 @@ int serving_respond_json(struct serving *srv, struct http_request *req, int stat
     return http_respond_json(req, status, json);
 }
 
+/* FNV-1a over a tagged, length-prefixed field, so that no key and salt pair reads as another. */
+static uint64_t hash_field(uint64_t h, char tag, const char *s, size_t n) {
+    unsigned char head[1 + sizeof n];
+    head[0] = (unsigned char)tag;
+    memcpy(head + 1, &n, sizeof n);
+    for (size_t i = 0; i < sizeof head; i++) h = (h ^ head[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t serving_cache_partition(const struct serving *srv, const struct http_request *req, const char *salt,
+                                 size_t salt_len) {
+    /* the router let the request in: with keys configured, the key it presents is one of them */
+    const char *key = srv->cfg->api_key.n > 0 ? http_api_key(req) : NULL;
+    if (!key && !salt) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (key) h = hash_field(h, 'k', key, strlen(key));
+    if (salt) h = hash_field(h, 's', salt, salt_len);
+    h ^= h >> 33; /* finalizer: every input bit reaches every output bit */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
 bool serving_not_ready(struct serving *srv, struct http_request *req) {
     /* a request held by the server's pacing when a drain began arrived before it: it is served */
     if (srv->sched && (!req->draining || req->before_drain)) return false;

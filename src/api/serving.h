@@ -115,6 +115,14 @@ double serving_now_ms(void);
  * /apply-template. 0 or router_add's error. */
 int serving_routes_add(struct router *r, struct serving *srv);
 
+/* The prompt-cache partition of a completion request (sched_request.cache_partition): requests
+ * share cached or live prompt cells only within one. With --api-key, each key is a partition of
+ * its own (the key the request authenticated with, http_api_key), and a cache_salt (params.h)
+ * splits it further; without keys and salt everything is partition 0. A 64-bit hash: keys and
+ * salts are secrets of their clients, and a collision needs about 2^64 guesses. */
+uint64_t serving_cache_partition(const struct serving *srv, const struct http_request *req, const char *salt,
+                                 size_t salt_len);
+
 /* Count a response status for /metrics. */
 void serving_count(struct serving *srv, int status);
 

@@ -90,6 +90,9 @@ const struct config_setting config_settings[] = {
      "interval of ': ping' comments on an event stream"},
     {"log-level", 0, CONFIG_STR, F(log_level), "info", 0, 0, "debug|info|warn|error|off",
      "least severe log lines written to stderr"},
+    {"metrics-names", 0, CONFIG_STR, F(metrics_names), "uvlm", 0, 0, "uvlm|llamacpp",
+     "GET /metrics: uvlm_* and process_* families; llamacpp: also llama.cpp server's llamacpp:* "
+     "ones, for dashboards made for it"},
     {"debug-endpoints", 0, CONFIG_BOOL, F(debug_endpoints), "false", 0, 0, NULL,
      "debugging aid: expose /debug/stream, /debug/stats, /debug/slow-step, ... (never in production)"},
     {"debug-ready-delay", 0, CONFIG_MS, F(debug_ready_delay_ms), "0", 0, 24 * HOUR_MS, NULL,

@@ -71,6 +71,7 @@ struct config {
     long long sse_ping_ms;
     /* logging */
     const char *log_level;
+    const char *metrics_names;  /* "uvlm" or "llamacpp" (/metrics adds llama.cpp's names) */
     /* debugging aids */
     bool debug_endpoints;
     long long debug_ready_delay_ms;

@@ -72,6 +72,9 @@ struct memory_ops {
     /* Free cells seq_restore of s into seq needs now (fewer than s holds when some of its cells
      * are still there, shared with other sequences, and are taken back as they are). */
     int64_t (*restore_cells_needed)(const struct memory *m, int32_t seq, const struct memory_snapshot *s);
+    /* Cells held by at least one sequence s with seqs[s] set (seqs: n_seq_max flags), shared
+     * cells counted once: e.g. the cells live sequences keep, apart from the prompt cache's. */
+    int64_t (*cells_held)(const struct memory *m, const bool *seqs);
 };
 
 /* Every implementation embeds this first. */
@@ -92,6 +95,7 @@ static inline int memory_seq_save(struct memory *m, int32_t seq, struct memory_s
 static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->seq_restore(m, seq, s); }
 static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot *s) { m->ops->snapshot_free(s); }
 static inline int64_t memory_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->restore_cells_needed(m, seq, s); }
+static inline int64_t memory_cells_held(const struct memory *m, const bool *seqs) { return m->ops->cells_held(m, seqs); }
 static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
 
 #endif
