@@ -60,7 +60,11 @@ int serving_routes_add(struct router *r, struct serving *srv) {
         {"POST", "/v1/completions", serving_oai_completion_handle, 0},
         {"POST", "/v1/chat/completions", serving_oai_chat_handle, 0},
         {"POST", "/chat/completions", serving_oai_chat_handle, 0},
+        {"POST", "/v1/responses", serving_oai_responses_handle, 0},
+        {"POST", "/v1/messages", serving_anthropic_messages_handle, ROUTE_ANTHROPIC},
+        {"POST", "/v1/messages/count_tokens", serving_anthropic_count_handle, ROUTE_ANTHROPIC},
         {"GET", "/v1/models", serving_models_handle, 0},
+        {"GET", "/v1/models/*", serving_model_handle, 0},
         {"GET", "/models", serving_models_handle, 0},
         {"GET", "/props", serving_props_handle, 0},
         {"GET", "/slots", serving_slots_handle, 0},
@@ -181,7 +185,7 @@ static int ops_start(void *engine, int load_rc) {
     srv->created = (int64_t)time(NULL);
     char base[PATH_MAX];
     snprintf(base, sizeof base, "%s", srv->model_path);
-    snprintf(srv->model_name, sizeof srv->model_name, "%s", basename(base));
+    snprintf(srv->model_name, sizeof srv->model_name, "%s", *cfg->alias ? cfg->alias : basename(base));
     return 0;
 }
 

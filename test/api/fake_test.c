@@ -70,11 +70,12 @@ static int fake_sse_start(struct http_request *req, http_cancel_cb cb, void *dat
     return 0;
 }
 
-static int fake_sse_send(struct http_request *req, const char *data, size_t len) {
+static int fake_sse_send(struct http_request *req, const char *event, const char *data, size_t len) {
     struct fake_http *f = fake_of(req);
     if (f->state == FAKE_DEAD) return -ERR_CANCELLED;
     if (f->state != FAKE_STREAMING) return -ERR_STATE;
     if (f->n_events == FAKE_HTTP_MAX_EVENTS) return -ERR_TOOBIG;
+    f->event_names[f->n_events] = event ? dup_n(event, strlen(event)) : NULL;
     f->events[f->n_events++] = dup_n(data, len);
     return 0;
 }
@@ -155,7 +156,10 @@ void fake_http_free(struct fake_http *f) {
         free((char *)f->out_name[i]);
         free((char *)f->out_value[i]);
     }
-    for (int i = 0; i < f->n_events; i++) free(f->events[i]);
+    for (int i = 0; i < f->n_events; i++) {
+        free(f->events[i]);
+        free(f->event_names[i]);
+    }
     memset(f, 0, sizeof *f);
 }
 
