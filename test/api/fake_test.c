@@ -244,13 +244,17 @@ TEST(fake_http_keeps_the_handler_contract) {
     fake_http_init(&f, "GET", "/s", NULL);
     CHECK_EQ_INT(http_sse_start(&f.req, note_cancel, NULL), 0);
     CHECK_EQ_INT(http_sse_send(&f.req, "a\nb", 3), -ERR_INVAL);       /* checked by http.c */
+    CHECK_EQ_INT(http_sse_send_event(&f.req, "a\nb", "{}", 2), -ERR_INVAL); /* the name too */
     CHECK_EQ_INT(http_sse_send(&f.req, "{}", 2), 0);
+    CHECK_EQ_INT(http_sse_send_event(&f.req, "ping", "{}", 2), 0);
+    CHECK(f.event_names[0] == NULL);
+    CHECK_EQ_STR(f.event_names[1], "ping");
     fake_http_disconnect(&f);
     CHECK_EQ_INT(http_sse_send(&f.req, "{}", 2), -ERR_CANCELLED);
     CHECK_EQ_INT(cancelled, 0);
     fake_http_closed(&f);
     CHECK_EQ_INT(cancelled, 1);
-    CHECK_EQ_INT(f.n_events, 1);
+    CHECK_EQ_INT(f.n_events, 2);
     CHECK_EQ_INT(f.ends, 1);
     fake_http_free(&f);
 
