@@ -506,6 +506,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         .id = job->id,
         .created = (int64_t)time(NULL),
         .model = p->model ? p->model : srv->model_name,
+        .system_fingerprint = srv->fingerprint,
         .n_choices = p->n,
         .logprobs = n_probs > 0,
         .include_usage = p->include_usage,
@@ -538,6 +539,8 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     else http_on_cancel(req, gen_cancel_cb, job);
     if (rc == 0) http_on_abort(req, gen_abort_cb);
     if (rc == 0 && p->stream && typed_stream(job)) typed_open(job);
+    for (int i = 0; rc == 0 && p->stream && ep == API_OAI_CHAT && i < p->n; i++) /* role-only chunks first */
+        stream_send(job, render_chunk(job, i, "", 0, 0, 0, 0));
     if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
         sched_cancel(srv->sched, job->handle);
         job_free(job);

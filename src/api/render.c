@@ -348,7 +348,8 @@ char *render_oai_chat_chunk(const struct response_meta *meta, const struct compl
                             bool with_role) {
     json_t *delta = json_object();
     if (with_role) delta = with(delta, "role", json_string("assistant"));
-    if (with_role || r->text_len > 0) delta = with(delta, "content", jstr(r->text, r->text_len));
+    if (r->text_len > 0) delta = with(delta, "content", jstr(r->text, r->text_len));
+    else if (with_role) delta = with(delta, "content", json_null());
     json_t *choices = push(json_array(), chat_choice(meta, r, "delta", delta));
     return dump(stream_usage_null(meta, oai_object(meta, "chat.completion.chunk", choices)));
 }

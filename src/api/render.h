@@ -134,9 +134,10 @@ char *render_oai_completion_chunk(const struct response_meta *meta,
 char *render_oai_chat(const struct response_meta *meta, const struct completion_result *r,
                       size_t n);
 /* {id, object: "chat.completion.chunk", created, model, choices: [{index, delta, logprobs,
- * finish_reason}]}. delta holds "role": "assistant" when with_role (a choice's first chunk) and
- * "content" when there is new text (or with_role); the last chunk of a choice has its
- * finish_reason and usually an empty delta {}. */
+ * finish_reason}]}. delta holds "role": "assistant" when with_role (a choice's first chunk:
+ * {"role": "assistant", "content": null} without text, as llama.cpp's server opens a stream) and
+ * "content" when there is new text; the last chunk of a choice has its finish_reason and usually
+ * an empty delta {}. */
 char *render_oai_chat_chunk(const struct response_meta *meta, const struct completion_result *r,
                             bool with_role);
 

@@ -186,6 +186,11 @@ static int ops_start(void *engine, int load_rc) {
     char base[PATH_MAX];
     snprintf(base, sizeof base, "%s", srv->model_path);
     snprintf(srv->model_name, sizeof srv->model_name, "%s", *cfg->alias ? cfg->alias : basename(base));
+    char what[PATH_MAX + 96]; /* what answers: the build, the model and the context it runs with */
+    snprintf(what, sizeof what, "uvlm %s|%s|%lld|%d", __DATE__, srv->model_path, (long long)e->weight_bytes, (int)e->n_ctx);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *c = what; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    snprintf(srv->fingerprint, sizeof srv->fingerprint, "fp_%012llx", (unsigned long long)(h >> 16));
     return 0;
 }
 

@@ -66,6 +66,8 @@ struct serving {
     const struct log *log;        /* the server's: loading, the model, the chat template, steps */
     char model_path[PATH_MAX];    /* the file served (--model, or the default model's path) */
     char model_name[256];         /* --alias, else its file name: the model id clients see */
+    char fingerprint[24];         /* OpenAI's system_fingerprint: "fp_" + a hash of the build and
+                                   * the model served */
     struct model_engine *engine;  /* NULL until started */
     struct sched *sched;          /* NULL until started */
     int chat_family;              /* enum chat_family */

@@ -253,3 +253,26 @@ def test_response_ids_are_random(srv):
             assert prefix in ("chatcmpl", "cmpl") and len(rest) >= 20 and rest.isalnum()
             ids.add(r["id"])
     assert len(ids) == 6
+
+
+def test_chat_stream_opens_with_role_only_chunk_and_every_response_has_a_fingerprint(srv):
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "n": 2, "temperature": 0}
+    c = srv.conn(60)
+    try:
+        c.request("POST", "/v1/chat/completions", json.dumps(dict(body, stream=True)), AUTH)
+        r = c.getresponse()
+        assert r.status == 200
+        events = [line[6:] for line in r.read().decode().split("\n") if line.startswith("data: ")]
+    finally:
+        c.close()
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    # one role-only chunk per choice, before any text, as llama.cpp's server opens a chat stream
+    assert [ch["choices"][0]["delta"] for ch in chunks[:2]] == [{"role": "assistant", "content": None}] * 2
+    assert sorted(ch["choices"][0]["index"] for ch in chunks[:2]) == [0, 1]
+    assert all("role" not in ch["choices"][0]["delta"] for ch in chunks[2:])
+    fp = chunks[0]["system_fingerprint"]
+    assert fp.startswith("fp_") and all(ch["system_fingerprint"] == fp for ch in chunks)
+    for path, req in (("/v1/chat/completions", dict(body, n=1)), ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2})):
+        status, whole = post_auth(srv, path, req)
+        assert status == 200 and whole["system_fingerprint"] == fp
