@@ -43,7 +43,9 @@ bool serving_not_ready(struct serving *srv, struct http_request *req) {
     if (srv->sched && (!req->draining || req->before_drain)) return false;
     char body[160];
     int status = 503;
-    api_error_json(body, sizeof body, status, req->draining ? "Server is shutting down" : "Loading model");
+    const char *msg = req->draining ? "Server is shutting down" : "Loading model";
+    if (req->error_shape == HTTP_ERRORS_ANTHROPIC) api_error_json_anthropic(body, sizeof body, status, msg);
+    else api_error_json(body, sizeof body, status, msg);
     serving_respond_json(srv, req, status, body);
     return true;
 }

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import Server
 from serving_helpers import PROMPT, start
 
 KEY = "k-apis"
@@ -276,3 +277,15 @@ def test_chat_stream_opens_with_role_only_chunk_and_every_response_has_a_fingerp
     for path, req in (("/v1/chat/completions", dict(body, n=1)), ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2})):
         status, whole = post_auth(srv, path, req)
         assert status == 200 and whole["system_fingerprint"] == fp
+
+
+def test_loading_503_in_the_shape_of_the_route_api():
+    srv = Server(["--debug-ready-delay", "30s"], wait_ready=False)
+    try:
+        status, _, err = call(srv, "/v1/messages", messages_body(), {"Content-Type": "application/json"})
+        assert status == 503
+        assert err == {"type": "error", "error": {"type": "overloaded_error", "message": "Loading model"}}
+        status, _, err = call(srv, "/v1/responses", responses_body(), {"Content-Type": "application/json"})
+        assert status == 503 and err["error"]["message"] == "Loading model" and err["error"]["code"] == 503
+    finally:
+        srv.check_clean_exit()
