@@ -29,8 +29,7 @@ void api_random_id(char *out, size_t cap, const char *prefix, size_t n_random) {
         uint64_t state = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ++counter << 40;
         for (size_t i = 0; i < n_random; i++) rnd[i] = (unsigned char)(mix(&state) >> 56);
     }
-    /* 248 of 256 byte values map evenly onto 62 characters; the rest fold in with a slight bias,
-     * harmless for an id */
+    /* byte % 62 favours the first 8 characters slightly: harmless for an id */
     for (size_t i = 0; i < n_random && at + 1 < cap; i++) out[at++] = alphabet[rnd[i] % 62];
     out[at] = '\0';
 }

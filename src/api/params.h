@@ -1,6 +1,8 @@
 /* params.h: parsing and validation of the JSON request bodies of the completion endpoints
- * (llama.cpp-native POST /completion, OpenAI POST /v1/completions and /v1/chat/completions) and
- * of /tokenize, /detokenize and /apply-template. Pure functions: no sockets, no scheduler.
+ * (llama.cpp-native POST /completion, OpenAI POST /v1/completions and /v1/chat/completions; the
+ * Responses and Messages APIs through the parsers of responses.h and anthropic.h, into the same
+ * struct) and of /tokenize, /detokenize and /apply-template. Pure functions: no sockets, no
+ * scheduler.
  *
  * Every bad input (invalid JSON, a wrong type, an out-of-range value, an empty or oversized prompt,
  * an unsupported form) yields -ERR_INVAL and a struct api_error naming the field (`param`, e.g.

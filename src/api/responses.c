@@ -152,8 +152,14 @@ int responses_params_fill(struct params_parser *ps, struct completion_params *p)
 
 /* ---- the response ---- */
 
+/* obj[key] = v, consuming v; on failure (obj NULL included) both are released and NULL returned,
+ * so that a chain of with() stays NULL. */
 static json_t *with(json_t *obj, const char *key, json_t *v) {
-    if (!obj || json_object_set_new(obj, key, v) < 0) {
+    if (!obj) {
+        json_decref(v);
+        return NULL;
+    }
+    if (json_object_set_new(obj, key, v) < 0) {
         json_decref(obj);
         return NULL;
     }

@@ -194,6 +194,7 @@ TEST(responses_stream_events_in_order) {
     json_t *delta = load(ev[0].data);
     CHECK_EQ_STR(sget(delta, "delta"), " In");
     CHECK_EQ_STR(sget(delta, "item_id"), "msg_abc");
+    json_decref(delta);
 
     struct completion_result r = {.text = " In", .text_len = 3, .tokens_predicted = 1, .tokens_evaluated = 5,
                                   .stop_type = STOP_TYPE_EOS};
