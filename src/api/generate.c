@@ -1,6 +1,7 @@
 /* generate.c: the completion endpoints (POST /completion, /v1/completions,
- * /v1/chat/completions): request -> tokens -> sched_submit, and the scheduler's sink callbacks ->
- * text (the engine's streaming detokenizer, stop strings) -> JSON bodies or SSE events.
+ * /v1/chat/completions, /v1/responses, /v1/messages): request -> tokens -> sched_submit, and the
+ * scheduler's sink callbacks -> text (the engine's streaming detokenizer, stop strings) -> JSON
+ * bodies or SSE events (the typed events of responses.h and anthropic.h for the last two).
  *
  * One struct gen_job per request, owned by the request: freed when the last choice is done (the
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
