@@ -13,6 +13,7 @@
 #include "sched/model_engine.h"
 #include "sched/sched.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,11 +66,9 @@ void serving_health_handle(struct http_request *req, void *data) {
     free(text);
 }
 
-void serving_models_handle(struct http_request *req, void *data) {
-    struct serving *srv = data;
-    if (serving_not_ready(srv, req)) return;
+static void model_info_of(const struct serving *srv, struct model_info *out) {
     const struct model_engine *e = srv->engine;
-    struct model_info mi = {
+    *out = (struct model_info){
         .id = srv->model_name,
         .created = srv->created,
         .n_vocab = e->n_vocab,
@@ -78,7 +77,45 @@ void serving_models_handle(struct http_request *req, void *data) {
         .n_params = 0,
         .size = e->weight_bytes,
     };
+}
+
+void serving_models_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct model_info mi;
+    model_info_of(srv, &mi);
     char *json = render_models(&mi);
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
+}
+
+/* GET /v1/models/{id}: the model object when id (percent-decoded) is the one served, else 404. */
+void serving_model_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    const char *raw = req->path + strlen("/v1/models/");
+    char id[sizeof srv->model_name + 1];
+    size_t n = 0;
+    for (const char *c = raw; *c && n + 1 < sizeof id; c++) {
+        unsigned hex;
+        if (c[0] == '%' && sscanf(c + 1, "%2x", &hex) == 1 && isxdigit((unsigned char)c[1]) &&
+            isxdigit((unsigned char)c[2])) {
+            id[n++] = (char)hex;
+            c += 2;
+        } else {
+            id[n++] = *c;
+        }
+    }
+    id[n] = '\0';
+    if (strcmp(id, srv->model_name) != 0) {
+        struct api_error err;
+        api_error_set(&err, 404, "invalid_request_error", "model", "The model '%.120s' does not exist", id);
+        respond_api_error(srv, req, &err);
+        return;
+    }
+    struct model_info mi;
+    model_info_of(srv, &mi);
+    char *json = render_model(&mi);
     serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
     free(json);
 }

@@ -25,6 +25,8 @@ const struct config_setting config_settings[] = {
      "TCP port to listen on (0 picks a free one and logs it)"},
     {"model", 'm', CONFIG_STR, F(model), "", 0, 0, NULL,
      "GGUF model file to serve (empty: models/kjv-tiny-q8_0.gguf, shipped in the repository)"},
+    {"alias", 'a', CONFIG_STR, F(alias), "", 0, 0, NULL,
+     "the model id clients see in /v1/models, /props and every response (empty: the file name)"},
     /* the serving engine */
     {"kv-tokens", 0, CONFIG_INT, F(kv_tokens), "4096", 16, 1LL << 24, NULL,
      "KV cells shared by all sequences: the memory budget requests are admitted against; committed "

@@ -49,6 +49,7 @@ struct config {
     long long port;
     /* model and serving engine */
     const char *model;
+    const char *alias;          /* the model id responses report (empty: the file name) */
     /* serving engine */
     long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, compute_nice, loop_slice_us, max_seq_tokens;
     long long solo_step_ms, compute_yield_us;
