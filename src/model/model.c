@@ -21,13 +21,15 @@ struct arch_info {
     enum model_arch arch;
     const struct arch_impl *impl;
     enum rope_type rope;
-    bool qkv_bias;
+    bool qkv_bias, qk_norm;
 };
 
 static const struct arch_info archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false},
-    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true},
-    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false},
+    /*                                       rope       qkv_bias qk_norm */
+    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false,   false},
+    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true,    false},
+    {"qwen3", MODEL_ARCH_QWEN3, &llama_impl, ROPE_NEOX, false,   true},
+    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false,   false},
 };
 
 static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
@@ -126,7 +128,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
-        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, mamba)",
+        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
     if (ai->impl->load) { /* the family reads its own hyperparameters */
@@ -169,6 +171,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         .embd_scale = 1.0f,
         .attn_scale = 1.0f / sqrtf((float)hp->head_dim),
         .qkv_bias = ai->qkv_bias,
+        .qk_norm = ai->qk_norm,
     };
     if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
@@ -216,6 +219,8 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
             (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !tf->qkv_bias)) < 0 ||
             (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !tf->qkv_bias)) < 0 ||
             (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
+            (rc = get_vector(&ld, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
             (rc = get_vector(&ld, &L->ffn_norm, NAME("ffn_norm.weight"), e, false)) < 0 ||
             (rc = get_matrix(&ld, &L->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, false)) < 0 ||
             (rc = get_matrix(&ld, &L->w_up, NAME("ffn_up.weight"), e, hp->n_ff, false)) < 0 ||

@@ -40,6 +40,16 @@ TEST(model_load_reads_hparams_from_metadata) {
     CHECK(m->hp.tf.qkv_bias && m->layers[0].bq && m->layers[1].bv);
     CHECK(fabsf(m->hp.tf.rope[0].base - 1e6f) < 1);
     model_free(m);
+    /* qwen3: heads of attention.key_length (32), not n_embd / n_head (16); q/k norms, no biases */
+    SHARED(q3path, "models/qwen3-q8_0.gguf");
+    CHECK_EQ_INT(model_load(&m, q3path, NULL, why, sizeof why), 0);
+    CHECK_EQ_INT(m->hp.arch, MODEL_ARCH_QWEN3);
+    CHECK_EQ_INT(m->hp.n_embd, 64);
+    CHECK_EQ_INT(m->hp.head_dim, 32);
+    CHECK_EQ_INT(m->layers[0].wq.n_out, 4 * 32);
+    CHECK(m->hp.tf.rope_type == ROPE_NEOX && m->hp.tf.qk_norm && !m->hp.tf.qkv_bias);
+    CHECK(m->layers[2].q_norm && m->layers[2].k_norm && !m->layers[2].bq);
+    model_free(m);
 }
 
 TEST(model_load_refuses_other_architectures_by_name) {
