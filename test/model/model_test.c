@@ -50,6 +50,26 @@ TEST(model_load_reads_hparams_from_metadata) {
     CHECK(m->hp.tf.rope_type == ROPE_NEOX && m->hp.tf.qk_norm && !m->hp.tf.qkv_bias);
     CHECK(m->layers[2].q_norm && m->layers[2].k_norm && !m->layers[2].bq);
     model_free(m);
+    /* phi3: q, k, v and gate, up as row ranges of the fused attn_qkv and ffn_up, untied output;
+     * loaded for serving, each part is rewritten into the 16-row layout on its own */
+    SHARED(phipath, "models/phi3-q8_0.gguf");
+    for (int serving = 0; serving < 2; serving++) {
+        CHECK_EQ_INT(model_load(&m, phipath, &(struct model_options){.serving_layout = serving}, why, sizeof why), 0);
+        const struct model_layer *L = &m->layers[1];
+        size_t row = ggml_row_size(GGML_TYPE_Q8_0, 128);
+        CHECK(m->hp.tf.fused_qkv && m->hp.tf.fused_gate_up && m->hp.tf.scale_q && !m->hp.tied_output);
+        CHECK_EQ_INT(L->wq.n_out, 128);
+        CHECK_EQ_INT(L->wk.n_out, 64);
+        CHECK_EQ_INT(L->wv.n_out, 64);
+        CHECK((const char *)L->wk.data == (const char *)L->wq.data + 128 * row);
+        CHECK((const char *)L->wv.data == (const char *)L->wq.data + 192 * row);
+        CHECK_EQ_INT(L->w_gate.n_out, 384);
+        CHECK((const char *)L->w_up.data == (const char *)L->w_gate.data + 384 * row);
+        bool x16 = serving && q8x16_supported();
+        enum ggml_type want = x16 ? UVLM_TYPE_Q8_0_X16 : GGML_TYPE_Q8_0;
+        CHECK(L->wq.type == want && L->wv.type == want && L->w_gate.type == want && L->w_up.type == want);
+        model_free(m);
+    }
 }
 
 TEST(model_load_refuses_other_architectures_by_name) {
