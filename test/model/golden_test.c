@@ -1,4 +1,4 @@
-/* golden_test.c: every llama/qwen2 model of ../shared/models against ../shared/reference, with
+/* golden_test.c: every transformer model of ../shared/models against ../shared/reference, with
  * the bars of ../shared/README.md: each listed logit within tol * (largest |ref logit| of that
  * position), the same top-1 wherever the reference's top-1/top-2 gap exceeds that, and greedy
  * generation diverging only after a near-tie. The prompt is fed whole (batches of 512, so the long

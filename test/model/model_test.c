@@ -576,6 +576,46 @@ TEST(model_linear_rope_scaling_divides_positions) {
     for (int k = 0; k < 4; k++) free(logits[k]);
 }
 
+/* mkmodel writes each transformer family in its files' layout (qwen3: heads of --head-dim with
+ * q/k norms; phi3: fused attn_qkv and ffn_up), and the loader reads them back as such. */
+TEST(model_mkmodel_writes_each_family_as_its_files_are) {
+    SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char path[] = "/tmp/uvlm-mk-XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0) return;
+        close(fd);
+        char *argv[] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--arch", (char *)archs[a], "--type",
+                        "q8_0", "--n-layer", "2", "--n-embd", "128", "--n-head", "4", "--n-head-kv", "2",
+                        "--head-dim", "64", "--n-ff", "256"};
+        CHECK_EQ_INT(cmd_mkmodel((int)(sizeof argv / sizeof *argv), argv), 0);
+        struct fixture f = {0};
+        char why[256];
+        CHECK_EQ_INT(model_load(&f.m, path, NULL, why, sizeof why), 0);
+        unlink(path);
+        if (!f.m) return;
+        const struct transformer_desc *tf = &f.m->hp.tf;
+        CHECK_EQ_STR(f.m->hp.arch_name, archs[a]);
+        CHECK_EQ_INT(f.m->hp.head_dim, 64);
+        CHECK_EQ_INT(f.m->layers[1].wq.n_out, 4 * 64);
+        CHECK(tf->qkv_bias == (a == 1) && (f.m->layers[1].bq != NULL) == (a == 1));
+        CHECK(tf->qk_norm == (a == 2) && (f.m->layers[1].q_norm != NULL) == (a == 2));
+        CHECK(tf->fused_qkv == (a == 3) && tf->fused_gate_up == (a == 3));
+        CHECK_EQ_INT(model_memory_create(f.m, 32, 1, &f.mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 32,
+                                                                               .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f.b, 16), 0);
+        for (int32_t i = 0; i < NB; i++) batch_add(&f.b, prompt_b[i], i, 0, i == NB - 1);
+        CHECK_EQ_INT(run(&f), 0);
+        bool finite = true;
+        for (int32_t v = 0; v < f.m->hp.n_vocab; v++) finite = finite && isfinite(f.fc->logits[v]);
+        CHECK(finite);
+        teardown(&f);
+    }
+}
+
 TEST(eval_topk_sorts_and_breaks_ties_by_id) {
     float l[6] = {1, 5, 3, 5, -2, 4};
     struct eval_topk top[4];
