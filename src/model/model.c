@@ -1,30 +1,38 @@
-/* model.c: loading a llama/qwen2 GGUF: hyperparameters from metadata, weights checked against
- * the shapes they imply, and the memory kind the architecture needs. */
+/* model.c: loading a GGUF model: general.architecture picks the implementation (model/arch.h);
+ * for the transformer families, hyperparameters and the description of their computation
+ * (struct transformer_desc) from metadata, weights checked against the shapes they imply. */
 #include "model/arch.h"
 #include "common/err.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The architectures this engine runs, as named by general.architecture, and what their
+ * transformer computes beyond llama's (struct transformer_desc; mamba: its own, model/mamba.c). */
 struct arch_info {
     const char *name;
     enum model_arch arch;
-    enum rope_type rope;
-    bool qkv_bias;
     const struct arch_impl *impl;
+    enum rope_type rope;
+    bool qkv_bias, qk_norm;
+    bool scale_q;        /* the query scaled before attention (struct transformer_desc) */
+    bool fused_gate_up;  /* ffn_up holds gate and up */
 };
 
-/* The architectures this engine runs, as named by general.architecture. */
 static const struct arch_info archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, ROPE_NORM, false, &llama_impl},
-    {"qwen2", MODEL_ARCH_QWEN2, ROPE_NEOX, true, &llama_impl},
-    {"mamba", MODEL_ARCH_MAMBA, ROPE_NORM, false, &mamba_impl},
+    /*                                       rope       qkv_bias qk_norm scale_q fused_gate_up */
+    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false,   false,  false,  false},
+    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true,    false,  false,  false},
+    {"qwen3", MODEL_ARCH_QWEN3, &llama_impl, ROPE_NEOX, false,   true,   false,  false},
+    {"phi3",  MODEL_ARCH_PHI3,  &llama_impl, ROPE_NEOX, false,   false,  true,   true},
+    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false,   false,  false,  false},
 };
 
 static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
@@ -91,6 +99,31 @@ static int get_vector(struct loader *ld, const float **v, const char *name, int6
     return 0;
 }
 
+/* The rope scaling the metadata names (the reference's keys): none, or linear, whose factor
+ * divides the positions (rope.scaling.factor, or the older rope.scale_linear; none given: 1).
+ * Llama 3.1/3.2's scaling comes as the rope_freqs.weight tensor instead (load_weights). Any
+ * other type (yarn, longrope, ...) or a magnitude factor is refused by name: it would change
+ * the numbers this pass computes. */
+static int read_rope_scaling(const struct gguf_file *f, const char *n, struct rope_desc *rd, char *why,
+                             size_t why_len) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", n);
+    struct gguf_str type = gguf_get_str(f, key);
+    if (type.ptr && gguf_str_eq(type, "none")) return 0;
+    if (type.ptr && !gguf_str_eq(type, "linear"))
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope scaling '%.*s' is not supported (supported: none, linear, "
+                    "and Llama 3's rope_freqs)", n, (int)(type.len > 32 ? 32 : type.len), type.ptr);
+    double factor = arch_float(f, n, "rope.scaling.factor", 0);
+    if (factor == 0) factor = arch_float(f, n, "rope.scale_linear", 0);
+    if (factor == 0) factor = 1;
+    if (!(factor > 0)) return fail(why, why_len, -ERR_FORMAT, "%s: rope scaling factor %g is not positive", n, factor);
+    rd->freq_scale = (float)(1.0 / factor);
+    double attn_factor = arch_float(f, n, "rope.scaling.attn_factor", 1);
+    if (attn_factor != 1)
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope.scaling.attn_factor %g is not supported", n, attn_factor);
+    return 0;
+}
+
 static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
     struct gguf_str a = gguf_get_str(f, "general.architecture");
     if (!a.ptr) return fail(why, why_len, -ERR_FORMAT, "general.architecture is missing");
@@ -98,7 +131,8 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
-        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, mamba)",
+        return fail(why, why_len, -ERR_UNSUPPORTED,
+                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
     if (ai->impl->load) { /* the family reads its own hyperparameters */
@@ -113,10 +147,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         .n_head = (int32_t)arch_int(f, n, "attention.head_count", -1),
         .n_ff = (int32_t)arch_int(f, n, "feed_forward_length", -1),
         .n_ctx_train = (int32_t)arch_int(f, n, "context_length", 2048),
-        .rope_type = ai->rope,
-        .rope_base = (float)arch_float(f, n, "rope.freq_base", 10000.0),
         .rms_eps = (float)arch_float(f, n, "attention.layer_norm_rms_epsilon", 1e-5),
-        .qkv_bias = ai->qkv_bias,
         .impl = ai->impl,
     };
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_ff <= 0 || hp->n_ctx_train <= 0)
@@ -135,13 +166,77 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return fail(why, why_len, -ERR_FORMAT, "%s: rope.dimension_count %d does not fit head size %d", n, hp->n_rot,
                     hp->head_dim);
-    if (!(hp->rms_eps > 0) || !(hp->rope_base > 0))
+    struct transformer_desc *tf = &hp->tf;
+    *tf = (struct transformer_desc){
+        .rope_type = ai->rope,
+        .n_rope = 1,
+        .rope[0] = {.base = (float)arch_float(f, n, "rope.freq_base", 10000.0), .freq_scale = 1.0f},
+        .act = FFN_SILU,
+        .embd_scale = 1.0f,
+        .attn_scale = 1.0f / sqrtf((float)hp->head_dim),
+        .qkv_bias = ai->qkv_bias,
+        .qk_norm = ai->qk_norm,
+        .scale_q = ai->scale_q,
+        .fused_gate_up = ai->fused_gate_up,
+    };
+    if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
-    return 0;
+    return read_rope_scaling(f, n, &tf->rope[0], why, why_len);
+}
+
+/* Rows [r0, r0 + n) of w as a matrix of their own: a part of a fused tensor (each row's bytes
+ * stand alone, so a part multiplies exactly as a separate tensor would). */
+static struct model_weight weight_rows(const struct model_weight *w, int64_t r0, int64_t n) {
+    size_t row = ggml_row_size(w->type, (uint64_t)w->n_in);
+    return (struct model_weight){.type = w->type, .data = (const char *)w->data + (size_t)r0 * row, .n_in = w->n_in,
+                                 .n_out = n};
+}
+
+/* Layer i's q, k and v: attn_q/k/v, or the fused attn_qkv (q rows, then k, then v; phi3). */
+static int get_qkv(struct loader *ld, struct model_layer *L, int32_t i, struct model_hparams *hp) {
+    int64_t e = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim, nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", (int)i);
+    if (gguf_find_tensor(ld->f, name)) {
+        struct model_weight qkv;
+        int rc = get_matrix(ld, &qkv, name, e, nq + 2 * nkv, false);
+        if (rc < 0) return rc;
+        L->wq = weight_rows(&qkv, 0, nq);
+        L->wk = weight_rows(&qkv, nq, nkv);
+        L->wv = weight_rows(&qkv, nq + nkv, nkv);
+        hp->tf.fused_qkv = true;
+        return 0;
+    }
+    int rc;
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", (int)i);
+    if ((rc = get_matrix(ld, &L->wq, name, e, nq, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.attn_k.weight", (int)i);
+    if ((rc = get_matrix(ld, &L->wk, name, e, nkv, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.attn_v.weight", (int)i);
+    return get_matrix(ld, &L->wv, name, e, nkv, false);
+}
+
+/* Layer i's gate and up: ffn_gate and ffn_up, or (tf.fused_gate_up) ffn_up alone holding the
+ * gate's rows then up's (the reference's swiglu of one product: act on the first half). */
+static int get_gate_up(struct loader *ld, struct model_layer *L, int32_t i, const struct model_hparams *hp) {
+    char name[96];
+    int rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_up.weight", (int)i);
+    if (hp->tf.fused_gate_up) {
+        struct model_weight both;
+        if ((rc = get_matrix(ld, &both, name, hp->n_embd, 2 * (int64_t)hp->n_ff, false)) < 0) return rc;
+        L->w_gate = weight_rows(&both, 0, hp->n_ff);
+        L->w_up = weight_rows(&both, hp->n_ff, hp->n_ff);
+        return 0;
+    }
+    if ((rc = get_matrix(ld, &L->w_up, name, hp->n_embd, hp->n_ff, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", (int)i);
+    return get_matrix(ld, &L->w_gate, name, hp->n_embd, hp->n_ff, false);
 }
 
 static int load_weights(struct model *m, char *why, size_t why_len) {
     struct model_hparams *hp = &m->hp;
+    struct transformer_desc *tf = &hp->tf;
     struct loader ld = {.f = &m->file, .why = why, .why_len = why_len};
     const struct gguf_tensor *te = gguf_find_tensor(&m->file, "token_embd.weight");
     if (!te) return fail(why, why_len, -ERR_FORMAT, "tensor 'token_embd.weight' is missing");
@@ -159,6 +254,13 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
         m->output = m->token_embd;
         ld.bytes += embd_bytes;
     }
+    /* Llama 3.1/3.2's rope scaling: a divisor of each pair's angle, every layer. Phi-3.5's
+     * long/short factors (longrope) depend on the context and scale the angles' magnitude:
+     * not implemented, so refused rather than computed without. */
+    if ((rc = get_vector(&ld, &hp->tf.rope[0].factors, "rope_freqs.weight", hp->n_rot / 2, true)) < 0) return rc;
+    if (gguf_find_tensor(&m->file, "rope_factors_long.weight") || gguf_find_tensor(&m->file, "rope_factors_short.weight"))
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope scaling 'longrope' (rope_factors_long/short) is not "
+                    "supported", hp->arch_name);
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return fail(why, why_len, -ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < hp->n_layer; i++) {
@@ -166,16 +268,15 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
         char name[96];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
         if ((rc = get_vector(&ld, &L->attn_norm, NAME("attn_norm.weight"), e, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wq, NAME("attn_q.weight"), e, nq, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wk, NAME("attn_k.weight"), e, nkv, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wv, NAME("attn_v.weight"), e, nkv, false)) < 0 ||
+            (rc = get_qkv(&ld, L, i, hp)) < 0 ||
             (rc = get_matrix(&ld, &L->wo, NAME("attn_output.weight"), nq, e, false)) < 0 ||
-            (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !hp->qkv_bias)) < 0 ||
-            (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !hp->qkv_bias)) < 0 ||
-            (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !hp->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
+            (rc = get_vector(&ld, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
             (rc = get_vector(&ld, &L->ffn_norm, NAME("ffn_norm.weight"), e, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->w_up, NAME("ffn_up.weight"), e, hp->n_ff, false)) < 0 ||
+            (rc = get_gate_up(&ld, L, i, hp)) < 0 ||
             (rc = get_matrix(&ld, &L->w_down, NAME("ffn_down.weight"), hp->n_ff, e, false)) < 0)
             return rc;
 #undef NAME

@@ -1,9 +1,10 @@
-/* model.h: a GGUF model (the transformer families llama and qwen2, and mamba) and its forward
- * pass.
+/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3 and phi3, and mamba) and
+ * its forward pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
- * the file name): widths, layers, heads and kv heads (GQA/MQA), rope type and base, RMSNorm
- * epsilon, tied or separate output matrix (mamba: its own, model/mamba.h). A model of another
+ * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
+ * output matrix, and what the family's transformer computes (struct transformer_desc: rope type,
+ * bases and scaling, biases, norms; mamba: its own, model/mamba.h). A model of another
  * architecture is refused with -ERR_UNSUPPORTED and its name in `why`. Weights are not copied:
  * each struct model_weight points into the file's memory (gguf_open_resident), which lives until
  * model_free.
@@ -42,26 +43,54 @@
 
 struct arch_impl;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_MAMBA };
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA };
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
+enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
+
+/* One way of rotating q and k: pair i (< n_rot/2) of a head at position pos turns by
+ *   theta_i = freq_scale * (pos * base^(-2i/n_rot) / factors[i])
+ * (the reference's rope with frequency factors and linear scaling; dims past n_rot stay). */
+struct rope_desc {
+    float base;            /* rope.freq_base */
+    float freq_scale;      /* 1 / rope.scaling.factor of linear scaling; 1 */
+    const float *factors;  /* [n_rot/2] divisors per pair (rope_freqs.weight, Llama 3.1/3.2), or NULL */
+};
+
+enum { ROPE_DESC_MAX = 2 };
+
+/* What the one transformer forward pass (model/llama.c) computes for an architecture, filled by
+ * model.c from general.architecture, the metadata and the tensors the file has. The per-layer
+ * parts (which rope, attention window, extra norms) are in struct model_layer. */
+struct transformer_desc {
+    enum rope_type rope_type;
+    int32_t n_rope;                        /* distinct ropes of the layers, >= 1 */
+    struct rope_desc rope[ROPE_DESC_MAX];  /* model_layer.rope indexes them */
+    enum ffn_act act;
+    float embd_scale;    /* embeddings multiplied by it (1: as stored) */
+    float attn_scale;    /* of q . k: 1 / sqrt(head_dim) */
+    bool scale_q;        /* attn_scale multiplies q (before its F16 rounding), not the scores: the
+                          * reference's order for families that scale the query (phi3) */
+    bool qkv_bias;       /* q/k/v biases (qwen2) */
+    bool qk_norm;        /* per-head RMS norms of q and k before rope (attn_q_norm, attn_k_norm) */
+    bool fused_qkv;      /* the file holds q, k, v as one attn_qkv: wq/wk/wv are its row ranges */
+    bool fused_gate_up;  /* the file's ffn_up holds gate then up: w_gate/w_up are its halves */
+};
 
 struct model_hparams {
     enum model_arch arch;
-    const char *arch_name;    /* "llama", "qwen2", "mamba" */
+    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "mamba" */
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
-    int32_t head_dim;         /* n_embd / n_head unless attention.key_length says otherwise */
+    int32_t head_dim;         /* attention.key_length (= value_length), else n_embd / n_head */
     int32_t n_rot;            /* rotated dimensions of each head (rope.dimension_count) */
     int32_t n_ff;
     int32_t n_ctx_train;      /* context_length from the metadata */
-    enum rope_type rope_type;
-    float rope_base;
     float rms_eps;
     bool tied_output;         /* output matrix is token_embd */
-    bool qkv_bias;
+    struct transformer_desc tf; /* the transformer families' computation (not mamba's) */
     const struct arch_impl *impl; /* the architecture's forward pass (model/arch.h) */
 };
 
@@ -73,11 +102,16 @@ struct model_weight {
 };
 
 struct model_layer {
+    int32_t rope;                           /* index into hp.tf.rope */
+    int32_t window;                         /* attend to the last `window` positions; 0: all */
     const float *attn_norm;                 /* [n_embd] */
     struct model_weight wq, wk, wv, wo;     /* n_embd -> n_head*head_dim, -> n_head_kv*head_dim (x2), back */
-    const float *bq, *bk, *bv;              /* biases (qwen2), NULL otherwise */
+    const float *bq, *bk, *bv;              /* biases (tf.qkv_bias), NULL otherwise */
+    const float *q_norm, *k_norm;           /* [head_dim] (tf.qk_norm), NULL otherwise */
+    const float *attn_post_norm;            /* [n_embd] norm of the attention's output, or NULL */
     const float *ffn_norm;                  /* [n_embd] */
     struct model_weight w_gate, w_up, w_down;
+    const float *ffn_post_norm;             /* [n_embd] norm of the feed-forward's output, or NULL */
 };
 
 struct model {
@@ -93,11 +127,11 @@ struct model {
 };
 
 struct model_options {
-    /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of llama/qwen2 into math/q8x16.h's layouts where
-     * the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16): faster at every
-     * batch size (a decode step of several sequences most of all), with every token's numbers
-     * still independent of its batch, but not the reference's float order (Q4_K's keep
-     * it), so a forward_ctx with `reference` refuses the model.
+    /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of the transformer families into math/q8x16.h's
+     * layouts where the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16):
+     * faster at every batch size (a decode step of several sequences most of all), with every
+     * token's numbers still independent of its batch, but not the reference's float order
+     * (Q4_K's keep it), so a forward_ctx with `reference` refuses the model.
      * For serving; eval-logits and the golden tests' reference runs load without it. */
     bool serving_layout;
 };
@@ -122,7 +156,7 @@ struct forward_config {
     int64_t n_ctx;        /* most cells one sequence may hold (the memory's n_cells is always enough) */
     int n_threads;        /* compute threads; <= 0: all cores */
     int64_t yield_us;     /* the threads offer their CPU this often (0: never; math/matmul.h) */
-    /* The reference's arithmetic throughout (llama/qwen2): matmuls by MATMUL_REFERENCE
+    /* The reference's arithmetic throughout (the transformer families): matmuls by MATMUL_REFERENCE
      * (math/matmul.h) and the attention dots in its orders, so eval-logits reproduces its logits
      * to their printed precision. Scalar and slow (prefill several times slower): for
      * eval-logits and the golden tests, not serving. */

@@ -4,6 +4,7 @@
 #include "test.h"
 #include "cmd/cmd.h"
 #include "common/err.h"
+#include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "math/q8x16.h"
 #include "memory/kv.h"
@@ -12,6 +13,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 TEST(model_load_reads_hparams_from_metadata) {
@@ -29,15 +31,45 @@ TEST(model_load_reads_hparams_from_metadata) {
     CHECK_EQ_INT(m->hp.n_vocab, 32000);
     CHECK_EQ_INT(m->hp.n_ctx_train, 1024);
     CHECK(m->hp.tied_output);
-    CHECK(m->hp.rope_type == ROPE_NORM);
+    CHECK(m->hp.tf.rope_type == ROPE_NORM);
     CHECK(m->output.data == m->token_embd.data);
     model_free(m);
     SHARED(qpath, "models/qwen2-q8_0.gguf");
     CHECK_EQ_INT(model_load(&m, qpath, NULL, why, sizeof why), 0);
-    CHECK(m->hp.rope_type == ROPE_NEOX);
-    CHECK(m->hp.qkv_bias && m->layers[0].bq && m->layers[1].bv);
-    CHECK(fabsf(m->hp.rope_base - 1e6f) < 1);
+    CHECK(m->hp.tf.rope_type == ROPE_NEOX);
+    CHECK(m->hp.tf.qkv_bias && m->layers[0].bq && m->layers[1].bv);
+    CHECK(fabsf(m->hp.tf.rope[0].base - 1e6f) < 1);
     model_free(m);
+    /* qwen3: heads of attention.key_length (32), not n_embd / n_head (16); q/k norms, no biases */
+    SHARED(q3path, "models/qwen3-q8_0.gguf");
+    CHECK_EQ_INT(model_load(&m, q3path, NULL, why, sizeof why), 0);
+    CHECK_EQ_INT(m->hp.arch, MODEL_ARCH_QWEN3);
+    CHECK_EQ_INT(m->hp.n_embd, 64);
+    CHECK_EQ_INT(m->hp.head_dim, 32);
+    CHECK_EQ_INT(m->layers[0].wq.n_out, 4 * 32);
+    CHECK(m->hp.tf.rope_type == ROPE_NEOX && m->hp.tf.qk_norm && !m->hp.tf.qkv_bias);
+    CHECK(m->layers[2].q_norm && m->layers[2].k_norm && !m->layers[2].bq);
+    model_free(m);
+    /* phi3: q, k, v and gate, up as row ranges of the fused attn_qkv and ffn_up, untied output;
+     * loaded for serving, each part is rewritten into the 16-row layout on its own */
+    SHARED(phipath, "models/phi3-q8_0.gguf");
+    for (int serving = 0; serving < 2; serving++) {
+        CHECK_EQ_INT(model_load(&m, phipath, &(struct model_options){.serving_layout = serving}, why, sizeof why), 0);
+        const struct model_layer *L = &m->layers[1];
+        size_t row = ggml_row_size(GGML_TYPE_Q8_0, 128);
+        CHECK(m->hp.tf.fused_qkv && m->hp.tf.fused_gate_up && m->hp.tf.scale_q && !m->hp.tied_output);
+        CHECK_EQ_INT(L->wq.n_out, 128);
+        CHECK_EQ_INT(L->wk.n_out, 64);
+        CHECK_EQ_INT(L->wv.n_out, 64);
+        CHECK((const char *)L->wk.data == (const char *)L->wq.data + 128 * row);
+        CHECK((const char *)L->wv.data == (const char *)L->wq.data + 192 * row);
+        CHECK_EQ_INT(L->w_gate.n_out, 384);
+        CHECK((const char *)L->w_up.data == (const char *)L->w_gate.data + 384 * row);
+        bool x16 = serving && q8x16_supported();
+        enum ggml_type want = x16 ? UVLM_TYPE_Q8_0_X16 : GGML_TYPE_Q8_0;
+        CHECK(L->wq.type == want && L->wv.type == want && L->w_gate.type == want && L->w_up.type == want);
+        model_free(m);
+    }
 }
 
 TEST(model_load_refuses_other_architectures_by_name) {
@@ -58,6 +90,85 @@ TEST(model_load_refuses_other_architectures_by_name) {
     CHECK(strstr(why, "'rwkv6'") != NULL);
     SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");  /* a llama-less file: no architecture */
     CHECK(model_load(&m, vocab, NULL, why, sizeof why) < 0);
+}
+
+/* A copy of the GGUF file `src` in a temporary file (path written to out[32]) with the string
+ * key/values keys[i] = strs[i] (a NULL str: the float floats[i]) set, others as they were, and
+ * an extra F32 vector tensor `extra` of n_extra elements (none: NULL). 0 or -1. */
+static int rewrite_model(const char *src, char *out, const char *const *keys, const char *const *strs,
+                         const float *floats, int n_keys, const char *extra, uint64_t n_extra) {
+    struct gguf_file f;
+    char why[256];
+    if (gguf_open(&f, src, why, sizeof why) < 0) return -1;
+    strcpy(out, "/tmp/uvlm-rope-XXXXXX");
+    int fd = mkstemp(out);
+    if (fd < 0) {
+        gguf_close(&f);
+        return -1;
+    }
+    close(fd);
+    struct gguf_writer w;
+    gguf_writer_init(&w);
+    for (uint64_t i = 0; i < f.n_kv; i++) {
+        bool replaced = false;
+        for (int k = 0; k < n_keys; k++) replaced = replaced || gguf_str_eq(f.kv[i].key, keys[k]);
+        if (!replaced) gguf_writer_copy_kv(&w, &f.kv[i]);
+    }
+    for (int k = 0; k < n_keys; k++) {
+        if (strs[k]) gguf_writer_set_str(&w, keys[k], strs[k]);
+        else gguf_writer_set_f32(&w, keys[k], floats[k]);
+    }
+    char name[96];
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const struct gguf_tensor *t = &f.tensors[i];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        gguf_writer_add_tensor(&w, name, t->type, t->ne[0], t->n_dims > 1 ? t->ne[1] : 1);
+    }
+    if (extra) gguf_writer_add_tensor(&w, extra, GGML_TYPE_F32, n_extra, 1);
+    int rc = gguf_writer_begin(&w, out);
+    for (uint64_t i = 0; rc == 0 && i < f.n_tensors; i++) gguf_writer_write(&w, f.tensors[i].data, f.tensors[i].size);
+    for (uint64_t i = 0; rc == 0 && extra && i < n_extra; i++) gguf_writer_write(&w, &(float){1.0f}, sizeof(float));
+    int frc = gguf_writer_finish(&w);
+    gguf_close(&f);
+    if (rc == 0 && frc == 0) return 0;
+    unlink(out);
+    return -1;
+}
+
+/* A rope scaling this pass does not compute is refused at load, by name: never run with other
+ * numbers than the file's. */
+TEST(model_load_refuses_rope_scalings_it_does_not_compute) {
+    SHARED(src, "models/kjv-tiny-q8_0.gguf");
+    static const char *const types[] = {"yarn", "longrope", "llama3", "dynamic"};
+    char path[32], why[256];
+    struct model *m = NULL;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        CHECK_EQ_INT(rewrite_model(src, path, (const char *const[]){"llama.rope.scaling.type"},
+                                   (const char *const[]){types[i]}, NULL, 1, NULL, 0), 0);
+        why[0] = 0;
+        CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+        char want[48];
+        snprintf(want, sizeof want, "rope scaling '%s'", types[i]);
+        if (!strstr(why, want)) fprintf(stderr, "  why: %s\n", why);
+        CHECK(strstr(why, want) != NULL);
+        unlink(path);
+    }
+    /* Phi-3.5's long/short factors (longrope without the type key) */
+    CHECK_EQ_INT(rewrite_model(src, path, NULL, NULL, NULL, 0, "rope_factors_long.weight", 16), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+    CHECK(strstr(why, "'longrope'") != NULL);
+    unlink(path);
+    /* a magnitude factor on cos/sin */
+    CHECK_EQ_INT(rewrite_model(src, path, (const char *const[]){"llama.rope.scaling.attn_factor"},
+                               (const char *const[]){NULL}, (const float[]){1.19f}, 1, NULL, 0), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+    CHECK(strstr(why, "attn_factor") != NULL);
+    unlink(path);
+    /* rope_freqs of the wrong size (n_rot / 2 = 16 for kjv-tiny's heads of 32) */
+    CHECK_EQ_INT(rewrite_model(src, path, NULL, NULL, NULL, 0, "rope_freqs.weight", 8), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_FORMAT);
+    CHECK(strstr(why, "rope_freqs.weight") != NULL);
+    unlink(path);
 }
 
 struct fixture {
@@ -421,6 +532,88 @@ TEST(model_forward_checks_its_inputs) {
     CHECK_EQ_INT(model_forward(f.m, f.fc, bk, &f.b), -ERR_STATE);
     memory_destroy(bk);
     teardown(&f);
+}
+
+/* Linear rope scaling divides the positions by its factor: kjv-tiny with factor 2 at positions
+ * 0, 2, 4, ... turns q and k by exactly the angles (bit for bit: halving is exact) the file
+ * without scaling gives at 0, 1, 2, ..., so the logits are identical; at 0, 1, 2, ... they are
+ * not. Scaling type "none" ignores the factor. */
+TEST(model_linear_rope_scaling_divides_positions) {
+    SHARED(src, "models/kjv-tiny-q8_0.gguf");
+    char lin[32], none[32];
+    const char *const keys[] = {"llama.rope.scaling.type", "llama.rope.scaling.factor"};
+    CHECK_EQ_INT(rewrite_model(src, lin, keys, (const char *const[]){"linear", NULL}, (const float[]){0, 2.0f}, 2,
+                               NULL, 0), 0);
+    CHECK_EQ_INT(rewrite_model(src, none, keys, (const char *const[]){"none", NULL}, (const float[]){0, 2.0f}, 2,
+                               NULL, 0), 0);
+    const char *paths[] = {src, lin, lin, none};
+    const int32_t stride[] = {1, 2, 1, 1};
+    float *logits[4] = {NULL};
+    int32_t V = 0;
+    char why[256];
+    for (int k = 0; k < 4; k++) {
+        struct fixture f = {0};
+        CHECK_EQ_INT(model_load(&f.m, paths[k], NULL, why, sizeof why), 0);
+        if (!f.m) break;
+        CHECK(fabsf(f.m->hp.tf.rope[0].freq_scale - (k == 1 || k == 2 ? 0.5f : 1.0f)) == 0);
+        CHECK_EQ_INT(model_memory_create(f.m, 64, 1, &f.mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 64,
+                                                                               .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f.b, 16), 0);
+        V = f.m->hp.n_vocab;
+        logits[k] = malloc(sizeof(float) * (size_t)V);
+        for (int32_t i = 0; i < NA; i++) batch_add(&f.b, prompt_a[i], i * stride[k], 0, i == NA - 1);
+        CHECK_EQ_INT(run(&f), 0);
+        memcpy(logits[k], f.fc->logits, sizeof(float) * (size_t)V);
+        teardown(&f);
+    }
+    unlink(lin);
+    unlink(none);
+    if (!logits[3]) return;
+    CHECK(max_diff(logits[0], logits[1], V) == 0);
+    CHECK(max_diff(logits[0], logits[2], V) > 0.1f);
+    CHECK(max_diff(logits[0], logits[3], V) == 0);
+    for (int k = 0; k < 4; k++) free(logits[k]);
+}
+
+/* mkmodel writes each transformer family in its files' layout (qwen3: heads of --head-dim with
+ * q/k norms; phi3: fused attn_qkv and ffn_up), and the loader reads them back as such. */
+TEST(model_mkmodel_writes_each_family_as_its_files_are) {
+    SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char path[] = "/tmp/uvlm-mk-XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0) return;
+        close(fd);
+        char *argv[] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--arch", (char *)archs[a], "--type",
+                        "q8_0", "--n-layer", "2", "--n-embd", "128", "--n-head", "4", "--n-head-kv", "2",
+                        "--head-dim", "64", "--n-ff", "256"};
+        CHECK_EQ_INT(cmd_mkmodel((int)(sizeof argv / sizeof *argv), argv), 0);
+        struct fixture f = {0};
+        char why[256];
+        CHECK_EQ_INT(model_load(&f.m, path, NULL, why, sizeof why), 0);
+        unlink(path);
+        if (!f.m) return;
+        const struct transformer_desc *tf = &f.m->hp.tf;
+        CHECK_EQ_STR(f.m->hp.arch_name, archs[a]);
+        CHECK_EQ_INT(f.m->hp.head_dim, 64);
+        CHECK_EQ_INT(f.m->layers[1].wq.n_out, 4 * 64);
+        CHECK(tf->qkv_bias == (a == 1) && (f.m->layers[1].bq != NULL) == (a == 1));
+        CHECK(tf->qk_norm == (a == 2) && (f.m->layers[1].q_norm != NULL) == (a == 2));
+        CHECK(tf->fused_qkv == (a == 3) && tf->fused_gate_up == (a == 3));
+        CHECK_EQ_INT(model_memory_create(f.m, 32, 1, &f.mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 32,
+                                                                               .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f.b, 16), 0);
+        for (int32_t i = 0; i < NB; i++) batch_add(&f.b, prompt_b[i], i, 0, i == NB - 1);
+        CHECK_EQ_INT(run(&f), 0);
+        bool finite = true;
+        for (int32_t v = 0; v < f.m->hp.n_vocab; v++) finite = finite && isfinite(f.fc->logits[v]);
+        CHECK(finite);
+        teardown(&f);
+    }
 }
 
 TEST(eval_topk_sorts_and_breaks_ties_by_id) {
