@@ -70,6 +70,8 @@ const struct config_setting config_settings[] = {
      "for several; /health never needs it"},
     {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
      "allowed browser origins for CORS (* for any); empty: no CORS headers"},
+    {"no-webui", 0, CONFIG_BOOL, F(no_webui), "false", 0, 0, NULL,
+     "serve no chat page: GET / (and its /webui.js, /webui.css) answer 404"},
     {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
      "largest request body accepted (413 above)"},
     {"max-header-bytes", 0, CONFIG_SIZE, F(max_header_bytes), "16k", 256, 16 * MiB, NULL,
