@@ -35,7 +35,9 @@
     s = s.replace(/(^|[^*\w])\*(?=[^\s*])(.+?)\*(?![*\w])/g, '$1<em>$2</em>');
     s = s.replace(/(^|[^\w])_(?=[^\s_])(.+?)_(?!\w)/g, '$1<em>$2</em>');
     s = s.replace(/~~(?=\S)(.+?)~~/g, '<del>$1</del>');
-    return s.replace(/\u0000(\d+)\u0000/g, (_, i) => kept[+i]);
+    // a link's label may hold a code span: restore until none is left (each pass undoes one level)
+    for (let pass = 0; pass < 3 && s.includes('\u0000'); pass++) s = s.replace(/\u0000(\d+)\u0000/g, (_, i) => kept[+i]);
+    return s;
   }
 
   const FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)/;
@@ -388,8 +390,12 @@
       }
       finishTurn(turn, 'done');
     } catch (e) {
-      if (controller.signal.aborted) finishTurn(turn, 'stopped');
-      else finishTurn(turn, 'error', e.message || String(e));
+      if (controller.signal.aborted) {
+        finishTurn(turn, 'stopped');
+      } else {
+        controller.abort(); // an error event or a bad chunk: let go of the rest of the stream
+        finishTurn(turn, 'error', e.message || String(e));
+      }
     }
     $('prompt').focus();
   }
