@@ -10,6 +10,7 @@ const CHROMIUM = process.env.UVLM_CHROMIUM || "/usr/bin/chromium";
 const out = { console: [], pageErrors: [] };
 const lastTurn = ".turn:last-of-type";
 
+// --no-sandbox: Chromium's sandbox refuses to start as root, which CI runs as
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
 try {
   // tall enough for the screenshot to hold the whole conversation of the "open" run
