@@ -77,13 +77,35 @@ int router_authorized(const struct router *r, const struct http_request *req) {
     return ok;
 }
 
+/* The origin itself, or "scheme://host:*": that scheme and host on any port, or on none. */
+static int origin_matches(const char *pattern, const char *origin) {
+    size_t n = strlen(pattern);
+    if (n < 2 || strcmp(pattern + n - 2, ":*")) return !strcmp(pattern, origin);
+    if (strncmp(pattern, origin, n - 2)) return 0;
+    const char *port = origin + n - 2;
+    if (!*port) return 1;
+    if (*port++ != ':') return 0; /* "http://localhost.evil.example" is another host */
+    size_t digits = strspn(port, "0123456789");
+    return digits >= 1 && digits <= 5 && !port[digits];
+}
+
+/* The `localhost` keyword: pages served from this machine, on any port. */
+static const char *const loopback_origins[] = {"http://localhost:*",  "http://127.0.0.1:*",  "http://[::1]:*",
+                                               "https://localhost:*", "https://127.0.0.1:*", "https://[::1]:*"};
+
 /* Access-Control-Allow-Origin for the request's Origin, or NULL when CORS does not allow it. */
 static const char *cors_allowed_origin(const struct router *r, const struct http_request *req) {
     const char *origin = http_header(req, "Origin");
     if (!r->cors_origins || !origin) return NULL;
     for (int i = 0; i < r->cors_origins->n; i++) {
-        if (!strcmp(r->cors_origins->v[i], "*")) return "*";
-        if (!strcmp(r->cors_origins->v[i], origin)) return origin;
+        const char *allowed = r->cors_origins->v[i];
+        if (!strcmp(allowed, "*")) return "*";
+        if (!strcmp(allowed, "localhost")) {
+            for (size_t j = 0; j < sizeof loopback_origins / sizeof *loopback_origins; j++)
+                if (origin_matches(loopback_origins[j], origin)) return origin;
+        } else if (origin_matches(allowed, origin)) {
+            return origin;
+        }
     }
     return NULL;
 }
@@ -119,7 +141,7 @@ void router_dispatch(const struct router *r, struct http_request *req) {
                                 asked ? asked : "Authorization, Content-Type, X-Api-Key");
                 http_add_header(req, "Access-Control-Max-Age", "86400");
             }
-            http_respond(req, 204, NULL, "", 0);
+            http_respond(req, 200, "text/plain", "", 0);
             return;
         }
         char msg[160];

@@ -2,8 +2,11 @@
  *
  * router_dispatch() decides, in this order, for a complete request:
  *   1. CORS: when --cors-origin allows the request's Origin, Access-Control-Allow-Origin (and
- *      Vary: Origin) go on every response; OPTIONS on a known path is a preflight: 204 with
- *      Allow and the Access-Control-Allow-* headers (no API key needed).
+ *      Vary: Origin) go on every response; OPTIONS on a known path is a preflight: 200 with
+ *      Allow and the Access-Control-Allow-* headers (no API key needed). An entry of the list is
+ *      an origin ("http://app.example"), one on any port ("http://app.example:*"), "*" (any
+ *      origin), or "localhost": http(s) on localhost, 127.0.0.1 or [::1], any port (the default:
+ *      a web app on this machine works, a page from elsewhere cannot read the answers).
  *   2. 404 when no route has the path; 405 with an Allow header when none has the method.
  *   3. 401 when API keys are configured, the route is not ROUTE_PUBLIC, and neither
  *      "Authorization: Bearer KEY" nor "X-Api-Key: KEY" carries one of them (keys are compared

@@ -4,6 +4,7 @@
  * runs on the loop and its compute thread. */
 #include "api/router.h"
 #include "api/serving.h"
+#include "api/webui.h"
 #include "cmd/cmd.h"
 #include "common/config.h"
 #include "common/err.h"
@@ -23,6 +24,7 @@ static void serve_request(struct http_request *req, void *router) {
 
 static int add_routes(struct router *r, struct app *app, struct serving *srv, struct engine_driver *drv) {
     int rc = serving_routes_add(r, srv); /* /health and every model endpoint */
+    if (!rc && !app->cfg->no_webui) rc = webui_routes_add(r); /* the chat page at GET / */
     if (!rc && app->cfg->debug_endpoints) rc = engine_driver_routes_add(drv, r);
     if (!rc && app->cfg->debug_endpoints) rc = debug_routes_add(app, r);
     return rc;

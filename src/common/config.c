@@ -70,8 +70,12 @@ const struct config_setting config_settings[] = {
     {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
      "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
      "for several; /health never needs it"},
-    {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
-     "allowed browser origins for CORS (* for any); empty: no CORS headers"},
+    {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "localhost", 0, 0, NULL,
+     "browser origins whose pages may read the answers (CORS): origins (http://app.example, "
+     "http://app.example:* for any port), localhost (http(s) on localhost, 127.0.0.1, [::1], any "
+     "port), * (any page of any site); empty: no CORS headers"},
+    {"no-webui", 0, CONFIG_BOOL, F(no_webui), "false", 0, 0, NULL,
+     "serve no chat page: GET / (and its /webui.js, /webui.css) answer 404"},
     {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
      "largest request body accepted (413 above)"},
     {"max-header-bytes", 0, CONFIG_SIZE, F(max_header_bytes), "16k", 256, 16 * MiB, NULL,

@@ -60,6 +60,7 @@ struct config {
     /* security */
     struct config_list api_key;
     struct config_list cors_origin;
+    bool no_webui;              /* no chat page at GET / */
     /* limits and timeouts */
     long long max_body;         /* bytes */
     long long max_header_bytes; /* bytes, request line + headers */

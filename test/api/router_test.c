@@ -172,7 +172,8 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     fake_http_header(&f, "Origin", "https://app.example");
     fake_http_header(&f, "Access-Control-Request-Headers", "Authorization");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(f.status, 204);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, OPTIONS");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Headers"), "Authorization");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Max-Age"), "86400");
@@ -181,12 +182,63 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     fake_http_init(&f, "OPTIONS", "/v1/x", NULL); /* an origin CORS does not allow: Allow only */
     fake_http_header(&f, "Origin", "https://evil.example");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(f.status, 204);
+    CHECK_EQ_INT(f.status, 200);
     CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
     CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL);
     CHECK(fake_http_out(&f, "Access-Control-Allow-Methods") == NULL);
     CHECK_EQ_INT(handled, 2);
     fake_http_free(&f);
+}
+
+/* The Access-Control-Allow-Origin a GET with this Origin gets from a router with these CORS entries
+ * (NULL: none). */
+static const char *cors_answer(const struct config_list *origins, const char *origin, char *out, size_t cap) {
+    struct router r;
+    router_init(&r, NULL, origins);
+    router_add(&r, "GET", "/health", text_handle, "healthy", ROUTE_PUBLIC);
+    struct fake_http f;
+    fake_http_init(&f, "GET", "/health", NULL);
+    fake_http_header(&f, "Origin", origin);
+    router_dispatch(&r, &f.req);
+    const char *v = fake_http_out(&f, "Access-Control-Allow-Origin");
+    if (v) snprintf(out, cap, "%s", v);
+    fake_http_free(&f);
+    return v ? out : NULL;
+}
+
+/* "localhost": http(s) pages on a loopback host, any port, echoed; nothing else. "host:*": any port
+ * of that scheme and host, never a longer host name; an origin: only itself. */
+TEST(router_cors_localhost_keyword_and_port_patterns) {
+    char buf[128];
+    const struct config_list local = {1, {"localhost"}};
+    static const char *const yes[] = {"http://localhost", "http://localhost:5173", "http://127.0.0.1:8080",
+                                      "http://[::1]:3000", "https://localhost:8443", "http://127.0.0.1"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        const char *got = cors_answer(&local, yes[i], buf, sizeof buf);
+        CHECK(got != NULL);
+        if (got) CHECK_EQ_STR(got, yes[i]);
+    }
+    static const char *const no[] = {"http://localhost.evil.example", "http://127.0.0.10:80", "http://evil.example",
+                                     "http://localhost:", "http://localhost:80x", "http://localhost:123456",
+                                     "null", "ftp://localhost", "http://127.0.0.1.nip.io:8080", "http://[::2]:80",
+                                     "http://evil.example/http://localhost"};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) CHECK(cors_answer(&local, no[i], buf, sizeof buf) == NULL);
+
+    const struct config_list listed = {2, {"https://app.example:*", "http://exact.example"}};
+    CHECK(cors_answer(&listed, "https://app.example:4000", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "https://app.example", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "http://app.example:4000", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "https://app.example.evil:4000", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "http://exact.example", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "http://exact.example:81", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "http://localhost:3000", buf, sizeof buf) == NULL); /* narrowed: no keyword */
+
+    const struct config_list none = {0, {NULL}};
+    CHECK(cors_answer(&none, "http://localhost:3000", buf, sizeof buf) == NULL);
+    const struct config_list any = {1, {"*"}};
+    const char *got = cors_answer(&any, "https://anything.example", buf, sizeof buf);
+    CHECK(got != NULL);
+    if (got) CHECK_EQ_STR(got, "*");
 }
 
 TEST(router_errors_take_the_shape_of_the_route_api) {
