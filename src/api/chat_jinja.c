@@ -19,6 +19,7 @@ struct chat_jinja {
     bool strip_bos, strip_eos;
     bool system_role;       /* the template has a place for a system message */
     bool object_arguments;  /* the template wants tool-call arguments as objects */
+    bool keeps_reasoning;   /* it can show earlier turns' reasoning: preserve_reasoning is on */
     bool harmony;           /* gpt-oss channels: knows "developer", reads "thinking" */
     bool content_blocks;    /* Ministral 3: system and assistant content as typed blocks */
 };
@@ -326,8 +327,20 @@ static void date_vars(json_t *ctx, int64_t now) {
     json_object_set_new(ctx, "date_string", json_string(buf));
 }
 
+/* The variables templates read to keep the reasoning of earlier assistant turns in the prompt
+ * (each family names it its own way); set unless chat_template_kwargs says otherwise, as the
+ * reference server does for a template that can keep it: the prompt of a conversation then
+ * grows by appending, so the cached prefix of the previous turn stays valid. */
+static void set_preserve_reasoning(json_t *ctx) {
+    json_object_set_new(ctx, "preserve_reasoning", json_true());
+    json_object_set_new(ctx, "preserve_thinking", json_true());
+    json_object_set_new(ctx, "clear_thinking", json_false());
+    json_object_set_new(ctx, "drop_thinking", json_false());
+}
+
 /* Renders a probe conversation (JSON text) with empty BOS/EOS; the output or NULL if it failed. */
-static char *probe(const struct chat_jinja *cj, const char *messages_json, const char *tools_json) {
+static char *probe(const struct chat_jinja *cj, const char *messages_json, const char *tools_json,
+                   bool preserve) {
     json_t *ctx = json_object();
     json_t *msgs = json_loads(messages_json, 0, NULL), *tools = tools_json ? json_loads(tools_json, 0, NULL) : NULL;
     char *out = NULL;
@@ -338,6 +351,10 @@ static char *probe(const struct chat_jinja *cj, const char *messages_json, const
         json_object_set_new(ctx, "bos_token", json_string(""));
         json_object_set_new(ctx, "eos_token", json_string(""));
         json_object_set_new(ctx, "add_generation_prompt", json_true());
+        if (preserve) {
+            set_preserve_reasoning(ctx);
+            json_object_set_new(ctx, "enable_thinking", json_true());
+        }
         if (render(cj, ctx, &out, &len, (int64_t)time(NULL), NULL, 0) < 0) out = NULL;
     }
     json_decref(msgs);
@@ -355,7 +372,7 @@ static char *render_tool_call(const struct chat_jinja *cj, const char *arguments
              " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\","
              " \"function\": {\"name\": \"ipython\", \"arguments\": %s}, \"id\": \"call_1___\"}]}]",
              arguments_json);
-    return probe(cj, msgs, NULL);
+    return probe(cj, msgs, NULL, false);
 }
 
 /* The template wants arguments as objects when, given the JSON text, it does not print that
@@ -376,10 +393,18 @@ static void learn_caps(struct chat_jinja *cj) {
     char *out = probe(cj,
                       "[{\"role\": \"system\", \"content\": \"System message\"},"
                       " {\"role\": \"user\", \"content\": \"User message\"}]",
-                      "[]");
+                      "[]", false);
     cj->system_role = out && strstr(out, "System message");
     free(out);
     cj->object_arguments = wants_object_arguments(cj);
+    out = probe(cj,
+                "[{\"role\": \"user\", \"content\": \"User message\"},"
+                " {\"role\": \"assistant\", \"content\": \"Assistant message\","
+                " \"reasoning_content\": \"Reasoning content\"},"
+                " {\"role\": \"user\", \"content\": \"User message\"}]",
+                "[]", true);
+    cj->keeps_reasoning = out && strstr(out, "Reasoning content");
+    free(out);
 }
 
 int chat_jinja_create(const char *text, size_t len, const char *bos, const char *eos, bool strip_bos,
@@ -459,6 +484,7 @@ int chat_jinja_apply(const struct chat_jinja *cj, const struct chat_jinja_input 
         json_object_set_new(ctx, "enable_thinking", json_true());
         if (tools) json_object_set_new(ctx, "tools", tools), tools = NULL;
         date_vars(ctx, in->now);
+        if (cj->keeps_reasoning) set_preserve_reasoning(ctx);
         if (json_is_object(in->kwargs)) json_object_update(ctx, (json_t *)in->kwargs);
         if (add_gen) json_object_set_new(ctx, "add_generation_prompt", json_true());
         rc = render(cj, ctx, prompt, len, in->now, why, why_cap);
