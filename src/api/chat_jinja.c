@@ -457,25 +457,9 @@ int chat_jinja_apply(const struct chat_jinja *cj, const struct chat_jinja_input 
     *prompt = NULL;
     *len = 0;
     if (!json_is_array(in->messages)) return fail(-ERR_INVAL, why, why_cap, "messages: expected an array");
-    size_t n = json_array_size(in->messages);
-    bool add_gen = in->add_generation_prompt;
-    const json_t *last = n ? json_array_get(in->messages, n - 1) : NULL;
-    json_t *prefill = NULL;
-    if (in->continue_final) {
-        const char *role = json_string_value(json_object_get(last, "role"));
-        if (!role || strcmp(role, "assistant") != 0)
-            return fail(-ERR_INVAL, why, why_cap, "continue_final_message: the last message is not the assistant's");
-        const char *prev = n > 1 ? json_string_value(json_object_get(json_array_get(in->messages, n - 2), "role")) : NULL;
-        if (prev && !strcmp(prev, "assistant"))
-            return fail(-ERR_INVAL, why, why_cap, "continue_final_message: two assistant messages end the conversation");
-        int rc = content_string(json_object_get(last, "content"), n - 1, &prefill, why, why_cap);
-        if (rc < 0) return rc;
-        n--;
-        add_gen = true;
-    }
     json_t *messages = NULL, *tools = NULL, *ctx = json_object();
     int rc = ctx ? 0 : fail(-ERR_NOMEM, why, why_cap, "out of memory");
-    if (rc == 0) rc = norm_messages(cj, in->messages, n, &messages, why, why_cap);
+    if (rc == 0) rc = norm_messages(cj, in->messages, json_array_size(in->messages), &messages, why, why_cap);
     if (rc == 0) rc = norm_tools(in->tools, &tools, why, why_cap);
     if (rc == 0) {
         json_object_set_new(ctx, "messages", messages), messages = NULL;
@@ -486,16 +470,13 @@ int chat_jinja_apply(const struct chat_jinja *cj, const struct chat_jinja_input 
         date_vars(ctx, in->now);
         if (cj->keeps_reasoning) set_preserve_reasoning(ctx);
         if (json_is_object(in->kwargs)) json_object_update(ctx, (json_t *)in->kwargs);
-        if (add_gen) json_object_set_new(ctx, "add_generation_prompt", json_true());
+        if (in->add_generation_prompt) json_object_set_new(ctx, "add_generation_prompt", json_true());
         rc = render(cj, ctx, prompt, len, in->now, why, why_cap);
     }
     json_decref(messages);
     json_decref(tools);
     json_decref(ctx);
-    if (rc < 0) {
-        json_decref(prefill);
-        return rc;
-    }
+    if (rc < 0) return rc;
     char *p = *prompt;
     size_t bl = strlen(cj->bos), el = strlen(cj->eos);
     if (cj->strip_bos && bl && *len >= bl && !memcmp(p, cj->bos, bl)) {
@@ -505,20 +486,6 @@ int chat_jinja_apply(const struct chat_jinja *cj, const struct chat_jinja_input 
     if (cj->strip_eos && el && *len >= el && !memcmp(p + *len - el, cj->eos, el)) {
         *len -= el;
         p[*len] = '\0';
-    }
-    if (prefill) {
-        size_t pl = json_string_length(prefill);
-        char *grown = realloc(p, *len + pl + 1);
-        if (!grown) {
-            free(p);
-            *prompt = NULL;
-            json_decref(prefill);
-            return fail(-ERR_NOMEM, why, why_cap, "out of memory");
-        }
-        memcpy(grown + *len, json_string_value(prefill), pl + 1);
-        *len += pl;
-        *prompt = grown;
-        json_decref(prefill);
     }
     return 0;
 }

@@ -23,10 +23,8 @@
  * A leading BOS text is cut from the result when the tokenizer adds BOS itself (and a trailing
  * EOS text when it adds EOS), so the prompt does not carry it twice.
  *
- * Continuing the assistant (prefill): when the last message is the assistant's and the caller
- * asks to continue it, the conversation before it is rendered with the generation prompt and the
- * message's text is appended as is, so the model goes on with that text instead of starting a
- * new turn.
+ * Continuing the assistant's last message (prefill) is chat_prompt.h's: it renders the
+ * messages before it here and appends its text.
  *
  *   struct chat_jinja *cj;
  *   if (chat_jinja_create(text, len, "<s>", "</s>", true, false, &cj, why, sizeof why) < 0)
@@ -64,12 +62,12 @@ struct chat_jinja_input {
     const struct json_t *tools;     /* array of OpenAI tools, or NULL / null / [] for none */
     const struct json_t *kwargs;    /* chat_template_kwargs: an object, or NULL */
     bool add_generation_prompt;
-    bool continue_final;            /* the last message is the assistant's: continue it */
     int64_t now;                    /* seconds since the epoch, for the date variables */
 };
 
 /* Renders into *prompt (malloc'd, NUL-terminated, *len bytes; the caller frees it). 0, or
  * -ERR_INVAL (bad messages or tools, the template raised or failed: why says which),
+ * -ERR_UNSUPPORTED (a content part that is not text),
  * -ERR_TOOBIG (the template ran past its limits), -ERR_NOMEM. */
 int chat_jinja_apply(const struct chat_jinja *cj, const struct chat_jinja_input *in, char **prompt,
                      size_t *len, char *why, size_t why_cap);
