@@ -1726,7 +1726,7 @@ static struct jv f_round(struct jrender *r, struct jv v, const struct jargs *a, 
     double f = as_f(v), m = pow(10.0, (double)prec);
     if (method && method->t == JT_STR && method->n == 4 && !memcmp(method->u.s, "ceil", 4)) return jv_float(ceil(f * m) / m);
     if (method && method->t == JT_STR && method->n == 5 && !memcmp(method->u.s, "floor", 5)) return jv_float(floor(f * m) / m);
-    return jv_float(round(f * m) / m);
+    return jv_float(nearbyint(f * m) / m); /* halves to even, as Python's round */
 }
 static struct jv f_safe(struct jrender *r, struct jv v, const struct jargs *a, const struct jnode *at) {
     (void)r; (void)a; (void)at;
