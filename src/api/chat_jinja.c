@@ -309,11 +309,22 @@ static int norm_tools(const json_t *tools, json_t **out, char *why, size_t why_c
 
 /* --- rendering ----------------------------------------------------------------------------- */
 
-static int render(const struct chat_jinja *cj, json_t *ctx, char **out, size_t *len, int64_t now, char *why,
-                  size_t why_cap) {
+/* A chat render takes some thousands of steps per conversation of hundreds of messages; a probe
+ * at load a few hundred. The limits end a runaway template long before it stalls the server. */
+#define RENDER_STEPS 5000000
+#define PROBE_STEPS 200000
+
+static int render_steps(const struct chat_jinja *cj, json_t *ctx, char **out, size_t *len, int64_t now,
+                        uint64_t steps, char *why, size_t why_cap) {
     struct jinja_render_opts o = JINJA_RENDER_OPTS_DEFAULT;
     o.now = now;
+    o.limits.max_steps = steps;
     return jinja_render(cj->t, ctx, &o, out, len, why, why_cap);
+}
+
+static int render(const struct chat_jinja *cj, json_t *ctx, char **out, size_t *len, int64_t now, char *why,
+                  size_t why_cap) {
+    return render_steps(cj, ctx, out, len, now, RENDER_STEPS, why, why_cap);
 }
 
 static void date_vars(json_t *ctx, int64_t now) {
@@ -355,7 +366,7 @@ static char *probe(const struct chat_jinja *cj, const char *messages_json, const
             set_preserve_reasoning(ctx);
             json_object_set_new(ctx, "enable_thinking", json_true());
         }
-        if (render(cj, ctx, &out, &len, (int64_t)time(NULL), NULL, 0) < 0) out = NULL;
+        if (render_steps(cj, ctx, &out, &len, (int64_t)time(NULL), PROBE_STEPS, NULL, 0) < 0) out = NULL;
     }
     json_decref(msgs);
     json_decref(tools);

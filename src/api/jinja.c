@@ -412,9 +412,11 @@ static size_t slice_indices(struct jrender *r, int64_t n, const struct jv *start
         if (hi < -1) hi = -1;
     }
     #undef BOUND
+    /* counted in unsigned arithmetic: a step near INT64_MAX must not overflow */
+    uint64_t ust = st > 0 ? (uint64_t)st : (uint64_t)0 - (uint64_t)st;
     size_t cnt = 0;
-    if (st > 0 && hi > lo) cnt = (size_t)((hi - lo + st - 1) / st);
-    if (st < 0 && lo > hi) cnt = (size_t)((lo - hi + (-st) - 1) / (-st));
+    if (st > 0 && hi > lo) cnt = (size_t)(((uint64_t)(hi - lo) - 1) / ust + 1);
+    if (st < 0 && lo > hi) cnt = (size_t)(((uint64_t)(lo - hi) - 1) / ust + 1);
     int64_t *idx = ja_alloc(&r->a, sizeof *idx * (cnt ? cnt : 1));
     for (size_t k = 0; k < cnt; k++) idx[k] = lo + (int64_t)k * st;
     *out = idx;
@@ -1138,7 +1140,9 @@ static struct jv m_format(struct jrender *r, struct jv self, const struct jargs 
             v = auto_idx < npos ? &a->v[auto_idx] : NULL;
             auto_idx++;
         } else if (isdigit((unsigned char)self.u.s[i + 1])) {
-            uint32_t k = (uint32_t)atoi(self.u.s + i + 1);
+            uint64_t k = 0;
+            for (uint32_t d = i + 1; d < fe && isdigit((unsigned char)self.u.s[d]) && k < UINT32_MAX; d++)
+                k = k * 10 + (uint64_t)(self.u.s[d] - '0');
             v = k < npos ? &a->v[k] : NULL;
         } else {
             for (uint32_t k = 0; k < a->nkw; k++)
@@ -1913,8 +1917,8 @@ int jinja_parse(const char *text, size_t len, struct jinja_template **out, char 
         copy_why(why, why_cap, "out of memory");
         return -ERR_NOMEM;
     }
-    /* the tree costs a few dozen bytes per byte of text at most */
-    ja_init(&t->arena, (len + 4096) * 64, fail);
+    /* the tree costs some tens of bytes per byte of text ("{{1}}" repeated: about 80) */
+    ja_init(&t->arena, (len + 65536) * 256, fail);
     if (setjmp(fail->jb)) {
         copy_why(why, why_cap, fail->msg);
         int code = fail->code;
