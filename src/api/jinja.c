@@ -32,6 +32,7 @@ struct jrender {
     struct jscope *root;        /* the template's globals and top-level sets */
     uint64_t steps;
     int call_depth;
+    int depth;                  /* eval and exec frames on the C stack */
     int loop_ctl;               /* 1 break, 2 continue: unwinding to the innermost loop */
     struct jv block_text;       /* the text a set or filter block's filters apply to */
     struct jv pending_caller;   /* a call block's body, for the macro it calls */
@@ -701,7 +702,30 @@ static struct jv lookup(struct jrender *r, struct jscope *s, const char *name) {
     return jv_undef();
 }
 
+/* Nested evaluations and statements (each a few C stack frames): a tree this deep (a chain of
+ * thousands of operators, of elifs, or macro calls nesting deep bodies) ends the render instead
+ * of the stack. */
+#define MAX_EVAL_DEPTH 3000
+
+static struct jv eval_node(struct jrender *r, struct jscope *s, const struct jnode *n);
+static void exec_node(struct jrender *r, struct jscope *s, const struct jnode *n);
+
 static struct jv eval(struct jrender *r, struct jscope *s, const struct jnode *n) {
+    if (++r->depth > MAX_EVAL_DEPTH)
+        jfail(&r->fail, -ERR_TOOBIG, "line %d: template nested deeper than %d", jinja_line(r->t, n->pos), MAX_EVAL_DEPTH);
+    struct jv v = eval_node(r, s, n);
+    r->depth--;
+    return v;
+}
+
+static void exec(struct jrender *r, struct jscope *s, const struct jnode *n) {
+    if (++r->depth > MAX_EVAL_DEPTH)
+        jfail(&r->fail, -ERR_TOOBIG, "line %d: template nested deeper than %d", jinja_line(r->t, n->pos), MAX_EVAL_DEPTH);
+    exec_node(r, s, n);
+    r->depth--;
+}
+
+static struct jv eval_node(struct jrender *r, struct jscope *s, const struct jnode *n) {
     switch (n->kind) {
     case JN_LIT: return n->lit;
     case JN_NAME: return lookup(r, s, n->name);
@@ -866,7 +890,7 @@ static void exec_for(struct jrender *r, struct jscope *s, const struct jnode *f)
     if (len == 0 && f->c) exec(r, s, f->c);
 }
 
-static void exec(struct jrender *r, struct jscope *s, const struct jnode *n) {
+static void exec_node(struct jrender *r, struct jscope *s, const struct jnode *n) {
     step(r);
     switch (n->kind) {
     case JN_BODY:

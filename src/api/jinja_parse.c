@@ -860,6 +860,7 @@ static struct jnode *parse_for(struct parser *P, uint32_t pos) {
 
 /* {% if %} after "if" or "elif". */
 static struct jnode *parse_if(struct parser *P, uint32_t pos) {
+    enter(P); /* each elif nests one level deeper */
     struct jnode *n = node(P, JN_IF, pos);
     n->a = parse_expr(P, true);
     expect_stmt_close(P);
@@ -876,6 +877,7 @@ static struct jnode *parse_if(struct parser *P, uint32_t pos) {
     } else {
         expect_stmt_close(P);
     }
+    P->depth--;
     return n;
 }
 

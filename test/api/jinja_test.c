@@ -330,6 +330,21 @@ TEST(jinja_limits_end_runaway_templates) {
     for (int i = 0; i < 1000; i++) deep[n++] = ')';
     n += (size_t)snprintf(deep + n, sizeof deep - n, " }}");
     CHECK_EQ_INT(render_full(deep, NULL, NULL, &out), -ERR_FORMAT);
+    /* long chains build deep trees without nesting: rendering them stops, not the stack */
+    static char chain[200000];
+    n = (size_t)snprintf(chain, sizeof chain, "{{ 1");
+    for (int i = 0; i < 20000; i++) n += (size_t)snprintf(chain + n, sizeof chain - n, " + 1");
+    snprintf(chain + n, sizeof chain - n, " }}");
+    CHECK_EQ_INT(render_full(chain, NULL, NULL, &out), -ERR_TOOBIG);
+    n = (size_t)snprintf(chain, sizeof chain, "%s", "{% if false %}");
+    for (int i = 0; i < 5000; i++) n += (size_t)snprintf(chain + n, sizeof chain - n, "%s", "{% elif false %}");
+    snprintf(chain + n, sizeof chain - n, "%s", "{% endif %}");
+    CHECK_EQ_INT(render_full(chain, NULL, NULL, &out), -ERR_FORMAT);
+    n = (size_t)snprintf(chain, sizeof chain, "%s", "{% if false %}");
+    for (int i = 0; i < 100; i++) n += (size_t)snprintf(chain + n, sizeof chain - n, "%s", "{% elif false %}");
+    snprintf(chain + n, sizeof chain - n, "%s", "{% else %}ok{% endif %}");
+    CHECK_EQ_INT(render_full(chain, NULL, NULL, &out), 0);
+    CHECK_EQ_STR(out, "ok");
 }
 
 TEST(jinja_context_values_keep_json_types) {
