@@ -3,8 +3,10 @@
  *
  * At load, chat_jinja_create parses the template and learns what it can take (as the reference
  * does, by rendering probe conversations): whether it has a place for a system message
- * (otherwise the system text is merged into the next message, joined with "\n"), and whether it
- * wants tool-call arguments as objects (then a call's JSON-string arguments are parsed). A
+ * (otherwise the system text is merged into the next message, joined with "\n"), whether it
+ * wants tool-call arguments as objects (then a call's JSON-string arguments are parsed), and
+ * whether it can keep earlier turns' reasoning. It also applies the reference's fixes to two
+ * known templates (a condition in gpt-oss's and in Mistral's tool-calling templates). A
  * template that does not parse is refused here: the caller falls back to the native family
  * (chat_template.h) with a warning.
  *
@@ -12,13 +14,18 @@
  *   messages      each {role, content, [reasoning_content], [name], [tool_call_id], [tool_calls]}
  *                 in that key order: content a string ("" when null; text parts joined with "\n"),
  *                 tool_calls [{type: "function", function: {name, arguments}, [id]}]; role
- *                 "developer" reads as "system" (except in Harmony templates, which know it)
+ *                 "developer" reads as "system" (except in Harmony templates, which know it);
+ *                 Ministral 3 templates read system and assistant content as typed blocks
+ *                 ([{type: "thinking"}], [{type: "text"}]), as the reference gives it them
  *   tools         [{type: "function", function: {name, description, parameters}}], only when the
  *                 request has at least one tool
  *   add_generation_prompt  true, or undefined when false
  *   bos_token, eos_token   the model's BOS and EOS text
  *   enable_thinking        true
  *   datetime, date_string  the day ("Nov 26 2026", "26 Nov 2026"); strftime_now(fmt) too
+ *   preserve_reasoning, preserve_thinking (true), clear_thinking, drop_thinking (false): when the
+ *                 template can show earlier turns' reasoning (the probe at load), it is asked to,
+ *                 as the reference does by default: the prompt of a conversation then only grows
  *   and every member of chat_template_kwargs (which may override the above).
  * A leading BOS text is cut from the result when the tokenizer adds BOS itself (and a trailing
  * EOS text when it adds EOS), so the prompt does not carry it twice.

@@ -336,8 +336,7 @@ static struct jv apply_filter(struct jrender *r, const char *name, struct jv v, 
 
 /* --- attribute and item access ------------------------------------------------------------- */
 
-typedef struct jv (*method_fn)(struct jrender *r, struct jv self, const struct jargs *a);
-
+/* A named builtin: a method of strings, lists or dicts (bound to its object), or a global. */
 struct method {
     const char *name;
     jbuiltin_fn fn;
@@ -1037,8 +1036,6 @@ static const struct method global_funcs[] = {
 };
 
 /* --- string methods ------------------------------------------------------------------------ */
-
-#define SELF_STR(what) if (self.t != JT_STR) rfail(r, NULL, what ": not a string")
 
 static struct jv m_strip(struct jrender *r, struct jv self, const struct jargs *a) {
     (void)r;
