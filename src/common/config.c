@@ -63,7 +63,10 @@ const struct config_setting config_settings[] = {
     {"stall-timeout", 0, CONFIG_MS, F(stall_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,
-     "force a chat template family (chatml, llama3, mistral-v7, gemma, ...); empty: detect"},
+     "format chats with this native family (chatml, llama3, mistral-v7, gemma, ...) instead of "
+     "running the model's template; empty: run the template"},
+    {"chat-template-file", 0, CONFIG_STR, F(chat_template_file), "", 0, 0, NULL,
+     "run this Jinja chat template instead of the model's own (tokenizer.chat_template)"},
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},

@@ -56,6 +56,7 @@ struct config {
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
     const char *chat_template;
+    const char *chat_template_file;
     bool allow_unknown_pretokenizer;
     /* security */
     struct config_list api_key;
