@@ -64,7 +64,7 @@ const struct config_setting config_settings[] = {
      "force a chat template family (chatml, llama3, mistral-v7, gemma, ...); empty: detect"},
     {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
      "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
-     "for several; /health never needs it"},
+     "for several; /health never needs it; an empty or blank value is refused"},
     {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
      "allowed browser origins for CORS (* for any); empty: no CORS headers"},
     {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
@@ -210,6 +210,7 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
         size_t idx = (size_t)(s - config_settings);
         if (st->list_src[idx] != src) l->n = 0; /* a higher source replaces the list */
         st->list_src[idx] = src;
+        int before = l->n;
         for (const char *p = v; *p;) {
             const char *comma = strchr(p, ',');
             size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -224,6 +225,13 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
                 if (!(l->v[l->n++] = own(cfg, p, len))) return -ERR_NOMEM;
             }
             p = comma ? comma + 1 : p + strlen(p);
+        }
+        /* an operator who names a key and gives only blanks meant one: refused, not read as no
+         * key (which would serve every client without one) */
+        if (src != SRC_DEFAULT && s->offset == F(api_key) && l->n == before) {
+            fail(msg, msglen, "%s: empty value for %s (a key is needed; to serve without one, leave %s unset)",
+                 source_names[src], s->name, s->name);
+            return -ERR_INVAL;
         }
         return 0;
     }
