@@ -80,7 +80,7 @@ const struct config_setting config_settings[] = {
     {"read-timeout", 0, CONFIG_MS, F(read_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "a request's headers and body must arrive within this (408 and close otherwise)"},
     {"drain-timeout", 0, CONFIG_MS, F(drain_timeout_ms), "30s", 0, 24 * HOUR_MS, NULL,
-     "on SIGTERM/SIGINT, let in-flight requests finish this long, then exit"},
+     "on SIGTERM/SIGINT/SIGHUP, let in-flight requests finish this long, then exit"},
     {"sse-queue-bytes", 0, CONFIG_SIZE, F(sse_queue_bytes), "1M", 1024, GiB, NULL,
      "bytes a stream may have waiting for a slow client before it is closed and cancelled"},
     {"sse-ping", 0, CONFIG_MS, F(sse_ping_ms), "15s", 10, 24 * HOUR_MS, NULL,

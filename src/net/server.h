@@ -15,10 +15,11 @@
  * Lifecycle: app_start() listens first, so /health answers 503 "loading" while the model
  * loads; app->load (the model loader hook, set before app_start) starts loading and calls
  * app_loaded() on the loop thread when it is done; with no loader the app is ready at once
- * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT starts a drain: the listener
+ * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT/SIGHUP starts a drain: the listener
  * closes, requests see req->draining (/health says "draining"), responses carry "Connection:
  * close", in-flight requests run until they finish or --drain-timeout passes (then they are
- * cancelled), and the loop runs out. A second signal cancels everything at once.
+ * cancelled), and the loop runs out. A second signal cancels everything at once. SIGUSR1 and
+ * SIGUSR2 are logged and ignored; SIGQUIT keeps its default action (exit with a core dump).
  *
  *   uv_loop_t loop; uv_loop_init(&loop);
  *   struct app app;
@@ -151,7 +152,8 @@ struct app {
     int n_stop_hooks;
 
     uv_tcp_t listener;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup; /* drain */
+    uv_signal_t sigusr1, sigusr2;        /* logged, ignored */
     uv_timer_t timer;        /* ready delay, then drain timeout */
     uv_prepare_t loop_probe; /* loop_stats */
     struct conn *conns;      /* every open connection (doubly linked) */
