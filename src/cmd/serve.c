@@ -26,6 +26,11 @@ static void serve_request(struct http_request *req, void *router) {
     router_dispatch(router, req);
 }
 
+/* ... and the head of each request with a body: refused (no key, no such route) before its body is read. */
+static bool serve_head(struct http_request *req, void *router) {
+    return router_refuse(router, req);
+}
+
 /* The model file must be a readable regular file: checked before listening, so that a wrong path
  * is a configuration error (status 2) at once, not a load failure later. O_NONBLOCK: opening a
  * FIFO must not wait for a writer. */
@@ -67,6 +72,7 @@ int cmd_serve(int argc, char **argv) {
     struct router router;
     router_init(&router, &cfg.api_key, &cfg.cors_origin);
     app.on_request = serve_request;
+    app.on_head = serve_head;
     app.request_data = &router;
     struct serving srv;
     serving_init(&srv, &cfg, &app.log);

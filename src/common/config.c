@@ -67,8 +67,9 @@ const struct config_setting config_settings[] = {
      "for several; /health never needs it; an empty or blank value is refused"},
     {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
      "allowed browser origins for CORS (* for any); empty: no CORS headers"},
-    {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
-     "largest request body accepted (413 above)"},
+    {"max-body", 0, CONFIG_SIZE, F(max_body), "4M", 1, GiB, NULL,
+     "largest request body accepted (413 above); 4M holds a chat request of a million characters, "
+     "and a client without the API key is refused before its body is read"},
     {"max-header-bytes", 0, CONFIG_SIZE, F(max_header_bytes), "16k", 256, 16 * MiB, NULL,
      "largest request line + headers accepted (431 above)"},
     {"max-headers", 0, CONFIG_INT, F(max_headers), "64", 1, 10000, NULL,

@@ -56,7 +56,8 @@ struct conn {
                                           * the client leaves); held_next alone: app->cancels_head's */
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
-    bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+    bool reading, rejected, keep_alive, chunked, in_process;
+    bool head_only;         /* a HEAD request: responses and streams send their head, no body */
     bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
     bool before_drain;      /* HELD when the drain began: served as if it had not (req.before_drain) */
     bool finishing;         /* in a finishing http_* call: a close there is its -ERR_CANCELLED, no abort */
@@ -367,31 +368,52 @@ static void request_finished(struct conn *c) {
     app_request_finished(c->app);
 }
 
-static void dispatch(struct conn *c) {
+/* The request (complete, or only its head) goes to a hook: HANDLING, with its responder. */
+static void request_begin(struct conn *c, bool counted) {
     struct app *app = c->app;
     struct http_request *req = &c->parse.req;
-    bool counted = c->state == C_HELD; /* in flight since it was held */
     c->state = C_HANDLING;
-    uv_timer_stop(&c->timer);
     c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
     req->before_drain = c->before_drain;
-    c->before_drain = false;
     c->chunked = llhttp_get_http_major(&c->parse.parser) == 1 && llhttp_get_http_minor(&c->parse.parser) >= 1;
+    c->head_only = !strcmp(req->method, "HEAD");
     c->cancel_cb = NULL;
     c->abort_cb = NULL;
     c->extra_len = 0;
     c->status = 0;
     c->bytes_out = 0;
-    c->continue_sent = false;
     req->remote = c->remote;
     req->draining = app->state == APP_DRAINING;
     req->resp = &conn_responder;
     req->resp_ctx = c;
     app->counters.requests_total++;
     if (!counted) app->counters.requests_inflight++;
+}
+
+static void dispatch(struct conn *c) {
+    struct app *app = c->app;
+    request_begin(c, c->state == C_HELD); /* a held request is in flight since it was held */
+    c->before_drain = false;
+    uv_timer_stop(&c->timer);
     app->loop_stats.requests_iter++;
     ASSERT(app->on_request); /* set before app_start (server.h) */
-    app->on_request(req, app->request_data);
+    app->on_request(&c->parse.req, app->request_data);
+}
+
+/* The head of a request with a body is complete: the head hook may refuse it before any body byte
+ * is read (no API key: 401, and the body costs nothing). Returns true when it was answered; the
+ * connection then closes after the answer (lingering discards the body). */
+static bool head_refused(struct conn *c) {
+    struct app *app = c->app;
+    if (!app->on_head) return false;
+    request_begin(c, false);
+    c->keep_alive = false; /* if answered: the unread body cannot be told from a next request */
+    if (app->on_head(&c->parse.req, app->request_data)) return true;
+    ASSERT(c->state == C_HANDLING && !c->cancel_cb); /* server.h: answered at once, or untouched */
+    c->state = C_READING; /* not a request yet: the body comes, the read timer runs on */
+    app->counters.requests_total--;
+    app->counters.requests_inflight--;
+    return false;
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -510,10 +532,15 @@ static void conn_process(struct conn *c) {
             c->start_ns = uv_hrtime();
             uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
         }
-        if (c->parse.expect_continue && !c->continue_sent && rc != HTTP_PARSE_DONE) {
-            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            c->continue_sent = true;
-            conn_write(c, cont, sizeof cont - 1, NULL);
+        if (rc == HTTP_PARSE_HEAD) {
+            if (head_refused(c)) break;
+            /* "100 Continue" only to a request the server will read, and only when the client
+             * waits for it (no body byte here yet) */
+            if (c->parse.expect_continue && c->in_len == 0) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (conn_write(c, cont, sizeof cont - 1, NULL)) break;
+            }
+            continue; /* the body: what is buffered now, or the next read */
         }
         if (rc == HTTP_PARSE_DONE) dispatch_or_hold(c);
     }
@@ -653,8 +680,7 @@ static int conn_respond(struct http_request *req, int status, const char *conten
     size_t hlen = format_head(c, head, sizeof head, status, content_type ? content_type : "application/json",
                               (long long)len);
     c->finishing = true;
-    int rc = strcmp(req->method, "HEAD") ? conn_write(c, head, hlen, body, len, NULL)
-                                          : conn_write(c, head, hlen, NULL);
+    int rc = c->head_only ? conn_write(c, head, hlen, NULL) : conn_write(c, head, hlen, body, len, NULL);
     c->finishing = false;
     if (rc) return finish_dead(c); /* the write closed the connection */
     request_finished(c);
@@ -677,6 +703,7 @@ static void conn_on_abort(struct http_request *req, http_cancel_cb cb) {
 static int sse_write(struct conn *c, const char *prefix, const char *data, size_t len) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return -ERR_CANCELLED;
     if (c->state != C_STREAMING) return -ERR_STATE;
+    if (c->head_only) return 0; /* HEAD: the stream's head went out, its events do not */
     size_t plen = strlen(prefix), frame = plen + len + 2;
     size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
@@ -724,7 +751,7 @@ static int conn_sse_end(struct http_request *req) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_STREAMING) return -ERR_STATE;
     c->finishing = true;
-    int rc = c->chunked ? conn_write(c, "0\r\n\r\n", (size_t)5, NULL) : 0;
+    int rc = c->chunked && !c->head_only ? conn_write(c, "0\r\n\r\n", (size_t)5, NULL) : 0;
     c->finishing = false;
     if (rc) return finish_dead(c); /* closed */
     request_finished(c);

@@ -55,6 +55,13 @@ const char *app_state_name(enum app_state s);
  * thread. cmd/serve.c sets the router (api/router.h) here. */
 typedef void (*app_request_fn)(struct http_request *req, void *data);
 
+/* Head hook (optional): the head of a request with a body is complete and none of the body has
+ * been read. Refuse it now (answer it through req->resp, e.g. 401 without an API key: the
+ * connection closes after the answer, the body unread) and return true; or return false without
+ * answering or keeping req: the body is read and the complete request goes to app->on_request.
+ * req->body is empty here. Called with app->request_data. cmd/serve.c sets router_refuse here. */
+typedef bool (*app_head_fn)(struct http_request *req, void *data);
+
 /* Model loader hook: start loading (e.g. uv_queue_work on app->loop) and call app_loaded() on
  * the loop thread when done. Return 0 if loading started, or a negative ERR_* code. */
 typedef int (*app_load_fn)(struct app *app, void *data);
@@ -140,7 +147,8 @@ struct app {
     struct log log;
     uv_loop_t *loop;
     app_request_fn on_request; /* set before app_start */
-    void *request_data;
+    app_head_fn on_head;       /* optional, set before app_start */
+    void *request_data;        /* given to both */
     struct http_parse_limits limits;
     enum app_state state;
     struct app_counters counters;

@@ -31,7 +31,7 @@ TEST(config_defaults_parse) {
     CHECK_EQ_INT(load(&cfg, NULL, msg, 0), 0);
     CHECK_EQ_STR(cfg.host, "127.0.0.1");
     CHECK_EQ_INT(cfg.port, 8080);
-    CHECK_EQ_INT(cfg.max_body, 16 << 20);
+    CHECK_EQ_INT(cfg.max_body, 4 << 20);
     CHECK_EQ_INT(cfg.idle_timeout_ms, 30000);
     CHECK_EQ_INT(cfg.api_key.n, 0);
     CHECK(!cfg.debug_endpoints);

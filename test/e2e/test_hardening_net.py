@@ -69,3 +69,132 @@ def test_sigusr1_and_sigusr2_are_ignored(start_server):
         srv.signal(sig)
         srv.wait_log(name + ": ignored")
     assert srv.json("GET", "/health") == (200, {"status": "ok"})
+
+
+# --- authentication before the body, 405 and HEAD, trailers, chunked framing ----------------------
+
+def read_response(s, timeout=5.0):
+    """One response (Content-Length framed) from a raw socket: (status, headers, body, raw head)."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    n = int(headers.get("content-length", 0))
+    while len(rest) < n:
+        b = s.recv(65536)
+        if not b:
+            break
+        rest += b
+    return int(lines[0].split()[1]), headers, rest[:n], head
+
+
+def test_request_without_key_is_refused_before_its_body(start_server):
+    srv = start_server("--api-key", "k", "--debug-endpoints")
+    # the head alone, with Expect: 100-continue: 401 at once, never "100 Continue"
+    s = srv.socket()
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\nExpect: 100-continue\r\n\r\n")
+    status, headers, body, head = read_response(s, timeout=3)
+    assert status == 401 and headers["www-authenticate"] == "Bearer" and headers["connection"] == "close", head
+    assert b"100 Continue" not in head
+    s.close()
+    # the head and a little of a large body, no Expect: 401 without waiting for the rest
+    s = srv.socket()
+    s.sendall(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n" + b"x" * 1000)
+    assert read_response(s, timeout=3)[0] == 401
+    s.close()
+    # with the key: 100 Continue, then the body is read and served
+    s = srv.socket()
+    s.sendall(b"POST /debug/echo HTTP/1.1\r\nHost: x\r\nX-Api-Key: k\r\nContent-Length: 4\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    s.sendall(b"body")
+    status, _, body, _ = read_response(s)
+    assert (status, body) == (200, b"body")
+    s.close()
+
+
+def test_bodies_without_key_cost_no_memory(start_server):
+    """Eight clients without the key each send all but the last byte of a 3 MiB body and wait:
+    none of it is kept while they hold their connections (each is answered 401 at its head)."""
+    srv = start_server("--api-key", "k")
+    before = rss_kib(srv.proc.pid)
+    body = b"{" + b" " * (3 << 20) + b"}"
+
+    def send(s):
+        try:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+                      + body[:-1])
+        except OSError:
+            pass  # answered 401 and closed: the rest of the body is not wanted
+
+    socks = [srv.socket(timeout=10) for _ in range(8)]
+    threads = [threading.Thread(target=send, args=(s,)) for s in socks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    time.sleep(0.3)
+    grown = rss_kib(srv.proc.pid) - before
+    statuses = []
+    for s in socks:
+        s.settimeout(3)
+        data = read_until_close(s)
+        statuses.append(int(data.split(b" ", 2)[1]) if data else None)
+        s.close()
+    assert grown < 8 * 1024, grown  # KiB; the eight bodies are 24 MiB
+    assert statuses == [401] * 8, statuses
+    assert srv.json("GET", "/health")[0] == 200
+
+
+def test_405_and_404_need_the_key_and_head_answers_like_get(start_server):
+    srv = start_server("--api-key", "k", "--debug-endpoints")
+    for method, path in (("GET", "/debug/echo"), ("DELETE", "/v1/models"), ("GET", "/no/such/path")):
+        status, headers, _ = srv.request(method, path)
+        assert status == 401 and "allow" not in headers, (method, path, status)
+    key = {"X-Api-Key": "k"}
+    assert srv.request("GET", "/debug/echo", headers=key)[0] == 405
+    assert srv.request("GET", "/no/such/path", headers=key)[0] == 404
+    # HEAD of a GET route: GET's status and headers, no body (the connection stays usable)
+    c = srv.conn()
+    for path, headers in (("/health", {}), ("/v1/models", key)):
+        c.request("GET", path, headers=headers)
+        got = c.getresponse()
+        body = got.read()
+        c.request("HEAD", path, headers=headers)
+        head = c.getresponse()
+        assert head.status == 200 and head.read() == b"", path
+        assert int(head.getheader("Content-Length")) == len(body), path
+        assert head.getheader("Content-Type") == got.getheader("Content-Type")
+    c.close()
+    raw = srv.raw(b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert raw.endswith(b"\r\n\r\n") and b" 200 " in raw.split(b"\r\n")[0], raw  # nothing after the head
+    status, _, _ = srv.request("HEAD", "/v1/models")
+    assert status == 401
+
+
+def test_api_key_in_a_trailer_authenticates_nothing(start_server):
+    srv = start_server("--api-key", "k")
+    for trailer in (b"X-Api-Key: k", b"Authorization: Bearer k"):
+        data = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                       b"Connection: close\r\n\r\n13\r\n{\"content\":\"hello\"}\r\n0\r\n" + trailer + b"\r\n\r\n")
+        assert parse_responses(data)[0][0] == 401, data
+    data = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nX-Api-Key: k\r\nTransfer-Encoding: chunked\r\n"
+                   b"Connection: close\r\n\r\n13\r\n{\"content\":\"hello\"}\r\n0\r\nX-Other: t\r\n\r\n")
+    assert parse_responses(data)[0][0] == 200, data
+
+
+def test_chunk_data_not_followed_by_crlf_is_400(start_server):
+    srv = start_server()
+    data = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"10\r\n{\"content\":\"ab\"}XY0\r\n\r\n")
+    status, headers, body = parse_responses(data)[0]
+    assert status == 400 and headers["connection"] == "close", data
+    data = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                   b"10\r\n{\"content\":\"ab\"}\r\n0\r\n\r\n")
+    assert parse_responses(data)[0][0] == 200, data
