@@ -13,6 +13,13 @@
  * While a request is HELD/HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
+ * Output: a client that sends requests without reading the answers (pipelining) must not make the
+ * server queue answers without bound. Between requests, while more than CONN_OUT_PAUSE_BYTES of
+ * answers wait in user space (the socket's kernel buffers are full), the next request is not
+ * parsed and reading stops, so TCP pushes back on the client; it resumes once the client has read
+ * them down to half of that. A connection so paused stays IDLE: --idle-timeout closes it if its
+ * client reads nothing more. Per connection that bounds the queue to the pause threshold plus
+ * one answer; an event stream is bounded by --sse-queue-bytes (closed beyond it).
  */
 #include "api/errors.h"
 #include "common/err.h"
@@ -27,6 +34,9 @@
 #define CONN_IN_BYTES 16384
 #define CONN_EXTRA_BYTES 2048
 #define LINGER_MS 2000
+/* Answers waiting in user space above which a connection parses no further request (see above):
+ * a few hundred small answers, and far more than the kernel's socket buffers take at once. */
+#define CONN_OUT_PAUSE_BYTES (64 * 1024)
 
 /* Most requests with model work (anything but GET, HEAD, OPTIONS: parsing a JSON body,
  * tokenizing, submitting) dispatched per loop iteration. When many arrive at once (a step's worth
@@ -58,6 +68,7 @@ struct conn {
     int handles_open;       /* tcp + timer, until both close callbacks ran */
     bool reading, rejected, keep_alive, chunked, in_process;
     bool head_only;         /* a HEAD request: responses and streams send their head, no body */
+    bool out_paused;        /* between requests, too many answers unread: not parsing, not reading */
     bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
     bool before_drain;      /* HELD when the drain began: served as if it had not (req.before_drain) */
     bool finishing;         /* in a finishing http_* call: a close there is its -ERR_CANCELLED, no abort */
@@ -240,11 +251,22 @@ static void conn_linger(struct conn *c) {
 
 /* --- writing -------------------------------------------------------------------------------- */
 
+static size_t out_queued(const struct conn *c) {
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
+}
+
 static void write_cb(uv_write_t *req, int status) {
     struct write_req *w = req->data;
     struct conn *c = w->req.handle->data;
     free(w);
     if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
+    if (c->out_paused && c->state == C_IDLE && out_queued(c) <= CONN_OUT_PAUSE_BYTES / 2) {
+        c->out_paused = false; /* the client reads again: its next requests */
+        struct app *app = c->app;
+        uint64_t t0 = app_work_begin(app);
+        conn_process(c);
+        app_work_end(app, APP_WORK_READ, t0);
+    }
 }
 
 /* Queue the concatenation of parts (pointer, length, ..., NULL). A write that cannot be queued
@@ -514,10 +536,16 @@ void conn_dispatch_budget_reset(struct app *app) {
     app->cancel_budget = CONN_CANCELS_PER_ITERATION;
 }
 
+/* Between requests with too many answers unread: the next request waits (see the top). */
+static bool out_pause(struct conn *c) {
+    if (c->state == C_IDLE && out_queued(c) > CONN_OUT_PAUSE_BYTES) c->out_paused = true;
+    return c->out_paused;
+}
+
 /* Parse what is buffered, dispatching complete requests one at a time. */
 static void conn_process(struct conn *c) {
     c->in_process = true;
-    while ((c->state == C_IDLE || c->state == C_READING) && c->in_len) {
+    while ((c->state == C_IDLE || c->state == C_READING) && c->in_len && !out_pause(c)) {
         size_t used;
         int rc = http_parse_feed(&c->parse, c->in, c->in_len, &used);
         memmove(c->in, c->in + used, c->in_len - used);
@@ -546,8 +574,9 @@ static void conn_process(struct conn *c) {
     }
     c->in_process = false;
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
-    /* Pause reading only when the buffer is full (a pipelining client racing ahead). */
-    bool want = c->in_len < sizeof c->in && !c->eof;
+    /* Pause reading when the buffer is full (a pipelining client racing ahead), or while the
+     * client leaves its answers unread. */
+    bool want = c->in_len < sizeof c->in && !c->eof && !out_pause(c);
     if (want && !c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (!want && c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = want;
@@ -705,7 +734,7 @@ static int sse_write(struct conn *c, const char *prefix, const char *data, size_
     if (c->state != C_STREAMING) return -ERR_STATE;
     if (c->head_only) return 0; /* HEAD: the stream's head went out, its events do not */
     size_t plen = strlen(prefix), frame = plen + len + 2;
-    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    size_t queued = out_queued(c);
     if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
         c->app->counters.backpressure_closes++;
         log_warn(&c->app->log, "%s: client reads too slowly (%zu bytes waiting): stream closed", c->remote, queued);

@@ -198,3 +198,43 @@ def test_chunk_data_not_followed_by_crlf_is_400(start_server):
     data = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
                    b"10\r\n{\"content\":\"ab\"}\r\n0\r\n\r\n")
     assert parse_responses(data)[0][0] == 200, data
+
+
+# --- queued output per connection -----------------------------------------------------------------
+
+def test_pipelined_requests_never_read_are_paused_not_buffered(start_server):
+    """A client pipelines 400,000 requests (401s: no key) and reads nothing: the server stops
+    reading it once its answers pile up, holds little memory, and serves everyone else; when the
+    client reads again, its requests are answered again."""
+    srv = start_server("--api-key", "k", "--debug-endpoints")
+    before = rss_kib(srv.proc.pid)
+    one = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    s = srv.socket(timeout=3)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sent, block = 0, one * 4000
+    try:
+        while sent < 400000:
+            s.sendall(block)
+            sent += 4000
+    except socket.timeout:
+        pass  # the server stopped reading: TCP pushes back
+    assert sent < 400000, "the server read all %d requests without their answers being read" % sent
+    grown = rss_kib(srv.proc.pid) - before
+    assert grown < 16 * 1024, grown  # KiB
+    t0 = time.monotonic()
+    assert srv.json("GET", "/health") == (200, {"status": "ok"})
+    assert time.monotonic() - t0 < 1.0
+    # reading resumes the answers: more arrive than the socket buffers held when it paused
+    s.settimeout(2)
+    got = 0
+    try:
+        while got < 20 << 20:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            got += len(b)
+    except socket.timeout:
+        pass
+    s.close()
+    assert got > 8 << 20, got  # answers to ~40,000 requests, far beyond any buffer
+    assert rss_kib(srv.proc.pid) - before < 16 * 1024
