@@ -73,6 +73,7 @@ int cmd_serve(int argc, char **argv) {
     router_init(&router, &cfg.api_key, &cfg.cors_origin);
     app.on_request = serve_request;
     app.on_head = serve_head;
+    app.health_path = "/health"; /* served beyond --max-connections too (a small reserve) */
     app.request_data = &router;
     struct serving srv;
     serving_init(&srv, &cfg, &app.log);

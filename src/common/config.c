@@ -75,9 +75,14 @@ const struct config_setting config_settings[] = {
     {"max-headers", 0, CONFIG_INT, F(max_headers), "64", 1, 10000, NULL,
      "most request headers accepted (431 above)"},
     {"max-connections", 0, CONFIG_INT, F(max_connections), "256", 1, 100000, NULL,
-     "most open client connections (503 and close above)"},
+     "most open client connections (above: 503 and close, but for a few more that serve only "
+     "GET /health, then close)"},
     {"idle-timeout", 0, CONFIG_MS, F(idle_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "close a keep-alive connection idle this long"},
+    {"header-timeout", 0, CONFIG_MS, F(header_timeout_ms), "10s", 10, 24 * HOUR_MS, NULL,
+     "a request's line and headers must arrive within this of its first byte, and a new "
+     "connection's first request within this of its opening (408 and close otherwise; a silent "
+     "connection is closed)"},
     {"read-timeout", 0, CONFIG_MS, F(read_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "a request's headers and body must arrive within this (408 and close otherwise)"},
     {"drain-timeout", 0, CONFIG_MS, F(drain_timeout_ms), "30s", 0, 24 * HOUR_MS, NULL,

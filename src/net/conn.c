@@ -53,6 +53,12 @@
  * connection is never closed under a request its client is sending at that moment: a client that
  * connected just before the listener closed, slower than the drain, gets an answer, not an EOF. */
 #define DRAIN_IDLE_MS 1000
+/* Beyond --max-connections, this many more connections are read, each for one request: GET or
+ * HEAD of app->health_path is served (then the connection closes), anything else gets 503. A
+ * flood of connections that holds every place (sending slowly, or nothing) leaves health checks
+ * answered. Their request head is due within RESERVE_HEAD_MS (a checker sends at once). */
+#define CONN_HEALTH_RESERVE 4
+#define RESERVE_HEAD_MS 1000
 
 enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
@@ -69,6 +75,8 @@ struct conn {
     bool reading, rejected, keep_alive, chunked, in_process;
     bool head_only;         /* a HEAD request: responses and streams send their head, no body */
     bool out_paused;        /* between requests, too many answers unread: not parsing, not reading */
+    bool reserve;           /* beyond --max-connections: one /health request (CONN_HEALTH_RESERVE) */
+    bool used;              /* a request has begun on it (its first head is no longer due from accept) */
     bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
     bool before_drain;      /* HELD when the drain began: served as if it had not (req.before_drain) */
     bool finishing;         /* in a finishing http_* call: a close there is its -ERR_CANCELLED, no abort */
@@ -86,7 +94,7 @@ struct conn {
     char extra[CONN_EXTRA_BYTES]; /* "Name: value\r\n" headers added by http_add_header */
     size_t extra_len;
     int status;
-    uint64_t start_ns, bytes_out;
+    uint64_t start_ns, bytes_out; /* start_ns: the request's first byte (the accept before one) */
     char remote[64];
 };
 
@@ -211,8 +219,10 @@ static void conn_close(struct conn *c, const char *why) {
             cb(&c->parse.req, c->cancel_data);
         }
     }
-    /* A place under --max-connections is free from now on, whenever its memory is. */
+    /* A place under --max-connections (or in the reserve) is free from now on, whenever its
+     * memory is. */
     if (!c->rejected) app->counters.connections_open--;
+    if (c->reserve) app->counters.reserve_open--;
     c->state = C_CLOSED;
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -360,16 +370,58 @@ static void read_timeout_cb(uv_timer_t *t) {
     conn_send_error(c, 408, "request not received in time");
 }
 
-/* How long a connection without a request stays open: --idle-timeout, or DRAIN_IDLE_MS once the
- * drain began (also after a response that announced keep-alive before it). */
-static uint64_t idle_ms(const struct app *app) {
+static void head_timeout_cb(uv_timer_t *t) {
+    struct conn *c = t->data;
+    c->app->counters.timeouts++;
+    conn_send_error(c, 408, "request head not received in time");
+}
+
+static uint64_t min_ms(uint64_t a, uint64_t b) {
+    return a < b ? a : b;
+}
+
+/* What is left of `limit_ms` since `since_ns` (at least 1 ms: a timer of 0 would fire at once,
+ * which is what a passed deadline means anyway). */
+static uint64_t ms_left(uint64_t limit_ms, uint64_t since_ns) {
+    uint64_t spent = (uv_hrtime() - since_ns) / 1000000u;
+    return spent < limit_ms ? limit_ms - spent : 1;
+}
+
+/* How long a connection without a request stays open: --idle-timeout; a new connection no longer
+ * than --header-timeout (its first request is due by then), a reserve one RESERVE_HEAD_MS; and
+ * DRAIN_IDLE_MS once the drain began (also after a response that announced keep-alive before it). */
+static uint64_t idle_ms(const struct conn *c) {
+    const struct app *app = c->app;
     uint64_t ms = (uint64_t)app->cfg->idle_timeout_ms;
-    return app->state == APP_DRAINING && ms > DRAIN_IDLE_MS ? DRAIN_IDLE_MS : ms;
+    if (!c->used) ms = min_ms(ms, (uint64_t)app->cfg->header_timeout_ms);
+    if (c->reserve) ms = min_ms(ms, RESERVE_HEAD_MS);
+    if (app->state == APP_DRAINING) ms = min_ms(ms, DRAIN_IDLE_MS);
+    return ms;
 }
 
 static void conn_idle(struct conn *c) {
     c->state = C_IDLE;
-    uv_timer_start(&c->timer, idle_timeout_cb, idle_ms(c->app), 0);
+    uv_timer_start(&c->timer, idle_timeout_cb, idle_ms(c), 0);
+}
+
+/* A request's first byte arrived: its head is due within --header-timeout (of the accept, for a
+ * connection's first request; RESERVE_HEAD_MS on a reserve connection), and the whole request
+ * within --read-timeout. */
+static void request_started(struct conn *c) {
+    const struct config *cfg = c->app->cfg;
+    uint64_t head_since = c->used ? uv_hrtime() : c->start_ns; /* start_ns: the accept */
+    uint64_t head_ms = c->reserve ? min_ms(RESERVE_HEAD_MS, (uint64_t)cfg->header_timeout_ms)
+                                  : (uint64_t)cfg->header_timeout_ms;
+    c->state = C_READING;
+    c->used = true;
+    c->start_ns = uv_hrtime();
+    head_ms = min_ms(ms_left(head_ms, head_since), (uint64_t)cfg->read_timeout_ms);
+    uv_timer_start(&c->timer, head_timeout_cb, head_ms, 0);
+}
+
+/* The head is complete and a body follows: the rest of --read-timeout for it. */
+static void body_started(struct conn *c) {
+    uv_timer_start(&c->timer, read_timeout_cb, ms_left((uint64_t)c->app->cfg->read_timeout_ms, c->start_ns), 0);
 }
 
 static void request_finished(struct conn *c) {
@@ -395,7 +447,7 @@ static void request_begin(struct conn *c, bool counted) {
     struct app *app = c->app;
     struct http_request *req = &c->parse.req;
     c->state = C_HANDLING;
-    c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
+    c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING && !c->reserve;
     req->before_drain = c->before_drain;
     c->chunked = llhttp_get_http_major(&c->parse.parser) == 1 && llhttp_get_http_minor(&c->parse.parser) >= 1;
     c->head_only = !strcmp(req->method, "HEAD");
@@ -536,6 +588,13 @@ void conn_dispatch_budget_reset(struct app *app) {
     app->cancel_budget = CONN_CANCELS_PER_ITERATION;
 }
 
+/* What a reserve connection serves: GET or HEAD of the health path. */
+static bool reserve_request(const struct conn *c) {
+    const struct http_request *r = &c->parse.req;
+    return c->app->health_path && (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD")) &&
+           !strcmp(r->path, c->app->health_path);
+}
+
 /* Between requests with too many answers unread: the next request waits (see the top). */
 static bool out_pause(struct conn *c) {
     if (c->state == C_IDLE && out_queued(c) > CONN_OUT_PAUSE_BYTES) c->out_paused = true;
@@ -555,13 +614,15 @@ static void conn_process(struct conn *c) {
             conn_send_error(c, c->parse.status, c->parse.reason);
             break;
         }
-        if (c->state == C_IDLE && c->parse.started) {
-            c->state = C_READING;
-            c->start_ns = uv_hrtime();
-            uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
+        if (c->state == C_IDLE && c->parse.started) request_started(c);
+        if (c->reserve && rc > 0 && !reserve_request(c)) {
+            c->app->counters.connections_rejected++;
+            conn_send_error(c, 503, "too many connections, try again later");
+            break;
         }
         if (rc == HTTP_PARSE_HEAD) {
             if (head_refused(c)) break;
+            body_started(c);
             /* "100 Continue" only to a request the server will read, and only when the client
              * waits for it (no body byte here yet) */
             if (c->parse.expect_continue && c->in_len == 0) {
@@ -628,8 +689,9 @@ void conn_accept(struct app *app) {
     app->conns = c;
     app->counters.connections_total++;
     bool over = app->counters.connections_open >= app->cfg->max_connections; /* no parser needed */
+    bool reserve = over && app->health_path && app->counters.reserve_open < CONN_HEALTH_RESERVE;
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
-        (!over && http_parse_init(&c->parse, &app->limits))) {
+        ((!over || reserve) && http_parse_init(&c->parse, &app->limits))) {
         c->rejected = true;
         conn_close(c, NULL);
         return;
@@ -649,7 +711,10 @@ void conn_accept(struct app *app) {
     }
     snprintf(c->remote, sizeof c->remote, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (over) {
+    if (reserve) { /* read for one /health request (reserve_request), outside --max-connections */
+        c->reserve = c->rejected = true;
+        app->counters.reserve_open++;
+    } else if (over) {
         c->rejected = true;
         app->counters.connections_rejected++;
         /* A 503 holds its connection until the client has read it; under a flood of
@@ -666,7 +731,7 @@ void conn_accept(struct app *app) {
         conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
         return;
     }
-    app->counters.connections_open++;
+    if (!reserve) app->counters.connections_open++;
     conn_idle(c);
     c->reading = true;
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);

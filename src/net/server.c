@@ -76,7 +76,8 @@ static void app_stop(struct app *app) {
 
 static void maybe_finish_drain(struct app *app) {
     const struct app_counters *n = &app->counters;
-    if (app->state == APP_DRAINING && n->requests_inflight == 0 && n->connections_open + n->rejects_open == 0 &&
+    if (app->state == APP_DRAINING && n->requests_inflight == 0 &&
+        n->connections_open + n->rejects_open + n->reserve_open == 0 &&
         !app->stopping) {
         log_info(&app->log, "drained: exiting");
         app_stop(app);
@@ -94,7 +95,8 @@ void app_request_finished(struct app *app) {
 static void drain_timeout_cb(uv_timer_t *t) {
     struct app *app = t->data;
     log_warn(&app->log, "drain timeout: cancelling %d request(s), closing %d connection(s)",
-             app->counters.requests_inflight, app->counters.connections_open + app->counters.rejects_open);
+             app->counters.requests_inflight,
+             app->counters.connections_open + app->counters.rejects_open + app->counters.reserve_open);
     app_stop(app);
 }
 

@@ -85,6 +85,7 @@ struct app_counters {
     int connections_open;           /* counted against --max-connections; down when one closes (its
                                      * paced cancel callback and memory may follow later) */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
+    int reserve_open;               /* over it, read for one health request (conn.c's reserve) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 
@@ -149,6 +150,10 @@ struct app {
     app_request_fn on_request; /* set before app_start */
     app_head_fn on_head;       /* optional, set before app_start */
     void *request_data;        /* given to both */
+    /* The health check's path ("/health"), or NULL: beyond --max-connections a few connections
+     * (conn.c: CONN_HEALTH_RESERVE) are still read, and serve GET/HEAD of this path only, so that
+     * a flood of connections does not fail the health checks. NULL: all of them get 503. */
+    const char *health_path;
     struct http_parse_limits limits;
     enum app_state state;
     struct app_counters counters;

@@ -238,3 +238,54 @@ def test_pipelined_requests_never_read_are_paused_not_buffered(start_server):
     s.close()
     assert got > 8 << 20, got  # answers to ~40,000 requests, far beyond any buffer
     assert rss_kib(srv.proc.pid) - before < 16 * 1024
+
+
+# --- slowloris: request-head timeout, /health beyond --max-connections ----------------------------
+
+def test_slow_heads_get_408_at_the_header_timeout_and_health_stays_answered(start_server):
+    """Clients take every --max-connections place with request heads that never finish: /health
+    is still answered (a reserve beyond the limit serves it), anything else gets 503, and the slow
+    heads are answered 408 at --header-timeout, long before --read-timeout."""
+    srv = start_server("--max-connections", "8", "--header-timeout", "1s", "--read-timeout", "30s",
+                       "--api-key", "k")
+    time.sleep(0.2)  # wait_health's connection is closed
+    slow = [srv.socket(timeout=10) for _ in range(8)]
+    for s in slow:
+        s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    silent = [srv.socket(timeout=10) for _ in range(2)]  # beyond the limit, saying nothing
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    for _ in range(3):
+        status, headers, _ = srv.request("GET", "/health")
+        assert status == 200 and headers["connection"] == "close", status
+    head = srv.raw(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], head
+    status, headers, _ = srv.request("GET", "/v1/models", headers={"X-Api-Key": "k"})
+    assert status == 503 and headers["retry-after"] == "1", status
+    assert time.monotonic() - t0 < 1.0  # answered at once, not when a place frees
+    for s in slow:
+        status, headers, _ = parse_responses(read_until_close(s))[0]
+        assert status == 408 and headers["connection"] == "close"
+        s.close()
+    assert time.monotonic() - t0 < 3.0  # --header-timeout (1 s), not --read-timeout (30 s)
+    for s in silent:
+        assert read_until_close(s) == b""  # a reserve connection that asks nothing is closed
+        s.close()
+    assert srv.json("GET", "/v1/models", headers={"X-Api-Key": "k"})[0] == 200  # places free again
+
+
+def test_new_connection_that_sends_nothing_is_closed_at_the_header_timeout(start_server):
+    srv = start_server("--header-timeout", "300ms", "--idle-timeout", "30s")
+    s = srv.socket(timeout=10)
+    t0 = time.monotonic()
+    assert read_until_close(s) == b""
+    assert 0.2 < time.monotonic() - t0 < 3.0
+    s.close()
+    # a kept-alive connection waits --idle-timeout between requests, not --header-timeout
+    c = srv.conn()
+    c.request("GET", "/health")
+    c.getresponse().read()
+    time.sleep(0.6)
+    c.request("GET", "/health")
+    assert c.getresponse().status == 200
+    c.close()
