@@ -48,10 +48,12 @@
  * the request's scheduler state and sampler): when a step's worth of clients leave at once, the
  * others are finished in the next iterations. While the app stops they all go at once. */
 #define CONN_CANCELS_PER_ITERATION 8
-/* Once a drain begins, how long a connection without a request (kept alive, or accepted and still
- * silent) has to send one (answered "shutting down", Connection: close) before it is closed. A
- * connection is never closed under a request its client is sending at that moment: a client that
- * connected just before the listener closed, slower than the drain, gets an answer, not an EOF. */
+/* Once a drain begins, how long a connection accepted before it and still silent has to send its
+ * request (served as if the drain had not begun, with Connection: close) before it is closed. A
+ * kept-alive connection between requests is closed at once, gracefully (conn_drain_begin): a
+ * client, or a proxy reusing its idle connections, sees the close before it sends and goes
+ * elsewhere, instead of having its next request refused 503. A connection is never closed under a
+ * request its client is sending at that moment: it is served. */
 #define DRAIN_IDLE_MS 1000
 /* Beyond --max-connections, this many more connections are read, each for one request: GET or
  * HEAD of app->health_path is served (then the connection closes), anything else gets 503. A
@@ -578,9 +580,17 @@ void conn_dispatch_held(uv_idle_t *h) {
 
 void conn_drain_begin(struct app *app) {
     ASSERT(app->state == APP_DRAINING); /* idle_ms() reads it */
-    for (struct conn *c = app->held_head; c; c = c->held_next) c->before_drain = true;
-    for (struct conn *c = app->conns; c; c = c->next)
-        if (c->state == C_IDLE) conn_idle(c);
+    for (struct conn *c = app->conns, *next; c; c = next) {
+        next = c->next; /* lingering never frees c here, but stay clear of the list anyway */
+        if (c->state == C_HELD || c->state == C_READING) {
+            c->before_drain = true; /* in the server's hands already: served */
+        } else if (c->state == C_IDLE && c->used) {
+            conn_linger(c); /* kept alive between requests: closed now (pipelined bytes unread) */
+        } else if (c->state == C_IDLE) {
+            c->before_drain = true; /* accepted, silent: DRAIN_IDLE_MS to send its request */
+            conn_idle(c);
+        }
+    }
 }
 
 void conn_dispatch_budget_reset(struct app *app) {

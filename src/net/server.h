@@ -16,9 +16,10 @@
  * loads; app->load (the model loader hook, set before app_start) starts loading and calls
  * app_loaded() on the loop thread when it is done; with no loader the app is ready at once
  * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT/SIGHUP starts a drain: the listener
- * closes, requests see req->draining (/health says "draining"), responses carry "Connection:
- * close", in-flight requests run until they finish or --drain-timeout passes (then they are
- * cancelled), and the loop runs out. A second signal cancels everything at once. SIGUSR1 and
+ * closes, kept-alive connections between requests close (conn_drain_begin), requests see
+ * req->draining (/health says "draining") and, when they were on their way before the drain
+ * (req->before_drain), are served; responses carry "Connection: close", in-flight requests run
+ * until they finish or --drain-timeout passes (then they are cancelled), and the loop runs out. A second signal cancels everything at once. SIGUSR1 and
  * SIGUSR2 are logged and ignored; SIGQUIT keeps its default action (exit with a core dump).
  *
  *   uv_loop_t loop; uv_loop_init(&loop);
@@ -224,9 +225,10 @@ void conn_accept(struct app *app);
 size_t conn_memory_bytes(const struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
-/* A drain began (app->state is APP_DRAINING): the requests held now were complete before it, so
- * they are served when their turn comes (paced as before: req->before_drain), not refused as
- * draining; connections without a request get DRAIN_IDLE_MS to send one. */
+/* A drain began (app->state is APP_DRAINING): kept-alive connections between requests are closed
+ * (gracefully: their clients see the close before they send); requests held or being read now,
+ * and the first request of a connection accepted but silent (DRAIN_IDLE_MS to send it), were on
+ * their way before it: served (req->before_drain), not refused as draining. */
 void conn_drain_begin(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */
 void conn_dispatch_held(uv_idle_t *h);

@@ -289,3 +289,31 @@ def test_new_connection_that_sends_nothing_is_closed_at_the_header_timeout(start
     c.request("GET", "/health")
     assert c.getresponse().status == 200
     c.close()
+
+
+# --- drain: idle connections closed, requests in the server's hands served -----------------------
+
+def test_drain_closes_idle_connections_and_serves_requests_already_arriving(start_server):
+    srv = start_server("--drain-timeout", "20s", "--debug-endpoints")
+    idle = srv.socket()
+    idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b" 200 " in idle.recv(4096)
+    fresh = srv.socket()  # connected before the drain, its request sent during it
+    body = b'{"prompt":"And God said","n_predict":2}'
+    partial = srv.socket()  # its request half sent when the drain begins
+    partial.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:5])
+    srv.wait_stat("connections_open", 4)  # these three and the stats request's
+    t0 = time.monotonic()
+    srv.signal(signal.SIGTERM)
+    srv.wait_log("draining")
+    idle.settimeout(2)
+    assert idle.recv(4096) == b""  # closed at once, gracefully: nothing owed, nothing refused
+    assert time.monotonic() - t0 < 0.8
+    idle.close()
+    partial.sendall(body[5:])
+    fresh.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    for s in (partial, fresh):
+        status, headers, answer = parse_responses(read_until_close(s))[0]
+        assert status == 200 and headers["connection"] == "close", answer  # served, not 503
+        s.close()
+    assert srv.proc.wait(5) == 0
