@@ -26,6 +26,8 @@
  *   struct app app;
  *   app_init(&app, &cfg, &loop);
  *   app.on_request = my_dispatch; app.request_data = &router;  // e.g. router_dispatch
+ *   app.on_head = my_refuse;           // optional: e.g. router_refuse, before a body is read
+ *   app.health_path = "/health";       // optional: served beyond --max-connections too
  *   app.load = engine_load; app.load_data = engine;    // optional: ready when engine_load is done
  *   app_on_stop(&app, engine_stop, engine);            // optional: close the engine's handles
  *   if (app_start(&app) == 0) uv_run(&loop, UV_RUN_DEFAULT);
