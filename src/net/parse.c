@@ -141,7 +141,8 @@ static int on_headers_complete(llhttp_t *parser) {
     }
     /* A body follows: stop here so that the caller can look at the head before any of it is read
      * (and refuse it, e.g. without an API key, before the body costs memory). */
-    if ((parser->flags & F_CHUNKED) || ((parser->flags & F_CONTENT_LENGTH) && parser->content_length > 0)) {
+    bool body = (parser->flags & F_CHUNKED) || ((parser->flags & F_CONTENT_LENGTH) && parser->content_length > 0);
+    if (body && !parser->upgrade) { /* CONNECT's bytes after the head are a tunnel's, never read */
         fill_request(p);
         p->at_head = true;
         return HPE_PAUSED;

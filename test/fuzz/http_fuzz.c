@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             /* trailers never join the headers */
             ASSERT(head_headers < 0 || r->n_headers == head_headers);
             /* a chunked body is framed exactly as RFC 9112 says, and is what was decoded */
-            if (p.parser.flags & F_CHUNKED) {
+            if ((p.parser.flags & F_CHUNKED) && !p.parser.upgrade) { /* CONNECT reads no body */
                 char strict[256];
                 size_t strict_len;
                 ASSERT(head_headers >= 0);

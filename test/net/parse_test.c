@@ -265,4 +265,11 @@ TEST(parse_upgrade_offer_is_declined_and_connect_closes) {
     CHECK_EQ_STR(p.req.method, "CONNECT");
     CHECK(!p.keep_alive);
     http_parse_free(&p);
+    /* a CONNECT announcing a chunked body reads none: no stop at its head, done at once */
+    const char *connect_chunked = "CONNECT host:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, connect_chunked, strlen(connect_chunked), &used), HTTP_PARSE_DONE);
+    CHECK_EQ_INT(p.req.body_len, 0);
+    CHECK(!p.keep_alive);
+    http_parse_free(&p);
 }
