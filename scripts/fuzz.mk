@@ -78,10 +78,10 @@ $(FUZZ_BUILD)/fuzz-%: test/fuzz/%_fuzz.c $$(FUZZ_OBJS_$$*) $$(FUZZ_LLHTTP_$$*)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS_$*) -lm
 
-# llhttp is generated code: built without our warning flags.
-$(FUZZ_BUILD)/llhttp/%.o: $(LLHTTP_DIR)/%.c
+# llhttp is generated code: built without our warning flags, strict as in deps.mk (the server's build).
+$(FUZZ_BUILD)/llhttp/%.o: $(LLHTTP_DIR)/%.c scripts/fuzz.mk
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -I$(LLHTTP_INC) -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) -c $< -o $@
 
 $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -68,6 +68,7 @@ struct config {
     long long max_headers;      /* count */
     long long max_connections;
     long long idle_timeout_ms;  /* keep-alive connection with no request */
+    long long header_timeout_ms; /* request line + headers must arrive within */
     long long read_timeout_ms;  /* whole request (headers + body) must arrive within */
     long long drain_timeout_ms;
     long long sse_queue_bytes;  /* per stream write-queue bound */

@@ -32,6 +32,11 @@ TEST(router_matches_404_405_and_allow) {
     char allow[64];
     router_allow(&r, "/v1/chat", allow, sizeof allow);
     CHECK_EQ_STR(allow, "POST, OPTIONS");
+    router_allow(&r, "/health", allow, sizeof allow);
+    CHECK_EQ_STR(allow, "GET, HEAD, OPTIONS");
+    CHECK_EQ_INT(router_match(&r, "HEAD", "/health", &route), 0);
+    CHECK(route->flags & ROUTE_PUBLIC);
+    CHECK_EQ_INT(router_match(&r, "HEAD", "/v1/chat", &route), -ERR_UNSUPPORTED);
     for (int i = 3; i < ROUTER_MAX_ROUTES; i++) {
         char *path = malloc(16);
         snprintf(path, 16, "/r%d", i);
@@ -116,7 +121,8 @@ TEST(http_query_int_defaults_and_clamps) {
     CHECK_EQ_INT(http_query_int(&req, "nope", 7, 100), 7);
 }
 
-/* router_dispatch through a fake responder: 404, 405 with Allow, 401 with WWW-Authenticate, CORS
+/* router_dispatch through a fake responder: 401 with WWW-Authenticate before 404 and 405 (a client
+ * without a key learns nothing of the routes), 405 with Allow, HEAD answered by the GET route, CORS
  * preflight and headers, and the handler with its route data. */
 TEST(router_dispatch_answers_in_the_documented_order) {
     struct config_list keys = {1, {"sesame"}};
@@ -129,30 +135,54 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     handled = 0;
     struct fake_http f;
 
+    static const char *const unknown[][2] = {{"GET", "/nope?a=1"}, {"DELETE", "/v1/x"}, {"DELETE", "/health"}};
+    for (size_t i = 0; i < sizeof unknown / sizeof *unknown; i++) { /* no key: 401, not 404 or 405 */
+        fake_http_init(&f, unknown[i][0], unknown[i][1], NULL);
+        router_dispatch(&r, &f.req);
+        CHECK_EQ_INT(f.status, 401);
+        CHECK(fake_http_out(&f, "Allow") == NULL);
+        fake_http_free(&f);
+    }
+
     fake_http_init(&f, "GET", "/nope?a=1", NULL);
+    fake_http_header(&f, "X-Api-Key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 404);
     CHECK_EQ_STR(f.body, "{\"error\":{\"code\":404,\"message\":\"File Not Found: /nope\",\"type\":\"not_found_error\"}}");
     fake_http_free(&f);
 
     fake_http_init(&f, "DELETE", "/v1/x", NULL);
+    fake_http_header(&f, "X-Api-Key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 405);
-    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, HEAD, OPTIONS");
     CHECK(strstr(f.body, "Method DELETE not allowed on /v1/x") != NULL);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "HEAD", "/v1/x", NULL); /* the GET route answers */
+    fake_http_header(&f, "X-Api-Key", "sesame");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "x-get");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "HEAD", "/health", NULL); /* public like its GET */
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "healthy");
     fake_http_free(&f);
 
     fake_http_init(&f, "POST", "/v1/x", "{}");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 401);
     CHECK_EQ_STR(fake_http_out(&f, "WWW-Authenticate"), "Bearer");
-    CHECK_EQ_INT(handled, 0);
+    CHECK_EQ_INT(handled, 2); /* the two HEADs above */
     fake_http_free(&f);
 
     fake_http_init(&f, "POST", "/v1/x", "{}");
     fake_http_header(&f, "Authorization", "Bearer sesame");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(handled, 1);
+    CHECK_EQ_INT(handled, 3);
     CHECK_EQ_INT(f.status, 200);
     CHECK_EQ_STR(f.body, "x");
     CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL); /* no Origin: no CORS headers */
@@ -174,7 +204,7 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 200);
     CHECK_EQ_STR(f.body, "");
-    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, OPTIONS");
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, HEAD, OPTIONS");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Headers"), "Authorization");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Max-Age"), "86400");
     fake_http_free(&f);
@@ -183,10 +213,10 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     fake_http_header(&f, "Origin", "https://evil.example");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 200);
-    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, HEAD, OPTIONS");
     CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL);
     CHECK(fake_http_out(&f, "Access-Control-Allow-Methods") == NULL);
-    CHECK_EQ_INT(handled, 2);
+    CHECK_EQ_INT(handled, 4);
     fake_http_free(&f);
 }
 
@@ -258,7 +288,8 @@ TEST(router_errors_take_the_shape_of_the_route_api) {
     CHECK_EQ_STR(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"Invalid API Key\"}}");
     fake_http_free(&f);
 
-    fake_http_init(&f, "GET", "/v1/messages", NULL);
+    fake_http_init(&f, "GET", "/v1/messages", NULL); /* with the key: a 405 (without it, 401) */
+    fake_http_header(&f, "x-api-key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 405);
     CHECK(strncmp(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"", 55) == 0);
