@@ -708,9 +708,11 @@ struct grammar {
     int32_t nd_ht_cap;
     /* configurations: tops[cf_off[c] .. + cf_len[c]), complete flag, transitions per class */
     int32_t *cf_off, *cf_len;
-    uint8_t *cf_complete;
+    uint8_t *cf_complete;/* CF_COMPLETE, CF_CTX */
     int32_t *cf_mask;    /* mask slot, -1 */
-    int32_t n_cf, cap_cf, cap_cf_b, cap_cf_c, cap_cf_d, cap_cf_e;
+    int32_t *cf_lslot;   /* local mask slot, -1 */
+    int32_t *cf_local;   /* its local configuration, -1 until known */
+    int32_t n_cf, cap_cf, cap_cf_b, cap_cf_c, cap_cf_d, cap_cf_e, cap_cf_f, cap_cf_g;
     int32_t *tops;
     int32_t n_tops, cap_tops;
     uint64_t *cf_hash_key;
@@ -720,9 +722,16 @@ struct grammar {
     int32_t cap_trans;
     int32_t soft_cf;     /* flush beyond this many configurations, between calls */
     /* masks, FIFO */
-    uint64_t *masks;     /* GRAMMAR_MAX_MASKS * words */
+    uint64_t **masks;    /* GRAMMAR_MAX_MASKS slots of words + 1 (allocated on first use) */
     int32_t *mask_cf, *mask_count;
     int32_t n_masks, next_mask;
+    /* local masks (see compute_local), FIFO: the tokens sure to be accepted, and those that leave
+     * the top rule before their end (checked against a configuration's real stacks) */
+    uint64_t **lmasks;   /* the same */
+    int32_t *lmask_cf, *lmask_count, **lunc, *n_lunc, *cap_lunc;
+    int32_t n_lmasks, next_lmask;
+    uint8_t *walk_ctx;   /* per trie depth: the top rule could have ended on the way */
+    int32_t *walk_node;  /* per trie depth: the node on the path */
     /* scratch of one transition */
     int32_t *work;       /* (state, parent) pairs */
     int32_t n_work, cap_work;
@@ -739,6 +748,9 @@ struct grammar {
 
 #define CF_UNKNOWN (-1)
 #define CF_DEAD (-2)
+#define CF_COMPLETE 1   /* root matched whole (a pop left the bottom) */
+#define CF_CTX 2        /* a pop left a local configuration's cut stack (CTX below its tops) */
+#define CTX (-2)        /* parent of a local configuration's tops: "whatever the stack holds" */
 #define MAX_STACKS 4096 /* tops per configuration (an ambiguous grammar's set can explode) */
 
 struct grammar_vocab {
@@ -752,6 +764,8 @@ struct grammar_vocab {
     uint16_t *ndepth;
     int32_t *nskip;      /* first node after the subtree */
     int32_t *ntok;       /* tokens ending here: sorted[ntok[i] .. ntok[i + 1]) */
+    int32_t *ntok1;      /* the first of them, or n_vocab (a spare bit past the mask's tokens) */
+    uint8_t *nmulti;     /* more than one token ends here (same bytes) */
     int32_t *sorted;
     int32_t max_depth;
     int32_t *eog;
@@ -1027,6 +1041,7 @@ static void cache_reset(struct grammar *g) {
     if (g->nd_key) memset(g->nd_val, 0, (size_t)g->nd_ht_cap * sizeof *g->nd_val);
     if (g->cf_ht) memset(g->cf_ht, 0, (size_t)g->cf_ht_cap * sizeof *g->cf_ht);
     g->n_masks = g->next_mask = 0;
+    g->n_lmasks = g->next_lmask = 0;
     g->epoch++;
 }
 
@@ -1073,8 +1088,8 @@ static int cmp_i32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static uint64_t cf_hash(const int32_t *tops, int32_t n, bool complete) {
-    uint64_t h = complete ? 0x9e3779b97f4a7c15ull : 0x6a09e667f3bcc909ull;
+static uint64_t cf_hash(const int32_t *tops, int32_t n, uint8_t flags) {
+    uint64_t h = 0x6a09e667f3bcc909ull + flags * 0x9e3779b97f4a7c15ull;
     for (int32_t i = 0; i < n; i++) h = mix64(h ^ (uint32_t)tops[i]) + (uint64_t)i;
     return h;
 }
@@ -1082,7 +1097,7 @@ static uint64_t cf_hash(const int32_t *tops, int32_t n, bool complete) {
 /* The configuration of the sorted unique tops[0..n) and complete: its index, CF_DEAD, or a
  * negative error below CF_DEAD (-3: out of memory). */
 #define CF_NOMEM (-3)
-static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, bool complete) {
+static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, uint8_t complete) {
     if (n == 0 && !complete) return CF_DEAD;
     if (g->n_cf * 2 >= g->cf_ht_cap) {
         int32_t cap = g->cf_ht_cap ? g->cf_ht_cap * 2 : 256;
@@ -1112,6 +1127,8 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, bool
         grow(&g->cf_complete, &g->cap_cf_c, c + 1, 1) ||
         grow(&g->cf_mask, &g->cap_cf_d, c + 1, sizeof *g->cf_mask) ||
         grow(&g->cf_hash_key, &g->cap_cf_e, c + 1, sizeof *g->cf_hash_key) ||
+        grow(&g->cf_lslot, &g->cap_cf_f, c + 1, sizeof *g->cf_lslot) ||
+        grow(&g->cf_local, &g->cap_cf_g, c + 1, sizeof *g->cf_local) ||
         grow(&g->tops, &g->cap_tops, (int64_t)g->n_tops + n, sizeof *g->tops) ||
         grow(&g->trans, &g->cap_trans, (int64_t)(c + 1) * g->n_cls, sizeof *g->trans))
         return CF_NOMEM;
@@ -1119,6 +1136,8 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, bool
     g->cf_len[c] = n;
     g->cf_complete[c] = complete;
     g->cf_mask[c] = -1;
+    g->cf_lslot[c] = -1;
+    g->cf_local[c] = -1;
     g->cf_hash_key[c] = h;
     memcpy(g->tops + g->n_tops, tops, (size_t)n * sizeof *tops);
     g->n_tops += n;
@@ -1171,7 +1190,7 @@ static int visit(struct grammar *g, int32_t state, int32_t parent) {
 
 /* Runs the work list to its closure: tops (BYTE states) into g->out, *complete when a pop left
  * the bottom. 0, CF_NOMEM, or -ERR_TOOBIG as a config-size overflow. */
-static int run_closure(struct grammar *g, bool *complete) {
+static int run_closure(struct grammar *g, uint8_t *complete) {
     while (g->n_work) {
         int32_t parent = g->work[--g->n_work], s = g->work[--g->n_work];
         int seen = visit(g, s, parent);
@@ -1199,7 +1218,8 @@ static int run_closure(struct grammar *g, bool *complete) {
             if (work_push(g, g->rule_start[p->arg], parent)) return CF_NOMEM;
             break;
         case PS_END:
-            if (parent < 0) *complete = true;
+            if (parent == -1) *complete |= CF_COMPLETE;
+            else if (parent == CTX) *complete |= CF_CTX;
             else if (work_push(g, g->nd[parent].state, g->nd[parent].parent)) return CF_NOMEM;
             break;
         }
@@ -1208,7 +1228,7 @@ static int run_closure(struct grammar *g, bool *complete) {
 }
 
 /* Intern what the closure produced. */
-static int32_t finish_cf(struct grammar *g, bool complete) {
+static int32_t finish_cf(struct grammar *g, uint8_t complete) {
     qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32);
     int32_t m = 0;
     for (int32_t i = 0; i < g->n_out; i++)
@@ -1238,7 +1258,7 @@ static int32_t step(struct grammar *g, int32_t c, int32_t k) {
         const struct pstate *p = &g->st[n->state];
         if (bs_has(&g->sets[p->arg], b) && work_push(g, p->out, n->parent)) return CF_NOMEM;
     }
-    bool complete = false;
+    uint8_t complete = 0;
     int rc = run_closure(g, &complete);
     if (rc) return rc;
     t = finish_cf(g, complete);
@@ -1249,7 +1269,7 @@ static int32_t step(struct grammar *g, int32_t c, int32_t k) {
 static int32_t start_cf(struct grammar *g) {
     closure_begin(g);
     if (work_push(g, g->root_start, -1)) return CF_NOMEM;
-    bool complete = false;
+    uint8_t complete = 0;
     int rc = run_closure(g, &complete);
     return rc ? rc : finish_cf(g, complete);
 }
@@ -1296,7 +1316,7 @@ static int restore_state(struct grammar_state *st) {
         if (grow(&g->out, &g->cap_out, g->n_out + 1, sizeof *g->out)) return -ERR_NOMEM;
         g->out[g->n_out++] = p;
     }
-    int32_t c = finish_cf(g, o[0] != 0);
+    int32_t c = finish_cf(g, (uint8_t)o[0]);
     if (c < 0) return cf_error(c);
     st->cf = c;
     st->epoch = g->epoch;
@@ -1327,10 +1347,24 @@ static void grammar_destroy(struct grammar *g) {
     free(g->cf_len);
     free(g->cf_complete);
     free(g->cf_mask);
+    free(g->cf_lslot);
+    free(g->cf_local);
+    for (int32_t i = 0; g->lmasks && i < GRAMMAR_MAX_MASKS; i++) free(g->lmasks[i]);
+    free(g->lmasks);
+    free(g->lmask_cf);
+    free(g->lmask_count);
+    if (g->lunc)
+        for (int32_t i = 0; i < GRAMMAR_MAX_MASKS; i++) free(g->lunc[i]);
+    free(g->lunc);
+    free(g->n_lunc);
+    free(g->cap_lunc);
+    free(g->walk_ctx);
+    free(g->walk_node);
     free(g->tops);
     free(g->cf_hash_key);
     free(g->cf_ht);
     free(g->trans);
+    for (int32_t i = 0; g->masks && i < GRAMMAR_MAX_MASKS; i++) free(g->masks[i]);
     free(g->masks);
     free(g->mask_cf);
     free(g->mask_count);
@@ -1452,12 +1486,20 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
     g->root_start = g->rule_start[root];
     byte_classes(g);
     if ((rc = find_named(g, &sx))) goto out;
-    size_t words = grammar_mask_words(v);
-    g->masks = malloc((size_t)GRAMMAR_MAX_MASKS * words * sizeof *g->masks);
+    g->masks = calloc(GRAMMAR_MAX_MASKS, sizeof *g->masks);
     g->mask_cf = malloc(GRAMMAR_MAX_MASKS * sizeof *g->mask_cf);
     g->mask_count = malloc(GRAMMAR_MAX_MASKS * sizeof *g->mask_count);
     g->walk_cf = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_cf);
-    if (!g->masks || !g->mask_cf || !g->mask_count || !g->walk_cf) {
+    g->walk_ctx = malloc((size_t)v->max_depth + 2);
+    g->walk_node = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_node);
+    g->lmasks = calloc(GRAMMAR_MAX_MASKS, sizeof *g->lmasks);
+    g->lmask_cf = malloc(GRAMMAR_MAX_MASKS * sizeof *g->lmask_cf);
+    g->lmask_count = malloc(GRAMMAR_MAX_MASKS * sizeof *g->lmask_count);
+    g->lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->lunc);
+    g->n_lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->n_lunc);
+    g->cap_lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->cap_lunc);
+    if (!g->masks || !g->mask_cf || !g->mask_count || !g->walk_cf || !g->walk_ctx || !g->walk_node || !g->lmasks || !g->lmask_cf ||
+        !g->lmask_count || !g->lunc || !g->n_lunc || !g->cap_lunc) {
         rc = -ERR_NOMEM;
         goto out;
     }
@@ -1466,7 +1508,7 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
     if (g->soft_cf > (1 << 18)) g->soft_cf = 1 << 18;
     /* the start must exist: a grammar whose root can match nothing is refused here */
     int32_t s0 = start_cf(g);
-    bool any = s0 >= 0 && g->cf_complete[s0];
+    bool any = s0 >= 0 && (g->cf_complete[s0] & CF_COMPLETE);
     for (int32_t i = 0; s0 >= 0 && !any && i < g->cf_len[s0]; i++) {
         const struct byteset *b = &g->sets[g->st[g->nd[g->tops[g->cf_off[s0] + i]].state].arg];
         any = b->w[0] | b->w[1] | b->w[2] | b->w[3];
@@ -1591,65 +1633,200 @@ static bool is_named(const struct grammar *g, int32_t tok) {
     return false;
 }
 
-/* The mask of configuration c into a slot: the trie walk, the named control tokens, the EOG
- * tokens when complete. Slot index, or an error. */
-static int32_t compute_mask(struct grammar *g, int32_t c) {
-    const struct grammar_vocab *v = g->v;
-    size_t words = grammar_mask_words(v);
-    int32_t slot = g->next_mask;
-    if (g->n_masks == GRAMMAR_MAX_MASKS) { /* the oldest goes */
-        if (g->mask_cf[slot] >= 0) g->cf_mask[g->mask_cf[slot]] = -1;
+/* The local configuration of c: its top states over CTX, so that what it accepts does not
+ * depend on the stacks below (which the walk below cannot see). CF_DEAD for no tops. */
+static int32_t local_cf(struct grammar *g, int32_t c) {
+    if (g->cf_local[c] >= 0) return g->cf_local[c];
+    closure_begin(g);
+    for (int32_t i = 0; i < g->cf_len[c]; i++) {
+        int32_t n = intern_node(g, g->nd[g->tops[g->cf_off[c] + i]].state, CTX);
+        if (n < 0 || grow(&g->out, &g->cap_out, g->n_out + 1, sizeof *g->out)) return CF_NOMEM;
+        g->out[g->n_out++] = n;
     }
-    else g->n_masks++;
-    g->next_mask = (slot + 1) % GRAMMAR_MAX_MASKS;
-    g->mask_cf[slot] = -1;
-    uint64_t *m = g->masks + (size_t)slot * words;
-    memset(m, 0, words * sizeof *m);
-    int32_t count = 0;
+    int32_t l = finish_cf(g, 0);
+    if (l >= 0) g->cf_local[c] = l;
+    return l;
+}
+
+/* Slot of a FIFO pool (masks or lmasks) to reuse or fill: its buffer allocated on first use.
+ * Evicts the oldest owner (its index in owner_of, -1 in slot_of). -1 when out of memory. */
+static int32_t take_slot(struct grammar *g, uint64_t **pool, int32_t *n_used, int32_t *next, int32_t *owner,
+                         int32_t *slot_of) {
+    int32_t slot = *next;
+    if (*n_used == GRAMMAR_MAX_MASKS) {
+        if (owner[slot] >= 0) slot_of[owner[slot]] = -1;
+    } else {
+        if (!pool[slot] && !(pool[slot] = malloc((grammar_mask_words(g->v) + 1) * sizeof **pool))) return -1;
+        (*n_used)++;
+    }
+    *next = (slot + 1) % GRAMMAR_MAX_MASKS;
+    owner[slot] = -1;
+    return slot;
+}
+
+static int add_uncertain(struct grammar *g, int32_t slot, int32_t node, int32_t parent) {
+    if (grow(&g->lunc[slot], &g->cap_lunc[slot], (int64_t)g->n_lunc[slot] + 2, sizeof **g->lunc)) return CF_NOMEM;
+    g->lunc[slot][g->n_lunc[slot]++] = node;
+    g->lunc[slot][g->n_lunc[slot]++] = parent;
+    return 0;
+}
+
+/* Marks the tokens ending at live trie nodes: one store per node, the spare bit n_vocab for
+ * nodes where no token ends (branches mispredicted per node cost more than the walk). */
+static inline void mark_node(const struct grammar_vocab *v, uint64_t *m, int32_t i) {
+    int32_t id = v->ntok1[i];
+    m[id >> 6] |= 1ull << (id & 63);
+    if (v->nmulti[i])
+        for (int32_t t = v->ntok[i] + 1; t < v->ntok[i + 1]; t++) m[v->sorted[t] >> 6] |= 1ull << (v->sorted[t] & 63);
+}
+
+/* Clears the spare bit and counts the tokens. */
+static int32_t finish_bits(const struct grammar_vocab *v, uint64_t *m) {
+    m[v->n_vocab >> 6] &= ~(1ull << (v->n_vocab & 63));
+    int32_t n = 0;
+    for (size_t w = 0, words = grammar_mask_words(v); w < words; w++) n += __builtin_popcountll(m[w]);
+    return n;
+}
+
+/* Trie nodes [i0, i1) (a whole subtree), the path above i0 having reached configuration pc:
+ * marks the tokens that end at live nodes. 0 or an error. */
+static int32_t walk_trie(struct grammar *g, uint64_t *m, int32_t i0, int32_t i1, int32_t pc) {
+    const struct grammar_vocab *v = g->v;
     int32_t *at = g->walk_cf;
-    at[0] = c;
+    at[v->ndepth[i0] - 1] = pc;
     const uint8_t *nbyte = v->nbyte;
     const uint16_t *ndepth = v->ndepth;
-    const int32_t *nskip = v->nskip, *ntok = v->ntok, *sorted = v->sorted;
+    const int32_t *nskip = v->nskip;
     const uint8_t *cls = g->cls;
-    int32_t ncls = g->n_cls;
-    int32_t hard = 2 * g->soft_cf;
-    for (int32_t i = 0; i < v->n_nodes;) {
-        int32_t pc = at[ndepth[i] - 1];
+    int32_t ncls = g->n_cls, hard = 2 * g->soft_cf;
+    for (int32_t i = i0; i < i1;) {
+        int32_t d = ndepth[i];
         int32_t k = cls[nbyte[i]];
-        int32_t nc = g->trans[(size_t)pc * (size_t)ncls + (size_t)k];
+        int32_t nc = g->trans[(size_t)at[d - 1] * (size_t)ncls + (size_t)k];
         if (nc == CF_UNKNOWN) {
             if (g->n_cf > hard) return CF_NOMEM;
-            nc = step(g, pc, k);
+            nc = step(g, at[d - 1], k);
             if (nc < CF_DEAD) return nc;
         }
         if (nc == CF_DEAD) {
             i = nskip[i];
             continue;
         }
-        at[ndepth[i]] = nc;
-        for (int32_t t = ntok[i]; t < ntok[i + 1]; t++) {
-            int32_t id = sorted[t];
-            m[id >> 6] |= 1ull << (id & 63);
-            count++;
-        }
+        at[d] = nc;
+        mark_node(v, m, i);
         i++;
+    }
+    return 0;
+}
+
+/* The local mask of local configuration l: one walk of the trie. A token is sure when the top
+ * rule takes all its bytes. Where a subtree dies after the rule could have ended (CF_CTX) above
+ * it, its tokens depend on the stacks below: the subtree is kept as uncertain (its node and its
+ * parent's), for compute_mask to walk from a real configuration. Slot index, or an error. */
+static int32_t compute_local(struct grammar *g, int32_t l) {
+    const struct grammar_vocab *v = g->v;
+    size_t words = grammar_mask_words(v);
+    int32_t slot = take_slot(g, g->lmasks, &g->n_lmasks, &g->next_lmask, g->lmask_cf, g->cf_lslot);
+    if (slot < 0) return CF_NOMEM;
+    g->n_lunc[slot] = 0;
+    uint64_t *m = g->lmasks[slot];
+    memset(m, 0, (words + 1) * sizeof *m);
+    int32_t *at = g->walk_cf, *path = g->walk_node;
+    uint8_t *ctx = g->walk_ctx;
+    at[0] = l;
+    ctx[0] = 0;
+    path[0] = -1;
+    const uint8_t *nbyte = v->nbyte;
+    const uint16_t *ndepth = v->ndepth;
+    const int32_t *nskip = v->nskip;
+    const uint8_t *cls = g->cls, *flags = g->cf_complete;
+    int32_t ncls = g->n_cls, hard = 2 * g->soft_cf;
+    for (int32_t i = 0; i < v->n_nodes;) {
+        int32_t d = ndepth[i], pc = at[d - 1];
+        int32_t k = cls[nbyte[i]];
+        int32_t nc = g->trans[(size_t)pc * (size_t)ncls + (size_t)k];
+        if (nc == CF_UNKNOWN) {
+            if (g->n_cf > hard) return CF_NOMEM;
+            nc = step(g, pc, k);
+            if (nc < CF_DEAD) return nc;
+            flags = g->cf_complete;
+        }
+        if (nc == CF_DEAD) {
+            if (ctx[d - 1] && add_uncertain(g, slot, i, path[d - 1])) return CF_NOMEM;
+            i = nskip[i];
+            continue;
+        }
+        at[d] = nc;
+        path[d] = i;
+        ctx[d] = ctx[d - 1] | (flags[nc] & CF_CTX);
+        mark_node(v, m, i);
+        i++;
+    }
+    g->lmask_count[slot] = finish_bits(v, m);
+    g->lmask_cf[slot] = l;
+    g->cf_lslot[l] = slot;
+    return slot;
+}
+
+/* The mask of configuration c: *bits points into a slot (valid until the next mask of this
+ * grammar), the count is returned, or an error. The local mask serves alone when nothing depends
+ * on the stacks (no uncertain subtree, no named control token, not complete); otherwise a full
+ * mask adds the uncertain subtrees walked from c (after the bytes above each), the named control
+ * tokens and the EOG tokens when complete, kept per configuration. */
+static int32_t mask_of(struct grammar *g, int32_t c, const uint64_t **bits) {
+    const struct grammar_vocab *v = g->v;
+    size_t words = grammar_mask_words(v);
+    if (g->cf_mask[c] >= 0) {
+        *bits = g->masks[g->cf_mask[c]];
+        return g->mask_count[g->cf_mask[c]];
+    }
+    int32_t ls = -1;
+    if (g->cf_len[c] > 0) {
+        int32_t l = local_cf(g, c);
+        if (l < 0) return l;
+        ls = g->cf_lslot[l];
+        if (ls < 0) ls = compute_local(g, l);
+        if (ls < 0) return ls;
+        if (g->n_lunc[ls] == 0 && g->n_named == 0 && !(g->cf_complete[c] & CF_COMPLETE)) {
+            *bits = g->lmasks[ls];
+            return g->lmask_count[ls];
+        }
+    }
+    int32_t slot = take_slot(g, g->masks, &g->n_masks, &g->next_mask, g->mask_cf, g->cf_mask);
+    if (slot < 0) return CF_NOMEM;
+    uint64_t *m = g->masks[slot];
+    if (ls >= 0) {
+        memcpy(m, g->lmasks[ls], (words + 1) * sizeof *m);
+        int32_t last_parent = -2, pc = CF_DEAD;
+        for (int32_t i = 0; i < g->n_lunc[ls]; i += 2) {
+            int32_t node = g->lunc[ls][i], parent = g->lunc[ls][i + 1];
+            if (parent != last_parent) { /* the bytes above the subtree: a token that passes there */
+                int32_t t = v->sorted[v->ntok[parent]];
+                pc = walk_bytes(g, c, (const uint8_t *)v->text + v->off[t], v->ndepth[parent]);
+                if (pc < CF_DEAD) return pc;
+                last_parent = parent;
+            }
+            if (pc >= 0) {
+                int32_t rc = walk_trie(g, m, node, v->nskip[node], pc);
+                if (rc) return rc;
+            }
+        }
+    } else {
+        memset(m, 0, (words + 1) * sizeof *m);
     }
     for (int32_t i = 0; i < g->n_named; i++) {
         int32_t t = g->named[i];
         int32_t nc = walk_bytes(g, c, (const uint8_t *)v->text + v->off[t], v->len[t]);
         if (nc < CF_DEAD) return nc;
-        if (nc >= 0 && !((m[t >> 6] >> (t & 63)) & 1)) m[t >> 6] |= 1ull << (t & 63), count++;
+        if (nc >= 0) m[t >> 6] |= 1ull << (t & 63);
     }
-    if (g->cf_complete[c])
-        for (int32_t i = 0; i < v->n_eog; i++) {
-            int32_t t = v->eog[i];
-            if (!((m[t >> 6] >> (t & 63)) & 1)) m[t >> 6] |= 1ull << (t & 63), count++;
-        }
+    if (g->cf_complete[c] & CF_COMPLETE)
+        for (int32_t i = 0; i < v->n_eog; i++) m[v->eog[i] >> 6] |= 1ull << (v->eog[i] & 63);
+    g->mask_count[slot] = finish_bits(v, m);
     g->mask_cf[slot] = c;
-    g->mask_count[slot] = count;
     g->cf_mask[c] = slot;
-    return slot;
+    *bits = m;
+    return g->mask_count[slot];
 }
 
 int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow) {
@@ -1658,14 +1835,13 @@ int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow) {
     pthread_mutex_lock(&g->mu);
     int32_t rc = state_ready(st);
     if (!rc) {
-        int32_t slot = g->cf_mask[st->cf];
-        if (slot < 0) slot = compute_mask(g, st->cf);
-        if (slot < 0) {
-            rc = cf_error(slot);
+        const uint64_t *bits = NULL;
+        rc = mask_of(g, st->cf, &bits);
+        if (rc < 0) {
+            rc = cf_error(rc);
             st->dead = true;
         } else {
-            memcpy(allow, g->masks + (size_t)slot * words, words * sizeof *allow);
-            rc = g->mask_count[slot];
+            memcpy(allow, bits, words * sizeof *allow);
         }
     }
     pthread_mutex_unlock(&g->mu);
@@ -1692,7 +1868,7 @@ int grammar_state_accept(struct grammar_state *st, int32_t token) {
     int rc = state_ready(st);
     if (!rc) {
         switch (v->kind[token]) {
-        case GRAMMAR_TOKEN_EOG: rc = g->cf_complete[st->cf] ? 0 : -ERR_INVAL; break;
+        case GRAMMAR_TOKEN_EOG: rc = g->cf_complete[st->cf] & CF_COMPLETE ? 0 : -ERR_INVAL; break;
         case GRAMMAR_TOKEN_CONTROL:
             rc = is_named(g, token) ? accept_locked(st, (const uint8_t *)v->text + v->off[token], v->len[token]) : -ERR_INVAL;
             break;
@@ -1720,8 +1896,8 @@ bool grammar_state_complete(const struct grammar_state *st) {
     pthread_mutex_lock(&g->mu);
     bool done = false;
     if (!st->dead) {
-        if (st->epoch == g->epoch) done = g->cf_complete[st->cf];
-        else done = st->saved[0] != 0;
+        if (st->epoch == g->epoch) done = g->cf_complete[st->cf] & CF_COMPLETE;
+        else done = st->saved[0] & CF_COMPLETE;
     }
     pthread_mutex_unlock(&g->mu);
     return done;
@@ -1750,6 +1926,8 @@ void grammar_vocab_free(struct grammar_vocab *v) {
     free(v->ndepth);
     free(v->nskip);
     free(v->ntok);
+    free(v->ntok1);
+    free(v->nmulti);
     free(v->sorted);
     free(v->eog);
     free(v->control);
@@ -1831,6 +2009,13 @@ int grammar_vocab_create(struct grammar_vocab **out, int32_t n_vocab, const char
     free(path);
     v->ntok[nn] = n_text;
     v->n_nodes = nn;
+    v->ntok1 = malloc(((size_t)nn + 1) * sizeof *v->ntok1);
+    v->nmulti = malloc((size_t)nn + 1);
+    if (!v->ntok1 || !v->nmulti) goto oom;
+    for (int32_t i = 0; i < nn; i++) {
+        v->ntok1[i] = v->ntok[i + 1] > v->ntok[i] ? v->sorted[v->ntok[i]] : n_vocab;
+        v->nmulti[i] = v->ntok[i + 1] - v->ntok[i] > 1;
+    }
     /* ntok[i] was the index of the first token sorted at or after node i's creation; the
      * tokens ending at node i are exactly those before the next node's creation */
     *out = v;

@@ -55,7 +55,7 @@
 
 #define GRAMMAR_MAX_STATES (1 << 20) /* compiled positions of one grammar */
 #define GRAMMAR_MAX_REPEAT 10000     /* m and n of {m,n} */
-#define GRAMMAR_MAX_MASKS 256        /* kept masks per grammar (n_vocab / 8 bytes each) */
+#define GRAMMAR_MAX_MASKS 1024       /* kept masks per grammar, of each kind (n_vocab / 8 bytes each, allocated as used) */
 #define GRAMMAR_MAX_DEPTH 1024       /* nesting of recursive rules a sequence may reach */
 
 /* How a token takes part in matching (grammar_vocab_create's kinds). */
