@@ -52,8 +52,24 @@ static void bprintf(struct buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (k < 0) return;
-    bputn(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+    if (k < 0) {
+        b->oom = true;
+        return;
+    }
+    if ((size_t)k < sizeof tmp) {
+        bputn(b, tmp, (size_t)k);
+        return;
+    }
+    char *big = malloc((size_t)k + 1); /* expressions of a large schema run long */
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    bputn(b, big, (size_t)k);
+    free(big);
 }
 
 /* ---- the shared rules ---- */

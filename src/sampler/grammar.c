@@ -1118,7 +1118,7 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, uint
     for (; g->cf_ht[j]; j = (j + 1) & (size_t)(g->cf_ht_cap - 1)) {
         int32_t c = g->cf_ht[j] - 1;
         if (g->cf_hash_key[c] == h && g->cf_len[c] == n && g->cf_complete[c] == complete &&
-            !memcmp(g->tops + g->cf_off[c], tops, (size_t)n * sizeof *tops))
+            (n == 0 || !memcmp(g->tops + g->cf_off[c], tops, (size_t)n * sizeof *tops)))
             return c;
     }
     int32_t c = g->n_cf;
@@ -1139,7 +1139,7 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, uint
     g->cf_lslot[c] = -1;
     g->cf_local[c] = -1;
     g->cf_hash_key[c] = h;
-    memcpy(g->tops + g->n_tops, tops, (size_t)n * sizeof *tops);
+    if (n) memcpy(g->tops + g->n_tops, tops, (size_t)n * sizeof *tops);
     g->n_tops += n;
     for (int32_t k = 0; k < g->n_cls; k++) g->trans[(size_t)c * (size_t)g->n_cls + (size_t)k] = CF_UNKNOWN;
     g->cf_ht[j] = c + 1;
@@ -1229,7 +1229,7 @@ static int run_closure(struct grammar *g, uint8_t *complete) {
 
 /* Intern what the closure produced. */
 static int32_t finish_cf(struct grammar *g, uint8_t complete) {
-    qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32);
+    if (g->n_out > 1) qsort(g->out, (size_t)g->n_out, sizeof *g->out, cmp_i32);
     int32_t m = 0;
     for (int32_t i = 0; i < g->n_out; i++)
         if (!m || g->out[m - 1] != g->out[i]) g->out[m++] = g->out[i];
