@@ -680,6 +680,20 @@ struct stack_node {
     int32_t state, parent;
 };
 
+/* A kept mask: a bitset when many tokens are allowed, their ids when few (most masks allow a
+ * handful of tokens: a bitset each would be n_vocab / 8 bytes). */
+struct mslot {
+    uint64_t *bits;
+    int32_t *ids;
+    int32_t count;
+    int32_t owner;       /* the configuration it belongs to, -1 */
+};
+
+struct mpool {
+    struct mslot *s;     /* GRAMMAR_MAX_MASKS */
+    int32_t n_used, next;
+};
+
 struct grammar {
     _Atomic int32_t refs;
     const struct grammar_vocab *v;
@@ -721,15 +735,11 @@ struct grammar {
     int32_t *trans;      /* n_cf * n_cls: -1 unknown, -2 dead, else config */
     int32_t cap_trans;
     int32_t soft_cf;     /* flush beyond this many configurations, between calls */
-    /* masks, FIFO */
-    uint64_t **masks;    /* GRAMMAR_MAX_MASKS slots of words + 1 (allocated on first use) */
-    int32_t *mask_cf, *mask_count;
-    int32_t n_masks, next_mask;
-    /* local masks (see compute_local), FIFO: the tokens sure to be accepted, and those that leave
-     * the top rule before their end (checked against a configuration's real stacks) */
-    uint64_t **lmasks;   /* the same */
-    int32_t *lmask_cf, *lmask_count, **lunc, *n_lunc, *cap_lunc;
-    int32_t n_lmasks, next_lmask;
+    /* masks per configuration (mask_of) and local masks (compute_local), FIFO pools; the local
+     * ones also keep their uncertain subtrees */
+    struct mpool full, local;
+    int32_t **lunc, *n_lunc, *cap_lunc;
+    uint64_t *scratch;   /* words + 1: a mask being computed */
     uint8_t *walk_ctx;   /* per trie depth: the top rule could have ended on the way */
     int32_t *walk_node;  /* per trie depth: the node on the path */
     /* scratch of one transition */
@@ -1040,8 +1050,8 @@ static void cache_reset(struct grammar *g) {
     g->n_tops = 0;
     if (g->nd_key) memset(g->nd_val, 0, (size_t)g->nd_ht_cap * sizeof *g->nd_val);
     if (g->cf_ht) memset(g->cf_ht, 0, (size_t)g->cf_ht_cap * sizeof *g->cf_ht);
-    g->n_masks = g->next_mask = 0;
-    g->n_lmasks = g->next_lmask = 0;
+    g->full.n_used = g->full.next = 0;
+    g->local.n_used = g->local.next = 0;
     g->epoch++;
 }
 
@@ -1349,10 +1359,11 @@ static void grammar_destroy(struct grammar *g) {
     free(g->cf_mask);
     free(g->cf_lslot);
     free(g->cf_local);
-    for (int32_t i = 0; g->lmasks && i < GRAMMAR_MAX_MASKS; i++) free(g->lmasks[i]);
-    free(g->lmasks);
-    free(g->lmask_cf);
-    free(g->lmask_count);
+    for (int32_t i = 0; g->local.s && i < GRAMMAR_MAX_MASKS; i++) free(g->local.s[i].bits), free(g->local.s[i].ids);
+    for (int32_t i = 0; g->full.s && i < GRAMMAR_MAX_MASKS; i++) free(g->full.s[i].bits), free(g->full.s[i].ids);
+    free(g->local.s);
+    free(g->full.s);
+    free(g->scratch);
     if (g->lunc)
         for (int32_t i = 0; i < GRAMMAR_MAX_MASKS; i++) free(g->lunc[i]);
     free(g->lunc);
@@ -1364,10 +1375,6 @@ static void grammar_destroy(struct grammar *g) {
     free(g->cf_hash_key);
     free(g->cf_ht);
     free(g->trans);
-    for (int32_t i = 0; g->masks && i < GRAMMAR_MAX_MASKS; i++) free(g->masks[i]);
-    free(g->masks);
-    free(g->mask_cf);
-    free(g->mask_count);
     free(g->work);
     free(g->vis);
     free(g->vis_gen);
@@ -1486,20 +1493,17 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
     g->root_start = g->rule_start[root];
     byte_classes(g);
     if ((rc = find_named(g, &sx))) goto out;
-    g->masks = calloc(GRAMMAR_MAX_MASKS, sizeof *g->masks);
-    g->mask_cf = malloc(GRAMMAR_MAX_MASKS * sizeof *g->mask_cf);
-    g->mask_count = malloc(GRAMMAR_MAX_MASKS * sizeof *g->mask_count);
+    g->full.s = calloc(GRAMMAR_MAX_MASKS, sizeof *g->full.s);
+    g->local.s = calloc(GRAMMAR_MAX_MASKS, sizeof *g->local.s);
+    g->scratch = malloc((grammar_mask_words(v) + 1) * sizeof *g->scratch);
     g->walk_cf = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_cf);
     g->walk_ctx = malloc((size_t)v->max_depth + 2);
     g->walk_node = malloc(((size_t)v->max_depth + 2) * sizeof *g->walk_node);
-    g->lmasks = calloc(GRAMMAR_MAX_MASKS, sizeof *g->lmasks);
-    g->lmask_cf = malloc(GRAMMAR_MAX_MASKS * sizeof *g->lmask_cf);
-    g->lmask_count = malloc(GRAMMAR_MAX_MASKS * sizeof *g->lmask_count);
     g->lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->lunc);
     g->n_lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->n_lunc);
     g->cap_lunc = calloc(GRAMMAR_MAX_MASKS, sizeof *g->cap_lunc);
-    if (!g->masks || !g->mask_cf || !g->mask_count || !g->walk_cf || !g->walk_ctx || !g->walk_node || !g->lmasks || !g->lmask_cf ||
-        !g->lmask_count || !g->lunc || !g->n_lunc || !g->cap_lunc) {
+    if (!g->full.s || !g->local.s || !g->scratch || !g->walk_cf || !g->walk_ctx || !g->walk_node || !g->lunc ||
+        !g->n_lunc || !g->cap_lunc) {
         rc = -ERR_NOMEM;
         goto out;
     }
@@ -1648,20 +1652,48 @@ static int32_t local_cf(struct grammar *g, int32_t c) {
     return l;
 }
 
-/* Slot of a FIFO pool (masks or lmasks) to reuse or fill: its buffer allocated on first use.
- * Evicts the oldest owner (its index in owner_of, -1 in slot_of). -1 when out of memory. */
-static int32_t take_slot(struct grammar *g, uint64_t **pool, int32_t *n_used, int32_t *next, int32_t *owner,
-                         int32_t *slot_of) {
-    int32_t slot = *next;
-    if (*n_used == GRAMMAR_MAX_MASKS) {
-        if (owner[slot] >= 0) slot_of[owner[slot]] = -1;
+/* The next slot of a FIFO pool; its previous owner (a configuration) forgets it. */
+static int32_t pool_take(struct mpool *p, int32_t *slot_of) {
+    int32_t slot = p->next;
+    if (p->n_used == GRAMMAR_MAX_MASKS) {
+        if (p->s[slot].owner >= 0) slot_of[p->s[slot].owner] = -1;
     } else {
-        if (!pool[slot] && !(pool[slot] = malloc((grammar_mask_words(g->v) + 1) * sizeof **pool))) return -1;
-        (*n_used)++;
+        p->n_used++;
     }
-    *next = (slot + 1) % GRAMMAR_MAX_MASKS;
-    owner[slot] = -1;
+    p->next = (slot + 1) % GRAMMAR_MAX_MASKS;
+    p->s[slot].owner = -1;
     return slot;
+}
+
+/* Keep the mask in bits (count tokens) in slot s: as ids when that is smaller. 0 or CF_NOMEM. */
+static int32_t slot_store(const struct grammar_vocab *v, struct mslot *s, const uint64_t *bits, int32_t count) {
+    size_t words = grammar_mask_words(v);
+    free(s->ids);
+    s->ids = NULL;
+    s->count = count;
+    if ((size_t)count * sizeof *s->ids < words * sizeof *bits / 2) {
+        free(s->bits);
+        s->bits = NULL;
+        if (count && !(s->ids = malloc((size_t)count * sizeof *s->ids))) return CF_NOMEM;
+        int32_t k = 0;
+        for (size_t w = 0; w < words; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1) s->ids[k++] = (int32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+        return 0;
+    }
+    if (!s->bits && !(s->bits = malloc(words * sizeof *s->bits))) return CF_NOMEM;
+    memcpy(s->bits, bits, words * sizeof *bits);
+    return 0;
+}
+
+/* The slot's mask as a bitset of words words. */
+static void slot_expand(const struct grammar_vocab *v, const struct mslot *s, uint64_t *out) {
+    size_t words = grammar_mask_words(v);
+    if (s->bits) {
+        memcpy(out, s->bits, words * sizeof *out);
+        return;
+    }
+    memset(out, 0, words * sizeof *out);
+    for (int32_t i = 0; i < s->count; i++) out[s->ids[i] >> 6] |= 1ull << (s->ids[i] & 63);
 }
 
 static int add_uncertain(struct grammar *g, int32_t slot, int32_t node, int32_t parent) {
@@ -1726,10 +1758,9 @@ static int32_t walk_trie(struct grammar *g, uint64_t *m, int32_t i0, int32_t i1,
 static int32_t compute_local(struct grammar *g, int32_t l) {
     const struct grammar_vocab *v = g->v;
     size_t words = grammar_mask_words(v);
-    int32_t slot = take_slot(g, g->lmasks, &g->n_lmasks, &g->next_lmask, g->lmask_cf, g->cf_lslot);
-    if (slot < 0) return CF_NOMEM;
+    int32_t slot = pool_take(&g->local, g->cf_lslot);
     g->n_lunc[slot] = 0;
-    uint64_t *m = g->lmasks[slot];
+    uint64_t *m = g->scratch;
     memset(m, 0, (words + 1) * sizeof *m);
     int32_t *at = g->walk_cf, *path = g->walk_node;
     uint8_t *ctx = g->walk_ctx;
@@ -1762,23 +1793,23 @@ static int32_t compute_local(struct grammar *g, int32_t l) {
         mark_node(v, m, i);
         i++;
     }
-    g->lmask_count[slot] = finish_bits(v, m);
-    g->lmask_cf[slot] = l;
+    if (slot_store(v, &g->local.s[slot], m, finish_bits(v, m))) return CF_NOMEM;
+    g->local.s[slot].owner = l;
     g->cf_lslot[l] = slot;
     return slot;
 }
 
-/* The mask of configuration c: *bits points into a slot (valid until the next mask of this
- * grammar), the count is returned, or an error. The local mask serves alone when nothing depends
- * on the stacks (no uncertain subtree, no named control token, not complete); otherwise a full
- * mask adds the uncertain subtrees walked from c (after the bytes above each), the named control
- * tokens and the EOG tokens when complete, kept per configuration. */
-static int32_t mask_of(struct grammar *g, int32_t c, const uint64_t **bits) {
+/* The mask of configuration c into out (words words); returns its count, or an error. The local
+ * mask serves alone when nothing depends on the stacks (no uncertain subtree, no named control
+ * token, not complete); otherwise a full mask adds the uncertain subtrees walked from c (after the
+ * bytes above each), the named control tokens and the EOG tokens when complete, kept per
+ * configuration. */
+static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out) {
     const struct grammar_vocab *v = g->v;
     size_t words = grammar_mask_words(v);
     if (g->cf_mask[c] >= 0) {
-        *bits = g->masks[g->cf_mask[c]];
-        return g->mask_count[g->cf_mask[c]];
+        slot_expand(v, &g->full.s[g->cf_mask[c]], out);
+        return g->full.s[g->cf_mask[c]].count;
     }
     int32_t ls = -1;
     if (g->cf_len[c] > 0) {
@@ -1788,15 +1819,14 @@ static int32_t mask_of(struct grammar *g, int32_t c, const uint64_t **bits) {
         if (ls < 0) ls = compute_local(g, l);
         if (ls < 0) return ls;
         if (g->n_lunc[ls] == 0 && g->n_named == 0 && !(g->cf_complete[c] & CF_COMPLETE)) {
-            *bits = g->lmasks[ls];
-            return g->lmask_count[ls];
+            slot_expand(v, &g->local.s[ls], out);
+            return g->local.s[ls].count;
         }
     }
-    int32_t slot = take_slot(g, g->masks, &g->n_masks, &g->next_mask, g->mask_cf, g->cf_mask);
-    if (slot < 0) return CF_NOMEM;
-    uint64_t *m = g->masks[slot];
+    uint64_t *m = g->scratch;
+    m[words] = 0;
     if (ls >= 0) {
-        memcpy(m, g->lmasks[ls], (words + 1) * sizeof *m);
+        slot_expand(v, &g->local.s[ls], m);
         int32_t last_parent = -2, pc = CF_DEAD;
         for (int32_t i = 0; i < g->n_lunc[ls]; i += 2) {
             int32_t node = g->lunc[ls][i], parent = g->lunc[ls][i + 1];
@@ -1812,7 +1842,7 @@ static int32_t mask_of(struct grammar *g, int32_t c, const uint64_t **bits) {
             }
         }
     } else {
-        memset(m, 0, (words + 1) * sizeof *m);
+        memset(m, 0, words * sizeof *m);
     }
     for (int32_t i = 0; i < g->n_named; i++) {
         int32_t t = g->named[i];
@@ -1822,26 +1852,24 @@ static int32_t mask_of(struct grammar *g, int32_t c, const uint64_t **bits) {
     }
     if (g->cf_complete[c] & CF_COMPLETE)
         for (int32_t i = 0; i < v->n_eog; i++) m[v->eog[i] >> 6] |= 1ull << (v->eog[i] & 63);
-    g->mask_count[slot] = finish_bits(v, m);
-    g->mask_cf[slot] = c;
+    int32_t count = finish_bits(v, m);
+    int32_t slot = pool_take(&g->full, g->cf_mask);
+    if (slot_store(v, &g->full.s[slot], m, count)) return CF_NOMEM;
+    g->full.s[slot].owner = c;
     g->cf_mask[c] = slot;
-    *bits = m;
-    return g->mask_count[slot];
+    memcpy(out, m, words * sizeof *out);
+    return count;
 }
 
 int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow) {
     struct grammar *g = st->g;
-    size_t words = grammar_mask_words(g->v);
     pthread_mutex_lock(&g->mu);
     int32_t rc = state_ready(st);
     if (!rc) {
-        const uint64_t *bits = NULL;
-        rc = mask_of(g, st->cf, &bits);
+        rc = mask_of(g, st->cf, allow);
         if (rc < 0) {
             rc = cf_error(rc);
             st->dead = true;
-        } else {
-            memcpy(allow, bits, words * sizeof *allow);
         }
     }
     pthread_mutex_unlock(&g->mu);
