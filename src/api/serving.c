@@ -170,7 +170,9 @@ static int ops_load(void *engine) {
         .max_seq_tokens = (int32_t)cfg->max_seq_tokens,
         .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
         .n_threads = (int)cfg->threads,
-        .yield_us = cfg->compute_yield_us,
+        /* under the idle policy only (--compute-nice 20): at a nice level a yield hands the core to
+         * any CPU-bound neighbour for its whole time slice (scripts/bench.d/52-neighbours) */
+        .yield_us = cfg->compute_nice >= 20 ? cfg->compute_yield_us : 0,
     };
     return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);
 }
