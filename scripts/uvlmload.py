@@ -497,15 +497,17 @@ def windows(lat, at, t0, width):
             for k, v in sorted(out.items())]
 
 
-def probe_process(host, port, interval, duration, stop_path=None, from_due=False):
+def probe_process(host, port, interval, duration, stop_path=None, from_due=False, nice=0):
     """Starts probe() in a child Python process for `duration` seconds from now (or until the file
-    stop_path exists); .result() waits and returns its figures."""
+    stop_path exists); .result() waits and returns its figures. nice: the child's nice level
+    relative to ours (below 0 needs the privilege; without it the child stays at ours)."""
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import json,sys; sys.path.insert(0, %r); import uvlmload; "
-            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f, %r, %r)))" % (here, host, port, interval,
-                                                                       time.time() + duration, stop_path, from_due))
+    code = ("import json, os, sys\nsys.path.insert(0, %r)\nimport uvlmload\n" % here +
+            ("try:\n    os.nice(%d)\nexcept OSError:\n    pass\n" % nice if nice else "") +
+            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f, %r, %r)))\n" % (host, port, interval, time.time() + duration,
+                                                                         stop_path, from_due))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
 
     class Handle:
