@@ -436,16 +436,21 @@ async def run_mix(host, port, kinds, connections, duration, disconnect_rate=0.0,
 
 # --- /health latency, measured from a process of its own ------------------------------------------
 
-def probe(host, port, interval, until, stop_path=None):
+def probe(host, port, interval, until, stop_path=None, from_due=False):
     """GET /health every `interval` seconds until the wall-clock time `until` (or until the file
     stop_path exists, when given) on a keep-alive connection (a new one
     when the server closes it); returns (latencies in seconds of 200 answers, non-200 count,
     errors, send times of those 200 answers in time.monotonic() seconds, which is the same clock
     in every process of the machine). Run it in its own process (probe_process) so the load
-    generator's own event loop does not add its delays to the figures."""
+    generator's own event loop does not add its delays to the figures.
+    from_due: a probe that could not go out when it was due (every `interval` from the start),
+    because the answer to the previous one came later, goes out at once and its latency counts
+    from when it was due, so that a stall counts once for every probe it held up, as a client
+    sending every `interval` would see it (without the prober's own oversleeping)."""
     import http.client
     lat, at, bad, errors = [], [], 0, 0
     conn = None
+    due, late = time.monotonic(), False
     while time.time() < until and not (stop_path and os.path.exists(stop_path)):
         t0 = time.monotonic()
         try:
@@ -456,7 +461,7 @@ def probe(host, port, interval, until, stop_path=None):
             conn.request("GET", "/health")
             r = conn.getresponse()
             r.read()
-            dt = time.monotonic() - t0
+            dt = time.monotonic() - (due if late else t0)
             if r.status == 200:
                 lat.append(dt)
                 at.append(t0)
@@ -470,7 +475,12 @@ def probe(host, port, interval, until, stop_path=None):
             if conn is not None:
                 conn.close()
             conn = None
-        time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+        if from_due:
+            due += interval
+            late = time.monotonic() > due
+            time.sleep(max(0.0, due - time.monotonic()))
+        else:
+            time.sleep(max(0.0, interval - (time.monotonic() - t0)))
     if conn is not None:
         conn.close()
     return lat, bad, errors, at
@@ -486,15 +496,17 @@ def windows(lat, at, t0, width):
             for k, v in sorted(out.items())]
 
 
-def probe_process(host, port, interval, duration, stop_path=None):
+def probe_process(host, port, interval, duration, stop_path=None, from_due=False, nice=0):
     """Starts probe() in a child Python process for `duration` seconds from now (or until the file
-    stop_path exists); .result() waits and returns its figures."""
+    stop_path exists); .result() waits and returns its figures. nice: the child's nice level
+    relative to ours (below 0 needs the privilege; without it the child stays at ours)."""
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import json,sys; sys.path.insert(0, %r); import uvlmload; "
-            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f, %r)))" % (here, host, port, interval, time.time() + duration,
-                                                                   stop_path))
+    code = ("import json, os, sys\nsys.path.insert(0, %r)\nimport uvlmload\n" % here +
+            ("try:\n    os.nice(%d)\nexcept OSError:\n    pass\n" % nice if nice else "") +
+            "print(json.dumps(uvlmload.probe(%r, %d, %f, %f, %r, %r)))\n" % (host, port, interval, time.time() + duration,
+                                                                         stop_path, from_due))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
 
     class Handle:

@@ -5,7 +5,9 @@
  *
  * One struct gen_job per request, owned by the request: freed when the last choice is done (the
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
- * cancels the scheduler request first). The scheduler's stop conditions are EOS, n_predict and
+ * cancels the scheduler request first). A body over srv->offload_bytes is parsed and its prompt
+ * tokenized off the loop (http_queue_work: job_prepare on the server's thread pool, then
+ * job_prepared on the loop thread, which frees the job if the client left meanwhile). The scheduler's stop conditions are EOS, n_predict and
  * the context; stop strings are matched on the text (stream_text.h) and end a choice by returning
  * false from on_token; a stop string, or its possible start, never reaches a streaming client.
  */
@@ -42,6 +44,9 @@ struct gen_choice {
 struct gen_job {
     struct serving *srv;
     struct http_request *req;
+    enum api_endpoint ep;
+    int prepare_rc;                 /* job_prepare's outcome: 0, or an error described in err */
+    struct api_error err;
     struct sched_req *handle;       /* NULL once the scheduler request ended */
     struct completion_params p;
     struct model_engine_sampling sp;
@@ -398,13 +403,20 @@ static uint64_t next_seed(struct serving *srv) {
     return (z ^ (z >> 29)) & 0xffffffffu;
 }
 
-/* The prompt as token ids into job->prompt. 0, or an error already answered. */
-static int job_tokenize(struct gen_job *job, struct http_request *req) {
+/* err for an ERR_* code; returns the code. */
+static int err_of_code(struct api_error *err, int code, const char *param, const char *msg) {
+    int status = api_err_status(code);
+    api_error_set(err, status, api_error_type(status), param, "%s", msg);
+    return code;
+}
+
+/* The prompt as token ids into job->prompt. 0, or an error described in job->err. */
+static int job_tokenize(struct gen_job *job) {
     struct serving *srv = job->srv;
     struct completion_params *p = &job->p;
     if (p->prompt_tokens) {
         job->prompt = malloc(sizeof *job->prompt * (p->n_prompt_tokens ? p->n_prompt_tokens : 1));
-        if (!job->prompt) return respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory"), -1;
+        if (!job->prompt) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
         memcpy(job->prompt, p->prompt_tokens, sizeof *job->prompt * p->n_prompt_tokens);
         job->n_prompt = p->n_prompt_tokens;
         return 0;
@@ -415,13 +427,13 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
     if (p->chat.messages) { /* chat, Responses and Anthropic messages alike */
         char why[256];
         int rc = chat_prompt_render(&srv->chat, &p->chat, (int64_t)time(NULL), &chat, &len, why, sizeof why);
-        if (rc < 0) return respond_err_code(srv, req, rc == -ERR_NOMEM ? rc : -ERR_INVAL, "messages", why), -1;
+        if (rc < 0) return err_of_code(&job->err, rc == -ERR_NOMEM ? rc : -ERR_INVAL, "messages", why);
         text = chat;
     }
     int rc = model_engine_tokenize(srv->engine, text, len, true, true, &job->prompt, &job->n_prompt);
     free(chat);
-    if (rc < 0) return respond_err_code(srv, req, rc, "prompt", "tokenization failed"), -1;
-    if (job->n_prompt == 0) return respond_err_code(srv, req, -ERR_INVAL, "prompt", "the prompt has no tokens"), -1;
+    if (rc < 0) return err_of_code(&job->err, rc, "prompt", "tokenization failed");
+    if (job->n_prompt == 0) return err_of_code(&job->err, -ERR_INVAL, "prompt", "the prompt has no tokens");
     return 0;
 }
 
@@ -446,6 +458,33 @@ static void job_sampling(struct gen_job *job, int32_t n_probs) {
             job->bias[i] = (struct model_engine_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
 }
 
+/* Parse the body, check its token ids, tokenize the prompt: job->prepare_rc and job->err. On the
+ * loop thread, or on the thread pool for a large body (it reads the request's body, the
+ * configuration and the engine's immutable tokenizer; it writes only the job). */
+static void job_prepare(void *data) {
+    struct gen_job *job = data;
+    struct serving *srv = job->srv;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    lim.max_n = (int32_t)srv->cfg->max_n;
+    lim.max_logit_bias = MODEL_ENGINE_MAX_BIAS;
+    int rc = completion_params_parse(&job->p, job->ep, job->req->body, job->req->body_len, &lim, &job->err);
+    if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &job->err);
+    if (rc == 0) rc = job_tokenize(job);
+    job->prepare_rc = rc;
+}
+
+static void job_start(struct gen_job *job);
+
+static void job_prepared(struct http_request *req, void *data, int status) {
+    struct gen_job *job = data;
+    if (status < 0) { /* the client left while the body was parsed */
+        serving_count(job->srv, 499);
+        job_free(job);
+        return;
+    }
+    job_start(job);
+}
+
 static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep) {
     if (serving_not_ready(srv, req)) return;
     struct gen_job *job = calloc(1, sizeof *job);
@@ -455,18 +494,29 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     }
     job->srv = srv;
     job->req = req;
-    struct api_error err;
-    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
-    lim.max_n = (int32_t)srv->cfg->max_n;
-    lim.max_logit_bias = MODEL_ENGINE_MAX_BIAS;
-    int rc = completion_params_parse(&job->p, ep, req->body, req->body_len, &lim, &err);
-    if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &err);
-    if (rc < 0) {
-        respond_error(srv, req, &err);
-        job_free(job);
-        return;
+    job->ep = ep;
+    if (req->body_len > srv->offload_bytes) {
+        int rc = http_queue_work(req, job_prepare, job_prepared, job);
+        if (rc == 0) return; /* job_prepared goes on */
+        if (rc == -ERR_CANCELLED) {
+            serving_count(srv, 499);
+            job_free(job);
+            return;
+        }
     }
-    if (job_tokenize(job, req) < 0) {
+    job_prepare(job); /* a small body, or no thread for it: here */
+    job_start(job);
+}
+
+/* Loop thread: a prepared job (or its error) to the scheduler. */
+static void job_start(struct gen_job *job) {
+    struct serving *srv = job->srv;
+    struct http_request *req = job->req;
+    enum api_endpoint ep = job->ep;
+    struct api_error err;
+    int rc;
+    if (job->prepare_rc < 0) {
+        respond_error(srv, req, &job->err);
         job_free(job);
         return;
     }
@@ -583,7 +633,9 @@ void serving_anthropic_count_handle(struct http_request *req, void *data) {
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
     if (completion_params_parse(&job->p, API_ANTHROPIC_COUNT, req->body, req->body_len, &lim, &err) < 0)
         respond_error(srv, req, &err);
-    else if (job_tokenize(job, req) == 0) {
+    else if (job_tokenize(job) < 0)
+        respond_error(srv, req, &job->err);
+    else {
         char *json = render_anthropic_count((int32_t)job->n_prompt);
         if (json) serving_respond_json(srv, req, 200, json);
         else respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");

@@ -117,3 +117,7 @@ int http_sse_send_event(struct http_request *req, const char *event, const char 
 int http_sse_end(struct http_request *req) {
     return req->resp->sse_end(req);
 }
+
+int http_queue_work(struct http_request *req, http_work_fn work, http_after_work_cb after, void *data) {
+    return req->resp->queue_work(req, work, after, data);
+}

@@ -13,6 +13,9 @@
  *                    the engine driver runs there) call http_respond*(req, ...).
  *   3. as a stream:  http_sse_start(req, my_cancel_cb, work); then http_sse_send(req, json, n)
  *                    per event, over time; http_sse_end(req) when done.
+ * Before any of them it may move heavy work off the loop thread (parsing a large body,
+ * tokenizing a long prompt): http_queue_work(req, work_fn, after_fn, data); ...return; work_fn
+ * runs on another thread, then after_fn on the loop thread carries on as a handler would.
  *
  * Ownership and lifetime (the important part):
  *   - `req` and everything it points to belong to the responder's owner (src/net). They stay
@@ -40,8 +43,13 @@
  *   - A handler that returns without finishing and without registering a cancel callback
  *     must finish the request before its next return to the loop (it cannot learn of a
  *     disconnect otherwise).
+ *   - While a request's work is out (http_queue_work), the request has no cancel callback: its
+ *     after callback is how the owner hears of it, exactly once, with 0 (alive: answer it as a
+ *     handler would) or -ERR_CANCELLED (the client left meanwhile: the request is finished,
+ *     free the data; nothing else follows). `req`, its body and headers stay valid, unchanged,
+ *     until the after callback has returned, so the work may read them.
  *   - All calls are made on the loop thread. Work on other threads reports back through the
- *     loop (the engine driver's after-work callbacks in src/net).
+ *     loop (http_queue_work's after callback; the engine driver's after-work callbacks in src/net).
  *
  * Example: an SSE endpoint that counts to 3 on a timer owned by the caller.
  *
@@ -78,6 +86,9 @@ struct http_header {
 
 struct http_request;
 typedef void (*http_cancel_cb)(struct http_request *req, void *data);
+/* http_queue_work: the work (another thread) and what follows it (the loop thread). */
+typedef void (*http_work_fn)(void *data);
+typedef void (*http_after_work_cb)(struct http_request *req, void *data, int status);
 
 /* How a request is answered: one function per http_* call below, with the same contract, filled
  * by the owner of the request (src/net/conn.c; a test's fake). The http_* functions check their
@@ -90,6 +101,7 @@ struct http_responder {
     int (*sse_start)(struct http_request *req, http_cancel_cb cb, void *data);
     int (*sse_send)(struct http_request *req, const char *event, const char *data, size_t len);
     int (*sse_end)(struct http_request *req);
+    int (*queue_work)(struct http_request *req, http_work_fn work, http_after_work_cb after, void *data);
 };
 
 struct http_request {
@@ -169,5 +181,16 @@ int http_sse_send(struct http_request *req, const char *data, size_t len);
 int http_sse_send_event(struct http_request *req, const char *event, const char *data, size_t len);
 /* Finish the stream: 0, or -ERR_CANCELLED (dead, and finished: no cancel callback follows). */
 int http_sse_end(struct http_request *req);
+
+/* Run work(data) on a thread of the server's pool, off the loop, then after(req, data, status) on
+ * the loop thread: status 0, the request is alive and after carries on as a handler (answers,
+ * queues more work, or registers a cancel callback); -ERR_CANCELLED, the client left meanwhile
+ * (finished: no http_* call on it, free data). For a request being handled, with no cancel
+ * callback and no stream. work may read the request's body and headers (valid until after) and
+ * state nobody changes meanwhile (the tokenizer), nothing of the loop's. The server runs a few
+ * requests' work at once and queues the rest, so that a step always finds a thread.
+ * Returns 0 (after will come), -ERR_CANCELLED (the request is already dead: finished, no after
+ * call) or -ERR_STATE (not handling, a cancel callback set, or work already out: a bug). */
+int http_queue_work(struct http_request *req, http_work_fn work, http_after_work_cb after, void *data);
 
 #endif

@@ -1,7 +1,8 @@
 /* info.c: the serving endpoints that generate nothing: /health (stall detection, capacity
  * detail), /v1/models, /props, /slots, /metrics, /tokenize, /detokenize, /apply-template.
  * Everything here answers at once on the loop thread from the scheduler's counters (sched_stats
- * is safe while a step computes) and the engine's immutable tokenizer. */
+ * is safe while a step computes) and the engine's immutable tokenizer, except a large body's
+ * tokens or template, which are computed off the loop (serving_respond_computed). */
 #include "api/errors.h"
 #include "api/metrics_text.h"
 #include "api/params.h"
@@ -20,18 +21,18 @@
 #include <time.h>
 
 /* Send a jansson value (stolen) as the 200 body. */
+static void respond_api_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
+    char *json = api_error_render(err);
+    serving_respond_json(srv, req, err->status, json ? json : "{}");
+    free(json);
+}
+
 static void respond_value(struct serving *srv, struct http_request *req, json_t *v) {
     char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
     if (text) serving_respond_json(srv, req, 200, text);
     else serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}");
     free(text);
-}
-
-static void respond_api_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
-    char *json = api_error_render(err);
-    serving_respond_json(srv, req, err->status, json ? json : "{}");
-    free(json);
 }
 
 /* GET /health: 503 {"status":"loading"} until the engine has started, 503 {"status":"draining"}
@@ -300,77 +301,97 @@ void serving_metrics_handle(struct http_request *req, void *data) {
 }
 
 /* --- tokens and templates ------------------------------------------------------------------- */
+/* Each is computed from the request alone (serving_respond_computed): off the loop for a large
+ * body. */
 
-void serving_tokenize_handle(struct http_request *req, void *data) {
-    struct serving *srv = data;
-    if (serving_not_ready(srv, req)) return;
+/* The error body of err, with its status. */
+static char *error_json(const struct api_error *err, int *status) {
+    *status = err->status;
+    return api_error_render(err);
+}
+
+static char *tokenize_compute(struct serving *srv, const struct http_request *req, int *status) {
     struct tokenize_params p;
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
-    if (tokenize_params_parse(&p, req->body, req->body_len, &lim, &err) < 0) {
-        respond_api_error(srv, req, &err);
-        return;
-    }
+    if (tokenize_params_parse(&p, req->body, req->body_len, &lim, &err) < 0) return error_json(&err, status);
     const struct model_engine *e = srv->engine;
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = model_engine_tokenize(e, p.content, p.content_len, p.add_special, p.parse_special, &ids, &n);
     struct token_piece *pieces = rc == 0 && p.with_pieces ? calloc(n + 1, sizeof *pieces) : NULL;
     if (rc == 0 && p.with_pieces && !pieces) rc = -ERR_NOMEM;
+    char *json;
     if (rc < 0) {
-        serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"tokenization failed\",\"type\":\"server_error\"}}");
+        *status = 500;
+        json = strdup("{\"error\":{\"code\":500,\"message\":\"tokenization failed\",\"type\":\"server_error\"}}");
     } else {
         for (size_t i = 0; pieces && i < n; i++) pieces[i].ptr = model_engine_token_piece(e, ids[i], true, &pieces[i].len);
-        char *json = render_tokenize(ids, n, pieces);
-        serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
-        free(json);
+        *status = 200;
+        json = render_tokenize(ids, n, pieces);
     }
     free(pieces);
     free(ids);
     tokenize_params_free(&p);
+    return json;
 }
 
-void serving_detokenize_handle(struct http_request *req, void *data) {
+void serving_tokenize_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
+    serving_respond_computed(srv, req, tokenize_compute);
+}
+
+static char *detokenize_compute(struct serving *srv, const struct http_request *req, int *status) {
     struct detokenize_params p;
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
     if (detokenize_params_parse(&p, req->body, req->body_len, &lim, &err) < 0 ||
         detokenize_params_check_tokens(&p, srv->engine->n_vocab, &err) < 0) {
-        respond_api_error(srv, req, &err);
         detokenize_params_free(&p);
-        return;
+        return error_json(&err, status);
     }
     char *buf = NULL;
     int64_t n = model_engine_detokenize(srv->engine, p.tokens, p.n_tokens, false, true, &buf);
+    *status = 200;
     char *json = n >= 0 ? render_detokenize(buf, (size_t)n) : NULL;
-    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
-    free(json);
     free(buf);
     detokenize_params_free(&p);
+    return json;
 }
 
-void serving_apply_template_handle(struct http_request *req, void *data) {
+void serving_detokenize_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
+    serving_respond_computed(srv, req, detokenize_compute);
+}
+
+static char *apply_template_compute(struct serving *srv, const struct http_request *req, int *status) {
     struct completion_params p;
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
-    if (chat_template_params_parse(&p, req->body, req->body_len, &lim, &err) < 0) {
-        respond_api_error(srv, req, &err);
-        return;
-    }
-    char *prompt = NULL, why[256];
+    if (chat_template_params_parse(&p, req->body, req->body_len, &lim, &err) < 0)
+        return error_json(&err, status);
+    char *prompt = NULL, *json = NULL, why[256];
     size_t n;
     int rc = chat_prompt_render(&srv->chat, &p.chat, (int64_t)time(NULL), &prompt, &n, why, sizeof why);
     if (rc < 0) {
         api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
                       "messages", "%s", why);
-        respond_api_error(srv, req, &err);
+        json = error_json(&err, status);
     } else {
-        respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, n));
+        json_t *v = json_pack("{s:s%}", "prompt", prompt, n);
+        json = v ? json_dumps(v, JSON_COMPACT) : NULL;
+        json_decref(v);
+        *status = 200;
     }
     free(prompt);
     completion_params_free(&p);
+    return json;
+}
+
+void serving_apply_template_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    serving_respond_computed(srv, req, apply_template_compute);
 }

@@ -75,6 +75,47 @@ bool serving_not_ready(struct serving *srv, struct http_request *req) {
     return true;
 }
 
+struct computed {
+    struct serving *srv;
+    const struct http_request *req;
+    serving_compute_fn compute;
+    char *json;
+    int status;
+};
+
+static void computed_work(void *data) {
+    struct computed *c = data;
+    c->json = c->compute(c->srv, c->req, &c->status);
+}
+
+static void computed_respond(struct http_request *req, void *data, int status) {
+    struct computed *c = data;
+    if (status < 0) serving_count(c->srv, 499); /* the client left meanwhile */
+    else if (c->json) serving_respond_json(c->srv, req, c->status, c->json);
+    else serving_respond_json(c->srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}");
+    free(c->json);
+    free(c);
+}
+
+void serving_respond_computed(struct serving *srv, struct http_request *req, serving_compute_fn compute) {
+    struct computed *c = calloc(1, sizeof *c);
+    if (!c) {
+        serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}");
+        return;
+    }
+    *c = (struct computed){.srv = srv, .req = req, .compute = compute};
+    if (req->body_len > srv->offload_bytes) {
+        int rc = http_queue_work(req, computed_work, computed_respond, c);
+        if (rc == 0) return;
+        if (rc == -ERR_CANCELLED) {
+            computed_respond(req, c, rc);
+            return;
+        }
+    }
+    computed_work(c); /* a small body, or no thread for it: here */
+    computed_respond(req, c, 0);
+}
+
 int serving_routes_add(struct router *r, struct serving *srv) {
     static const struct {
         const char *method, *path;
@@ -131,6 +172,7 @@ void serving_init(struct serving *srv, const struct config *cfg, const struct lo
     srv->cfg = cfg;
     srv->log = log;
     srv->seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
+    srv->offload_bytes = SERVING_OFFLOAD_BYTES;
     if (*cfg->model) snprintf(srv->model_path, sizeof srv->model_path, "%s", cfg->model);
     else default_model_path(srv->model_path, sizeof srv->model_path);
 }
@@ -159,7 +201,9 @@ static int ops_load(void *engine) {
         .max_seq_tokens = (int32_t)cfg->max_seq_tokens,
         .recurrent_states = (int32_t)cfg->max_seqs_recurrent,
         .n_threads = (int)cfg->threads,
-        .yield_us = cfg->compute_yield_us,
+        /* under the idle policy only (--compute-nice 20): at a nice level a yield hands the core to
+         * any CPU-bound neighbour for its whole time slice (scripts/bench.d/52-neighbours) */
+        .yield_us = cfg->compute_nice >= 20 ? cfg->compute_yield_us : 0,
         .allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer,
     };
     return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);

@@ -17,7 +17,8 @@
  *     (sink callbacks: tokens to the clients)
  *
  * Request path of a completion: params.h parses and validates the body; the prompt is tokenized
- * (chat: rendered by the chat template first, chat_prompt.h); sched_submit queues it with a sink whose
+ * (chat: rendered by the chat template first, chat_prompt.h), both off the loop for a body over
+ * offload_bytes (http_queue_work); sched_submit queues it with a sink whose
  * callbacks detokenize (the engine's streaming detokenizer), match stop strings (stream_text.h)
  * and send JSON (render.h) at once or as SSE events; the HTTP cancel callback calls sched_cancel.
  *
@@ -55,6 +56,13 @@ struct model_engine;
 
 #define SERVING_STATUS_SLOTS 16
 
+/* Request bodies up to this size are parsed (and their prompts tokenized) on the loop thread;
+ * larger ones on the server's thread pool (http_queue_work), so that the loop keeps answering
+ * meanwhile: about 0.1 ms of loop time per KiB here (JSON and BPE), so 1 ms at most, while a
+ * chat request of a few KiB skips the hand-over. scripts/bench.d/55-heavy-body shows /health
+ * while 16 MB bodies and 1 MB prompts arrive. */
+#define SERVING_OFFLOAD_BYTES 8192
+
 struct serving_metrics {
     uint64_t requests_total;                  /* answered by a serving endpoint */
     int status[SERVING_STATUS_SLOTS];         /* the statuses seen, first come ... */
@@ -74,6 +82,7 @@ struct serving {
     struct chat_prompt chat;      /* how chats become prompts (after start) */
     int64_t created;              /* unix seconds of the start */
     uint64_t seed_state;          /* seeds for requests without one */
+    size_t offload_bytes;         /* SERVING_OFFLOAD_BYTES (a test may lower it) */
     void (*kick)(void *driver);   /* a request was submitted or cancelled: build a step soon */
     void *driver;
     struct serving_metrics metrics;
@@ -135,6 +144,13 @@ int serving_respond_json(struct serving *srv, struct http_request *req, int stat
 /* 503 {"error": ... "Loading model" / "Server is shutting down"} unless the engine has started
  * and the request may be served; returns true when it answered. */
 bool serving_not_ready(struct serving *srv, struct http_request *req);
+
+/* Answer with what compute(srv, req, &status) returns (a malloc'd JSON body, NULL: 500 out of
+ * memory), counted; compute runs on the loop thread for a body up to offload_bytes, else on the
+ * thread pool (http_queue_work), so it may read only the request and immutable serving state
+ * (the configuration, the engine's tokenizer and chat family). */
+typedef char *(*serving_compute_fn)(struct serving *srv, const struct http_request *req, int *status);
+void serving_respond_computed(struct serving *srv, struct http_request *req, serving_compute_fn compute);
 
 /* The route handlers (data: struct serving *). */
 void serving_completion_handle(struct http_request *req, void *data);    /* POST /completion */

@@ -44,13 +44,15 @@ const struct config_setting config_settings[] = {
      "most choices per request (n / n_cmpl)"},
     {"threads", 't', CONFIG_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads of the forward pass (0: all cores)"},
-    {"compute-nice", 0, CONFIG_INT, F(compute_nice), "20", 0, 20, NULL,
-     "20: the compute threads run under the idle scheduling policy (SCHED_IDLE): the loop, and "
-     "/health, preempt them at once, and so does every other process; 0..19: this many nice levels "
-     "below the loop thread (0: compete with it and with other processes as equals)"},
+    {"compute-nice", 0, CONFIG_INT, F(compute_nice), "0", 0, 20, NULL,
+     "0..19: the compute threads run this many nice levels below the loop thread (0: as its equals; "
+     "a CPU-bound neighbour gets no more of a core than they do); 20: under the idle scheduling "
+     "policy (SCHED_IDLE): the loop preempts them at once, and so does every other process, so "
+     "generation gets only the CPU nothing else wants. The model loads at the loop's priority"},
     {"compute-yield-us", 0, CONFIG_INT, F(compute_yield_us), "200", 0, 100000, NULL,
-     "the compute threads offer their CPU (sched_yield) this often, in microseconds, so that a woken "
-     "loop thread never waits for the scheduler's tick behind them (0: never)"},
+     "under the idle policy (compute-nice 20), the compute threads offer their CPU (sched_yield) this "
+     "often, in microseconds, so that a woken loop thread never waits for the scheduler's tick behind "
+     "them (0: never); at a nice level they never do"},
     {"loop-slice-us", 0, CONFIG_INT, F(loop_slice_us), "500", 0, 100000, NULL,
      "time slice the loop thread asks the kernel for, in microseconds (Linux 6.12+: a thread with a "
      "shorter slice preempts other threads of its priority as soon as it wakes, and is preempted as "

@@ -62,6 +62,11 @@
 #define CONN_HEALTH_RESERVE 4
 #define RESERVE_HEAD_MS 1000
 
+/* Most requests whose work (http_queue_work) runs on libuv's threadpool at once; the rest wait
+ * their turn in arrival order. libuv has 4 threads: a step's work request (engine_driver.c) must
+ * never wait behind parsing and tokenizing. */
+#define CONN_WORK_RUNNING_MAX 2
+
 enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
 struct conn {
@@ -93,6 +98,15 @@ struct conn {
     http_cancel_cb cancel_cb;
     void *cancel_data;
     http_cancel_cb abort_cb; /* http_on_abort: at once when the connection dies (cancel_data) */
+    /* http_queue_work: the request's work, waiting for a thread (in app->work_head's list) or
+     * running; work_after is set until it is called (with -ERR_CANCELLED from conn_finish when
+     * the connection closed meanwhile: the connection is freed only after the work returned) */
+    uv_work_t work;
+    http_work_fn work_fn;
+    http_after_work_cb work_after;
+    void *work_data;
+    struct conn *work_next;
+    bool work_waiting, work_running;
     char extra[CONN_EXTRA_BYTES]; /* "Name: value\r\n" headers added by http_add_header */
     size_t extra_len;
     int status;
@@ -111,6 +125,7 @@ static void conn_process(struct conn *c);
 static void conn_close(struct conn *c, const char *why);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void work_unlink(struct conn *c);
 
 /* malloc, unless a test armed app->faults.allocs (server.h). */
 static void *conn_malloc(struct app *app, size_t n) {
@@ -159,6 +174,11 @@ static void conn_finish(struct conn *c) {
         app->counters.requests_cancelled++;
         cb(&c->parse.req, c->cancel_data);
     }
+    if (c->work_after) { /* its work waited or ran while the connection died */
+        http_after_work_cb after = c->work_after;
+        c->work_after = NULL;
+        after(&c->parse.req, c->work_data, -ERR_CANCELLED);
+    }
     http_parse_free(&c->parse);
     if (c->prev) c->prev->next = c->next;
     else app->conns = c->next;
@@ -171,6 +191,7 @@ static void conn_finish(struct conn *c) {
 static void on_handle_closed(uv_handle_t *h) {
     struct conn *c = h->data;
     if (--c->handles_open) return;
+    if (c->work_running) return; /* the request's work still reads it: after_work_cb finishes it */
     struct app *app = c->app;
     if (c->cancel_cb && !app->stopping) { /* a cancel has work: paced like requests */
         if (app->cancels_head || app->cancel_budget == 0) {
@@ -209,6 +230,7 @@ static void conn_close(struct conn *c, const char *why) {
     if (c->state == C_CLOSED) return;
     struct app *app = c->app;
     if (c->state == C_HELD) held_unlink(c);
+    if (c->work_waiting) work_unlink(c);
     if (request_open(c)) {
         c->status = 499;
         access_log(c, why ? why : "closed");
@@ -865,6 +887,77 @@ static int conn_sse_end(struct http_request *req) {
     return 0;
 }
 
+/* --- http_queue_work: a request's work on libuv's threadpool ---------------------------------- */
+
+static void work_cb(uv_work_t *w) {
+    struct conn *c = w->data;
+    c->work_fn(c->work_data);
+}
+
+static void after_work_cb(uv_work_t *w, int status);
+
+static void work_start(struct conn *c) {
+    c->work_running = true;
+    c->app->works_running++;
+    c->work.data = c;
+    int rc = uv_queue_work(c->app->loop, &c->work, work_cb, after_work_cb);
+    ASSERT(rc == 0); /* uv_queue_work fails only without a work callback */
+}
+
+static void work_unlink(struct conn *c) {
+    struct conn **p = &c->app->work_head, *prev = NULL;
+    while (*p != c) {
+        prev = *p;
+        p = &(*p)->work_next;
+    }
+    *p = c->work_next;
+    if (c->app->work_tail == c) c->app->work_tail = prev;
+    c->work_next = NULL;
+    c->work_waiting = false;
+}
+
+static void after_work_cb(uv_work_t *w, int status) {
+    struct conn *c = w->data;
+    struct app *app = c->app;
+    (void)status; /* never cancelled: uv_cancel is not used */
+    uint64_t t0 = app_work_begin(app);
+    c->work_running = false;
+    app->works_running--;
+    if (app->work_head) {
+        struct conn *next = app->work_head;
+        work_unlink(next);
+        work_start(next);
+    }
+    if (c->state == C_HANDLING) {
+        http_after_work_cb after = c->work_after;
+        c->work_after = NULL;
+        after(&c->parse.req, c->work_data, 0);
+    } else if (c->state == C_CLOSED && !c->handles_open) {
+        conn_finish(c); /* the after callback hears -ERR_CANCELLED there */
+    } /* else its handles are closing: on_handle_closed finishes it */
+    app_work_end(app, APP_WORK_READ, t0);
+}
+
+static int conn_queue_work(struct http_request *req, http_work_fn work, http_after_work_cb after, void *data) {
+    struct conn *c = conn_of(req);
+    if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
+    if (c->state != C_HANDLING || c->cancel_cb || c->work_after) return -ERR_STATE;
+    c->work_fn = work;
+    c->work_after = after;
+    c->work_data = data;
+    struct app *app = c->app;
+    if (app->works_running < CONN_WORK_RUNNING_MAX) {
+        work_start(c);
+        return 0;
+    }
+    c->work_waiting = true;
+    c->work_next = NULL;
+    if (app->work_tail) app->work_tail->work_next = c;
+    else app->work_head = c;
+    app->work_tail = c;
+    return 0;
+}
+
 static const struct http_responder conn_responder = {
     .add_header = conn_add_header,
     .respond = conn_respond,
@@ -873,4 +966,5 @@ static const struct http_responder conn_responder = {
     .sse_start = conn_sse_start,
     .sse_send = conn_sse_send,
     .sse_end = conn_sse_end,
+    .queue_work = conn_queue_work,
 };

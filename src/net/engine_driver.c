@@ -99,7 +99,8 @@ void engine_driver_kick(void *driver) {
 
 /* --- loading ---------------------------------------------------------------------------------- */
 
-/* On the compute thread: the forward pass's threads created here inherit its nice level. */
+/* On the compute thread, at the loop's priority; then it and the forward pass's threads created
+ * here go to the compute priority (compute_thread_load). */
 static void load_compute(void *arg) {
     struct engine_driver *d = arg;
     d->load_rc = d->ops->load(d->engine);
@@ -107,7 +108,7 @@ static void load_compute(void *arg) {
 
 static void load_work_cb(uv_work_t *w) {
     struct engine_driver *d = w->data;
-    compute_thread_call(&d->compute, load_compute, d);
+    compute_thread_load(&d->compute, load_compute, d);
 }
 
 static void load_after_cb(uv_work_t *w, int status) {

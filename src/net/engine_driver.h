@@ -16,12 +16,13 @@
  * Exactly one step is in flight; while it computes the loop thread keeps serving /health,
  * /metrics and new requests. The threadpool thread of a load or a step hands the work to the
  * compute thread (compute_thread.h) and waits for it, so it reports back at the loop's priority.
- * With --compute-nice N > 0, the compute thread runs N nice levels below the loop thread (20, the
- * default: under the SCHED_IDLE policy), and the forward pass's own worker threads (math/pool.h),
- * created by it while loading, inherit that. The loop then preempts them as soon as a socket is
- * ready instead of waiting out their time slice; the price is that they also yield to every other
- * process of the machine (0 changes nothing). scripts/bench.d/50-serving shows /health's latency
- * while a long prompt computes. The tick timer (unreferenced: it never keeps the loop alive)
+ * The model loads at the loop's priority; then, with --compute-nice N > 0, the compute thread and
+ * the forward pass's own worker threads (math/pool.h), created by it while loading, go N nice
+ * levels below the loop thread (20: under the SCHED_IDLE policy) for every step. The lower they
+ * are, the sooner the loop gets a core when a socket is ready, and the less of one they get
+ * beside every other process of the machine: 0, the default, keeps them level with the loop
+ * (scripts/bench.d/50-serving shows /health while a long prompt computes, 52-neighbours a stream
+ * beside CPU-bound neighbours). The tick timer (unreferenced: it never keeps the loop alive)
  * retries building when a step could not be built (e.g. everything waits for memory) and nothing
  * else would wake the driver.
  *

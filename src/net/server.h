@@ -180,6 +180,10 @@ struct app {
     struct conn *held_head, *held_tail;
     struct conn *cancels_head, *cancels_tail; /* closed, cancel callback not run yet (paced too) */
     int dispatch_budget, cancel_budget;
+    /* Requests' work (http_queue_work) on libuv's threadpool, and those waiting for a thread
+     * (conn.c: at most CONN_WORK_RUNNING_MAX run at once), oldest first, singly linked */
+    int works_running;
+    struct conn *work_head, *work_tail;
     uv_idle_t dispatch_idle;
     uv_prepare_t dispatch_pace;
     /* A connection with no memory for it must still be taken from libuv (which otherwise stops

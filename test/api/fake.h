@@ -6,14 +6,17 @@
  * contract like the server does: -ERR_STATE for a call in the wrong state, -ERR_CANCELLED once
  * the client is gone (fake_http_disconnect: the abort callback at once; fake_http_closed: the
  * cancel callback, which the server runs later from the connection's close, unless a finishing
- * call came in between), and it counts how the owner heard of the end (`ends`: a finishing call
- * or the cancel callback), which must come to exactly one.
+ * call came in between), and it counts how the owner heard of the end (`ends`: a finishing call,
+ * the cancel callback, or an after-work callback told -ERR_CANCELLED), which must come to exactly
+ * one. Work queued with http_queue_work waits until fake_http_run_work runs it (on the calling
+ * thread), so a test can disconnect the client while it is out.
  *
  * fake_serving: the serving state (api/serving.h) over the repository's model
  * (SERVING_DEFAULT_MODEL: models/kjv-tiny-q8_0.gguf, found from the working directory or next to
  * the test runner), started through serving_ops as the engine driver starts it, with its routes
- * in a router. fake_serving_request dispatches a request through the router, then runs steps on
- * the calling thread (build, compute, complete in parts) until none is left.
+ * in a router. fake_serving_request dispatches a request through the router, runs its queued
+ * work, then runs steps on the calling thread (build, compute, complete in parts) until none is
+ * left.
  *
  *   struct fake_serving fs;
  *   CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
@@ -59,6 +62,10 @@ struct fake_http {
     void *cancel_data;
     int ends;                       /* finishing calls + cancel callbacks: must end at 1 */
     int cancels;                    /* cancel callbacks run */
+    http_work_fn work_fn;           /* queued by http_queue_work, not run yet (work_after set) */
+    http_after_work_cb work_after;
+    void *work_data;
+    int works;                      /* http_queue_work calls */
 };
 
 /* A complete request: method, target ("/path?query") and body (NULL: none); the strings must
@@ -72,6 +79,9 @@ const char *fake_http_out(const struct fake_http *f, const char *name);
 void fake_http_disconnect(struct fake_http *f);
 /* The dead request's connection has closed: its cancel callback runs, if still registered. */
 void fake_http_closed(struct fake_http *f);
+/* Run the queued work, then its after callback (0, or -ERR_CANCELLED once the client has gone);
+ * again for work the after callback queues. Returns how many ran. */
+int fake_http_run_work(struct fake_http *f);
 void fake_http_free(struct fake_http *f);
 
 struct fake_serving {
@@ -89,7 +99,7 @@ int fake_serving_open(struct fake_serving *fs, const char *const *flags);
 void fake_serving_close(struct fake_serving *fs);
 /* Run steps until none can be built (at most 10000: then -1); none before the engine started. */
 int fake_serving_run(struct fake_serving *fs);
-/* Dispatch f's request through the router, then fake_serving_run. */
+/* Dispatch f's request through the router, fake_http_run_work, then fake_serving_run. */
 int fake_serving_request(struct fake_serving *fs, struct fake_http *f);
 
 #endif

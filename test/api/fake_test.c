@@ -90,6 +90,17 @@ static int fake_sse_end(struct http_request *req) {
     return 0;
 }
 
+static int fake_queue_work(struct http_request *req, http_work_fn work, http_after_work_cb after, void *data) {
+    struct fake_http *f = fake_of(req);
+    if (f->state == FAKE_DEAD) return finish_dead(f);
+    if (f->state != FAKE_HANDLING || f->cancel_cb || f->work_after) return -ERR_STATE;
+    f->work_fn = work;
+    f->work_after = after;
+    f->work_data = data;
+    f->works++;
+    return 0;
+}
+
 static const struct http_responder fake_responder = {
     .add_header = fake_add_header,
     .respond = fake_respond,
@@ -98,6 +109,7 @@ static const struct http_responder fake_responder = {
     .sse_start = fake_sse_start,
     .sse_send = fake_sse_send,
     .sse_end = fake_sse_end,
+    .queue_work = fake_queue_work,
 };
 
 void fake_http_init(struct fake_http *f, const char *method, const char *target, const char *body) {
@@ -148,6 +160,20 @@ void fake_http_closed(struct fake_http *f) {
     f->cancels++;
     f->ends++;
     cb(&f->req, f->cancel_data);
+}
+
+int fake_http_run_work(struct fake_http *f) {
+    int n = 0;
+    while (f->work_after) {
+        http_after_work_cb after = f->work_after;
+        f->work_after = NULL;
+        f->work_fn(f->work_data);
+        n++;
+        bool dead = f->state == FAKE_DEAD;
+        if (dead) f->ends++;
+        after(&f->req, f->work_data, dead ? -ERR_CANCELLED : 0);
+    }
+    return n;
 }
 
 void fake_http_free(struct fake_http *f) {
@@ -215,6 +241,7 @@ int fake_serving_run(struct fake_serving *fs) {
 
 int fake_serving_request(struct fake_serving *fs, struct fake_http *f) {
     router_dispatch(&fs->router, &f->req);
+    fake_http_run_work(f);
     return fake_serving_run(fs);
 }
 

@@ -229,3 +229,89 @@ TEST(generate_draining_refuses_new_work) {
     fake_http_free(&f);
     fake_serving_close(&fs);
 }
+
+/* A body over srv.offload_bytes is parsed and tokenized off the loop (http_queue_work): the same
+ * answers as on the loop, errors included; a client that leaves while its work is out is told in
+ * the after callback, which frees the request (counted 499) and submits nothing. */
+TEST(generate_large_bodies_are_prepared_off_the_loop) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    static const char small[] = "{\"prompt\":\"" PROMPT "\",\"n_predict\":8,\"temperature\":0}";
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/completion", small);
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.works, 0); /* a small body stays on the loop */
+    CHECK(f.body && strstr(f.body, "\"content\":\"" GREEDY_8 "\""));
+    fake_http_free(&f);
+    /* the same request padded past SERVING_OFFLOAD_BYTES */
+    size_t pad = SERVING_OFFLOAD_BYTES + 100;
+    char *big = malloc(pad + 128);
+    CHECK(big != NULL);
+    int n = snprintf(big, pad + 128, "{\"prompt\":\"" PROMPT "\",\"n_predict\":8,\"temperature\":0,\"padding\":\"");
+    memset(big + n, 'x', pad);
+    strcpy(big + n + pad, "\"}");
+    fake_http_init(&f, "POST", "/completion", big);
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.works, 1);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_INT(f.ends, 1);
+    CHECK(f.body && strstr(f.body, "\"content\":\"" GREEDY_8 "\""));
+    fake_http_free(&f);
+    free(big);
+
+    fs.srv.offload_bytes = 0; /* every body from here on */
+    static const struct {
+        const char *path, *body;
+        int status;
+        const char *in_body;
+    } cases[] = {
+        {"/completion", small, 200, "\"content\":\"" GREEDY_8 "\""},
+        {"/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":\"many\"}", 400, "\"param\":\"n_predict\""},
+        {"/completion", "{\"prompt\":[1,99999999]}", 400, "\"param\":\"prompt[1]\""},
+        {"/completion", "{\"prompt\":\"\"}", 400, "\"param\":\"prompt\""},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"" PROMPT "\"}],\"max_tokens\":2}", 200,
+         "\"chat.completion\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fake_http_init(&f, "POST", cases[i].path, cases[i].body);
+        fake_serving_request(&fs, &f);
+        if (f.status != cases[i].status) fprintf(stderr, "  %s %s -> %d %s\n", cases[i].path, cases[i].body, f.status, f.body);
+        CHECK_EQ_INT(f.works, 1);
+        CHECK_EQ_INT(f.status, cases[i].status);
+        CHECK_EQ_INT(f.ends, 1);
+        CHECK(f.body && strstr(f.body, cases[i].in_body));
+        fake_http_free(&f);
+    }
+    /* streamed */
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"n_predict\":4,\"stream\":true}");
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.works, 1);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK(f.n_events >= 1 && strstr(f.events[f.n_events - 1], "\"stop\":true"));
+    CHECK_EQ_INT(f.ends, 1);
+    fake_http_free(&f);
+
+    /* the client leaves while the work is out */
+    uint64_t before = fs.srv.metrics.requests_total;
+    fake_http_init(&f, "POST", "/completion", small);
+    router_dispatch(&fs.router, &f.req);
+    CHECK_EQ_INT(f.works, 1);
+    CHECK_EQ_INT(f.status, 0);
+    fake_http_disconnect(&f);
+    fake_http_closed(&f);               /* no cancel callback while the work is out */
+    CHECK_EQ_INT(f.cancels, 0);
+    CHECK_EQ_INT(fake_http_run_work(&f), 1);
+    CHECK_EQ_INT(f.ends, 1);            /* the after callback heard -ERR_CANCELLED, and freed */
+    CHECK_EQ_INT(f.status, 0);
+    CHECK_EQ_INT(fs.srv.metrics.requests_total, before + 1);
+    CHECK_EQ_INT(fake_serving_run(&fs), 0);
+    struct sched_stats st;
+    sched_stats(fs.srv.sched, serving_now_ms(), &st);
+    CHECK_EQ_INT(st.active_requests, 0);
+    CHECK_EQ_INT(st.queued, 0);
+    bool counted = false;
+    for (int i = 0; i < fs.srv.metrics.n_status; i++) counted |= fs.srv.metrics.status[i] == 499;
+    CHECK(counted);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}

@@ -15,11 +15,14 @@ static const char *jstr(const json_t *o, const char *key) {
 
 static long long jint(const json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
 
+static int works; /* http_queue_work calls of the requests `call` made */
+
 /* Dispatch one request and parse its JSON body (NULL when it is not JSON); *status gets the status. */
 static json_t *call(struct fake_serving *fs, const char *method, const char *target, const char *body, int *status) {
     struct fake_http f;
     fake_http_init(&f, method, target, body);
     fake_serving_request(fs, &f);
+    works += f.works;
     *status = f.ends == 1 ? f.status : -1; /* answered exactly once */
     json_t *v = f.body ? json_loads(f.body, JSON_DECODE_ANY, NULL) : NULL;
     fake_http_free(&f);
@@ -48,9 +51,12 @@ TEST(info_models_lists_the_model) {
     fake_serving_close(&fs);
 }
 
-TEST(info_tokenize_detokenize_round_trip) {
+/* On the loop thread (small bodies), or all of them as large ones are: off the loop. */
+static void tokenize_detokenize_round_trip(struct test_case *t, size_t offload_bytes) {
     struct fake_serving fs;
     CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    fs.srv.offload_bytes = offload_bytes;
+    works = 0;
     int status;
     json_t *v = call(&fs, "POST", "/tokenize", "{\"content\":\"And God said\",\"with_pieces\":true}", &status);
     CHECK_EQ_INT(status, 200);
@@ -84,7 +90,24 @@ TEST(info_tokenize_detokenize_round_trip) {
     CHECK_EQ_INT(status, 400);
     CHECK_EQ_INT(jint(json_object_get(v, "error"), "code"), 400);
     json_decref(v);
+    v = call(&fs, "POST", "/tokenize", "{\"content\":7}", &status);
+    CHECK_EQ_INT(status, 400);
+    CHECK_EQ_STR(jstr(json_object_get(v, "error"), "param"), "content");
+    json_decref(v);
+    v = call(&fs, "POST", "/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(strstr(jstr(v, "prompt"), "hi") != NULL);
+    json_decref(v);
+    CHECK_EQ_INT(works, offload_bytes ? 0 : 6); /* every request above */
     fake_serving_close(&fs);
+}
+
+TEST(info_tokenize_detokenize_round_trip) {
+    tokenize_detokenize_round_trip(t, SERVING_OFFLOAD_BYTES);
+}
+
+TEST(info_tokenize_detokenize_round_trip_off_the_loop) {
+    tokenize_detokenize_round_trip(t, 0);
 }
 
 TEST(info_health_follows_loading_ready_draining) {

@@ -85,13 +85,33 @@ def test_access_log_line_and_levels(start_server):
     assert "GET /health" not in quiet.log() and "INFO" not in quiet.log()
 
 
-def _thread_nices(pid):
-    """{tid: nice} of every thread of a process (field 19 of /proc/PID/task/TID/stat)."""
+def _thread_nices(pid, field=19):
+    """{tid: nice} of every thread of a process (field 19 of /proc/PID/task/TID/stat; 41: policy)."""
     out = {}
     for tid in os.listdir("/proc/%d/task" % pid):
         with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-            out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])
+            out[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[field - 3])
     return out
+
+
+SCHED_OTHER, SCHED_IDLE = 0, 5
+
+
+def test_compute_threads_default_to_the_loops_priority_and_policy(start_server):
+    """The default (--compute-nice 0): no thread under the idle policy, which would starve generation
+    beside any CPU-bound neighbour (scripts/bench.d/52-neighbours), and none below the loop's level;
+    --compute-nice 20 puts exactly the compute threads under it."""
+    base = os.nice(0)
+    srv = start_server("--threads", "2")
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
+    assert set(_thread_nices(srv.proc.pid, 41).values()) == {SCHED_OTHER}
+    assert set(_thread_nices(srv.proc.pid).values()) == {base}
+    srv.stop()
+    srv = start_server("--compute-nice", "20", "--threads", "2")
+    assert srv.json("POST", "/completion", b'{"prompt": "And God said", "n_predict": 4}')[0] == 200
+    policies = _thread_nices(srv.proc.pid, 41)
+    assert policies[srv.proc.pid] == SCHED_OTHER  # the loop thread
+    assert sorted(policies.values()).count(SCHED_IDLE) == 2, policies  # the compute thread and its worker
 
 
 def test_compute_nice_lowers_the_compute_threads_not_the_loop(start_server):

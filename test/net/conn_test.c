@@ -672,3 +672,90 @@ TEST(conn_head_hook_refuses_before_the_body_and_before_100_continue) {
     CHECK_EQ_INT(f.app.counters.requests_total, 2);
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }
+
+/* --- http_queue_work: work off the loop; a client leaving meanwhile is told, after the work ----- */
+
+struct work_record {
+    struct fixture *f;
+    struct http_request *req;
+    pthread_t thread;      /* where the work ran */
+    bool started, done, body_ok;
+};
+
+static pthread_t loop_thread;
+static int works_now, works_max, after_ok, after_cancelled, after_early;
+
+static void sleepy_work(void *data) {
+    struct work_record *w = data;
+    w->thread = pthread_self();
+    w->started = true;
+    int now = __atomic_add_fetch(&works_now, 1, __ATOMIC_SEQ_CST);
+    for (int m = __atomic_load_n(&works_max, __ATOMIC_SEQ_CST); now > m;)
+        if (__atomic_compare_exchange_n(&works_max, &m, now, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) break;
+    usleep(150 * 1000); /* the client that leaves does it now */
+    /* then the body: still there (ASan: not freed under the work) */
+    w->body_ok = w->req->body_len == 5 && !memcmp(w->req->body, "hello", 5);
+    __atomic_sub_fetch(&works_now, 1, __ATOMIC_SEQ_CST);
+    w->done = true;
+}
+
+static void work_after_cb(struct http_request *req, void *data, int status) {
+    struct work_record *w = data;
+    if (w->started && !w->done) after_early++;
+    if (w->started && (!w->body_ok || pthread_equal(w->thread, loop_thread))) after_early++;
+    if (status == 0) {
+        after_ok++;
+        http_respond_json(req, 200, "{\"worked\":true}");
+    } else if (status == -ERR_CANCELLED) {
+        after_cancelled++;
+    }
+    free(w);
+}
+
+static void work_route(struct http_request *req, void *data) {
+    struct work_record *w = calloc(1, sizeof *w);
+    ASSERT(w);
+    *w = (struct work_record){.f = data, .req = req};
+    loop_thread = pthread_self();
+    if (http_queue_work(req, sleepy_work, work_after_cb, w)) free(w);
+}
+
+/* Four requests at once: two run (the limit), two wait; the first and the last leave. */
+static void four_with_two_leaving(struct fixture *f) {
+    int s[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = client_connect(f, 0);
+        client_send(s[i], "POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    }
+    usleep(50 * 1000); /* all dispatched: running or waiting for a thread */
+    close(s[0]);
+    close(s[3]);
+    for (int i = 1; i <= 2; i++) { /* each answer on its own connection */
+        size_t from = f->reply_len;
+        while (!strstr(f->reply + from, "{\"worked\":true}") && f->reply_len < sizeof f->reply - 1) {
+            ssize_t n = recv(s[i], f->reply + f->reply_len, sizeof f->reply - 1 - f->reply_len, 0);
+            if (n <= 0) break;
+            f->reply_len += (size_t)n;
+            f->reply[f->reply_len] = '\0';
+        }
+    }
+    close(s[1]);
+    close(s[2]);
+    usleep(100 * 1000);
+}
+
+TEST(conn_queued_work_runs_off_the_loop_and_a_client_leaving_meanwhile_is_told_after_it) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    works_now = works_max = after_ok = after_cancelled = after_early = 0;
+    CHECK_EQ_INT(run_server(&f, work_route, four_with_two_leaving, NULL, NULL), 0);
+    CHECK_EQ_INT(after_ok, 2);
+    CHECK_EQ_INT(after_cancelled, 2);
+    CHECK_EQ_INT(after_early, 0);
+    CHECK_EQ_INT(works_max, 2);
+    const char *first = strstr(f.reply, "{\"worked\":true}");
+    CHECK(first && strstr(first + 1, "{\"worked\":true}"));
+    CHECK_EQ_INT(f.app.works_running, 0);
+    CHECK(f.app.work_head == NULL);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+}
