@@ -1,11 +1,14 @@
-/* memory.h: what a model remembers of each sequence, behind one interface with two
- * implementations: attention KV cells (memory/kv.c) and recurrent state (memory/recurrent.c).
+/* memory.h: what a model remembers of each sequence, behind one interface with three
+ * implementations: attention KV cells (memory/kv.c, optionally keeping only a sliding window of
+ * each sequence), recurrent state (memory/recurrent.c), and a split of a model's layers over two
+ * of those (memory/split.c: Gemma 3's full-attention and sliding-window layers).
  *
  * The serving engine only talks to this interface. Sequence ids are small integers
  * in [0, n_seq_max); a sequence "exists" in memory from the first batch placed for it until
  * seq_rm removes it. Capabilities an implementation lacks are reported, never faked:
  * a recurrent state cannot drop positions from the middle or end, so its seq_rm of a partial
- * range returns -ERR_UNSUPPORTED and the engine recomputes instead.
+ * range returns -ERR_UNSUPPORTED and the engine recomputes instead; a sliding window's pool
+ * refuses the same way the removals and prefix copies that need cells its window released.
  *
  * Ownership: the memory owns its pool (sized once at creation from the config, logged).
  * A snapshot from seq_save is owned by the caller until memory_snapshot_free.
@@ -38,7 +41,9 @@ struct memory_usage {
 
 struct memory_ops {
     const char *kind;       /* "kv" or "recurrent" */
-    bool partial_removal;   /* seq_rm of a range that is not the whole sequence works */
+    /* seq_rm of a range that is not the whole sequence works, and seq_cp of a prefix (a
+     * windowed KV pool still refuses those needing cells its window released, kv.h) */
+    bool partial_removal;
     /* A sequence holds the same cells whatever its length (a recurrent state: one cell, copied
      * whole by seq_cp and seq_save). Such a memory never runs out as sequences grow, so memory
      * pressure never preempts anything; the scheduler time-slices its cells instead when work
@@ -53,7 +58,9 @@ struct memory_ops {
      * implementation cannot remove that range. */
     int (*seq_rm)(struct memory *m, int32_t seq, int32_t p0, int32_t p1);
     /* dst shares src's memory for positions [p0, p1) (no copy for kv cells; a state copy for
-     * recurrent). dst must be empty in that range. */
+     * recurrent). dst must be empty in that range (from p0 on, for a split memory).
+     * -ERR_UNSUPPORTED, nothing changed, when dst could not go on from p1 with what it would
+     * get (a prefix of a recurrent state; a prefix past what a window still holds). */
     int (*seq_cp)(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1);
     /* Largest position held for seq, or -1 when it holds none. */
     int32_t (*seq_pos_max)(const struct memory *m, int32_t seq);
