@@ -1,7 +1,8 @@
-/* arch.h (private to src/model): the per-architecture implementations behind model.h. Each
- * architecture family lives in its own file (llama.c: llama and qwen2; mamba.c) and is reached
- * through a struct arch_impl chosen at load time from general.architecture. A new family adds a
- * file and a table entry in model.c; a transformer family attends through attention.h. */
+/* arch.h (private to src/model): the implementations behind model.h, reached through a struct
+ * arch_impl chosen at load time from general.architecture (model.c's table). llama.c is the one
+ * transformer forward pass: a transformer family is a table entry in model.c filling struct
+ * transformer_desc (model.h) and, where its tensors differ, the loader; it attends through
+ * attention.h. A family of another kind (mamba.c) brings its own file. */
 #ifndef UVLM_MODEL_ARCH_H
 #define UVLM_MODEL_ARCH_H
 

@@ -1,9 +1,13 @@
-/* llama.c: the forward pass of the llama family (llama, and qwen2 = llama + q/k/v biases + NEOX
- * rope) over the unified KV memory.
+/* llama.c: the one transformer forward pass, over the unified KV memory, for every family
+ * model.c describes (struct transformer_desc and the layers' tensors, model/model.h).
  *
- * Per layer:  x += Wo · attn(rope(Wq·norm(x) + bq), rope(Wk·norm(x) + bk), Wv·norm(x) + bv)
- *             x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
- * then logits = Wout · norm(x) for the entries that want them.
+ * Per layer, the steps in brackets where the description or the layer's tensors have them:
+ *   q, k, v = Wq·norm(x) [+ bq],  Wk·norm(x) [+ bk],  Wv·norm(x) [+ bv]
+ *   q, k    = rope_l([headnorm](q)), rope_l([headnorm](k))     (the layer's rope, tf.rope[L->rope])
+ *   x      += [postnorm](Wo · attn(q, k, v))
+ *   x      += [postnorm](Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)))
+ * from x = the tokens' embeddings [* embd_scale]; then logits = Wout · norm(x) for the entries
+ * that want them.
  *
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
  * dequantized tiles + sgemm for many); attention through attention.h, over the F16 K/V cells
@@ -42,8 +46,9 @@ struct forward_scratch {
     float *tmp;         /* [T][n_embd] output of a block before the residual add */
     float *gate;        /* [T][n_ff] gate product, then silu(gate) * up */
     float *up;          /* [T][n_ff] */
-    float *rope_cos;    /* [T][n_rot / 2] the angles of each entry's position */
-    float *rope_sin;    /* [T][n_rot / 2] */
+    float *rope_cos;    /* [n_rope][T][n_rot / 2] the angles of each entry's position, per rope */
+    float *rope_sin;    /* [n_rope][T][n_rot / 2] */
+    int64_t rope_rows;  /* T: rows of one rope's table */
     float *xo;          /* [max_outputs][n_embd] rows that want logits */
 };
 
@@ -74,14 +79,18 @@ static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Every layer's attention: the model's heads, scores scaled by 1 / sqrt(head_dim). */
+/* Every layer's attention: the model's heads, scores scaled by tf.attn_scale unless q was. */
 static struct attn_params layer_attn(const struct model_hparams *hp) {
     return (struct attn_params){.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                .scale = 1.0f / sqrtf((float)hp->head_dim)};
+                                .scale = hp->tf.scale_q ? 1.0f : hp->tf.attn_scale};
 }
 
 static int llama_forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     const struct model_hparams *hp = &m->hp;
+    /* what this pass computes: SiLU-gated FFNs, attention over every earlier position */
+    if (hp->tf.act != FFN_SILU) return -ERR_UNSUPPORTED;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].window != 0) return -ERR_UNSUPPORTED;
     struct forward_config c = *cfg;
     struct forward_ctx *fc = calloc(1, sizeof *fc);
     struct forward_scratch *s = calloc(1, sizeof *s);
@@ -105,8 +114,10 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->tmp = scratch_alloc(s, T * E, sizeof(float), &ok);
     s->gate = scratch_alloc(s, T * (size_t)hp->n_ff, sizeof(float), &ok);
     s->up = scratch_alloc(s, T * (size_t)hp->n_ff, sizeof(float), &ok);
-    s->rope_cos = scratch_alloc(s, T * (size_t)(hp->n_rot / 2), sizeof(float), &ok);
-    s->rope_sin = scratch_alloc(s, T * (size_t)(hp->n_rot / 2), sizeof(float), &ok);
+    size_t n_angles = (size_t)hp->tf.n_rope * T * (size_t)(hp->n_rot / 2);
+    s->rope_cos = scratch_alloc(s, n_angles, sizeof(float), &ok);
+    s->rope_sin = scratch_alloc(s, n_angles, sizeof(float), &ok);
+    s->rope_rows = (int64_t)T;
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
     int rc = ok ? 0 : -ERR_NOMEM;
@@ -162,24 +173,27 @@ static double sum_squares(const float *x, int64_t n) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
-    const struct rows_job *j = arg;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *x = j->x + r * j->n;
-        float *y = j->y + r * j->n;
-        double sum = 0;
-        if (j->sequential) /* the reference's order: one chain */
-            for (int64_t i = 0; i < j->n; i++) sum += (double)(x[i] * x[i]);
-        else
-            sum = sum_squares(x, j->n);
-        float scale = 1.0f / sqrtf((float)(sum / (double)j->n) + j->hp->rms_eps);
-        int64_t i = 0;
-        for (; i + NORM_BLOCK <= j->n; i += NORM_BLOCK) norm_scale_block(x + i, scale, j->w + i, y + i);
-        for (; i < j->n; i++) y[i] = x[i] * scale * j->w[i];
-    }
+/* y = x / rms(x) * w over one row of n (y may be x). `sequential`: the sum of squares in the
+ * reference's order, one chain (forward_config.reference). */
+static void rmsnorm_row(const float *x, float *y, const float *w, int64_t n, float eps, bool sequential) {
+    double sum = 0;
+    if (sequential)
+        for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    else
+        sum = sum_squares(x, n);
+    float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    int64_t i = 0;
+    for (; i + NORM_BLOCK <= n; i += NORM_BLOCK) norm_scale_block(x + i, scale, w + i, y + i);
+    for (; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
-/* y = rmsnorm(x) * w over n_rows rows of n_embd. */
+static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    for (int64_t r = r0; r < r1; r++)
+        rmsnorm_row(j->x + r * j->n, j->y + r * j->n, j->w, j->n, j->hp->rms_eps, j->sequential);
+}
+
+/* y = rmsnorm(x) * w over n_rows rows of n_embd (y may be x). */
 static void rmsnorm(struct forward_scratch *s, const struct model_hparams *hp, const float *x, float *y,
                     const float *w, int64_t n_rows) {
     struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd, .sequential = s->reference};
@@ -197,8 +211,8 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1) {
         for (int32_t h = 0; h < j->n_heads; h++) {
             float *v = j->x + r * j->n + (int64_t)h * hp->head_dim;
             for (int32_t i = 0; i < half; i++) {
-                int32_t a = hp->rope_type == ROPE_NORM ? 2 * i : i;
-                int32_t b = hp->rope_type == ROPE_NORM ? 2 * i + 1 : i + half;
+                int32_t a = hp->tf.rope_type == ROPE_NORM ? 2 * i : i;
+                int32_t b = hp->tf.rope_type == ROPE_NORM ? 2 * i + 1 : i + half;
                 float x0 = v[a], x1 = v[b];
                 v[a] = fmaf(x0, cs[i], -(x1 * sn[i]));
                 v[b] = fmaf(x0, sn[i], x1 * cs[i]);
@@ -207,25 +221,40 @@ static void rope_rows(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
-/* After the Q/K/V products, per row: rope on Q (then rounded to F16 in place: every attention
- * path multiplies the query as the F16 cells see it, and rounding twice changes nothing) and on
- * K, K and V stored to the row's cell as F16. One pass (inline for a decode step: no wake-up of
- * the other threads for a few hundred elements). */
+/* After the Q/K/V products, per row: the per-head norms of q and k (tf.qk_norm), rope on both,
+ * q scaled (tf.scale_q) and rounded to F16 in place (every attention path multiplies the query as
+ * the F16 cells see it, and rounding twice changes nothing), K and V stored to the row's cell as
+ * F16. One pass (inline for a decode step: no wake-up of the other threads for a few hundred
+ * elements). */
 struct qk_post_job {
-    struct rows_job q, k;
+    struct rows_job q, k;  /* .w: the head norm's weights [head_dim], or NULL */
+    float q_scale;         /* 0: q keeps its scale */
     const struct kv_memory *kv;
     const float *v;
     int32_t layer;
 };
 
+static void head_norms(const struct rows_job *j, int64_t r0, int64_t r1) {
+    int64_t hd = j->hp->head_dim;
+    for (int64_t r = r0; r < r1; r++)
+        for (int32_t h = 0; h < j->n_heads; h++) {
+            float *v = j->x + r * j->n + h * hd;
+            rmsnorm_row(v, v, j->w, hd, j->hp->rms_eps, j->sequential);
+        }
+}
+
 static void qk_post_rows(void *arg, int64_t r0, int64_t r1) {
     const struct qk_post_job *j = arg;
     int64_t nkv = j->k.n;
+    if (j->q.w) head_norms(&j->q, r0, r1);
+    if (j->k.w) head_norms(&j->k, r0, r1);
     rope_rows((void *)&j->q, r0, r1);
     rope_rows((void *)&j->k, r0, r1);
     uint16_t h[512];
     for (int64_t r = r0; r < r1; r++) {
         float *q = j->q.x + r * j->q.n;
+        if (j->q_scale != 0)
+            for (int64_t i = 0; i < j->q.n; i++) q[i] *= j->q_scale;
         for (int64_t i = 0; i < j->q.n; i += 512) {
             int64_t m = j->q.n - i < 512 ? j->q.n - i : 512;
             quant_from_float(GGML_TYPE_F16, q + i, h, m);
@@ -238,27 +267,38 @@ static void qk_post_rows(void *arg, int64_t r0, int64_t r1) {
 }
 
 static void qk_post(struct compute *c, const struct model_hparams *hp, const struct forward_scratch *s,
-                    const struct kv_memory *kv, int32_t layer, int64_t n_rows) {
+                    const struct kv_memory *kv, const struct model_layer *L, int32_t layer, int64_t n_rows) {
+    size_t table = (size_t)L->rope * (size_t)s->rope_rows * (size_t)(hp->n_rot / 2);
+    const float *cs = s->rope_cos + table, *sn = s->rope_sin + table;
     struct qk_post_job j = {
-        .q = {.hp = hp, .x = s->q, .n = (int64_t)hp->n_head * hp->head_dim, .cos = s->rope_cos, .sin = s->rope_sin,
-              .n_heads = hp->n_head},
-        .k = {.hp = hp, .x = s->k, .n = (int64_t)hp->n_head_kv * hp->head_dim, .cos = s->rope_cos,
-              .sin = s->rope_sin, .n_heads = hp->n_head_kv},
+        .q = {.hp = hp, .x = s->q, .n = (int64_t)hp->n_head * hp->head_dim, .cos = cs, .sin = sn,
+              .n_heads = hp->n_head, .w = L->q_norm, .sequential = s->reference},
+        .k = {.hp = hp, .x = s->k, .n = (int64_t)hp->n_head_kv * hp->head_dim, .cos = cs, .sin = sn,
+              .n_heads = hp->n_head_kv, .w = L->k_norm, .sequential = s->reference},
+        .q_scale = hp->tf.scale_q ? hp->tf.attn_scale : 0,
         .kv = kv, .v = s->v, .layer = layer};
     int64_t work = (int64_t)(hp->n_head + hp->n_head_kv) * (hp->n_rot + 2 * hp->head_dim);
     compute_parallel_for_work(c, n_rows, work, qk_post_rows, &j);
 }
 
-/* Angles like the reference: theta_i = pos * base^(-2i/n_rot), by repeated multiplication. */
+/* Angles like the reference: theta_i = pos * base^(-2i/n_rot) by repeated multiplication, then
+ * divided by the pair's frequency factor and scaled (ggml's rope cache; both exact when 1). One
+ * table per rope of the description. */
 static void rope_tables(const struct model_hparams *hp, struct forward_scratch *s, const struct batch *b) {
     int32_t half = hp->n_rot / 2;
-    float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    for (int32_t r = 0; r < b->n_tokens; r++) {
-        float theta = (float)b->pos[r];
-        for (int32_t i = 0; i < half; i++) {
-            s->rope_cos[r * half + i] = cosf(theta);
-            s->rope_sin[r * half + i] = sinf(theta);
-            theta *= theta_scale;
+    for (int32_t k = 0; k < hp->tf.n_rope; k++) {
+        const struct rope_desc *rd = &hp->tf.rope[k];
+        float theta_scale = powf(rd->base, -2.0f / (float)hp->n_rot);
+        float *cs = s->rope_cos + (size_t)k * (size_t)s->rope_rows * (size_t)half;
+        float *sn = s->rope_sin + (size_t)k * (size_t)s->rope_rows * (size_t)half;
+        for (int32_t r = 0; r < b->n_tokens; r++) {
+            float theta = (float)b->pos[r];
+            for (int32_t i = 0; i < half; i++) {
+                float t = rd->freq_scale * (rd->factors ? theta / rd->factors[i] : theta);
+                cs[r * half + i] = cosf(t);
+                sn[r * half + i] = sinf(t);
+                theta *= theta_scale;
+            }
         }
     }
 }
@@ -366,21 +406,24 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     struct attn_params ap = layer_attn(hp);
 
     embed(m, b, s->x);                       /* x: [n][n_embd] */
-    rope_tables(hp, s, b);                   /* the angles of each entry's position */
+    if (hp->tf.embd_scale != 1.0f)
+        for (int64_t i = 0; i < n * E; i++) s->x[i] *= hp->tf.embd_scale;
+    rope_tables(hp, s, b);                   /* the angles of each entry's position, per rope */
     attn_plan(s->attn, kv, b);               /* which entries attend how (same for every layer) */
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
-        /* attention: q, k, v = W·norm(x) + bias; rope; K and V to the batch's cells */
+        /* attention: q, k, v = W·norm(x) + bias; head norms, rope; K and V to the batch's cells */
         rmsnorm(s, hp, s->x, s->xn, L->attn_norm, n);
         mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
                  (float *const[]){s->q, s->k, s->v});
         add_bias(s->q, L->bq, L->wq.n_out, n);
         add_bias(s->k, L->bk, nkv, n);
         add_bias(s->v, L->bv, nkv, n);
-        qk_post(s->c, hp, s, kv, l, n);
+        qk_post(s->c, hp, s, kv, L, l, n);
         attn_layer(s->attn, &ap, l, s->q, s->att);
         mm(s, &L->wo, s->att, n, s->tmp);
+        if (L->attn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->attn_post_norm, n);
         add_rows(s->x, s->tmp, n * E);
 
         /* feed-forward: Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
@@ -390,6 +433,7 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
         compute_parallel_for_work(s->c, n, 8 * (int64_t)hp->n_ff, swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
+        if (L->ffn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->ffn_post_norm, n);
         add_rows(s->x, s->tmp, n * E);
     }
 

@@ -1,30 +1,33 @@
-/* model.c: loading a llama/qwen2 GGUF: hyperparameters from metadata, weights checked against
- * the shapes they imply, and the memory kind the architecture needs. */
+/* model.c: loading a GGUF model: general.architecture picks the implementation (model/arch.h);
+ * for the transformer families, hyperparameters and the description of their computation
+ * (struct transformer_desc) from metadata, weights checked against the shapes they imply. */
 #include "model/arch.h"
 #include "common/err.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The architectures this engine runs, as named by general.architecture, and what their
+ * transformer computes beyond llama's (struct transformer_desc; mamba: its own, model/mamba.c). */
 struct arch_info {
     const char *name;
     enum model_arch arch;
+    const struct arch_impl *impl;
     enum rope_type rope;
     bool qkv_bias;
-    const struct arch_impl *impl;
 };
 
-/* The architectures this engine runs, as named by general.architecture. */
 static const struct arch_info archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, ROPE_NORM, false, &llama_impl},
-    {"qwen2", MODEL_ARCH_QWEN2, ROPE_NEOX, true, &llama_impl},
-    {"mamba", MODEL_ARCH_MAMBA, ROPE_NORM, false, &mamba_impl},
+    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false},
+    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true},
+    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false},
 };
 
 static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
@@ -113,10 +116,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         .n_head = (int32_t)arch_int(f, n, "attention.head_count", -1),
         .n_ff = (int32_t)arch_int(f, n, "feed_forward_length", -1),
         .n_ctx_train = (int32_t)arch_int(f, n, "context_length", 2048),
-        .rope_type = ai->rope,
-        .rope_base = (float)arch_float(f, n, "rope.freq_base", 10000.0),
         .rms_eps = (float)arch_float(f, n, "attention.layer_norm_rms_epsilon", 1e-5),
-        .qkv_bias = ai->qkv_bias,
         .impl = ai->impl,
     };
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_ff <= 0 || hp->n_ctx_train <= 0)
@@ -135,13 +135,24 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return fail(why, why_len, -ERR_FORMAT, "%s: rope.dimension_count %d does not fit head size %d", n, hp->n_rot,
                     hp->head_dim);
-    if (!(hp->rms_eps > 0) || !(hp->rope_base > 0))
+    struct transformer_desc *tf = &hp->tf;
+    *tf = (struct transformer_desc){
+        .rope_type = ai->rope,
+        .n_rope = 1,
+        .rope[0] = {.base = (float)arch_float(f, n, "rope.freq_base", 10000.0), .freq_scale = 1.0f},
+        .act = FFN_SILU,
+        .embd_scale = 1.0f,
+        .attn_scale = 1.0f / sqrtf((float)hp->head_dim),
+        .qkv_bias = ai->qkv_bias,
+    };
+    if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
     return 0;
 }
 
 static int load_weights(struct model *m, char *why, size_t why_len) {
     struct model_hparams *hp = &m->hp;
+    const struct transformer_desc *tf = &hp->tf;
     struct loader ld = {.f = &m->file, .why = why, .why_len = why_len};
     const struct gguf_tensor *te = gguf_find_tensor(&m->file, "token_embd.weight");
     if (!te) return fail(why, why_len, -ERR_FORMAT, "tensor 'token_embd.weight' is missing");
@@ -170,9 +181,9 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
             (rc = get_matrix(&ld, &L->wk, NAME("attn_k.weight"), e, nkv, false)) < 0 ||
             (rc = get_matrix(&ld, &L->wv, NAME("attn_v.weight"), e, nkv, false)) < 0 ||
             (rc = get_matrix(&ld, &L->wo, NAME("attn_output.weight"), nq, e, false)) < 0 ||
-            (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !hp->qkv_bias)) < 0 ||
-            (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !hp->qkv_bias)) < 0 ||
-            (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !hp->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !tf->qkv_bias)) < 0 ||
             (rc = get_vector(&ld, &L->ffn_norm, NAME("ffn_norm.weight"), e, false)) < 0 ||
             (rc = get_matrix(&ld, &L->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, false)) < 0 ||
             (rc = get_matrix(&ld, &L->w_up, NAME("ffn_up.weight"), e, hp->n_ff, false)) < 0 ||

@@ -2,8 +2,9 @@
  * pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
- * the file name): widths, layers, heads and kv heads (GQA/MQA), rope type and base, RMSNorm
- * epsilon, tied or separate output matrix (mamba: its own, model/mamba.h). A model of another
+ * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
+ * output matrix, and what the family's transformer computes (struct transformer_desc: rope type,
+ * bases and scaling, biases, norms; mamba: its own, model/mamba.h). A model of another
  * architecture is refused with -ERR_UNSUPPORTED and its name in `why`. Weights are not copied:
  * each struct model_weight points into the file's memory (gguf_open_resident), which lives until
  * model_free.
@@ -44,6 +45,36 @@ struct arch_impl;
 
 enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_MAMBA };
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
+enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
+
+/* One way of rotating q and k: pair i (< n_rot/2) of a head at position pos turns by
+ *   theta_i = freq_scale * (pos * base^(-2i/n_rot) / factors[i])
+ * (the reference's rope with frequency factors and linear scaling; dims past n_rot stay). */
+struct rope_desc {
+    float base;            /* rope.freq_base */
+    float freq_scale;      /* 1 / rope.scaling.factor of linear scaling; 1 */
+    const float *factors;  /* [n_rot/2] divisors per pair (rope_freqs.weight, Llama 3.1/3.2), or NULL */
+};
+
+enum { ROPE_DESC_MAX = 2 };
+
+/* What the one transformer forward pass (model/llama.c) computes for an architecture, filled by
+ * model.c from general.architecture, the metadata and the tensors the file has. The per-layer
+ * parts (which rope, attention window, extra norms) are in struct model_layer. */
+struct transformer_desc {
+    enum rope_type rope_type;
+    int32_t n_rope;                        /* distinct ropes of the layers, >= 1 */
+    struct rope_desc rope[ROPE_DESC_MAX];  /* model_layer.rope indexes them */
+    enum ffn_act act;
+    float embd_scale;    /* embeddings multiplied by it (1: as stored) */
+    float attn_scale;    /* of q . k: 1 / sqrt(head_dim) */
+    bool scale_q;        /* attn_scale multiplies q (before its F16 rounding), not the scores: the
+                          * reference's order for families that scale the query (phi3) */
+    bool qkv_bias;       /* q/k/v biases (qwen2) */
+    bool qk_norm;        /* per-head RMS norms of q and k before rope (attn_q_norm, attn_k_norm) */
+    bool fused_qkv;      /* the file holds q, k, v as one attn_qkv: wq/wk/wv are its row ranges */
+    bool fused_gate_up;  /* the file's ffn_up holds gate then up: w_gate/w_up are its halves */
+};
 
 struct model_hparams {
     enum model_arch arch;
@@ -53,15 +84,13 @@ struct model_hparams {
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
-    int32_t head_dim;         /* n_embd / n_head unless attention.key_length says otherwise */
+    int32_t head_dim;         /* attention.key_length (= value_length), else n_embd / n_head */
     int32_t n_rot;            /* rotated dimensions of each head (rope.dimension_count) */
     int32_t n_ff;
     int32_t n_ctx_train;      /* context_length from the metadata */
-    enum rope_type rope_type;
-    float rope_base;
     float rms_eps;
     bool tied_output;         /* output matrix is token_embd */
-    bool qkv_bias;
+    struct transformer_desc tf; /* the transformer families' computation (not mamba's) */
     const struct arch_impl *impl; /* the architecture's forward pass (model/arch.h) */
 };
 
@@ -73,11 +102,16 @@ struct model_weight {
 };
 
 struct model_layer {
+    int32_t rope;                           /* index into hp.tf.rope */
+    int32_t window;                         /* attend to the last `window` positions; 0: all */
     const float *attn_norm;                 /* [n_embd] */
     struct model_weight wq, wk, wv, wo;     /* n_embd -> n_head*head_dim, -> n_head_kv*head_dim (x2), back */
-    const float *bq, *bk, *bv;              /* biases (qwen2), NULL otherwise */
+    const float *bq, *bk, *bv;              /* biases (tf.qkv_bias), NULL otherwise */
+    const float *q_norm, *k_norm;           /* [head_dim] (tf.qk_norm), NULL otherwise */
+    const float *attn_post_norm;            /* [n_embd] norm of the attention's output, or NULL */
     const float *ffn_norm;                  /* [n_embd] */
     struct model_weight w_gate, w_up, w_down;
+    const float *ffn_post_norm;             /* [n_embd] norm of the feed-forward's output, or NULL */
 };
 
 struct model {

@@ -29,14 +29,14 @@ TEST(model_load_reads_hparams_from_metadata) {
     CHECK_EQ_INT(m->hp.n_vocab, 32000);
     CHECK_EQ_INT(m->hp.n_ctx_train, 1024);
     CHECK(m->hp.tied_output);
-    CHECK(m->hp.rope_type == ROPE_NORM);
+    CHECK(m->hp.tf.rope_type == ROPE_NORM);
     CHECK(m->output.data == m->token_embd.data);
     model_free(m);
     SHARED(qpath, "models/qwen2-q8_0.gguf");
     CHECK_EQ_INT(model_load(&m, qpath, NULL, why, sizeof why), 0);
-    CHECK(m->hp.rope_type == ROPE_NEOX);
-    CHECK(m->hp.qkv_bias && m->layers[0].bq && m->layers[1].bv);
-    CHECK(fabsf(m->hp.rope_base - 1e6f) < 1);
+    CHECK(m->hp.tf.rope_type == ROPE_NEOX);
+    CHECK(m->hp.tf.qkv_bias && m->layers[0].bq && m->layers[1].bv);
+    CHECK(fabsf(m->hp.tf.rope[0].base - 1e6f) < 1);
     model_free(m);
 }
 
