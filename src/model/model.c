@@ -94,6 +94,31 @@ static int get_vector(struct loader *ld, const float **v, const char *name, int6
     return 0;
 }
 
+/* The rope scaling the metadata names (the reference's keys): none, or linear, whose factor
+ * divides the positions (rope.scaling.factor, or the older rope.scale_linear; none given: 1).
+ * Llama 3.1/3.2's scaling comes as the rope_freqs.weight tensor instead (load_weights). Any
+ * other type (yarn, longrope, ...) or a magnitude factor is refused by name: it would change
+ * the numbers this pass computes. */
+static int read_rope_scaling(const struct gguf_file *f, const char *n, struct rope_desc *rd, char *why,
+                             size_t why_len) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", n);
+    struct gguf_str type = gguf_get_str(f, key);
+    if (type.ptr && gguf_str_eq(type, "none")) return 0;
+    if (type.ptr && !gguf_str_eq(type, "linear"))
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope scaling '%.*s' is not supported (supported: none, linear, "
+                    "and Llama 3's rope_freqs)", n, (int)(type.len > 32 ? 32 : type.len), type.ptr);
+    double factor = arch_float(f, n, "rope.scaling.factor", 0);
+    if (factor == 0) factor = arch_float(f, n, "rope.scale_linear", 0);
+    if (factor == 0) factor = 1;
+    if (!(factor > 0)) return fail(why, why_len, -ERR_FORMAT, "%s: rope scaling factor %g is not positive", n, factor);
+    rd->freq_scale = (float)(1.0 / factor);
+    double attn_factor = arch_float(f, n, "rope.scaling.attn_factor", 1);
+    if (attn_factor != 1)
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope.scaling.attn_factor %g is not supported", n, attn_factor);
+    return 0;
+}
+
 static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
     struct gguf_str a = gguf_get_str(f, "general.architecture");
     if (!a.ptr) return fail(why, why_len, -ERR_FORMAT, "general.architecture is missing");
@@ -147,12 +172,12 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     };
     if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
-    return 0;
+    return read_rope_scaling(f, n, &tf->rope[0], why, why_len);
 }
 
 static int load_weights(struct model *m, char *why, size_t why_len) {
     struct model_hparams *hp = &m->hp;
-    const struct transformer_desc *tf = &hp->tf;
+    struct transformer_desc *tf = &hp->tf;
     struct loader ld = {.f = &m->file, .why = why, .why_len = why_len};
     const struct gguf_tensor *te = gguf_find_tensor(&m->file, "token_embd.weight");
     if (!te) return fail(why, why_len, -ERR_FORMAT, "tensor 'token_embd.weight' is missing");
@@ -170,6 +195,13 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
         m->output = m->token_embd;
         ld.bytes += embd_bytes;
     }
+    /* Llama 3.1/3.2's rope scaling: a divisor of each pair's angle, every layer. Phi-3.5's
+     * long/short factors (longrope) depend on the context and scale the angles' magnitude:
+     * not implemented, so refused rather than computed without. */
+    if ((rc = get_vector(&ld, &hp->tf.rope[0].factors, "rope_freqs.weight", hp->n_rot / 2, true)) < 0) return rc;
+    if (gguf_find_tensor(&m->file, "rope_factors_long.weight") || gguf_find_tensor(&m->file, "rope_factors_short.weight"))
+        return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope scaling 'longrope' (rope_factors_long/short) is not "
+                    "supported", hp->arch_name);
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return fail(why, why_len, -ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < hp->n_layer; i++) {

@@ -4,6 +4,7 @@
 #include "test.h"
 #include "cmd/cmd.h"
 #include "common/err.h"
+#include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "math/q8x16.h"
 #include "memory/kv.h"
@@ -12,6 +13,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 TEST(model_load_reads_hparams_from_metadata) {
@@ -58,6 +60,85 @@ TEST(model_load_refuses_other_architectures_by_name) {
     CHECK(strstr(why, "'rwkv6'") != NULL);
     SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");  /* a llama-less file: no architecture */
     CHECK(model_load(&m, vocab, NULL, why, sizeof why) < 0);
+}
+
+/* A copy of the GGUF file `src` in a temporary file (path written to out[32]) with the string
+ * key/values keys[i] = strs[i] (a NULL str: the float floats[i]) set, others as they were, and
+ * an extra F32 vector tensor `extra` of n_extra elements (none: NULL). 0 or -1. */
+static int rewrite_model(const char *src, char *out, const char *const *keys, const char *const *strs,
+                         const float *floats, int n_keys, const char *extra, uint64_t n_extra) {
+    struct gguf_file f;
+    char why[256];
+    if (gguf_open(&f, src, why, sizeof why) < 0) return -1;
+    strcpy(out, "/tmp/uvlm-rope-XXXXXX");
+    int fd = mkstemp(out);
+    if (fd < 0) {
+        gguf_close(&f);
+        return -1;
+    }
+    close(fd);
+    struct gguf_writer w;
+    gguf_writer_init(&w);
+    for (uint64_t i = 0; i < f.n_kv; i++) {
+        bool replaced = false;
+        for (int k = 0; k < n_keys; k++) replaced = replaced || gguf_str_eq(f.kv[i].key, keys[k]);
+        if (!replaced) gguf_writer_copy_kv(&w, &f.kv[i]);
+    }
+    for (int k = 0; k < n_keys; k++) {
+        if (strs[k]) gguf_writer_set_str(&w, keys[k], strs[k]);
+        else gguf_writer_set_f32(&w, keys[k], floats[k]);
+    }
+    char name[96];
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const struct gguf_tensor *t = &f.tensors[i];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        gguf_writer_add_tensor(&w, name, t->type, t->ne[0], t->n_dims > 1 ? t->ne[1] : 1);
+    }
+    if (extra) gguf_writer_add_tensor(&w, extra, GGML_TYPE_F32, n_extra, 1);
+    int rc = gguf_writer_begin(&w, out);
+    for (uint64_t i = 0; rc == 0 && i < f.n_tensors; i++) gguf_writer_write(&w, f.tensors[i].data, f.tensors[i].size);
+    for (uint64_t i = 0; rc == 0 && extra && i < n_extra; i++) gguf_writer_write(&w, &(float){1.0f}, sizeof(float));
+    int frc = gguf_writer_finish(&w);
+    gguf_close(&f);
+    if (rc == 0 && frc == 0) return 0;
+    unlink(out);
+    return -1;
+}
+
+/* A rope scaling this pass does not compute is refused at load, by name: never run with other
+ * numbers than the file's. */
+TEST(model_load_refuses_rope_scalings_it_does_not_compute) {
+    SHARED(src, "models/kjv-tiny-q8_0.gguf");
+    static const char *const types[] = {"yarn", "longrope", "llama3", "dynamic"};
+    char path[32], why[256];
+    struct model *m = NULL;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        CHECK_EQ_INT(rewrite_model(src, path, (const char *const[]){"llama.rope.scaling.type"},
+                                   (const char *const[]){types[i]}, NULL, 1, NULL, 0), 0);
+        why[0] = 0;
+        CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+        char want[48];
+        snprintf(want, sizeof want, "rope scaling '%s'", types[i]);
+        if (!strstr(why, want)) fprintf(stderr, "  why: %s\n", why);
+        CHECK(strstr(why, want) != NULL);
+        unlink(path);
+    }
+    /* Phi-3.5's long/short factors (longrope without the type key) */
+    CHECK_EQ_INT(rewrite_model(src, path, NULL, NULL, NULL, 0, "rope_factors_long.weight", 16), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+    CHECK(strstr(why, "'longrope'") != NULL);
+    unlink(path);
+    /* a magnitude factor on cos/sin */
+    CHECK_EQ_INT(rewrite_model(src, path, (const char *const[]){"llama.rope.scaling.attn_factor"},
+                               (const char *const[]){NULL}, (const float[]){1.19f}, 1, NULL, 0), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_UNSUPPORTED);
+    CHECK(strstr(why, "attn_factor") != NULL);
+    unlink(path);
+    /* rope_freqs of the wrong size (n_rot / 2 = 16 for kjv-tiny's heads of 32) */
+    CHECK_EQ_INT(rewrite_model(src, path, NULL, NULL, NULL, 0, "rope_freqs.weight", 8), 0);
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), -ERR_FORMAT);
+    CHECK(strstr(why, "rope_freqs.weight") != NULL);
+    unlink(path);
 }
 
 struct fixture {
@@ -421,6 +502,48 @@ TEST(model_forward_checks_its_inputs) {
     CHECK_EQ_INT(model_forward(f.m, f.fc, bk, &f.b), -ERR_STATE);
     memory_destroy(bk);
     teardown(&f);
+}
+
+/* Linear rope scaling divides the positions by its factor: kjv-tiny with factor 2 at positions
+ * 0, 2, 4, ... turns q and k by exactly the angles (bit for bit: halving is exact) the file
+ * without scaling gives at 0, 1, 2, ..., so the logits are identical; at 0, 1, 2, ... they are
+ * not. Scaling type "none" ignores the factor. */
+TEST(model_linear_rope_scaling_divides_positions) {
+    SHARED(src, "models/kjv-tiny-q8_0.gguf");
+    char lin[32], none[32];
+    const char *const keys[] = {"llama.rope.scaling.type", "llama.rope.scaling.factor"};
+    CHECK_EQ_INT(rewrite_model(src, lin, keys, (const char *const[]){"linear", NULL}, (const float[]){0, 2.0f}, 2,
+                               NULL, 0), 0);
+    CHECK_EQ_INT(rewrite_model(src, none, keys, (const char *const[]){"none", NULL}, (const float[]){0, 2.0f}, 2,
+                               NULL, 0), 0);
+    const char *paths[] = {src, lin, lin, none};
+    const int32_t stride[] = {1, 2, 1, 1};
+    float *logits[4] = {NULL};
+    int32_t V = 0;
+    char why[256];
+    for (int k = 0; k < 4; k++) {
+        struct fixture f = {0};
+        CHECK_EQ_INT(model_load(&f.m, paths[k], NULL, why, sizeof why), 0);
+        if (!f.m) break;
+        CHECK(fabsf(f.m->hp.tf.rope[0].freq_scale - (k == 1 || k == 2 ? 0.5f : 1.0f)) == 0);
+        CHECK_EQ_INT(model_memory_create(f.m, 64, 1, &f.mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 64,
+                                                                               .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f.b, 16), 0);
+        V = f.m->hp.n_vocab;
+        logits[k] = malloc(sizeof(float) * (size_t)V);
+        for (int32_t i = 0; i < NA; i++) batch_add(&f.b, prompt_a[i], i * stride[k], 0, i == NA - 1);
+        CHECK_EQ_INT(run(&f), 0);
+        memcpy(logits[k], f.fc->logits, sizeof(float) * (size_t)V);
+        teardown(&f);
+    }
+    unlink(lin);
+    unlink(none);
+    if (!logits[3]) return;
+    CHECK(max_diff(logits[0], logits[1], V) == 0);
+    CHECK(max_diff(logits[0], logits[2], V) > 0.1f);
+    CHECK(max_diff(logits[0], logits[3], V) == 0);
+    for (int k = 0; k < 4; k++) free(logits[k]);
 }
 
 TEST(eval_topk_sorts_and_breaks_ties_by_id) {
