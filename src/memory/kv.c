@@ -241,9 +241,9 @@ void kv_seq_keep(struct kv_memory *kv, int32_t seq) {
         if (s != seq && kv->seq_n_cells[s] > 0) kv_seq_rm(&kv->base, s, 0, -1);
 }
 
-int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window) {
+int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch) {
     if (window <= 0) return n_cells;
-    int64_t need = ((int64_t)n_seq_max + 1) * window;
+    int64_t need = (int64_t)n_seq_max * window + (max_batch > 0 ? max_batch : 0);
     return need < n_cells ? need : n_cells;
 }
 

@@ -126,10 +126,10 @@ int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, 
 /* Keep only seq: every other sequence leaves every cell (like llama.cpp's seq_keep). */
 void kv_seq_keep(struct kv_memory *kv, int32_t seq);
 
-/* Cells a pool with a window of `window` positions needs so that it never runs short where a
- * pool of n_cells without a window would not: every one of n_seq_max sequences holding a whole
- * window, and a batch of one more window's entries on top (a larger batch waits for room: the
- * scheduler halves its prompt chunk), but never more than n_cells. */
-int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window);
+/* Cells a pool with a window of `window` positions needs beside a pool of n_cells tokens without
+ * one (memory/split.h): every one of n_seq_max sequences holding a whole window, and the entries
+ * of a batch of up to max_batch tokens on top; never more than n_cells (no sequence holds more
+ * cells there than in the other pool). */
+int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch);
 
 #endif

@@ -33,7 +33,7 @@
  *   struct memory *global, *local, *mem;
  *   kv_memory_create(&global, &(struct kv_shape){.n_layer = 1, ...}, 4096, 64);
  *   kv_memory_create(&local, &(struct kv_shape){.n_layer = 5, ..., .window = 512},
- *                    kv_window_cells(4096, 64, 512), 64);
+ *                    kv_window_cells(4096, 64, 512, 512), 64);
  *   const uint8_t half[6] = {1, 1, 1, 1, 1, 0};          // layer 5 global, 0-4 windowed
  *   if (split_memory_create(&mem, global, local, 6, half) < 0) ...;
  *   memory_reserve(mem, &batch);                          // then the forward pass reads

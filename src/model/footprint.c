@@ -180,7 +180,8 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
         uint64_t book = 12 + 8 * (uint64_t)((n_seq + 63) / 64);
         out->kv += (uint64_t)out->n_cells * (s->kv_cell_bytes - s->kv_cell_bytes_swa + book) + 16 * (uint64_t)n_seq;
         if (s->n_swa_layers > 0) { /* their own pool (memory/split.h), and the layer map */
-            out->n_swa_cells = kv_window_cells(cfg->kv_tokens, n_seq, s->sliding_window);
+            out->n_swa_cells = kv_window_cells(cfg->kv_tokens, n_seq, s->sliding_window,
+                                               cfg->batch_tokens > 0 ? cfg->batch_tokens : 512);
             out->kv += (uint64_t)out->n_swa_cells * (s->kv_cell_bytes_swa + book) + 16 * (uint64_t)n_seq +
                        5 * (uint64_t)s->n_layer;
         }

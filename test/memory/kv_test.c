@@ -393,9 +393,9 @@ TEST(kv_window_releases_cells_no_query_sees_again) {
     CHECK_EQ_INT(lo, 0);
     CHECK_EQ_INT(memory_cells_needed(m, 1, 5), 0);
     CHECK_EQ_INT(memory_seq_cells(m, 1), 4);
-    CHECK_EQ_INT(kv_window_cells(4096, 64, 512), 4096);
-    CHECK_EQ_INT(kv_window_cells(100000, 3, 512), 4 * 512);
-    CHECK_EQ_INT(kv_window_cells(100, 3, 0), 100);
+    CHECK_EQ_INT(kv_window_cells(4096, 64, 512, 512), 4096);
+    CHECK_EQ_INT(kv_window_cells(100000, 3, 512, 256), 3 * 512 + 256);
+    CHECK_EQ_INT(kv_window_cells(100, 3, 0, 16), 100);
     CHECK_EQ_INT(kv_memory_create(&(struct memory *){NULL}, &(struct kv_shape){.window = -1}, 8, 1), -ERR_INVAL);
     batch_free(&b);
     memory_destroy(m);

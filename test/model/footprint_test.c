@@ -31,7 +31,7 @@ static void check_model(struct test_case *t, const char *rel, int64_t kv_tokens,
     CHECK_EQ_INT(fp.n_ctx, n_ctx);
     struct memory *mem;
     int64_t cells = model_memory_counts_states(m) ? n_seq : kv_tokens;
-    CHECK_EQ_INT(model_memory_create(m, cells, n_seq, &mem), 0);
+    CHECK_EQ_INT(model_memory_create_batches(m, cells, n_seq, batch, &mem), 0);
     struct memory_usage u;
     memory_usage(mem, &u);
     CHECK_EQ_INT(fp.kv, u.bytes); /* K/V (or the states) and their bookkeeping, exactly */
@@ -56,6 +56,8 @@ TEST(footprint_matches_what_loading_allocates) {
     check_model(t, "models/llama3-bpe-q8_0.gguf", 8192, 256);
     check_model(t, "models/qwen2-q8_0.gguf", 4096, 512);
     check_model(t, "models/mamba-spm-q8_0.gguf", 4096, 512);
+    check_model(t, "models/gemma3-q8_0.gguf", 4096, 512); /* its windowed layers' pool: 64 x 32 + 512 cells */
+    check_model(t, "models/gemma3-q8_0.gguf", 1000, 64);
 }
 
 TEST(footprint_reads_the_shapes_of_other_families) {

@@ -184,6 +184,7 @@ TEST(golden_llama3_bpe_q8_0) { run_golden(t, "llama3-bpe-q8_0", 0.03, 2); }
 TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 2); }
 TEST(golden_kjv_tiny_q8_0) { run_golden(t, "kjv-tiny-q8_0", 0.03, 2); }
 TEST(golden_llama32_rope_q8_0) { run_golden(t, "llama32-rope-q8_0", 0.03, 2); }
+TEST(golden_gemma3_q8_0) { run_golden(t, "gemma3-q8_0", 0.03, 2); }
 
 /* The serving path (reference mode off: SIMD kernels, the Q4_K integer GEMM for prompts, sgemm
  * for the other types' prompts; Q8_0 rewritten into math/q8x16.h's layout, qwen2's tied output
@@ -194,3 +195,4 @@ TEST(golden_llama_spm_q4_k_m_serving) { run_golden_mode(t, "llama-spm-q4_k_m", 0
 TEST(golden_llama_spm_q8_0_serving) { run_golden_mode(t, "llama-spm-q8_0", 0.03, 2, false); }
 TEST(golden_qwen2_q8_0_serving) { run_golden_mode(t, "qwen2-q8_0", 0.03, 2, false); }
 TEST(golden_llama32_rope_q8_0_serving) { run_golden_mode(t, "llama32-rope-q8_0", 0.03, 2, false); }
+TEST(golden_gemma3_q8_0_serving) { run_golden_mode(t, "gemma3-q8_0", 0.03, 2, false); }
