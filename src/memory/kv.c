@@ -213,6 +213,12 @@ static int64_t kv_seq_cells_own(const struct memory *m, int32_t seq) {
     return n;
 }
 
+static int32_t kv_seq_prefix_min(const struct memory *m, int32_t seq) {
+    const struct kv_memory *kv = kv_of_c(m);
+    if (!seq_ok(kv, seq) || kv->shape.window <= 0 || kv->seq_lost[seq] < 0) return 0;
+    return kv->seq_lost[seq] + kv->shape.window; /* window_holds(seq, p) from there on */
+}
+
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
     size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
     return kvb + (size_t)n_cells * (3 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
@@ -370,6 +376,7 @@ static const struct memory_ops kv_ops = {
     .seq_save = kv_seq_save,
     .seq_restore = kv_seq_restore,
     .restore_cells_needed = kv_restore_cells_needed,
+    .seq_prefix_min = kv_seq_prefix_min,
     .snapshot_free = snapshot_free,
     .destroy = kv_destroy,
 };

@@ -79,6 +79,11 @@ struct memory_ops {
     /* Free cells seq_restore of s into seq needs now (fewer than s holds when some of its cells
      * are still there, shared with other sequences, and are taken back as they are). */
     int64_t (*restore_cells_needed)(const struct memory *m, int32_t seq, const struct memory_snapshot *s);
+    /* The shortest prefix [0, p) of seq that another sequence can share (seq_cp) and go on from,
+     * as seq itself can after seq_rm(seq, p, -1): 0 when any (a KV pool), seq_pos_max + 1 when
+     * only the whole (a recurrent state), from where a window still holds what position p needs
+     * (a windowed KV pool, kv.h). The whole sequence always qualifies. NULL: by partial_removal. */
+    int32_t (*seq_prefix_min)(const struct memory *m, int32_t seq);
 };
 
 /* Every implementation embeds this first. */
@@ -100,5 +105,9 @@ static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct
 static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot *s) { m->ops->snapshot_free(s); }
 static inline int64_t memory_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->restore_cells_needed(m, seq, s); }
 static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
+static inline int32_t memory_seq_prefix_min(const struct memory *m, int32_t seq) {
+    if (m->ops->seq_prefix_min) return m->ops->seq_prefix_min(m, seq);
+    return m->ops->partial_removal ? 0 : m->ops->seq_pos_max(m, seq) + 1;
+}
 
 #endif

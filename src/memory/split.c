@@ -97,6 +97,12 @@ static int64_t split_seq_cells_own(const struct memory *m, int32_t seq) {
     return memory_seq_cells_own(split_of_c(m)->half[0], seq);
 }
 
+static int32_t split_seq_prefix_min(const struct memory *m, int32_t seq) {
+    const struct split_memory *sm = split_of_c(m);
+    int32_t a = memory_seq_prefix_min(sm->half[0], seq), b = memory_seq_prefix_min(sm->half[1], seq);
+    return a > b ? a : b;
+}
+
 static void split_usage(const struct memory *m, struct memory_usage *u) {
     const struct split_memory *sm = split_of_c(m);
     struct memory_usage u1;
@@ -169,6 +175,7 @@ static const struct memory_ops split_ops = {
     .seq_save = split_seq_save,
     .seq_restore = split_seq_restore,
     .restore_cells_needed = split_restore_cells_needed,
+    .seq_prefix_min = split_seq_prefix_min,
     .snapshot_free = split_snapshot_free,
     .destroy = split_destroy,
 };

@@ -55,9 +55,10 @@
  *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
  *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
- *     least recently used when cells or sequence ids are needed. A memory without partial removal
- *     (recurrent state) is only reused when a cached sequence is a whole prefix of the new prompt:
- *     that is decided through memory->ops->partial_removal, not by memory kind. Such a memory
+ *     least recently used when cells or sequence ids are needed. A cached sequence serves a prefix
+ *     of itself only as short as the memory can cut it (memory_seq_prefix_min: a recurrent state
+ *     only whole, a sliding window's pool only where its window still holds the prefix's end),
+ *     else only as a whole prefix of the new prompt: decided by the memory, not by its kind. Such a memory
  *     cannot go back from a prompt's end to give its last logits again, so for an exact repeat a
  *     request with cache_prompt also keeps a copy of its state before its last prompt token: the
  *     prompt's chunks stop there, the copy (memory_seq_cp to a free id, evicting older cache,
