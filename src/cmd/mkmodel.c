@@ -1,8 +1,12 @@
-/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|mamba] [--n-embd N] [--n-layer N]
- *            [--n-head N] [--n-head-kv N] [--n-ff N] [--type T] [--tied] [--ctx N] [--rope-base B]
- *            [--seed S] [--d-inner N] [--d-state N] [--d-conv N] [--dt-rank N]   (the last four: mamba)
+/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|mamba] [--n-embd N]
+ *            [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N] [--type T] [--tied]
+ *            [--ctx N] [--rope-base B] [--seed S]
+ *            [--d-inner N] [--d-state N] [--d-conv N] [--dt-rank N]   (these four: mamba)
  * Writes a GGUF model of the given shape with random weights and the tokenizer.* metadata of the
- * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf). T is one of
+ * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf), laid out as
+ * the architecture's files are: qwen2 with q/k/v biases, qwen3 with q/k head norms and heads of
+ * --head-dim (attention.key_length; default n_embd / n_head), phi3 with the fused attn_qkv and
+ * ffn_up (gate and up). T is one of
  * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (Q4_K, with Q6_K for the output
  * and attn_v matrices). Matrices are quantized from F32 with the reference algorithms
  * (quant_from_float). A matrix whose rows are not a multiple of the type's block falls back
@@ -27,7 +31,7 @@
 
 struct mk {
     const char *arch;
-    int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     int32_t d_inner, d_state, d_conv, dt_rank; /* mamba */
     float rope_base;
     bool tied;
@@ -43,8 +47,9 @@ static const struct { const char *name; enum ggml_type type; } type_names[] = {
 };
 
 static void mk_usage(FILE *out) {
-    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|mamba] [--n-embd 256] [--n-layer 4]\n"
-                 "         [--n-head 8] [--n-head-kv 4] [--n-ff 768] [--type f16] [--tied] [--ctx 4096]\n"
+    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|mamba] [--n-embd 256]\n"
+                 "         [--n-layer 4] [--n-head 8] [--n-head-kv 4] [--head-dim n_embd/n_head] [--n-ff 768]\n"
+                 "         [--type f16] [--tied] [--ctx 4096]\n"
                  "         [--rope-base 10000] [--seed 1]\n"
                  "         mamba: [--d-inner 2*n_embd] [--d-state 16] [--d-conv 4] [--dt-rank n_embd/16]\n"
                  "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n");
@@ -79,7 +84,7 @@ struct tensor_plan {
 
 static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
     int n = 0;
-    uint64_t e = (uint64_t)mk->n_embd, hd = e / (uint64_t)mk->n_head;
+    uint64_t e = (uint64_t)mk->n_embd, hd = (uint64_t)mk->head_dim;
     uint64_t nq = hd * (uint64_t)mk->n_head, nkv = hd * (uint64_t)mk->n_head_kv, ff = (uint64_t)mk->n_ff;
     float s3 = sqrtf(3.0f);  /* uniform [-a, a) has std a / sqrt(3) */
 #define ADD(nm, in, out, sc) do { snprintf(p[n].name, sizeof p[n].name, "%s", nm); p[n].n_in = (in); \
@@ -110,10 +115,19 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
     for (int32_t l = 0; l < mk->n_layer && !mamba; l++) {
         char nm[96];
 #define LAYER(suffix, in, out, sc) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); ADD(nm, in, out, sc); } while (0)
+        bool phi3 = !strcmp(mk->arch, "phi3");
         LAYER("attn_norm.weight", e, 1, 0);
-        LAYER("attn_q.weight", e, nq, s3 / sqrtf((float)e));
-        LAYER("attn_k.weight", e, nkv, s3 / sqrtf((float)e));
-        LAYER("attn_v.weight", e, nkv, s3 / sqrtf((float)e));
+        if (phi3) {
+            LAYER("attn_qkv.weight", e, nq + 2 * nkv, s3 / sqrtf((float)e));
+        } else {
+            LAYER("attn_q.weight", e, nq, s3 / sqrtf((float)e));
+            LAYER("attn_k.weight", e, nkv, s3 / sqrtf((float)e));
+            LAYER("attn_v.weight", e, nkv, s3 / sqrtf((float)e));
+        }
+        if (!strcmp(mk->arch, "qwen3")) {
+            LAYER("attn_q_norm.weight", hd, 1, 0);
+            LAYER("attn_k_norm.weight", hd, 1, 0);
+        }
         if (!strcmp(mk->arch, "qwen2")) {
             LAYER("attn_q.bias", nq, 1, 0.1f);
             LAYER("attn_k.bias", nkv, 1, 0.1f);
@@ -121,8 +135,12 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
         }
         LAYER("attn_output.weight", nq, e, s3 / sqrtf((float)nq));
         LAYER("ffn_norm.weight", e, 1, 0);
-        LAYER("ffn_gate.weight", e, ff, s3 / sqrtf((float)e));
-        LAYER("ffn_up.weight", e, ff, s3 / sqrtf((float)e));
+        if (phi3) {
+            LAYER("ffn_up.weight", e, 2 * ff, s3 / sqrtf((float)e));
+        } else {
+            LAYER("ffn_gate.weight", e, ff, s3 / sqrtf((float)e));
+            LAYER("ffn_up.weight", e, ff, s3 / sqrtf((float)e));
+        }
         LAYER("ffn_down.weight", ff, e, s3 / sqrtf((float)ff));
 #undef LAYER
     }
@@ -163,6 +181,7 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         else if (!strcmp(a, "--n-layer")) mk->n_layer = atoi(v);
         else if (!strcmp(a, "--n-head")) mk->n_head = atoi(v);
         else if (!strcmp(a, "--n-head-kv")) mk->n_head_kv = atoi(v);
+        else if (!strcmp(a, "--head-dim")) mk->head_dim = atoi(v);
         else if (!strcmp(a, "--n-ff")) mk->n_ff = atoi(v);
         else if (!strcmp(a, "--ctx")) mk->n_ctx = atoi(v);
         else if (!strcmp(a, "--rope-base")) mk->rope_base = strtof(v, NULL);
@@ -185,9 +204,13 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         return *out && *vocab && mk->n_embd > 0 && mk->n_layer > 0 && mk->d_inner > 0 && mk->d_state > 0 &&
                mk->d_conv > 0 && mk->dt_rank > 0 && mk->n_ctx > 0 ? 0 : -1;
     }
-    bool ok = *out && *vocab && (!strcmp(mk->arch, "llama") || !strcmp(mk->arch, "qwen2")) && mk->n_embd > 0 &&
-              mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 && mk->n_head % mk->n_head_kv == 0 &&
-              mk->n_embd % mk->n_head == 0 && mk->n_ff > 0 && mk->n_ctx > 0 && mk->rope_base > 0;
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) known = known || !strcmp(mk->arch, archs[i]);
+    if (mk->head_dim == 0 && mk->n_head > 0 && mk->n_embd % mk->n_head == 0) mk->head_dim = mk->n_embd / mk->n_head;
+    bool ok = *out && *vocab && known && mk->n_embd > 0 && mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 &&
+              mk->n_head % mk->n_head_kv == 0 && mk->head_dim > 0 && mk->head_dim % 2 == 0 && mk->n_ff > 0 &&
+              mk->n_ctx > 0 && mk->rope_base > 0;
     return ok ? 0 : -1;
 }
 
@@ -236,6 +259,10 @@ int cmd_mkmodel(int argc, char **argv) {
         gguf_writer_set_u32(&w, KEY("attention.head_count"), (uint32_t)mk.n_head);
         gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
         gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
+        if (mk.head_dim * mk.n_head != mk.n_embd) {
+            gguf_writer_set_u32(&w, KEY("attention.key_length"), (uint32_t)mk.head_dim);
+            gguf_writer_set_u32(&w, KEY("attention.value_length"), (uint32_t)mk.head_dim);
+        }
     }
     gguf_writer_set_f32(&w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
 #undef KEY
@@ -246,6 +273,7 @@ int cmd_mkmodel(int argc, char **argv) {
     int n_plan = 4 + 12 * mk.n_layer;
     struct tensor_plan *p = calloc((size_t)n_plan, sizeof *p);
     uint64_t max_in = (uint64_t)(mk.n_ff > mk.n_embd ? mk.n_ff : mk.n_embd);
+    if ((uint64_t)mk.head_dim * (uint64_t)mk.n_head > max_in) max_in = (uint64_t)mk.head_dim * (uint64_t)mk.n_head;
     if ((uint64_t)mk.d_inner > max_in) max_in = (uint64_t)mk.d_inner;
     float *row = malloc(max_in * sizeof *row);
     void *q = malloc(max_in * sizeof(float));
@@ -271,8 +299,8 @@ int cmd_mkmodel(int argc, char **argv) {
                 "dt_rank %d, vocab %d, %s)\n", out, mk.n_embd, mk.n_layer, mk.d_inner, mk.d_state, mk.d_conv,
                 mk.dt_rank, n_vocab, ggml_type_info(mk.type)->name);
     else
-        fprintf(stderr, "mkmodel: wrote %s (%s, n_embd %d, %d layers, %d/%d heads, n_ff %d, vocab %d, %s%s)\n",
-                out, mk.arch, mk.n_embd, mk.n_layer, mk.n_head, mk.n_head_kv, mk.n_ff, n_vocab,
+        fprintf(stderr, "mkmodel: wrote %s (%s, n_embd %d, %d layers, %d/%d heads of %d, n_ff %d, vocab %d, %s%s)\n",
+                out, mk.arch, mk.n_embd, mk.n_layer, mk.n_head, mk.n_head_kv, mk.head_dim, mk.n_ff, n_vocab,
                 ggml_type_info(mk.type)->name, mk.q4_k_m ? " (q4_k_m mix)" : "");
     return 0;
 }

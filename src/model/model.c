@@ -22,14 +22,19 @@ struct arch_info {
     enum model_arch arch;
     const struct arch_impl *impl;
     enum rope_type rope;
-    bool qkv_bias;
+    bool qkv_bias, qk_norm;
+    bool scale_q;        /* the query scaled before attention (struct transformer_desc) */
+    bool fused_gate_up;  /* ffn_up holds gate and up */
 };
 
 static const struct arch_info archs[] = {
-    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false},
-    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true},
-    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false},
-    {"gemma3", MODEL_ARCH_GEMMA3, &llama_impl, ROPE_NEOX, false},
+    /*                                       rope       qkv_bias qk_norm scale_q fused_gate_up */
+    {"llama", MODEL_ARCH_LLAMA, &llama_impl, ROPE_NORM, false,   false,  false,  false},
+    {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true,    false,  false,  false},
+    {"qwen3", MODEL_ARCH_QWEN3, &llama_impl, ROPE_NEOX, false,   true,   false,  false},
+    {"phi3",  MODEL_ARCH_PHI3,  &llama_impl, ROPE_NEOX, false,   false,  true,   true},
+    {"gemma3", MODEL_ARCH_GEMMA3, &llama_impl, ROPE_NEOX, false, true,   true,   false},
+    {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false,   false,  false,  false},
 };
 
 static int fail(char *why, size_t why_len, int code, const char *fmt, ...) {
@@ -134,8 +139,6 @@ static int gemma3_desc(const struct gguf_file *f, struct model_hparams *hp, char
     struct transformer_desc *tf = &hp->tf;
     tf->embd_scale = sqrtf((float)hp->n_embd);
     tf->act = FFN_GELU_TANH;
-    tf->qk_norm = true;
-    tf->scale_q = true;
     tf->attn_scale = 1.0f / sqrtf((float)(hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim));
     if (arch_int(f, n, "attention.sliding_window", 0) <= 0) {
         if (arch_float(f, n, "final_logit_softcapping", 0) > 0)
@@ -156,7 +159,8 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
-        return fail(why, why_len, -ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: llama, qwen2, mamba, gemma3)",
+        return fail(why, why_len, -ERR_UNSUPPORTED,
+                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
     if (ai->impl->load) { /* the family reads its own hyperparameters */
@@ -199,12 +203,65 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         .embd_scale = 1.0f,
         .attn_scale = 1.0f / sqrtf((float)hp->head_dim),
         .qkv_bias = ai->qkv_bias,
+        .qk_norm = ai->qk_norm,
+        .scale_q = ai->scale_q,
+        .fused_gate_up = ai->fused_gate_up,
     };
     if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
     int rc = read_rope_scaling(f, n, &tf->rope[0], why, why_len);
     if (rc == 0 && ai->arch == MODEL_ARCH_GEMMA3) rc = gemma3_desc(f, hp, why, why_len);
     return rc;
+}
+
+/* Rows [r0, r0 + n) of w as a matrix of their own: a part of a fused tensor (each row's bytes
+ * stand alone, so a part multiplies exactly as a separate tensor would). */
+static struct model_weight weight_rows(const struct model_weight *w, int64_t r0, int64_t n) {
+    size_t row = ggml_row_size(w->type, (uint64_t)w->n_in);
+    return (struct model_weight){.type = w->type, .data = (const char *)w->data + (size_t)r0 * row, .n_in = w->n_in,
+                                 .n_out = n};
+}
+
+/* Layer i's q, k and v: attn_q/k/v, or the fused attn_qkv (q rows, then k, then v; phi3). */
+static int get_qkv(struct loader *ld, struct model_layer *L, int32_t i, struct model_hparams *hp) {
+    int64_t e = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim, nkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", (int)i);
+    if (gguf_find_tensor(ld->f, name)) {
+        struct model_weight qkv;
+        int rc = get_matrix(ld, &qkv, name, e, nq + 2 * nkv, false);
+        if (rc < 0) return rc;
+        L->wq = weight_rows(&qkv, 0, nq);
+        L->wk = weight_rows(&qkv, nq, nkv);
+        L->wv = weight_rows(&qkv, nq + nkv, nkv);
+        hp->tf.fused_qkv = true;
+        return 0;
+    }
+    int rc;
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", (int)i);
+    if ((rc = get_matrix(ld, &L->wq, name, e, nq, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.attn_k.weight", (int)i);
+    if ((rc = get_matrix(ld, &L->wk, name, e, nkv, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.attn_v.weight", (int)i);
+    return get_matrix(ld, &L->wv, name, e, nkv, false);
+}
+
+/* Layer i's gate and up: ffn_gate and ffn_up, or (tf.fused_gate_up) ffn_up alone holding the
+ * gate's rows then up's (the reference's swiglu of one product: act on the first half). */
+static int get_gate_up(struct loader *ld, struct model_layer *L, int32_t i, const struct model_hparams *hp) {
+    char name[96];
+    int rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_up.weight", (int)i);
+    if (hp->tf.fused_gate_up) {
+        struct model_weight both;
+        if ((rc = get_matrix(ld, &both, name, hp->n_embd, 2 * (int64_t)hp->n_ff, false)) < 0) return rc;
+        L->w_gate = weight_rows(&both, 0, hp->n_ff);
+        L->w_up = weight_rows(&both, hp->n_ff, hp->n_ff);
+        return 0;
+    }
+    if ((rc = get_matrix(ld, &L->w_up, name, hp->n_embd, hp->n_ff, false)) < 0) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", (int)i);
+    return get_matrix(ld, &L->w_gate, name, hp->n_embd, hp->n_ff, false);
 }
 
 static int load_weights(struct model *m, char *why, size_t why_len) {
@@ -241,24 +298,19 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
         char name[96];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
         if ((rc = get_vector(&ld, &L->attn_norm, NAME("attn_norm.weight"), e, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wq, NAME("attn_q.weight"), e, nq, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wk, NAME("attn_k.weight"), e, nkv, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->wv, NAME("attn_v.weight"), e, nkv, false)) < 0 ||
+            (rc = get_qkv(&ld, L, i, hp)) < 0 ||
             (rc = get_matrix(&ld, &L->wo, NAME("attn_output.weight"), nq, e, false)) < 0 ||
             (rc = get_vector(&ld, &L->bq, NAME("attn_q.bias"), nq, !tf->qkv_bias)) < 0 ||
             (rc = get_vector(&ld, &L->bk, NAME("attn_k.bias"), nkv, !tf->qkv_bias)) < 0 ||
             (rc = get_vector(&ld, &L->bv, NAME("attn_v.bias"), nkv, !tf->qkv_bias)) < 0 ||
+            (rc = get_vector(&ld, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
+            (rc = get_vector(&ld, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, !tf->qk_norm)) < 0 ||
             (rc = get_vector(&ld, &L->ffn_norm, NAME("ffn_norm.weight"), e, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, false)) < 0 ||
-            (rc = get_matrix(&ld, &L->w_up, NAME("ffn_up.weight"), e, hp->n_ff, false)) < 0 ||
+            (rc = get_gate_up(&ld, L, i, hp)) < 0 ||
             (rc = get_matrix(&ld, &L->w_down, NAME("ffn_down.weight"), hp->n_ff, e, false)) < 0)
             return rc;
-        /* q/k head norms (tf.qk_norm); Gemma's norms after the attention and the feed-forward */
+        /* Gemma's norms after the attention and the feed-forward, its sliding-window layers */
         bool gemma = hp->arch == MODEL_ARCH_GEMMA3;
-        if (tf->qk_norm &&
-            ((rc = get_vector(&ld, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, false)) < 0 ||
-             (rc = get_vector(&ld, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, false)) < 0))
-            return rc;
         if ((rc = get_vector(&ld, &L->attn_post_norm, NAME("post_attention_norm.weight"), e, !gemma)) < 0 ||
             (rc = get_vector(&ld, &L->ffn_post_norm, NAME("post_ffw_norm.weight"), e, !gemma)) < 0)
             return rc;

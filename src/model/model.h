@@ -43,7 +43,7 @@
 
 struct arch_impl;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3 };
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3 };
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
 enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
 
@@ -78,7 +78,7 @@ struct transformer_desc {
 
 struct model_hparams {
     enum model_arch arch;
-    const char *arch_name;    /* "llama", "qwen2", "mamba" */
+    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "mamba" */
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;

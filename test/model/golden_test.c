@@ -1,4 +1,4 @@
-/* golden_test.c: every llama/qwen2 model of ../shared/models against ../shared/reference, with
+/* golden_test.c: every transformer model of ../shared/models against ../shared/reference, with
  * the bars of ../shared/README.md: each listed logit within tol * (largest |ref logit| of that
  * position), the same top-1 wherever the reference's top-1/top-2 gap exceeds that, and greedy
  * generation diverging only after a near-tie. The prompt is fed whole (batches of 512, so the long
@@ -185,6 +185,8 @@ TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 2); }
 TEST(golden_kjv_tiny_q8_0) { run_golden(t, "kjv-tiny-q8_0", 0.03, 2); }
 TEST(golden_llama32_rope_q8_0) { run_golden(t, "llama32-rope-q8_0", 0.03, 2); }
 TEST(golden_gemma3_q8_0) { run_golden(t, "gemma3-q8_0", 0.03, 2); }
+TEST(golden_qwen3_q8_0) { run_golden(t, "qwen3-q8_0", 0.03, 2); }
+TEST(golden_phi3_q8_0) { run_golden(t, "phi3-q8_0", 0.03, 2); }
 
 /* The serving path (reference mode off: SIMD kernels, the Q4_K integer GEMM for prompts, sgemm
  * for the other types' prompts; Q8_0 rewritten into math/q8x16.h's layout, qwen2's tied output
@@ -196,3 +198,5 @@ TEST(golden_llama_spm_q8_0_serving) { run_golden_mode(t, "llama-spm-q8_0", 0.03,
 TEST(golden_qwen2_q8_0_serving) { run_golden_mode(t, "qwen2-q8_0", 0.03, 2, false); }
 TEST(golden_llama32_rope_q8_0_serving) { run_golden_mode(t, "llama32-rope-q8_0", 0.03, 2, false); }
 TEST(golden_gemma3_q8_0_serving) { run_golden_mode(t, "gemma3-q8_0", 0.03, 2, false); }
+TEST(golden_qwen3_q8_0_serving) { run_golden_mode(t, "qwen3-q8_0", 0.03, 2, false); }
+TEST(golden_phi3_q8_0_serving) { run_golden_mode(t, "phi3-q8_0", 0.03, 2, false); }

@@ -40,6 +40,36 @@ TEST(model_load_reads_hparams_from_metadata) {
     CHECK(m->hp.tf.qkv_bias && m->layers[0].bq && m->layers[1].bv);
     CHECK(fabsf(m->hp.tf.rope[0].base - 1e6f) < 1);
     model_free(m);
+    /* qwen3: heads of attention.key_length (32), not n_embd / n_head (16); q/k norms, no biases */
+    SHARED(q3path, "models/qwen3-q8_0.gguf");
+    CHECK_EQ_INT(model_load(&m, q3path, NULL, why, sizeof why), 0);
+    CHECK_EQ_INT(m->hp.arch, MODEL_ARCH_QWEN3);
+    CHECK_EQ_INT(m->hp.n_embd, 64);
+    CHECK_EQ_INT(m->hp.head_dim, 32);
+    CHECK_EQ_INT(m->layers[0].wq.n_out, 4 * 32);
+    CHECK(m->hp.tf.rope_type == ROPE_NEOX && m->hp.tf.qk_norm && !m->hp.tf.qkv_bias);
+    CHECK(m->layers[2].q_norm && m->layers[2].k_norm && !m->layers[2].bq);
+    model_free(m);
+    /* phi3: q, k, v and gate, up as row ranges of the fused attn_qkv and ffn_up, untied output;
+     * loaded for serving, each part is rewritten into the 16-row layout on its own */
+    SHARED(phipath, "models/phi3-q8_0.gguf");
+    for (int serving = 0; serving < 2; serving++) {
+        CHECK_EQ_INT(model_load(&m, phipath, &(struct model_options){.serving_layout = serving}, why, sizeof why), 0);
+        const struct model_layer *L = &m->layers[1];
+        size_t row = ggml_row_size(GGML_TYPE_Q8_0, 128);
+        CHECK(m->hp.tf.fused_qkv && m->hp.tf.fused_gate_up && m->hp.tf.scale_q && !m->hp.tied_output);
+        CHECK_EQ_INT(L->wq.n_out, 128);
+        CHECK_EQ_INT(L->wk.n_out, 64);
+        CHECK_EQ_INT(L->wv.n_out, 64);
+        CHECK((const char *)L->wk.data == (const char *)L->wq.data + 128 * row);
+        CHECK((const char *)L->wv.data == (const char *)L->wq.data + 192 * row);
+        CHECK_EQ_INT(L->w_gate.n_out, 384);
+        CHECK((const char *)L->w_up.data == (const char *)L->w_gate.data + 384 * row);
+        bool x16 = serving && q8x16_supported();
+        enum ggml_type want = x16 ? UVLM_TYPE_Q8_0_X16 : GGML_TYPE_Q8_0;
+        CHECK(L->wq.type == want && L->wv.type == want && L->w_gate.type == want && L->w_up.type == want);
+        model_free(m);
+    }
 }
 
 TEST(model_load_refuses_other_architectures_by_name) {
@@ -544,6 +574,46 @@ TEST(model_linear_rope_scaling_divides_positions) {
     CHECK(max_diff(logits[0], logits[2], V) > 0.1f);
     CHECK(max_diff(logits[0], logits[3], V) == 0);
     for (int k = 0; k < 4; k++) free(logits[k]);
+}
+
+/* mkmodel writes each transformer family in its files' layout (qwen3: heads of --head-dim with
+ * q/k norms; phi3: fused attn_qkv and ffn_up), and the loader reads them back as such. */
+TEST(model_mkmodel_writes_each_family_as_its_files_are) {
+    SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
+        char path[] = "/tmp/uvlm-mk-XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0) return;
+        close(fd);
+        char *argv[] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--arch", (char *)archs[a], "--type",
+                        "q8_0", "--n-layer", "2", "--n-embd", "128", "--n-head", "4", "--n-head-kv", "2",
+                        "--head-dim", "64", "--n-ff", "256"};
+        CHECK_EQ_INT(cmd_mkmodel((int)(sizeof argv / sizeof *argv), argv), 0);
+        struct fixture f = {0};
+        char why[256];
+        CHECK_EQ_INT(model_load(&f.m, path, NULL, why, sizeof why), 0);
+        unlink(path);
+        if (!f.m) return;
+        const struct transformer_desc *tf = &f.m->hp.tf;
+        CHECK_EQ_STR(f.m->hp.arch_name, archs[a]);
+        CHECK_EQ_INT(f.m->hp.head_dim, 64);
+        CHECK_EQ_INT(f.m->layers[1].wq.n_out, 4 * 64);
+        CHECK(tf->qkv_bias == (a == 1) && (f.m->layers[1].bq != NULL) == (a == 1));
+        CHECK(tf->qk_norm == (a == 2) && (f.m->layers[1].q_norm != NULL) == (a == 2));
+        CHECK(tf->fused_qkv == (a == 3) && tf->fused_gate_up == (a == 3));
+        CHECK_EQ_INT(model_memory_create(f.m, 32, 1, &f.mem), 0);
+        CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 32,
+                                                                               .n_threads = 2}), 0);
+        CHECK_EQ_INT(batch_init(&f.b, 16), 0);
+        for (int32_t i = 0; i < NB; i++) batch_add(&f.b, prompt_b[i], i, 0, i == NB - 1);
+        CHECK_EQ_INT(run(&f), 0);
+        bool finite = true;
+        for (int32_t v = 0; v < f.m->hp.n_vocab; v++) finite = finite && isfinite(f.fc->logits[v]);
+        CHECK(finite);
+        teardown(&f);
+    }
 }
 
 TEST(eval_topk_sorts_and_breaks_ties_by_id) {
