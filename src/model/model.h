@@ -1,5 +1,5 @@
-/* model.h: a GGUF model (the transformer families llama and qwen2, and mamba) and its forward
- * pass.
+/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3 and phi3, and mamba) and
+ * its forward pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
  * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
@@ -127,11 +127,11 @@ struct model {
 };
 
 struct model_options {
-    /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of llama/qwen2 into math/q8x16.h's layouts where
-     * the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16): faster at every
-     * batch size (a decode step of several sequences most of all), with every token's numbers
-     * still independent of its batch, but not the reference's float order (Q4_K's keep
-     * it), so a forward_ctx with `reference` refuses the model.
+    /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of the transformer families into math/q8x16.h's
+     * layouts where the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16):
+     * faster at every batch size (a decode step of several sequences most of all), with every
+     * token's numbers still independent of its batch, but not the reference's float order
+     * (Q4_K's keep it), so a forward_ctx with `reference` refuses the model.
      * For serving; eval-logits and the golden tests' reference runs load without it. */
     bool serving_layout;
 };
@@ -161,7 +161,7 @@ struct forward_config {
     int64_t n_ctx;        /* most cells one sequence may hold (the memory's n_cells is always enough) */
     int n_threads;        /* compute threads; <= 0: all cores */
     int64_t yield_us;     /* the threads offer their CPU this often (0: never; math/matmul.h) */
-    /* The reference's arithmetic throughout (llama/qwen2): matmuls by MATMUL_REFERENCE
+    /* The reference's arithmetic throughout (the transformer families): matmuls by MATMUL_REFERENCE
      * (math/matmul.h) and the attention dots in its orders, so eval-logits reproduces its logits
      * to their printed precision. Scalar and slow (prefill several times slower): for
      * eval-logits and the golden tests, not serving. */

@@ -56,7 +56,7 @@ struct model_engine_config {
 struct sampler_scratch;
 
 struct model_engine {
-    struct model *model;    /* any architecture model.h runs (llama, qwen2, mamba) */
+    struct model *model;    /* any architecture model.h runs */
     struct forward_ctx *fc;
     struct tokenizer *tok;
     struct memory *mem;     /* KV cells, or one recurrent state per sequence (model's choice) */
