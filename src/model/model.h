@@ -1,5 +1,5 @@
-/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3 and phi3, and mamba) and
- * its forward pass.
+/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3, phi3 and gemma3, and
+ * mamba) and its forward pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
  * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
