@@ -60,3 +60,29 @@ size_t api_error_json(char *out, size_t cap, int status, const char *message) {
     out[n] = '\0';
     return n;
 }
+
+const char *api_error_type_anthropic(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+size_t api_error_json_anthropic(char *out, size_t cap, int status, const char *message) {
+    ASSERT(cap > 0);
+    json_t *doc = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", api_error_type_anthropic(status),
+                            "message", message ? message : "");
+    size_t n = doc ? json_dumpb(doc, out, cap - 1, JSON_COMPACT) : 0;
+    json_decref(doc);
+    if (n == 0 || n > cap - 1) /* did not fit (or no memory): a fixed message that does */
+        n = (size_t)snprintf(out, cap, "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":\"%s\"}}",
+                             api_error_type_anthropic(status), api_status_reason(status));
+    if (n > cap - 1) n = cap - 1;
+    out[n] = '\0';
+    return n;
+}

@@ -25,4 +25,13 @@ const char *api_status_reason(int status);
  * Returns the length written. */
 size_t api_error_json(char *out, size_t cap, int status, const char *message);
 
+/* Anthropic's error type of a status: 400 invalid_request_error, 401 authentication_error,
+ * 403 permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error,
+ * 503 overloaded_error, other 5xx api_error. */
+const char *api_error_type_anthropic(int status);
+
+/* api_error_json in Anthropic's shape (what /v1/messages answers, 401 included):
+ *     {"type":"error","error":{"type":"authentication_error","message":"..."}} */
+size_t api_error_json_anthropic(char *out, size_t cap, int status, const char *message);
+
 #endif

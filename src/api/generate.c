@@ -1,6 +1,7 @@
 /* generate.c: the completion endpoints (POST /completion, /v1/completions,
- * /v1/chat/completions): request -> tokens -> sched_submit, and the scheduler's sink callbacks ->
- * text (the engine's streaming detokenizer, stop strings) -> JSON bodies or SSE events.
+ * /v1/chat/completions, /v1/responses, /v1/messages): request -> tokens -> sched_submit, and the
+ * scheduler's sink callbacks -> text (the engine's streaming detokenizer, stop strings) -> JSON
+ * bodies or SSE events (the typed events of responses.h and anthropic.h for the last two).
  *
  * One struct gen_job per request, owned by the request: freed when the last choice is done (the
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
@@ -8,10 +9,13 @@
  * the context; stop strings are matched on the text (stream_text.h) and end a choice by returning
  * false from on_token; a stop string, or its possible start, never reaches a streaming client.
  */
+#include "api/anthropic.h"
 #include "api/chat_template.h"
 #include "api/errors.h"
+#include "api/ids.h"
 #include "api/params.h"
 #include "api/render.h"
+#include "api/responses.h"
 #include "api/serving.h"
 #include "api/stream_text.h"
 #include "common/err.h"
@@ -52,6 +56,7 @@ struct gen_job {
     struct response_meta meta;
     char *piece;                    /* detokenizer output buffer */
     size_t piece_cap;
+    int64_t seq;                    /* /v1/responses streams: the next event's sequence_number */
 };
 
 static void job_free(struct gen_job *job) {
@@ -71,7 +76,7 @@ static void job_free(struct gen_job *job) {
 }
 
 static int respond_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
-    char *json = api_error_render(err);
+    char *json = req->error_shape == HTTP_ERRORS_ANTHROPIC ? anthropic_error_render(err) : api_error_render(err);
     int rc = serving_respond_json(srv, req, err->status, json ? json : "{}");
     free(json);
     return rc;
@@ -170,6 +175,7 @@ static char *render_chunk(struct gen_job *job, int i, const char *text, size_t n
         json = render_oai_chat_chunk(&job->meta, &r, !c->role_sent);
         c->role_sent = true;
         break;
+    default: break; /* the typed streams: typed_text */
     }
     free(tp);
     free(tops);
@@ -185,11 +191,60 @@ static void stream_send(struct gen_job *job, char *json) {
     free(json);
 }
 
+/* --- the typed event streams of /v1/responses and /v1/messages (one choice each) ----------- */
+
+static bool typed_stream(const struct gen_job *job) {
+    return job->p.endpoint == API_OAI_RESPONSES || job->p.endpoint == API_ANTHROPIC;
+}
+
+/* Send n events and free them; an event that ran out of memory ends the stream (dead). */
+static void send_events(struct gen_job *job, struct sse_event *ev, int n) {
+    for (int k = 0; k < n; k++) {
+        if (!ev[k].data) job->dead = true;
+        else if (!job->dead && http_sse_send_event(job->req, ev[k].name, ev[k].data, strlen(ev[k].data)) < 0)
+            job->dead = true;
+        free(ev[k].data);
+    }
+}
+
+/* The events that open the stream: the response (message) and its empty output. */
+static void typed_open(struct gen_job *job) {
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_open(&job->seq, &job->meta, &job->p, ev)
+                                                 : anthropic_stream_open(&job->meta, (int32_t)job->n_prompt, ev);
+    send_events(job, ev, n);
+}
+
+static void typed_text(struct gen_job *job, const char *text, size_t len) {
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_text(&job->seq, &job->meta, text, len, ev)
+                                                 : anthropic_stream_text(text, len, ev);
+    send_events(job, ev, n);
+}
+
+static void typed_close(struct gen_job *job, const struct completion_result *r) {
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_close(&job->seq, &job->meta, &job->p, r, ev)
+                                                 : anthropic_stream_close(r, ev);
+    send_events(job, ev, n);
+}
+
+static void typed_error(struct gen_job *job, const struct api_error *err) {
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_error(&job->seq, err, ev)
+                                                 : anthropic_stream_error(err, ev);
+    send_events(job, ev, n);
+}
+
 /* Stream what became final in choice i (everything once it is done). */
 static void stream_progress(struct gen_job *job, int i) {
     struct gen_choice *c = &job->ch[i];
     size_t offset = c->st.sent, n;
     const char *fresh = stream_text_take(&c->st, c->done, &n);
+    if (typed_stream(job)) { /* the end is typed_close's, from job_finish */
+        if (n > 0) typed_text(job, fresh, n);
+        return;
+    }
     if (n == 0 && c->n_probs == c->probs_sent && !c->done) return;
     stream_send(job, render_chunk(job, i, fresh, n, offset, c->probs_sent, c->n_probs));
     c->probs_sent = c->n_probs;
@@ -216,7 +271,9 @@ static void job_finish(struct gen_job *job) {
         }
     }
     if (job->p.stream) {
-        if (job->p.endpoint != API_COMPLETION) {
+        if (typed_stream(job)) {
+            typed_close(job, rs);
+        } else if (job->p.endpoint != API_COMPLETION) {
             if (job->p.include_usage)
                 stream_send(job, render_oai_usage_chunk(&job->meta, rs, (size_t)n, job->p.endpoint == API_OAI_CHAT));
             if (!job->dead && http_sse_send(job->req, "[DONE]", 6) < 0) job->dead = true;
@@ -229,6 +286,9 @@ static void job_finish(struct gen_job *job) {
         case API_COMPLETION: json = render_completion(&job->meta, rs, (size_t)n); break;
         case API_OAI_COMPLETION: json = render_oai_completion(&job->meta, rs, (size_t)n); break;
         case API_OAI_CHAT: json = render_oai_chat(&job->meta, rs, (size_t)n); break;
+        case API_OAI_RESPONSES: json = render_response(&job->meta, &job->p, rs); break;
+        case API_ANTHROPIC: json = render_anthropic_message(&job->meta, rs); break;
+        case API_ANTHROPIC_COUNT: break; /* generates nothing */
         }
         if (json) serving_respond_json(srv, job->req, 200, json);
         else respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
@@ -295,7 +355,8 @@ static void gen_on_error(void *owner, int err) {
     if (job->p.stream) {
         struct api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s", msg);
-        stream_send(job, api_error_render(&e));
+        if (typed_stream(job)) typed_error(job, &e);
+        else stream_send(job, api_error_render(&e));
         serving_count(job->srv, 500);
         http_sse_end(job->req);
     } else {
@@ -350,7 +411,7 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
     char *chat = NULL;
     const char *text = p->prompt_text;
     size_t len = p->prompt_text_len;
-    if (p->endpoint == API_OAI_CHAT) {
+    if (p->messages) {
         int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p->messages, p->n_messages, true, &chat);
         if (n < 0)
             return respond_err_code(srv, req, n == -ERR_NOMEM ? n : -ERR_INVAL, "messages",
@@ -439,13 +500,14 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     int32_t n_probs = p->want_logprobs || p->n_probs > 0 ? (p->n_probs > 0 ? p->n_probs : 1) : 0;
     job_sampling(job, n_probs);
 
-    uint64_t serial = ++srv->next_id;
-    snprintf(job->id, sizeof job->id, "%s-%llu", ep == API_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)serial);
+    api_random_id(job->id, sizeof job->id,
+                  ep == API_OAI_CHAT ? "chatcmpl-" : ep == API_OAI_RESPONSES ? "resp_" : ep == API_ANTHROPIC ? "msg_" : "cmpl-",
+                  24);
     job->meta = (struct response_meta){
         .id = job->id,
         .created = (int64_t)time(NULL),
         .model = p->model ? p->model : srv->model_name,
+        .system_fingerprint = srv->fingerprint,
         .n_choices = p->n,
         .logprobs = n_probs > 0,
         .include_usage = p->include_usage,
@@ -458,6 +520,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
         .seed = p->seed_random ? next_seed(srv) : p->seed,
         .n_probs = n_probs,
         .cache_prompt = p->cache_prompt,
+        .cache_partition = serving_cache_partition(srv, req, p->cache_salt, p->cache_salt_len),
         .ignore_eos = p->ignore_eos,
         .sampler_params = &job->sp,
     };
@@ -477,6 +540,9 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     if (p->stream) rc = http_sse_start(req, gen_cancel_cb, job);
     else http_on_cancel(req, gen_cancel_cb, job);
     if (rc == 0) http_on_abort(req, gen_abort_cb);
+    if (rc == 0 && p->stream && typed_stream(job)) typed_open(job);
+    for (int i = 0; rc == 0 && p->stream && ep == API_OAI_CHAT && i < p->n; i++) /* role-only chunks first */
+        stream_send(job, render_chunk(job, i, "", 0, 0, 0, 0));
     if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
         sched_cancel(srv->sched, job->handle);
         job_free(job);
@@ -489,3 +555,28 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
 void serving_completion_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION); }
 void serving_oai_completion_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_COMPLETION); }
 void serving_oai_chat_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_CHAT); }
+void serving_oai_responses_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_RESPONSES); }
+void serving_anthropic_messages_handle(struct http_request *req, void *data) { generate(req, data, API_ANTHROPIC); }
+
+/* POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted. */
+void serving_anthropic_count_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct gen_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
+        return;
+    }
+    job->srv = srv;
+    struct api_error err;
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    if (completion_params_parse(&job->p, API_ANTHROPIC_COUNT, req->body, req->body_len, &lim, &err) < 0)
+        respond_error(srv, req, &err);
+    else if (job_tokenize(job, req) == 0) {
+        char *json = render_anthropic_count((int32_t)job->n_prompt);
+        if (json) serving_respond_json(srv, req, 200, json);
+        else respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
+        free(json);
+    }
+    job_free(job);
+}

@@ -14,6 +14,16 @@ const char *http_header(const struct http_request *req, const char *name) {
     return NULL;
 }
 
+const char *http_api_key(const struct http_request *req) {
+    const char *auth = http_header(req, "Authorization");
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+        auth += 7;
+        while (*auth == ' ') auth++;
+        return auth;
+    }
+    return http_header(req, "X-Api-Key");
+}
+
 static int hex_value(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -77,7 +87,8 @@ int http_respond_json(struct http_request *req, int status, const char *json) {
 
 int http_respond_error(struct http_request *req, int status, const char *message) {
     char body[1024];
-    size_t n = api_error_json(body, sizeof body, status, message);
+    size_t n = req->error_shape == HTTP_ERRORS_ANTHROPIC ? api_error_json_anthropic(body, sizeof body, status, message)
+                                                         : api_error_json(body, sizeof body, status, message);
     return http_respond(req, status, "application/json", body, n);
 }
 
@@ -94,8 +105,13 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data) {
 }
 
 int http_sse_send(struct http_request *req, const char *data, size_t len) {
+    return http_sse_send_event(req, NULL, data, len);
+}
+
+int http_sse_send_event(struct http_request *req, const char *event, const char *data, size_t len) {
     if (memchr(data, '\n', len)) return -ERR_INVAL; /* would end the event early */
-    return req->resp->sse_send(req, data, len);
+    if (event && strpbrk(event, "\r\n")) return -ERR_INVAL;
+    return req->resp->sse_send(req, event, data, len);
 }
 
 int http_sse_end(struct http_request *req) {

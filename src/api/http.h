@@ -65,6 +65,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The error body an API's clients parse (api/errors.h renders both). */
+enum http_error_shape {
+    HTTP_ERRORS_OPENAI = 0,   /* {"error":{"code","message","type"}}: llama.cpp's and OpenAI's */
+    HTTP_ERRORS_ANTHROPIC,    /* {"type":"error","error":{"type","message"}}: /v1/messages */
+};
+
 struct http_header {
     const char *name;
     const char *value;
@@ -82,7 +88,7 @@ struct http_responder {
     void (*on_cancel)(struct http_request *req, http_cancel_cb cb, void *data);
     void (*on_abort)(struct http_request *req, http_cancel_cb cb);
     int (*sse_start)(struct http_request *req, http_cancel_cb cb, void *data);
-    int (*sse_send)(struct http_request *req, const char *data, size_t len);
+    int (*sse_send)(struct http_request *req, const char *event, const char *data, size_t len);
     int (*sse_end)(struct http_request *req);
 };
 
@@ -100,12 +106,18 @@ struct http_request {
     bool before_drain;    /* complete before the server began draining (held by its pacing until
                            * now): answer it as if the drain had not begun, not with 503 */
     void *route_data;     /* the data registered with the route (router.h) */
+    unsigned char error_shape; /* enum http_error_shape: how http_respond_error shapes the body
+                                * (the router sets it from the route; 0, OpenAI's, before) */
     const struct http_responder *resp; /* how to answer it (set by the request's owner) */
     void *resp_ctx;       /* the responder's own state (a connection) */
 };
 
 /* Header value by name (case-insensitive), or NULL. */
 const char *http_header(const struct http_request *req, const char *name);
+/* The API key a request presents: the token of "Authorization: Bearer KEY" (spaces after
+ * "Bearer" skipped), else the value of X-Api-Key; NULL when it presents none. The key
+ * router_authorized checks. */
+const char *http_api_key(const struct http_request *req);
 
 /* Query parameter `key` into out (percent-decoded, '+' as space, NUL-terminated). Returns its
  * length, or -ERR_NOTFOUND, or -ERR_TOOBIG if it does not fit in cap. Pure; no server needed. */
@@ -126,7 +138,8 @@ int http_add_header(struct http_request *req, const char *name, const char *valu
 int http_respond(struct http_request *req, int status, const char *content_type, const char *body,
                  size_t len);
 int http_respond_json(struct http_request *req, int status, const char *json);
-/* Finish with {"error":{"code":status,"message":message,"type":...}} (api/errors.h). */
+/* Finish with {"error":{"code":status,"message":message,"type":...}}, or the Anthropic shape when
+ * req->error_shape says so (api/errors.h). */
 int http_respond_error(struct http_request *req, int status, const char *message);
 
 /* Register the cancel callback of a request answered later (way 2 above). */
@@ -151,6 +164,9 @@ int http_sse_start(struct http_request *req, http_cancel_cb cb, void *data);
  * gone, or -ERR_TOOBIG when the client reads too slowly (more than --sse-queue-bytes waiting):
  * the stream is then closed and the cancel callback follows. */
 int http_sse_send(struct http_request *req, const char *data, size_t len);
+/* The same with an event name first: "event: <event>\ndata: <data>\n\n" (the typed events of the
+ * Responses and Anthropic streams). event NULL is http_sse_send; a newline in it: -ERR_INVAL. */
+int http_sse_send_event(struct http_request *req, const char *event, const char *data, size_t len);
 /* Finish the stream: 0, or -ERR_CANCELLED (dead, and finished: no cancel callback follows). */
 int http_sse_end(struct http_request *req);
 

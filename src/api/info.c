@@ -9,9 +9,11 @@
 #include "api/render.h"
 #include "api/serving.h"
 #include "common/err.h"
+#include "common/proc_self.h"
 #include "sched/model_engine.h"
 #include "sched/sched.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +66,9 @@ void serving_health_handle(struct http_request *req, void *data) {
     free(text);
 }
 
-void serving_models_handle(struct http_request *req, void *data) {
-    struct serving *srv = data;
-    if (serving_not_ready(srv, req)) return;
+static void model_info_of(const struct serving *srv, struct model_info *out) {
     const struct model_engine *e = srv->engine;
-    struct model_info mi = {
+    *out = (struct model_info){
         .id = srv->model_name,
         .created = srv->created,
         .n_vocab = e->n_vocab,
@@ -77,7 +77,45 @@ void serving_models_handle(struct http_request *req, void *data) {
         .n_params = 0,
         .size = e->weight_bytes,
     };
+}
+
+void serving_models_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    struct model_info mi;
+    model_info_of(srv, &mi);
     char *json = render_models(&mi);
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
+}
+
+/* GET /v1/models/{id}: the model object when id (percent-decoded) is the one served, else 404. */
+void serving_model_handle(struct http_request *req, void *data) {
+    struct serving *srv = data;
+    if (serving_not_ready(srv, req)) return;
+    const char *raw = req->path + strlen("/v1/models/");
+    char id[sizeof srv->model_name + 1];
+    size_t n = 0;
+    for (const char *c = raw; *c && n + 1 < sizeof id; c++) {
+        unsigned hex;
+        if (c[0] == '%' && sscanf(c + 1, "%2x", &hex) == 1 && isxdigit((unsigned char)c[1]) &&
+            isxdigit((unsigned char)c[2])) {
+            id[n++] = (char)hex;
+            c += 2;
+        } else {
+            id[n++] = *c;
+        }
+    }
+    id[n] = '\0';
+    if (strcmp(id, srv->model_name) != 0) {
+        struct api_error err;
+        api_error_set(&err, 404, "invalid_request_error", "model", "The model '%.120s' does not exist", id);
+        respond_api_error(srv, req, &err);
+        return;
+    }
+    struct model_info mi;
+    model_info_of(srv, &mi);
+    char *json = render_model(&mi);
     serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
     free(json);
 }
@@ -119,6 +157,54 @@ void serving_slots_handle(struct http_request *req, void *data) {
 
 /* --- /metrics (Prometheus text exposition) -------------------------------------------------- */
 
+static void put_hist(struct metrics_text *mt, const char *name, const char *help, const struct sched_stats *st,
+                     enum sched_hist_kind kind) {
+    int n;
+    const double *bounds = sched_hist_bounds(kind, &n);
+    struct metrics_histogram h = {bounds, st->hist[kind].counts, (size_t)n, st->hist[kind].sum};
+    metrics_text_histogram(mt, name, help, &h);
+}
+
+/* The standard process collector's families (what client libraries export as process_*). */
+static void put_process(struct metrics_text *mt) {
+    struct proc_self ps;
+    if (proc_self_read(&ps) != 0) return; /* no /proc: the families are left out, not faked */
+    metrics_text_counter(mt, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                         ps.cpu_seconds);
+    metrics_text_gauge(mt, "process_resident_memory_bytes", "Resident memory size in bytes.",
+                       (double)ps.resident_bytes);
+    metrics_text_gauge(mt, "process_virtual_memory_bytes", "Virtual memory size in bytes.", (double)ps.virtual_bytes);
+    metrics_text_gauge(mt, "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                       ps.start_time_seconds);
+    metrics_text_gauge(mt, "process_open_fds", "Number of open file descriptors.", (double)ps.open_fds);
+    metrics_text_gauge(mt, "process_max_fds", "Maximum number of open file descriptors.", (double)ps.max_fds);
+}
+
+/* llama.cpp server's families (--metrics-names llamacpp), from the same counters: its "slots" are
+ * uvlm's sequences, its llama_decode calls uvlm's steps. */
+static void put_llamacpp(struct metrics_text *mt, const struct sched_stats *st) {
+    double prompt_s = st->prompt_ms / 1e3, decode_s = st->decode_ms / 1e3;
+    metrics_text_counter(mt, "llamacpp:prompt_tokens_total", "Number of prompt tokens processed.",
+                         (double)st->prompt_tokens);
+    metrics_text_counter(mt, "llamacpp:prompt_seconds_total", "Prompt process time", prompt_s);
+    metrics_text_counter(mt, "llamacpp:tokens_predicted_total", "Number of generation tokens processed.",
+                         (double)st->generated_tokens);
+    metrics_text_counter(mt, "llamacpp:tokens_predicted_seconds_total", "Predict process time", decode_s);
+    metrics_text_counter(mt, "llamacpp:n_decode_total", "Total number of llama_decode() calls", (double)st->steps);
+    metrics_text_gauge(mt, "llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
+                       prompt_s > 0 ? (double)st->prompt_tokens / prompt_s : 0);
+    metrics_text_gauge(mt, "llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s.",
+                       decode_s > 0 ? (double)st->generated_tokens / decode_s : 0);
+    metrics_text_gauge(mt, "llamacpp:kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.",
+                       st->cells_total > 0 ? (double)st->cells_used / (double)st->cells_total : 0);
+    metrics_text_gauge(mt, "llamacpp:kv_cache_tokens", "KV-cache tokens.", (double)st->cells_used);
+    metrics_text_gauge(mt, "llamacpp:requests_processing", "Number of requests processing.",
+                       (double)st->active_requests);
+    metrics_text_gauge(mt, "llamacpp:requests_deferred", "Number of requests deferred.", (double)st->queued);
+    metrics_text_gauge(mt, "llamacpp:n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+                       st->steps > 0 ? (double)st->step_seqs / (double)st->steps : 0);
+}
+
 void serving_metrics_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
@@ -136,6 +222,18 @@ void serving_metrics_handle(struct http_request *req, void *data) {
         snprintf(code, sizeof code, "%d", m->status[i]);
         metrics_text_sample(&mt, "uvlm_requests_by_status_total", "status", code, (double)m->by_status[i]);
     }
+    metrics_text_family(&mt, "uvlm_requests_finished_total", "counter",
+                        "Generations finished, by reason: eos, limit (n_predict), word (a stop string), "
+                        "context; a request with n choices counts once per choice.");
+    for (int r = 0; r <= SCHED_STOP_CONTEXT; r++)
+        metrics_text_sample(&mt, "uvlm_requests_finished_total", "reason", sched_stop_str((enum sched_stop)r),
+                            (double)st.choices_done[r]);
+    metrics_text_counter(&mt, "uvlm_requests_failed_total", "Requests that failed in the engine (500).",
+                         (double)st.requests_failed);
+    metrics_text_counter(&mt, "uvlm_requests_rejected_total", "Requests refused because the queue was full (503).",
+                         (double)st.requests_rejected);
+    metrics_text_counter(&mt, "uvlm_requests_cancelled_total", "Requests cancelled (the client went away).",
+                         (double)st.requests_cancelled);
     metrics_text_counter(&mt, "uvlm_prompt_tokens_total", "Prompt tokens run through the model (cached excluded).",
                          (double)st.prompt_tokens);
     metrics_text_counter(&mt, "uvlm_cached_prompt_tokens_total", "Prompt tokens reused from shared or cached cells.",
@@ -143,8 +241,13 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_counter(&mt, "uvlm_generated_tokens_total", "Tokens generated.", (double)st.generated_tokens);
     metrics_text_counter(&mt, "uvlm_prompt_seconds_total", "Step time spent on prompt tokens.", st.prompt_ms / 1e3);
     metrics_text_counter(&mt, "uvlm_decode_seconds_total", "Step time spent on decode tokens.", st.decode_ms / 1e3);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_capacity",
+                       "KV cells in the pool (--kv-tokens; states of a recurrent model).", (double)st.cells_total);
     metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
-    metrics_text_gauge(&mt, "uvlm_kv_cells_total", "KV cells (--kv-tokens).", (double)st.cells_total);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_live", "KV cells held by running sequences (a prefix they share with "
+                       "the prompt cache included).", (double)st.cells_live);
+    metrics_text_gauge(&mt, "uvlm_kv_cells_cached", "KV cells held by the prompt cache alone (evicted first when "
+                       "memory is needed).", (double)st.cells_cached);
     metrics_text_gauge(&mt, "uvlm_queue_length", "Requests waiting for admission.", (double)st.queued);
     metrics_text_gauge(&mt, "uvlm_preempted_sequences", "Preempted sequences waiting to resume.", (double)st.preempted);
     metrics_text_gauge(&mt, "uvlm_active_requests", "Requests admitted and not finished.", (double)st.active_requests);
@@ -152,9 +255,10 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_gauge(&mt, "uvlm_cached_sequences", "Prompt-cache entries.", (double)st.cached_seqs);
     metrics_text_counter(&mt, "uvlm_preemptions_total", "Sequences preempted: for memory, or to take turns on recurrent states.", (double)st.preemptions);
     metrics_text_counter(&mt, "uvlm_cache_evictions_total", "Prompt-cache entries evicted.", (double)st.cache_evictions);
-    metrics_text_counter(&mt, "uvlm_requests_cancelled_total", "Requests cancelled (the client went away).",
-                         (double)st.requests_cancelled);
     metrics_text_counter(&mt, "uvlm_steps_total", "Forward steps run.", (double)st.steps);
+    metrics_text_counter(&mt, "uvlm_step_sequences_total",
+                         "Sequences in forward steps, summed over steps (per step: the batch's width).",
+                         (double)st.step_seqs);
     metrics_text_gauge(&mt, "uvlm_tokens_per_second", "Generated tokens per second over the last seconds.",
                        st.tokens_per_s);
     metrics_text_gauge(&mt, "uvlm_stalled", "1 while /health reports stalled.", st.stalled ? 1 : 0);
@@ -167,6 +271,25 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     }
     struct metrics_histogram h = {bounds, counts, SCHED_STEP_HIST_BUCKETS - 1, (st.prompt_ms + st.decode_ms) / 1e3};
     metrics_text_histogram(&mt, "uvlm_step_seconds", "Duration of forward steps.", &h);
+    /* per request (sched.h: enum sched_hist_kind says when each is observed) */
+    put_hist(&mt, "uvlm_time_to_first_token_seconds", "Time from a request's arrival to its first token.", &st,
+             SCHED_HIST_TTFT);
+    put_hist(&mt, "uvlm_inter_token_latency_seconds", "Time between two consecutive tokens of one choice.", &st,
+             SCHED_HIST_ITL);
+    put_hist(&mt, "uvlm_e2e_request_latency_seconds", "Time from a finished request's arrival to its last token.",
+             &st, SCHED_HIST_E2E);
+    put_hist(&mt, "uvlm_request_queue_time_seconds", "Time a finished request waited for admission.", &st,
+             SCHED_HIST_QUEUE);
+    put_hist(&mt, "uvlm_request_prefill_time_seconds", "Time from a finished request's admission to its first token.",
+             &st, SCHED_HIST_PREFILL);
+    put_hist(&mt, "uvlm_request_decode_time_seconds", "Time from a finished request's first token to its last.",
+             &st, SCHED_HIST_DECODE);
+    put_hist(&mt, "uvlm_request_prompt_tokens", "Prompt length of finished requests (cached tokens included).", &st,
+             SCHED_HIST_PROMPT_TOKENS);
+    put_hist(&mt, "uvlm_request_generation_tokens", "Tokens generated by finished requests (all choices).", &st,
+             SCHED_HIST_GEN_TOKENS);
+    put_process(&mt);
+    if (srv->cfg->metrics_names && !strcmp(srv->cfg->metrics_names, "llamacpp")) put_llamacpp(&mt, &st);
     if (metrics_text_failed(&mt)) {
         serving_respond_json(srv, req, 500, "{}");
     } else {

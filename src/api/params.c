@@ -274,25 +274,26 @@ static int stop_string(struct parser *ps, const json_t *s, const char *param, co
     return *out ? 0 : nomem(ps);
 }
 
-static int parse_stop(struct parser *ps, struct completion_params *p) {
+/* The stop strings of the field `fname` ("stop"; Anthropic's "stop_sequences"). */
+static int parse_stop_field(struct parser *ps, const char *fname, struct completion_params *p) {
     const char *name;
-    json_t *v = field(ps, NAMES("stop"), &name);
+    json_t *v = field(ps, (const char *const[]){fname, NULL}, &name);
     if (!v) return 0;
     if (!json_is_string(v) && !json_is_array(v))
-        return bad(ps, "stop", "expected a string or an array of strings, got %s",
+        return bad(ps, fname, "expected a string or an array of strings, got %s",
                    json_type_name(v));
     size_t n = json_is_string(v) ? 1 : json_array_size(v);
     if (n > ps->lim->max_stop)
-        return bad(ps, "stop", "too many stop strings: %zu, at most %zu", n, ps->lim->max_stop);
+        return bad(ps, fname, "too many stop strings: %zu, at most %zu", n, ps->lim->max_stop);
     const char **stop = arena_alloc(ps->arena, n * sizeof *stop);
     if (!stop) return nomem(ps);
     if (json_is_string(v)) {
-        int rc = stop_string(ps, v, "stop", &stop[0]);
+        int rc = stop_string(ps, v, fname, &stop[0]);
         if (rc < 0) return rc;
     } else {
         for (size_t i = 0; i < n; i++) {
             char where[PARAM_SIZE];
-            param_fmt(where, "stop[%zu]", i);
+            param_fmt(where, "%s[%zu]", fname, i);
             int rc = stop_string(ps, json_array_get(v, i), where, &stop[i]);
             if (rc < 0) return rc;
         }
@@ -301,6 +302,8 @@ static int parse_stop(struct parser *ps, struct completion_params *p) {
     p->n_stop = n;
     return 0;
 }
+
+static int parse_stop(struct parser *ps, struct completion_params *p) { return parse_stop_field(ps, "stop", p); }
 
 /* ---- logit_bias ---- */
 
@@ -486,6 +489,7 @@ static int parse_logprobs(struct parser *ps, struct completion_params *p) {
             return rc;
         if (!p->want_logprobs) return bad(ps, "top_logprobs", "requires \"logprobs\": true");
         return 0;
+    default: return 0; /* the other APIs' parsers (responses.c, anthropic.c) */
     }
     return 0;
 }
@@ -606,6 +610,15 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
         p->model = arena_strndup(ps->arena, json_string_value(model), json_string_length(model));
         if (!p->model) return nomem(ps);
     }
+    json_t *salt = field(ps, NAMES("cache_salt"), &name);
+    if (salt) {
+        if (!json_is_string(salt))
+            return bad(ps, "cache_salt", "expected a string, got %s", json_type_name(salt));
+        if (json_string_length(salt) == 0) return bad(ps, "cache_salt", "expected a non-empty string");
+        p->cache_salt_len = json_string_length(salt);
+        p->cache_salt = arena_strndup(ps->arena, json_string_value(salt), p->cache_salt_len);
+        if (!p->cache_salt) return nomem(ps);
+    }
     return 0;
 }
 
@@ -657,9 +670,89 @@ static int parse_with(void *out, size_t out_size, struct params_arena **arena, c
     return 0;
 }
 
+/* ---- the helpers of the other APIs' parsers (params.h) ---- */
+
+struct params_parser {
+    struct parser ps;   /* first: a struct parser * is a struct params_parser * */
+};
+#define PS(pp) (&(pp)->ps)
+
+const struct json_t *params_body(const struct params_parser *pp) { return pp->ps.obj; }
+const struct params_limits *params_limits(const struct params_parser *pp) { return pp->ps.lim; }
+
+int params_bad(struct params_parser *pp, const char *param, const char *fmt, ...) {
+    char msg[sizeof pp->ps.err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return bad(PS(pp), param, "%s", msg);
+}
+
+int params_nomem(struct params_parser *pp) { return nomem(PS(pp)); }
+
+int params_int(struct params_parser *pp, const char *name, long long min, long long max, int32_t *out) {
+    return get_int(PS(pp), (const char *const[]){name, NULL}, min, max, out);
+}
+
+int params_float(struct params_parser *pp, const char *name, double min, double max, float *out) {
+    return get_float(PS(pp), (const char *const[]){name, NULL}, min, max, out);
+}
+
+int params_bool(struct params_parser *pp, const char *name, bool *out) {
+    return get_bool(PS(pp), (const char *const[]){name, NULL}, out);
+}
+
+int params_string(struct params_parser *pp, const char *name, const char **out) {
+    const char *which;
+    json_t *v = field(PS(pp), (const char *const[]){name, NULL}, &which);
+    *out = NULL;
+    if (!v) return 0;
+    if (!json_is_string(v)) return bad(PS(pp), name, "expected a string, got %s", json_type_name(v));
+    *out = arena_strndup(pp->ps.arena, json_string_value(v), json_string_length(v));
+    return *out ? 0 : nomem(PS(pp));
+}
+
+int params_stop(struct params_parser *pp, const char *name, struct completion_params *p) {
+    return parse_stop_field(PS(pp), name, p);
+}
+
+int params_messages(struct params_parser *pp, const struct json_t *messages, const char *param,
+                    struct completion_params *p) {
+    struct parser *ps = PS(pp);
+    size_t n = json_array_size(messages);
+    if (n > ps->lim->max_messages)
+        return bad(ps, param, "too many messages: %zu, at most %zu", n, ps->lim->max_messages);
+    char why[sizeof ps->err->message];
+    int rc = chat_messages_from_json(messages, &p->chat_, why, sizeof why);
+    if (rc == -ERR_NOMEM) return nomem(ps);
+    if (rc < 0) return bad(ps, param, "%s", why);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += strlen(p->chat_.msgs[i].content);
+        if (total > ps->lim->max_prompt_bytes)
+            return bad(ps, param, "too long: over %zu bytes of text together", ps->lim->max_prompt_bytes);
+    }
+    p->messages = p->chat_.msgs;
+    p->n_messages = n;
+    return 0;
+}
+
 static int completion_fn(struct parser *ps, void *out) {
     struct completion_params *p = out;
-    int rc = parse_completion(ps, p);
+    int rc;
+    switch (ps->endpoint) {
+    case API_OAI_RESPONSES:
+        completion_params_defaults(p, ps->endpoint);
+        rc = responses_params_fill((struct params_parser *)ps, p);
+        break;
+    case API_ANTHROPIC:
+    case API_ANTHROPIC_COUNT:
+        completion_params_defaults(p, ps->endpoint);
+        rc = anthropic_params_fill((struct params_parser *)ps, p);
+        break;
+    default: rc = parse_completion(ps, p);
+    }
     if (rc < 0) chat_messages_free(&p->chat_);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* params.h: parsing and validation of the JSON request bodies of the completion endpoints
- * (llama.cpp-native POST /completion, OpenAI POST /v1/completions and /v1/chat/completions) and
- * of /tokenize, /detokenize and /apply-template. Pure functions: no sockets, no scheduler.
+ * (llama.cpp-native POST /completion, OpenAI POST /v1/completions and /v1/chat/completions; the
+ * Responses and Messages APIs through the parsers of responses.h and anthropic.h, into the same
+ * struct) and of /tokenize, /detokenize and /apply-template. Pure functions: no sockets, no
+ * scheduler.
  *
  * Every bad input (invalid JSON, a wrong type, an out-of-range value, an empty or oversized prompt,
  * an unsupported form) yields -ERR_INVAL and a struct api_error naming the field (`param`, e.g.
@@ -62,6 +64,8 @@
  *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
  *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
+ *   cache_salt   a non-empty string (vLLM's): requests with different salts never share cached
+ *                prompt cells (serving.h: the cache partition); null or absent: no salt.
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
  * Strings may contain "\u0000": texts keep it (use the _len fields), stop strings refuse it.
  */
@@ -79,6 +83,9 @@ enum api_endpoint {
     API_COMPLETION = 0,   /* POST /completion (llama.cpp native) */
     API_OAI_COMPLETION,   /* POST /v1/completions */
     API_OAI_CHAT,         /* POST /v1/chat/completions */
+    API_OAI_RESPONSES,    /* POST /v1/responses (responses.h has the body's rules) */
+    API_ANTHROPIC,        /* POST /v1/messages (anthropic.h) */
+    API_ANTHROPIC_COUNT,  /* POST /v1/messages/count_tokens: the same without max_tokens */
 };
 
 /* A request error, as the handler turns it into an HTTP response (api_error_render in render.h):
@@ -166,6 +173,9 @@ struct completion_params {
 
     int32_t n;                /* choices: 1..max_n */
     const char *model;        /* as the client named it, or NULL */
+    const char *cache_salt;   /* NULL or cache_salt_len (> 0) bytes, NUL-terminated */
+    size_t cache_salt_len;
+    const char *instructions; /* API_OAI_RESPONSES: echoed in the response object, or NULL */
 
     struct params_arena *arena_;
     struct chat_messages chat_;  /* owns messages */
@@ -186,6 +196,35 @@ int completion_params_check_tokens(const struct completion_params *p, int32_t n_
                                    struct api_error *err);
 
 void completion_params_free(struct completion_params *p);
+
+/* ---- for the parsers of the other APIs' request shapes (responses.c, anthropic.c) ----
+ * completion_params_parse calls them for their endpoints with the parser state below; they fill
+ * p (already holding completion_params_defaults) through these helpers, so that every string
+ * lives in p's arena and every error has the same form. Each returns 0, or the error to return
+ * (-ERR_INVAL with the error set, -ERR_NOMEM). A field absent or null keeps its default. */
+struct params_parser;
+struct json_t;
+const struct json_t *params_body(const struct params_parser *ps);  /* the request object */
+const struct params_limits *params_limits(const struct params_parser *ps);
+int params_bad(struct params_parser *ps, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));                         /* 400 "param: message" */
+int params_nomem(struct params_parser *ps);                         /* 500: returns -ERR_NOMEM */
+int params_int(struct params_parser *ps, const char *name, long long min, long long max, int32_t *out);
+int params_float(struct params_parser *ps, const char *name, double min, double max, float *out);
+int params_bool(struct params_parser *ps, const char *name, bool *out);
+/* A string field into p's arena (*out NULL when absent). */
+int params_string(struct params_parser *ps, const char *name, const char **out);
+/* Stop strings from the field `name` (a string or an array of strings), as "stop" is read. */
+int params_stop(struct params_parser *ps, const char *name, struct completion_params *p);
+/* The conversation, as an OpenAI chat "messages" array of {role, content: string} built by the
+ * caller (which checked the request's own shape and names its fields in errors): becomes
+ * p->messages; too many messages or too much text is refused naming `param`. */
+int params_messages(struct params_parser *ps, const struct json_t *messages, const char *param,
+                    struct completion_params *p);
+
+/* Defined by responses.c and anthropic.c, called by completion_params_parse. */
+int responses_params_fill(struct params_parser *ps, struct completion_params *p);
+int anthropic_params_fill(struct params_parser *ps, struct completion_params *p);
 
 /* POST /tokenize: {"content": string (required, may be empty), "add_special": bool (false),
  * "parse_special": bool (true), "with_pieces": bool (false)}. */

@@ -89,6 +89,10 @@ static json_t *jstr(const char *s, size_t len) {
     return j;
 }
 
+json_t *render_json_text(const char *s, size_t len) {
+    return jstr(s, len);
+}
+
 static json_t *jcstr(const char *s) {
     return jstr(s, s ? strlen(s) : 0);
 }
@@ -344,7 +348,8 @@ char *render_oai_chat_chunk(const struct response_meta *meta, const struct compl
                             bool with_role) {
     json_t *delta = json_object();
     if (with_role) delta = with(delta, "role", json_string("assistant"));
-    if (with_role || r->text_len > 0) delta = with(delta, "content", jstr(r->text, r->text_len));
+    if (r->text_len > 0) delta = with(delta, "content", jstr(r->text, r->text_len));
+    else if (with_role) delta = with(delta, "content", json_null());
     json_t *choices = push(json_array(), chat_choice(meta, r, "delta", delta));
     return dump(stream_usage_null(meta, oai_object(meta, "chat.completion.chunk", choices)));
 }
@@ -376,14 +381,21 @@ char *render_detokenize(const char *text, size_t len) {
     return dump(json_pack("{s:o}", "content", jstr(text, len)));
 }
 
-char *render_models(const struct model_info *m) {
+static json_t *model_object(const struct model_info *m) {
     json_t *meta = json_pack("{s:I, s:I, s:I, s:I, s:I}", "n_vocab", (json_int_t)m->n_vocab,
                              "n_ctx_train", (json_int_t)m->n_ctx_train,
                              "n_embd", (json_int_t)m->n_embd, "n_params", (json_int_t)m->n_params,
                              "size", (json_int_t)m->size);
-    json_t *model = json_pack("{s:o, s:s, s:I, s:s, s:o}", "id", jcstr(m->id), "object", "model",
-                              "created", (json_int_t)m->created, "owned_by", "uvlm", "meta", meta);
-    return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model));
+    return json_pack("{s:o, s:s, s:I, s:s, s:o}", "id", jcstr(m->id), "object", "model",
+                     "created", (json_int_t)m->created, "owned_by", "uvlm", "meta", meta);
+}
+
+char *render_models(const struct model_info *m) {
+    return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(m)));
+}
+
+char *render_model(const struct model_info *m) {
+    return dump(model_object(m));
 }
 
 static json_t *default_params(const struct completion_params *d) {

@@ -134,9 +134,10 @@ char *render_oai_completion_chunk(const struct response_meta *meta,
 char *render_oai_chat(const struct response_meta *meta, const struct completion_result *r,
                       size_t n);
 /* {id, object: "chat.completion.chunk", created, model, choices: [{index, delta, logprobs,
- * finish_reason}]}. delta holds "role": "assistant" when with_role (a choice's first chunk) and
- * "content" when there is new text (or with_role); the last chunk of a choice has its
- * finish_reason and usually an empty delta {}. */
+ * finish_reason}]}. delta holds "role": "assistant" when with_role (a choice's first chunk:
+ * {"role": "assistant", "content": null} without text, as llama.cpp's server opens a stream) and
+ * "content" when there is new text; the last chunk of a choice has its finish_reason and usually
+ * an empty delta {}. */
 char *render_oai_chat_chunk(const struct response_meta *meta, const struct completion_result *r,
                             bool with_role);
 
@@ -173,6 +174,8 @@ struct model_info {
 /* GET /v1/models: {"object": "list", "data": [{id, object: "model", created, owned_by: "uvlm",
  * meta: {n_vocab, n_ctx_train, n_embd, n_params, size}}]}. */
 char *render_models(const struct model_info *m);
+/* GET /v1/models/{id}: that model object alone. */
+char *render_model(const struct model_info *m);
 
 /* GET /props: what the server runs, in the shape llama.cpp's web UI and clients read. */
 struct props_info {
@@ -217,6 +220,20 @@ char *render_slots(const struct slot_info *s, size_t n);
  * as errors.h's api_error_json (which has no param, for errors that concern no field); a NULL
  * err->type takes api_error_type(status) from there, so the type names agree. */
 char *api_error_render(const struct api_error *err);
+
+/* ---- typed event streams (responses.h, anthropic.h) ---- */
+
+/* One event of a stream whose events have names: "event: name\ndata: data\n\n". */
+struct sse_event {
+    const char *name;         /* static string */
+    char *data;               /* compact JSON the sender frees; NULL when memory ran out */
+};
+#define SSE_EVENTS_MAX 4      /* the most events one call of a stream renderer gives */
+
+/* The JSON string of s[0..len), invalid UTF-8 replaced as above (a jansson json_t *), or NULL
+ * when memory runs out: for the other APIs' renderers. */
+struct json_t;
+struct json_t *render_json_text(const char *s, size_t len);
 
 /* ---- UTF-8 ---- */
 

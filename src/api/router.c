@@ -103,6 +103,11 @@ void router_dispatch(const struct router *r, struct http_request *req) {
         http_respond_error(req, 404, msg);
         return;
     }
+    for (int i = 0; i < r->n_routes; i++) /* the API the path belongs to shapes its errors */
+        if (path_matches(r->routes[i].path, req->path)) {
+            req->error_shape = r->routes[i].flags & ROUTE_ANTHROPIC ? HTTP_ERRORS_ANTHROPIC : HTTP_ERRORS_OPENAI;
+            break;
+        }
     if (rc < 0) {
         router_allow(r, req->path, allow, sizeof allow);
         http_add_header(req, "Allow", allow);

@@ -9,6 +9,8 @@
  *      "Authorization: Bearer KEY" nor "X-Api-Key: KEY" carries one of them (keys are compared
  *      in constant time).
  *   4. the route's handler (see http.h for how a handler answers).
+ * From 2 on, req->error_shape is the route's (ROUTE_ANTHROPIC: Anthropic's error body), so the
+ * 405 and 401 of an Anthropic route are what an Anthropic client parses.
  *
  * A path ending in '*' matches every path with that prefix ("/v1/models/" + '*'). HEAD is not special.
  *
@@ -34,6 +36,7 @@
 
 enum route_flags {
     ROUTE_PUBLIC = 1, /* no API key needed (/health) */
+    ROUTE_ANTHROPIC = 2, /* its errors (the 401 and 405 too) take Anthropic's shape (/v1/messages) */
 };
 
 typedef void (*http_handler_fn)(struct http_request *req, void *data);

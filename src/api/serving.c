@@ -38,12 +38,38 @@ int serving_respond_json(struct serving *srv, struct http_request *req, int stat
     return http_respond_json(req, status, json);
 }
 
+/* FNV-1a over a tagged, length-prefixed field, so that no key and salt pair reads as another. */
+static uint64_t hash_field(uint64_t h, char tag, const char *s, size_t n) {
+    unsigned char head[1 + sizeof n];
+    head[0] = (unsigned char)tag;
+    memcpy(head + 1, &n, sizeof n);
+    for (size_t i = 0; i < sizeof head; i++) h = (h ^ head[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t serving_cache_partition(const struct serving *srv, const struct http_request *req, const char *salt,
+                                 size_t salt_len) {
+    /* the router let the request in: with keys configured, the key it presents is one of them */
+    const char *key = srv->cfg->api_key.n > 0 ? http_api_key(req) : NULL;
+    if (!key && !salt) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (key) h = hash_field(h, 'k', key, strlen(key));
+    if (salt) h = hash_field(h, 's', salt, salt_len);
+    h ^= h >> 33; /* finalizer: every input bit reaches every output bit */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
 bool serving_not_ready(struct serving *srv, struct http_request *req) {
     /* a request held by the server's pacing when a drain began arrived before it: it is served */
     if (srv->sched && (!req->draining || req->before_drain)) return false;
     char body[160];
     int status = 503;
-    api_error_json(body, sizeof body, status, req->draining ? "Server is shutting down" : "Loading model");
+    const char *msg = req->draining ? "Server is shutting down" : "Loading model";
+    if (req->error_shape == HTTP_ERRORS_ANTHROPIC) api_error_json_anthropic(body, sizeof body, status, msg);
+    else api_error_json(body, sizeof body, status, msg);
     serving_respond_json(srv, req, status, body);
     return true;
 }
@@ -60,7 +86,11 @@ int serving_routes_add(struct router *r, struct serving *srv) {
         {"POST", "/v1/completions", serving_oai_completion_handle, 0},
         {"POST", "/v1/chat/completions", serving_oai_chat_handle, 0},
         {"POST", "/chat/completions", serving_oai_chat_handle, 0},
+        {"POST", "/v1/responses", serving_oai_responses_handle, 0},
+        {"POST", "/v1/messages", serving_anthropic_messages_handle, ROUTE_ANTHROPIC},
+        {"POST", "/v1/messages/count_tokens", serving_anthropic_count_handle, ROUTE_ANTHROPIC},
         {"GET", "/v1/models", serving_models_handle, 0},
+        {"GET", "/v1/models/*", serving_model_handle, 0},
         {"GET", "/models", serving_models_handle, 0},
         {"GET", "/props", serving_props_handle, 0},
         {"GET", "/slots", serving_slots_handle, 0},
@@ -181,7 +211,12 @@ static int ops_start(void *engine, int load_rc) {
     srv->created = (int64_t)time(NULL);
     char base[PATH_MAX];
     snprintf(base, sizeof base, "%s", srv->model_path);
-    snprintf(srv->model_name, sizeof srv->model_name, "%s", basename(base));
+    snprintf(srv->model_name, sizeof srv->model_name, "%s", *cfg->alias ? cfg->alias : basename(base));
+    char what[PATH_MAX + 96]; /* what answers: the build, the model and the context it runs with */
+    snprintf(what, sizeof what, "uvlm %s|%s|%lld|%d", __DATE__, srv->model_path, (long long)e->weight_bytes, (int)e->n_ctx);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const char *c = what; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    snprintf(srv->fingerprint, sizeof srv->fingerprint, "fp_%012llx", (unsigned long long)(h >> 16));
     return 0;
 }
 

@@ -2,8 +2,9 @@
  * counters for /metrics, a way to wake the driver), and the engine interface the driver runs.
  * No libuv here: serving owns the model engine (sched/model_engine.h) and the scheduler
  * (sched/sched.h); the driver (net/engine_driver.h) owns the threads and timers and calls
- * serving_ops on the threads each operation names. The handlers (generate.c: the three
- * completion endpoints; info.c: everything else) run on the loop thread.
+ * serving_ops on the threads each operation names. The handlers (generate.c: the completion
+ * endpoints of every API, with responses.c and anthropic.c for those two APIs' shapes; info.c:
+ * everything else) run on the loop thread.
  *
  *   loop thread                                  compute thread (the driver's)
  *   ───────────                                  ──────────────
@@ -64,12 +65,13 @@ struct serving {
     const struct config *cfg;
     const struct log *log;        /* the server's: loading, the model, the chat template, steps */
     char model_path[PATH_MAX];    /* the file served (--model, or the default model's path) */
-    char model_name[128];         /* its file name, reported as "model" */
+    char model_name[256];         /* --alias, else its file name: the model id clients see */
+    char fingerprint[24];         /* OpenAI's system_fingerprint: "fp_" + a hash of the build and
+                                   * the model served */
     struct model_engine *engine;  /* NULL until started */
     struct sched *sched;          /* NULL until started */
     int chat_family;              /* enum chat_family */
     int64_t created;              /* unix seconds of the start */
-    uint64_t next_id;             /* for response ids */
     uint64_t seed_state;          /* seeds for requests without one */
     void (*kick)(void *driver);   /* a request was submitted or cancelled: build a step soon */
     void *driver;
@@ -111,9 +113,18 @@ void serving_free(struct serving *srv);
 double serving_now_ms(void);
 
 /* Register /health (with ?detail=1 and stall detection), /completion, /v1/completions,
- * /v1/chat/completions, /v1/models, /props, /slots, /metrics, /tokenize, /detokenize and
- * /apply-template. 0 or router_add's error. */
+ * /v1/chat/completions, /v1/responses, /v1/messages (+ /count_tokens, ROUTE_ANTHROPIC),
+ * /v1/models (+ /{id}), /props, /slots, /metrics, /tokenize, /detokenize and /apply-template.
+ * 0 or router_add's error. */
 int serving_routes_add(struct router *r, struct serving *srv);
+
+/* The prompt-cache partition of a completion request (sched_request.cache_partition): requests
+ * share cached or live prompt cells only within one. With --api-key, each key is a partition of
+ * its own (the key the request authenticated with, http_api_key), and a cache_salt (params.h)
+ * splits it further; without keys and salt everything is partition 0. A 64-bit hash: keys and
+ * salts are secrets of their clients, and a collision needs about 2^64 guesses. */
+uint64_t serving_cache_partition(const struct serving *srv, const struct http_request *req, const char *salt,
+                                 size_t salt_len);
 
 /* Count a response status for /metrics. */
 void serving_count(struct serving *srv, int status);
@@ -128,8 +139,12 @@ bool serving_not_ready(struct serving *srv, struct http_request *req);
 void serving_completion_handle(struct http_request *req, void *data);    /* POST /completion */
 void serving_oai_completion_handle(struct http_request *req, void *data);/* POST /v1/completions */
 void serving_oai_chat_handle(struct http_request *req, void *data);      /* POST /v1/chat/completions */
+void serving_oai_responses_handle(struct http_request *req, void *data); /* POST /v1/responses */
+void serving_anthropic_messages_handle(struct http_request *req, void *data); /* POST /v1/messages */
+void serving_anthropic_count_handle(struct http_request *req, void *data);/* .../messages/count_tokens */
 void serving_health_handle(struct http_request *req, void *data);
 void serving_models_handle(struct http_request *req, void *data);
+void serving_model_handle(struct http_request *req, void *data);         /* GET /v1/models/{id} */
 void serving_props_handle(struct http_request *req, void *data);
 void serving_slots_handle(struct http_request *req, void *data);
 void serving_metrics_handle(struct http_request *req, void *data);

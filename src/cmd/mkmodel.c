@@ -8,10 +8,11 @@
  * --head-dim (attention.key_length; default n_embd / n_head), phi3 with the fused attn_qkv and
  * ffn_up (gate and up), gemma3 with q/k head norms, norms after the attention and the feed-forward
  * and a sliding window of --window positions (default 512) on all but every 6th layer. T is one of
- * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k, or q4_k_m (Q4_K, with Q6_K for the output
- * and attn_v matrices). Matrices are quantized from F32 with the reference algorithms
- * (quant_from_float). A matrix whose rows are not a multiple of the type's block falls back
- * (K-quants need 256: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), as the reference's quantizer does.
+ * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs, or q4_k_m (Q4_K,
+ * with Q6_K for the output and attn_v matrices). Matrices are quantized from F32 by
+ * quant_from_float. A matrix whose rows are not a multiple of the type's block falls back (the
+ * 256-element types: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, q2_k / q3_k / iq4_xs -> iq4_nl),
+ * as the reference's quantizer does.
  *
  * The weights are scaled so that the logits are peaky (a few units apart, like trained models)
  * and every layer matters: uniform init with std 1/sqrt(n_in) for the matrices, and an output
@@ -46,6 +47,7 @@ static const struct { const char *name; enum ggml_type type; } type_names[] = {
     {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
     {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
     {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}, {"q4_k_m", GGML_TYPE_Q4_K},
+    {"q2_k", GGML_TYPE_Q2_K}, {"q3_k", GGML_TYPE_Q3_K}, {"iq4_nl", GGML_TYPE_IQ4_NL}, {"iq4_xs", GGML_TYPE_IQ4_XS},
 };
 
 static void mk_usage(FILE *out) {
@@ -55,7 +57,7 @@ static void mk_usage(FILE *out) {
                  "         [--rope-base 10000] [--seed 1]\n"
                  "         gemma3: [--window 512] (its sliding window, on all but every 6th layer)\n"
                  "         mamba: [--d-inner 2*n_embd] [--d-state 16] [--d-conv 4] [--dt-rank n_embd/16]\n"
-                 "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m\n");
+                 "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m\n");
 }
 
 /* Uniform in [-1, 1) (xorshift64*). */
@@ -71,7 +73,8 @@ static enum ggml_type matrix_type(const struct mk *mk, const char *name, uint64_
     enum ggml_type t = mk->type;
     if (mk->q4_k_m && (strstr(name, "attn_v") || !strcmp(name, "output.weight"))) t = GGML_TYPE_Q6_K;
     if (ggml_row_size(t, n_in) == 0) {
-        t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 : t == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q8_0;
+        t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 : t == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1
+          : t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_IQ4_XS ? GGML_TYPE_IQ4_NL : GGML_TYPE_Q8_0;
         if (ggml_row_size(t, n_in) == 0) t = GGML_TYPE_F16;
     }
     return t;

@@ -25,6 +25,8 @@ const struct config_setting config_settings[] = {
      "TCP port to listen on (0 picks a free one and logs it)"},
     {"model", 'm', CONFIG_STR, F(model), "", 0, 0, NULL,
      "GGUF model file to serve (empty: models/kjv-tiny-q8_0.gguf, shipped in the repository)"},
+    {"alias", 'a', CONFIG_STR, F(alias), "", 0, 0, NULL,
+     "the model id clients see in /v1/models, /props and every response (empty: the file name)"},
     /* the serving engine */
     {"kv-tokens", 0, CONFIG_INT, F(kv_tokens), "4096", 16, 1LL << 24, NULL,
      "KV cells shared by all sequences: the memory budget requests are admitted against; committed "
@@ -90,6 +92,9 @@ const struct config_setting config_settings[] = {
      "interval of ': ping' comments on an event stream"},
     {"log-level", 0, CONFIG_STR, F(log_level), "info", 0, 0, "debug|info|warn|error|off",
      "least severe log lines written to stderr"},
+    {"metrics-names", 0, CONFIG_STR, F(metrics_names), "uvlm", 0, 0, "uvlm|llamacpp",
+     "GET /metrics: uvlm_* and process_* families; llamacpp: also llama.cpp server's llamacpp:* "
+     "ones, for dashboards made for it"},
     {"debug-endpoints", 0, CONFIG_BOOL, F(debug_endpoints), "false", 0, 0, NULL,
      "debugging aid: expose /debug/stream, /debug/stats, /debug/slow-step, ... (never in production)"},
     {"debug-ready-delay", 0, CONFIG_MS, F(debug_ready_delay_ms), "0", 0, 24 * HOUR_MS, NULL,

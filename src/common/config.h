@@ -49,6 +49,7 @@ struct config {
     long long port;
     /* model and serving engine */
     const char *model;
+    const char *alias;          /* the model id responses report (empty: the file name) */
     /* serving engine */
     long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, compute_nice, loop_slice_us, max_seq_tokens;
     long long solo_step_ms, compute_yield_us;
@@ -71,6 +72,7 @@ struct config {
     long long sse_ping_ms;
     /* logging */
     const char *log_level;
+    const char *metrics_names;  /* "uvlm" or "llamacpp" (/metrics adds llama.cpp's names) */
     /* debugging aids */
     bool debug_endpoints;
     long long debug_ready_delay_ms;

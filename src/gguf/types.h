@@ -1,6 +1,8 @@
 /* types.h: the tensor element types of the GGUF format (numbering as in the GGUF spec) and the
  * block geometry of each: a row of n elements of type T occupies (n / blck) * size bytes and n must
- * be a multiple of blck. The kernels for these types live in math/quant.h.
+ * be a multiple of blck. Every type a GGUF file may hold has its name and geometry here, so a file
+ * parses whatever its types; the ones this engine computes with are math/quant.h's
+ * quant_supported (the model loaders refuse the others, naming the tensor and the type).
  */
 #ifndef UVLM_GGUF_TYPES_H
 #define UVLM_GGUF_TYPES_H
@@ -24,7 +26,24 @@ enum ggml_type {
     GGML_TYPE_Q5_K = 13,
     GGML_TYPE_Q6_K = 14,
     GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_IQ2_XXS = 16,
+    GGML_TYPE_IQ2_XS = 17,
+    GGML_TYPE_IQ3_XXS = 18,
+    GGML_TYPE_IQ1_S = 19,
+    GGML_TYPE_IQ4_NL = 20,
+    GGML_TYPE_IQ3_S = 21,
+    GGML_TYPE_IQ2_S = 22,
+    GGML_TYPE_IQ4_XS = 23,
+    GGML_TYPE_I8 = 24,
+    GGML_TYPE_I16 = 25,
+    GGML_TYPE_I32 = 26,
+    GGML_TYPE_I64 = 27,
+    GGML_TYPE_F64 = 28,
+    GGML_TYPE_IQ1_M = 29,
     GGML_TYPE_BF16 = 30,
+    GGML_TYPE_TQ1_0 = 34,
+    GGML_TYPE_TQ2_0 = 35,
+    GGML_TYPE_MXFP4 = 39,
     GGML_TYPE_COUNT = 40, /* upper bound of the numbering, for tables */
     /* Not GGUF types (no file holds them; ggml_type_info knows nothing of them): Q8_0 / Q5_0
      * weights the model loader has rewritten into math/q8x16.h's layouts for the serving engine.

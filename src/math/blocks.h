@@ -12,12 +12,20 @@
  *   Q5_K  as Q4_K with a fifth bit per element in qh
  *   Q6_K  16 sub-blocks of 16: x = d * scales[j] * (q - 32), q: 4 low bits in ql, 2 high in qh
  *   Q8_K  x = d * q (float d), bsums[j] = sum of q over the j-th 16 elements (activation type)
+ *   Q2_K  16 sub-blocks of 16: x = d*(sc[j] & 15)*q - dmin*(sc[j] >> 4), q: 2 bits. Element
+ *         128h + 32j + l is bits 2j..2j+1 of qs[32h + l]
+ *   Q3_K  16 sub-blocks of 16: x = d*(s[j] - 32)*q, q = (2 low bits, laid out as Q2_K's) - 4
+ *         unless bit 4h + j of hmask[l] is set; s: 6-bit scales packed in 12 bytes (q3k_scale)
+ *   IQ4_NL x = d * iq4nl_levels[q], q: 4 bits as Q4_0 (low nibbles elements 0-15)  32 per block
+ *   IQ4_XS 8 sub-blocks of 32, each laid out as IQ4_NL: x = d*(ls - 32)*iq4nl_levels[q], ls: 4 low
+ *         bits in scales_l (nibble j of the array), 2 high bits at bit 2j of scales_h
  */
 #ifndef UVLM_MATH_BLOCKS_H
 #define UVLM_MATH_BLOCKS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define QK4_0 32
 #define QK4_1 32
@@ -27,6 +35,7 @@
 #define QK8_1 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
+#define QK4_NL 32
 
 typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
 typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
@@ -56,6 +65,23 @@ typedef struct {
     int8_t qs[QK_K];
     int16_t bsums[QK_K / 16];
 } block_q8_K;
+typedef struct {
+    uint8_t scales[QK_K / 16]; /* low nibble: scale, high nibble: min */
+    uint8_t qs[QK_K / 4];
+    uint16_t d, dmin;
+} block_q2_K;
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+} block_q3_K;
+typedef struct { uint16_t d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+typedef struct {
+    uint16_t d, scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 layout");
@@ -67,6 +93,58 @@ _Static_assert(sizeof(block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K layout");
+_Static_assert(sizeof(block_q2_K) == 84, "q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "q3_K layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "iq4_nl layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs layout");
+
+/* The 16 values a 4-bit IQ4_NL / IQ4_XS level stands for (the format's non-linear grid). */
+static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The signed scale (-32..31) of sub-block j (0..15) of a Q3_K super-block: its 4 low bits are
+ * nibble j of bytes 0-7 (low nibbles for j < 8), its 2 high bits bits 2(j/4) of byte 8 + j%4. */
+static inline int q3k_scale(const uint8_t *s, int j) {
+    int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* All 16 Q3_K scales as bytes, unsigned (q3k_scale + 32, 0..63): scales 0-7 in *lo, 8-15 in *hi,
+ * for the SIMD kernels (bit arithmetic on the 12 bytes, no per-scale loop). */
+static inline void q3k_scale_bytes(const uint8_t *s, uint64_t *lo, uint64_t *hi) {
+    uint64_t s0;
+    uint32_t u2;
+    memcpy(&s0, s, 8);
+    memcpy(&u2, s + 8, 4);
+    const uint64_t low4 = 0x0F0F0F0F0F0F0F0Full;
+    const uint32_t two = 0x03030303u;
+    const uint64_t h01 = (uint64_t)(u2 & two) | (uint64_t)((u2 >> 2) & two) << 32;
+    const uint64_t h23 = (uint64_t)((u2 >> 4) & two) | (uint64_t)((u2 >> 6) & two) << 32;
+    *lo = (s0 & low4) | h01 << 4;
+    *hi = ((s0 >> 4) & low4) | h23 << 4;
+}
+
+/* The 8 IQ4_XS sub-block scales as bytes, unsigned (iq4xs_scale + 32, 0..63): the nibbles of
+ * scales_l and the 2-bit fields of scales_h spread to one byte each. */
+static inline uint64_t iq4xs_scale_bytes(const block_iq4_xs *b) {
+    uint32_t l;
+    memcpy(&l, b->scales_l, 4);
+    uint64_t t = (uint64_t)(l & 0xFFFF) | (uint64_t)(l & 0xFFFF0000u) << 16; /* 16-bit lanes: 2 bytes */
+    t = (t & 0x000000FF000000FFull) | (t & 0x0000FF000000FF00ull) << 8;       /* one byte per 16 bits */
+    t = (t & 0x000F000F000F000Full) | (t & 0x00F000F000F000F0ull) << 4;       /* nibbles to bytes */
+    uint64_t h = b->scales_h;
+    h = (h | h << 24) & 0x000000FF000000FFull;
+    h = (h | h << 12) & 0x000F000F000F000Full;
+    h = (h | h << 6) & 0x0303030303030303ull;
+    return t | h << 4;
+}
+
+/* The signed scale (-32..31) of sub-block j (0..7) of an IQ4_XS super-block. */
+static inline int iq4xs_scale(const block_iq4_xs *b, int j) {
+    int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
+    int hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block: sub-blocks 0-3 keep
  * theirs in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 keep their low 4

@@ -62,6 +62,8 @@ quant_vec_dotr_fn quant_get_vec_dotr(enum simd_level level, enum ggml_type t);
  * arguments as quant_vec_dot_fn. */
 float quant_dot_q4_0_reference(int64_t n, const void *w, const void *x);
 float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
+/* The same for Q2_K's repacked GEMM (lowbit.c: its chains step per 128 elements). */
+float quant_dot_q2_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
 
 /* AVX-512 VNNI only (simd_level_supported(SIMD_AVX512)): y[t * n_out + o] = the dot of Q4_K
@@ -81,7 +83,14 @@ void attn_expf_n_level(enum simd_level level, const float *x, float *y, int64_t 
  * holds the AVX-512 Q4_K and Q6_K kernels, every one equal to the scalar kernel bit for bit; the
  * AVX-512 level looks there before quant_kernels_avx512. */
 extern const struct quant_kernels quant_kernels_scalar;
+/* The scalar kernels of the low-bit types Q2_K, Q3_K, IQ4_NL, IQ4_XS (lowbit.c), looked up after
+ * quant_kernels_scalar. */
+extern const struct quant_kernels quant_kernels_scalar_lowbit;
 extern const struct quant_kernels quant_kernels_avx2;
+/* The AVX2 and AVX-512 kernels of the low-bit types (lowbit_avx2.c, lowbit_avx512.c), each the
+ * scalar kernel's float bit for bit; looked up after the level's other tables. */
+extern const struct quant_kernels quant_kernels_avx2_lowbit;
+extern const struct quant_kernels quant_kernels_avx512_lowbit;
 extern const struct quant_kernels quant_kernels_avx512;
 extern const struct quant_kernels quant_kernels_avx512_k;
 

@@ -462,9 +462,13 @@ static void sgemm_tiles(void *job) {
  * GFLOPS). Q6_K's 4-token kernel is slower than sgemm, but Q6_K is a small share of a Q4_K_M
  * model (attn_v, half of ffn_down, the output), and its single-token numbers keep the serving
  * path's logits within the golden tests' bar with a margin (build/test-runner
- * golden_llama_spm_q4_k_m_serving prints the worst error). */
+ * golden_llama_spm_q4_k_m_serving prints the worst error). Q2_K, Q3_K and IQ4_XS on their
+ * 4-token kernels (lowbit_avx512.c) are as fast as sgemm or faster and give the reference's
+ * numbers; IQ4_NL's is slower than sgemm and stays there (`build/bench/kernels --prompt-paths`
+ * prints both paths per type). */
 static bool matmul_vec_prompts(enum simd_level level, enum ggml_type wtype) {
-    return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K);
+    return level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K || wtype == GGML_TYPE_Q2_K ||
+                                    wtype == GGML_TYPE_Q3_K || wtype == GGML_TYPE_IQ4_XS);
 }
 
 /* Run tile_rows over the matrices j->mats[0, n_mats) (same n_in, one input, activations ready):
@@ -516,11 +520,19 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
         if (wtype == GGML_TYPE_F16 && j->n_tok >= 2) j->dot = quant_dot_f16_tinyblas;
         if (wtype == GGML_TYPE_Q4_0) j->dot = quant_dot_q4_0_reference;
         if (wtype == GGML_TYPE_Q4_K) j->dot_grouped = quant_dot_q4_K_gemm;
+        if (wtype == GGML_TYPE_Q2_K) j->dot_grouped = quant_dot_q2_K_gemm;
         /* AVX-512's Q4_K and Q6_K kernels give the scalar ones' numbers (kquant_avx512.c), and
          * the Q4_K GEMM (matmul_path) the grouped order too: the reference's numbers at SIMD speed. */
         if (j->c->level == SIMD_AVX512 && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q6_K)) {
             j->dot = quant_get_vec_dot(j->c->level, wtype);
             if (wtype == GGML_TYPE_Q6_K) j->dot4 = quant_get_vec_dot4(j->c->level, wtype);
+            j->dotr = j->n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(j->c->level, wtype) : NULL;
+        }
+        /* So do the low-bit types' kernels at every level (lowbit.c); Q2_K's grouped tokens
+         * take dot_grouped, not its 4-token kernel (the single-token order). */
+        if (wtype == GGML_TYPE_Q2_K || wtype == GGML_TYPE_Q3_K || wtype == GGML_TYPE_IQ4_NL || wtype == GGML_TYPE_IQ4_XS) {
+            j->dot = quant_get_vec_dot(j->c->level, wtype);
+            j->dot4 = wtype == GGML_TYPE_Q2_K ? NULL : quant_get_vec_dot4(j->c->level, wtype);
             j->dotr = j->n_tok < QUANT_DOT_ROWS ? quant_get_vec_dotr(j->c->level, wtype) : NULL;
         }
         return;

@@ -21,9 +21,10 @@
  *       (Q8_0, Q8_1, Q8_K; F16/BF16/F32 as is) and every weight row is dotted with it by the SIMD
  *       kernels of quant.h, rows split across the threads; for Q8_0 and the K-quants a row is
  *       decoded once per four tokens, and with fewer tokens (AVX2 and AVX-512: Q4_0, Q5_0,
- *       Q8_0 rows; AVX-512: Q4_K rows, and Q6_K rows of up to 1 KB) four weight rows share each activation
- *       load. A token's result does not depend on the batch it is in, nor on the thread count:
- *       every output is exactly its single-row vec_dot.
+ *       Q8_0 rows; AVX-512: Q4_K rows, the low-bit types' (Q2_K, Q3_K, IQ4_NL, IQ4_XS), and
+ *       Q6_K rows of up to 1 KB) four weight rows share each activation load. A token's result
+ *       does not depend on the batch it is in, nor on the thread count: every output is exactly
+ *       its single-row vec_dot.
  *   UVLM_TYPE_Q8_0_X16 and UVLM_TYPE_Q5_0_X16 (Q8_0 / Q5_0 the model loader rewrote for serving,
  *       math/q8x16.h; AVX-512 VNNI): at every token count, q8x16_rows / q5x16_rows over the rows
  *       split as on the vector path (the activations quantized to Q8_0 once, then to q8x16's
@@ -40,9 +41,10 @@
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by
  *       chunk (the same levels and scales: quant.c dots them in Q8_0's order). The rows are
  *       split into one contiguous part per thread, as on the vector path.
- *   Q4_K and Q6_K weights, AVX-512 VNNI: the vector path at every batch size (kquant_avx512.c:
- *       Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its 4-token kernel), every
- *       output exactly the scalar vec_dot.
+ *   Q4_K, Q6_K, Q2_K, Q3_K and IQ4_XS weights, AVX-512 VNNI: the vector path at every batch
+ *       size (kquant_avx512.c: Q4_K batches of 4+ tokens in 4 x 4 integer tiles, Q6_K on its
+ *       4-token kernel; lowbit_avx512.c's 4-token kernels), every output exactly the scalar
+ *       vec_dot.
  *   n_tok >= MATMUL_BLAS_MIN_TOKENS (other cases): the activations are rounded through the same type (quantized
  *       and converted back to F32, so sgemm multiplies the numbers the reference dots), then each
  *       thread dequantizes a tile of weight rows to F32 and runs a single-threaded OpenBLAS sgemm
@@ -52,13 +54,14 @@
  *       reference's arithmetic at every batch size (build/test-runner golden compares the logits): the
  *       activations quantized as above and every row dotted by the scalar kernels of quant.c
  *       (the reference's x86 vec_dot / repacked GEMV orders), except that a batch of 2+ rows
- *       takes the reference's batched orders: Q4_K rows in groups of four (from the first) the
- *       repacked GEMM's (quant_dot_q4_K_gemm), F16 the tinyBLAS one (quant_dot_f16_tinyblas).
- *       (Dequantized tiles + sgemm round differently: a logit can move by a few percent of the
- *       largest, beyond the golden tests' 3% bar.) It is scalar, so slow, except for Q8_0 where
+ *       takes the reference's batched orders: Q4_K and Q2_K rows in groups of four (from the first)
+ *       the repacked GEMM's (quant_dot_q4_K_gemm, quant_dot_q2_K_gemm), F16 the tinyBLAS one
+ *       (quant_dot_f16_tinyblas). (Dequantized tiles + sgemm round differently: a logit can move
+ *       by a few percent of the largest, beyond the golden tests' 3% bar.) It is scalar, so slow, except for Q8_0 where
  *       the SIMD kernels and the integer GEMM compute the reference's order exactly (used when
- *       the CPU has the GEMM), and for Q4_K and Q6_K on AVX-512 VNNI (kquant_avx512.c; the
- *       Q4_K tiles compute the grouped order too). Q4_0's reference order (one float chain per row, its repacked
+ *       the CPU has the GEMM), for Q4_K and Q6_K on AVX-512 VNNI (kquant_avx512.c; the
+ *       Q4_K tiles compute the grouped order too), and for the low-bit types on every level's
+ *       kernels (lowbit.c; Q2_K's grouped tokens scalar). Q4_0's reference order (one float chain per row, its repacked
  *       GEMV) differs from the 8-lane order of our Q4_0 SIMD kernels: quant_dot_q4_0_reference.
  *
  *   struct compute *c;

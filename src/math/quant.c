@@ -814,11 +814,11 @@ const struct quant_kernels quant_kernels_scalar = {
 
 /* A level's tables, earlier ones first: AVX-512 has the K-quant kernels of kquant_avx512.c in a
  * table of their own (kernels.h), ahead of quant_avx512.c's. */
-#define TABLES_PER_LEVEL 2
+#define TABLES_PER_LEVEL 3
 static const struct quant_kernels *const level_tables[SIMD_LEVEL_COUNT][TABLES_PER_LEVEL] = {
-    [SIMD_SCALAR] = {&quant_kernels_scalar},
-    [SIMD_AVX2] = {&quant_kernels_avx2},
-    [SIMD_AVX512] = {&quant_kernels_avx512_k, &quant_kernels_avx512},
+    [SIMD_SCALAR] = {&quant_kernels_scalar, &quant_kernels_scalar_lowbit},
+    [SIMD_AVX2] = {&quant_kernels_avx2, &quant_kernels_avx2_lowbit},
+    [SIMD_AVX512] = {&quant_kernels_avx512_k, &quant_kernels_avx512, &quant_kernels_avx512_lowbit},
 };
 
 /* The entry `field` of type t at exactly level l, or NULL. */
@@ -904,6 +904,7 @@ bool quant_supported(enum ggml_type t) {
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q8_1:
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_Q8_K:
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -912,9 +913,10 @@ bool quant_supported(enum ggml_type t) {
 
 enum ggml_type quant_vec_dot_type(enum ggml_type w) {
     switch (w) {
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: return GGML_TYPE_Q8_0;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_IQ4_NL: return GGML_TYPE_Q8_0;
     case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: return GGML_TYPE_Q8_1;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return GGML_TYPE_Q8_K;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ4_XS: return GGML_TYPE_Q8_K;
     default: return w; /* F32, F16, BF16 dot with their own type */
     }
 }

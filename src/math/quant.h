@@ -2,8 +2,8 @@
  * products of a weight row with an activation row, as the reference implementation does them.
  *
  * Matching the reference means quantizing the activations too: a weight row of type W is dotted
- * with an activation row converted to quant_vec_dot_type(W) (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
- * Q4_1/Q5_1, Q8_K for the K-quants, F16 for F16, BF16 for BF16, F32 for F32).
+ * with an activation row converted to quant_vec_dot_type(W) (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1
+ * for Q4_1/Q5_1, Q8_K for the K-quants and IQ4_XS, F16 for F16, BF16 for BF16, F32 for F32).
  * Rows are n elements, n a multiple of the type's block size. Block layouts are exactly the GGUF
  * ones (little-endian, fp16 scales). The kernels pick AVX-512/AVX2 code at run time when the CPU has
  * it, with a scalar version of each that tests compare against. None of these allocate.
@@ -22,7 +22,7 @@
 #include "gguf/types.h"
 
 /* True for the types this engine computes with (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q4_K, Q5_K, Q6_K, and the activation types Q8_1, Q8_K). */
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and the activation types Q8_1, Q8_K). */
 bool quant_supported(enum ggml_type t);
 enum ggml_type quant_vec_dot_type(enum ggml_type w);
 

@@ -336,13 +336,18 @@ AVX2 static inline void store_scaled_s8(float *y, __m256i q, __m256 d) {
     _mm256_storeu_ps(y + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
 }
 
-/* y[0..31] = d * bytes (unsigned) - m */
+/* y[0..31] = d * bytes (unsigned) - m, the product rounded before the subtraction as the
+ * reference's dequantizers (and quant.c's) do: a fused multiply-subtract would change embedding
+ * rows by an ulp now and then. */
+AVX2 static inline __m256 affine8(__m256 d, __m128i q8, __m256 m) {
+    return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8))), m);
+}
 AVX2 static inline void store_affine_u8(float *y, __m256i q, __m256 d, __m256 m) {
     __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    _mm256_storeu_ps(y, _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), m));
-    _mm256_storeu_ps(y + 8, _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), m));
-    _mm256_storeu_ps(y + 16, _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), m));
-    _mm256_storeu_ps(y + 24, _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), m));
+    _mm256_storeu_ps(y, affine8(d, lo, m));
+    _mm256_storeu_ps(y + 8, affine8(d, _mm_srli_si128(lo, 8), m));
+    _mm256_storeu_ps(y + 16, affine8(d, hi, m));
+    _mm256_storeu_ps(y + 24, affine8(d, _mm_srli_si128(hi, 8), m));
 }
 
 AVX2 static void to_float_f16(const void *src, float *y, int64_t n) {

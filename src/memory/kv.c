@@ -219,6 +219,22 @@ static int32_t kv_seq_prefix_min(const struct memory *m, int32_t seq) {
     return kv->seq_lost[seq] + kv->shape.window; /* window_holds(seq, p) from there on */
 }
 
+/* A scan of the used cells' holder sets (for /metrics, not for every step). */
+static int64_t kv_cells_held(const struct memory *m, const bool *seqs) {
+    const struct kv_memory *kv = kv_of_c(m);
+    int64_t n = 0;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (kv->pos[c] < 0) continue;
+        const uint64_t *set = kv->seqs + c * kv->n_words;
+        bool held = false;
+        for (int32_t w = 0; w < kv->n_words && !held; w++)
+            for (uint64_t x = set[w]; x && !held; x &= x - 1)
+                held = seqs[w * 64 + __builtin_ctzll(x)];
+        n += held;
+    }
+    return n;
+}
+
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
     size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
     return kvb + (size_t)n_cells * (3 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
@@ -379,6 +395,7 @@ static const struct memory_ops kv_ops = {
     .seq_prefix_min = kv_seq_prefix_min,
     .snapshot_free = snapshot_free,
     .destroy = kv_destroy,
+    .cells_held = kv_cells_held,
 };
 
 struct kv_memory *kv_from_memory(struct memory *m) {

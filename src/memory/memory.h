@@ -84,6 +84,9 @@ struct memory_ops {
      * only the whole (a recurrent state), from where a window still holds what position p needs
      * (a windowed KV pool, kv.h). The whole sequence always qualifies. NULL: by partial_removal. */
     int32_t (*seq_prefix_min)(const struct memory *m, int32_t seq);
+    /* Cells held by at least one sequence s with seqs[s] set (seqs: n_seq_max flags), shared
+     * cells counted once: e.g. the cells live sequences keep, apart from the prompt cache's. */
+    int64_t (*cells_held)(const struct memory *m, const bool *seqs);
 };
 
 /* Every implementation embeds this first. */
@@ -104,6 +107,7 @@ static inline int memory_seq_save(struct memory *m, int32_t seq, struct memory_s
 static inline int memory_seq_restore(struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->seq_restore(m, seq, s); }
 static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot *s) { m->ops->snapshot_free(s); }
 static inline int64_t memory_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->restore_cells_needed(m, seq, s); }
+static inline int64_t memory_cells_held(const struct memory *m, const bool *seqs) { return m->ops->cells_held(m, seqs); }
 static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
 static inline int32_t memory_seq_prefix_min(const struct memory *m, int32_t seq) {
     if (m->ops->seq_prefix_min) return m->ops->seq_prefix_min(m, seq);

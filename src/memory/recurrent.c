@@ -119,6 +119,13 @@ static int64_t rm_seq_cells(const struct memory *m, int32_t seq) {
     return r->seq_cell[seq] >= 0 ? 1 : 0;
 }
 
+static int64_t rm_cells_held(const struct memory *m, const bool *seqs) {
+    const struct recurrent_memory *r = crm_of(m);
+    int64_t n = 0;
+    for (int32_t s = 0; s < r->base.n_seq_max; s++) n += seqs[s] && r->seq_cell[s] >= 0; /* never shared */
+    return n;
+}
+
 static void rm_usage(const struct memory *m, struct memory_usage *u) {
     const struct recurrent_memory *r = crm_of(m);
     u->cells_total = r->n_cells;
@@ -188,6 +195,7 @@ static const struct memory_ops recurrent_ops = {
     .restore_cells_needed = rm_restore_cells_needed,
     .snapshot_free = rm_snapshot_free,
     .destroy = rm_destroy,
+    .cells_held = rm_cells_held,
 };
 
 int recurrent_memory_create(struct memory **out, const struct recurrent_shape *shape,

@@ -97,6 +97,10 @@ static int64_t split_seq_cells_own(const struct memory *m, int32_t seq) {
     return memory_seq_cells_own(split_of_c(m)->half[0], seq);
 }
 
+static int64_t split_cells_held(const struct memory *m, const bool *seqs) {
+    return memory_cells_held(split_of_c(m)->half[0], seqs);
+}
+
 static int32_t split_seq_prefix_min(const struct memory *m, int32_t seq) {
     const struct split_memory *sm = split_of_c(m);
     int32_t a = memory_seq_prefix_min(sm->half[0], seq), b = memory_seq_prefix_min(sm->half[1], seq);
@@ -176,6 +180,7 @@ static const struct memory_ops split_ops = {
     .seq_restore = split_seq_restore,
     .restore_cells_needed = split_restore_cells_needed,
     .seq_prefix_min = split_seq_prefix_min,
+    .cells_held = split_cells_held,
     .snapshot_free = split_snapshot_free,
     .destroy = split_destroy,
 };

@@ -10,9 +10,9 @@
  * that fails in one half leaves nothing behind in the other.
  *
  * Counting: the first half is the one counted, the one that grows with every token (the
- * full-attention layers' cells): memory_usage's cells, memory_seq_cells, memory_seq_cells_own are
- * its own. The second is sized by its creator to hold what the first's cells imply (a window per
- * sequence, kv_window_cells; a state per sequence); memory_cells_needed and
+ * full-attention layers' cells): memory_usage's cells, memory_seq_cells, memory_seq_cells_own and
+ * memory_cells_held are its own. The second is sized by its creator to hold what the first's
+ * cells imply (a window per sequence, kv_window_cells; a state per sequence); memory_cells_needed and
  * memory_restore_cells_needed are the first's need plus any shortfall of the second's free cells
  * against its own need, so that the scheduler waits (or evicts prompt cache) rather than admit
  * work the second half cannot take. When it runs short anyway, memory_reserve fails as a whole
@@ -21,7 +21,8 @@
  *
  * Capabilities: partial_removal when both halves have it (a windowed KV pool has it, refusing the
  * removals and prefix copies its window makes impossible: -ERR_UNSUPPORTED, nothing changed, and
- * the scheduler recomputes); fixed_seq_cells is the first half's.
+ * the scheduler recomputes; memory_seq_prefix_min is the larger of the halves'); fixed_seq_cells
+ * is the first half's.
  *
  * Layers: layer l of the model lives in half split_layer_half(m, l), as that half's layer
  * split_layer_index(m, l) (the layers of a half are numbered in model order).

@@ -49,7 +49,8 @@ static int load_matrix(const struct gguf_file *f, const char *name, int64_t n_in
         return fail(why, why_len, -ERR_FORMAT, "mamba: tensor %s is %llux%llu, expected %lldx%lld", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n_in, (long long)n_out);
     if (!quant_supported(t->type) || ggml_row_size(t->type, (uint64_t)n_in) == 0)
-        return fail(why, why_len, -ERR_UNSUPPORTED, "mamba: tensor %s has unsupported type %u", name, (unsigned)t->type);
+        return fail(why, why_len, -ERR_UNSUPPORTED, "mamba: tensor '%s' has unsupported type %s", name,
+                    ggml_type_info(t->type)->name);
     *out = (struct model_weight){.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
     return 0;
 }

@@ -715,8 +715,11 @@ static int conn_sse_start(struct http_request *req, http_cancel_cb cb, void *dat
     return 0;
 }
 
-static int conn_sse_send(struct http_request *req, const char *data, size_t len) {
-    return sse_write(conn_of(req), "data: ", data, len);
+static int conn_sse_send(struct http_request *req, const char *event, const char *data, size_t len) {
+    if (!event) return sse_write(conn_of(req), "data: ", data, len);
+    char prefix[160]; /* event names are short constants ("response.output_text.delta") */
+    if ((size_t)snprintf(prefix, sizeof prefix, "event: %s\ndata: ", event) >= sizeof prefix) return -ERR_INVAL;
+    return sse_write(conn_of(req), prefix, data, len);
 }
 
 static int conn_sse_end(struct http_request *req) {

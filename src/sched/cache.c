@@ -87,18 +87,20 @@ static int32_t common_prefix(const int32_t *a, const int32_t *b, int32_t n) {
     return i;
 }
 
-/* The longest prefix of tokens[0..n) that some live or cached sequence holds and that can be
- * shared: at most n-1 tokens (the last prompt token must run to give logits), and no shorter than
- * the memory can cut that source to (memory_seq_prefix_min: a recurrent state only whole, a
- * windowed pool from where its window still holds what the next token needs), else only the
- * source's whole content. Returns its length, *src its id. */
-int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, int32_t n, int32_t *src) {
+/* The longest prefix of tokens[0..n) that some live or cached sequence of the partition holds
+ * and that can be shared: at most n-1 tokens (the last prompt token must run to give logits), and
+ * no shorter than the memory can cut that source to (memory_seq_prefix_min: a recurrent state only
+ * whole, a windowed pool from where its window still holds what the next token needs), else only
+ * the source's whole content. Returns its length, *src its id. Another partition's sequences are
+ * never looked at: what a request reuses must not tell it what others' prompts hold. */
+int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const int32_t *tokens, int32_t n,
+                                int32_t *src) {
     int32_t best = 0;
     *src = -1;
     for (int32_t i = 0; i < s->n_seq; i++) {
         const struct seq *q = &s->seqs[i];
         bool held = q->kind == SEQ_CACHE || (q->kind == SEQ_LIVE && q->in_memory && !q->req->cancelled);
-        if (!held || q->n_past == 0) continue;
+        if (!held || q->n_past == 0 || q->partition != partition) continue;
         int32_t limit = q->n_past < n ? q->n_past : n;
         int32_t common = common_prefix(tokens, q->tokens, limit);
         int32_t usable = common < n - 1 ? common : n - 1;
@@ -112,23 +114,25 @@ int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, in
 }
 
 /* Share the longest available prefix into the empty sequence id: returns tokens shared. */
-int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *tokens, int32_t n) {
+int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, uint64_t partition, const int32_t *tokens,
+                                  int32_t n) {
     int32_t src;
-    int32_t len = sched_cache_best_prefix(s, tokens, n, &src);
+    int32_t len = sched_cache_best_prefix(s, partition, tokens, n, &src);
     if (len == 0) return 0;
     if (memory_seq_cp(s->mem, src, id, 0, len) != 0) return 0;
     if (s->seqs[src].kind == SEQ_CACHE) s->seqs[src].lru = ++s->lru_clock;
     return len;
 }
 
-/* Entries that only repeat a prefix of the new cache entry id are dropped: the same content, or
- * a prefix the longer entry can be cut to (memory_seq_prefix_min: then it serves every prompt the
- * shorter one would; a recurrent state cannot, a windowed pool only within its window). */
+/* Entries of the same partition that only repeat a prefix of the new cache entry id are dropped:
+ * the same content, or a prefix the longer entry can be cut to (memory_seq_prefix_min: then it
+ * serves every prompt the shorter one would; a recurrent state cannot, a windowed pool only within
+ * its window); another partition's entry serves other requests and stays. */
 static void drop_redundant(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
     for (int32_t i = 0; i < s->n_seq; i++) {
         struct seq *o = &s->seqs[i];
-        if (i == id || o->kind != SEQ_CACHE) continue;
+        if (i == id || o->kind != SEQ_CACHE || o->partition != q->partition) continue;
         int32_t shorter = o->n_past < q->n_past ? o->n_past : q->n_past;
         if (common_prefix(o->tokens, q->tokens, shorter) != shorter) continue;
         if (o->n_past == q->n_past || (o->n_past < q->n_past && o->n_past >= memory_seq_prefix_min(s->mem, id))) {
@@ -147,7 +151,7 @@ void sched_cache_keep(struct sched *s, int32_t id) {
     if (q->snap) memory_snapshot_free(s->mem, q->snap);
     *q = (struct seq){.kind = SEQ_CACHE, .tokens = q->tokens, .n_tokens = q->n_past,
                       .n_past = q->n_past, .last_served = -1, .lru = ++s->lru_clock,
-                      .cells = q->cells};
+                      .cells = q->cells, .partition = q->partition};
     drop_redundant(s, id);
 }
 
@@ -162,7 +166,7 @@ void sched_cache_checkpoint(struct sched *s, int32_t id) {
     struct seq *c = &s->seqs[dst];
     memcpy(c->tokens, q->tokens, (size_t)q->n_past * sizeof *c->tokens);
     *c = (struct seq){.kind = SEQ_CACHE, .tokens = c->tokens, .n_tokens = q->n_past, .n_past = q->n_past,
-                      .last_served = -1, .lru = ++s->lru_clock};
+                      .last_served = -1, .lru = ++s->lru_clock, .partition = q->partition};
     drop_redundant(s, dst);
 }
 

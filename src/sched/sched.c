@@ -10,6 +10,40 @@
 const double sched_step_hist_bounds_ms[SCHED_STEP_HIST_BUCKETS] = {
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 1e300};
 
+/* Bucket bounds of the per-request distributions: times from a queue slot taken at once to
+ * minutes-long generations; inter-token latency around the step times (tens of ms, up to the
+ * seconds a long prefill step makes the decodes beside it wait); token counts from a one-token
+ * reply to the largest contexts. */
+static const double time_bounds_s[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                       2.5, 5, 10, 25, 50, 100, 250, 500};
+static const double itl_bounds_s[] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1,
+                                      0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5};
+static const double token_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
+                                      20000, 50000, 100000, 200000, 500000, 1000000};
+#define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
+_Static_assert(N_OF(time_bounds_s) <= SCHED_HIST_MAX_BOUNDS && N_OF(itl_bounds_s) <= SCHED_HIST_MAX_BOUNDS &&
+                   N_OF(token_bounds) <= SCHED_HIST_MAX_BOUNDS,
+               "a histogram with more bounds than struct sched_hist holds");
+
+const double *sched_hist_bounds(enum sched_hist_kind kind, int *n) {
+    switch (kind) {
+    case SCHED_HIST_ITL: *n = N_OF(itl_bounds_s); return itl_bounds_s;
+    case SCHED_HIST_PROMPT_TOKENS:
+    case SCHED_HIST_GEN_TOKENS: *n = N_OF(token_bounds); return token_bounds;
+    default: *n = N_OF(time_bounds_s); return time_bounds_s;
+    }
+}
+
+void sched_hist_observe(struct sched *s, enum sched_hist_kind kind, double value) {
+    int n;
+    const double *bounds = sched_hist_bounds(kind, &n);
+    if (!(value >= 0)) value = 0; /* clocks given out of order: never a negative time */
+    int b = 0;
+    while (b < n && value > bounds[b]) b++;
+    s->totals.hist[kind].counts[b]++;
+    s->totals.hist[kind].sum += value;
+}
+
 void sched_config_default(struct sched_config *c) {
     *c = (struct sched_config){
         .n_ctx = 0,
@@ -149,6 +183,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         .prompt = prompt,
         .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
         .n_probs = in->n_probs, .cache_prompt = in->cache_prompt, .ignore_eos = in->ignore_eos,
+        .partition = in->cache_partition, .t_submit = now_ms,
         .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };
     if (s->queue_tail) s->queue_tail->next = r;
@@ -241,6 +276,11 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
     }
     out->cells_total = s->usage.cells_total;
     out->cells_used = s->usage.cells_used;
+    /* which sequences hold which cells changes on this thread only (the worker reads it, and
+     * writes K/V and states): safe while a step computes */
+    for (int32_t i = 0; i < s->n_seq; i++) s->live_flags[i] = s->seqs[i].kind == SEQ_LIVE;
+    out->cells_live = memory_cells_held(s->mem, s->live_flags);
+    out->cells_cached = out->cells_used - out->cells_live;
     out->tokens_per_s = rate_per_s(&s->rate, now_ms);
     out->step_in_flight = s->in_flight;
     out->step_started_ms = s->in_flight ? s->step.started_ms : 0;
@@ -310,7 +350,8 @@ int sched_create(struct sched **out, const struct sched_config *cfg, struct memo
     s->prompt_order = calloc((size_t)s->n_seq, sizeof *s->prompt_order);
     s->step.entries = calloc((size_t)s->n_seq, sizeof *s->step.entries);
     s->step.samples = calloc((size_t)s->n_seq, sizeof *s->step.samples);
-    if (!s->seqs || !s->tokens_pool || !s->reqs || !s->decode_order || !s->prompt_order ||
+    s->live_flags = calloc((size_t)s->n_seq, sizeof *s->live_flags);
+    if (!s->live_flags || !s->seqs || !s->tokens_pool || !s->reqs || !s->decode_order || !s->prompt_order ||
         !s->step.entries || !s->step.samples || batch_init(&s->step.batch, cfg->batch_tokens) != 0) {
         sched_destroy(s);
         return -ERR_NOMEM;
@@ -340,6 +381,7 @@ void sched_destroy(struct sched *s) {
     batch_free(&s->step.batch);
     free(s->step.entries);
     free(s->step.samples);
+    free(s->live_flags);
     free(s->decode_order);
     free(s->prompt_order);
     free(s->reqs);

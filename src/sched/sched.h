@@ -55,12 +55,15 @@
  *   - n choices: the prompt is evaluated once on one sequence; its logits are sampled by n
  *     samplers (seeds seed, seed+1, ...) and n-1 sibling sequences share its cells (memory_seq_cp);
  *   - after a request ends its cells stay as prompt cache (request.cache_prompt) and are evicted
- *     least recently used when cells or sequence ids are needed. A cached sequence serves a prefix
- *     of itself only as short as the memory can cut it (memory_seq_prefix_min: a recurrent state
- *     only whole, a sliding window's pool only where its window still holds the prefix's end),
- *     else only as a whole prefix of the new prompt: decided by the memory, not by its kind. A
- *     memory without partial removal (a recurrent state) cannot go back from a prompt's end to
- *     give its last logits again, so for an exact repeat a
+ *     least recently used when cells or sequence ids are needed. Cells are shared only between
+ *     requests of one cache partition (request.cache_partition: the API layer's hash of the API
+ *     key and cache_salt), live sequences and cache alike, so a request never learns from its
+ *     tokens_cached how much of its prompt another partition's requests hold. A cached sequence
+ *     serves a prefix of itself only as short as the memory can cut it (memory_seq_prefix_min: a
+ *     recurrent state only whole, a sliding window's pool only where its window still holds the
+ *     prefix's end), else only as a whole prefix of the new prompt: decided by the memory, not by
+ *     its kind. A memory without partial removal (a recurrent state) cannot go back from a
+ *     prompt's end to give its last logits again, so for an exact repeat a
  *     request with cache_prompt also keeps a copy of its state before its last prompt token: the
  *     prompt's chunks stop there, the copy (memory_seq_cp to a free id, evicting older cache,
  *     never what admitted work needs; none when that fails) becomes a cache entry when that step
@@ -221,6 +224,8 @@ struct sched_request {
     uint64_t seed;           /* choice i samples with seed + i */
     int32_t n_probs;         /* 0..SCHED_MAX_PROBS alternatives per token */
     bool cache_prompt;       /* reuse cached prefixes and leave the cells as cache at the end */
+    uint64_t cache_partition;/* cells are shared only with requests of the same partition (live
+                              * or cached); its n choices share as always */
     bool ignore_eos;         /* keep generating through end-of-generation tokens */
     const void *sampler_params; /* passed to engine_ops.sampler_create during sched_submit */
 };
@@ -283,6 +288,32 @@ int32_t sched_req_seq(const struct sched_req *handle, int32_t choice);
 #define SCHED_STEP_HIST_BUCKETS 10
 extern const double sched_step_hist_bounds_ms[SCHED_STEP_HIST_BUCKETS]; /* last is +inf */
 
+/* Per-request distributions for /metrics, observed when a request has ended with every choice
+ * done (not failed, not cancelled), except the time to first token (at the first token) and the
+ * inter-token latency (at each token after a choice's first). Times are in seconds: now_ms
+ * differences of the calls that saw the events (submit, the build that admitted, the completion
+ * that took the token). */
+enum sched_hist_kind {
+    SCHED_HIST_TTFT,          /* submission to the first token */
+    SCHED_HIST_ITL,           /* between two consecutive tokens of one choice */
+    SCHED_HIST_E2E,           /* submission to the end of the last choice */
+    SCHED_HIST_QUEUE,         /* submission to admission */
+    SCHED_HIST_PREFILL,       /* admission to the first token */
+    SCHED_HIST_DECODE,        /* first token to the end of the last choice */
+    SCHED_HIST_PROMPT_TOKENS, /* prompt length, cached tokens included */
+    SCHED_HIST_GEN_TOKENS,    /* tokens generated, all choices together */
+    SCHED_HIST_KINDS
+};
+#define SCHED_HIST_MAX_BOUNDS 20
+/* Per-bucket (not cumulative) counts: counts[i] observations fell in (bounds[i-1], bounds[i]],
+ * counts[n_bounds] above the last bound; what api/metrics_text.h's histogram takes. */
+struct sched_hist {
+    uint64_t counts[SCHED_HIST_MAX_BOUNDS + 1];
+    double sum;
+};
+/* The ascending finite bucket bounds of a kind (*n of them, <= SCHED_HIST_MAX_BOUNDS). */
+const double *sched_hist_bounds(enum sched_hist_kind kind, int *n);
+
 /* Counters and state for /health, /metrics and routing. No prompt or output text. */
 struct sched_stats {
     /* now */
@@ -292,6 +323,8 @@ struct sched_stats {
     int32_t active_seqs;      /* sequences holding or about to hold cells (choices) */
     int32_t cached_seqs;      /* prompt-cache entries */
     int64_t cells_total, cells_used;
+    int64_t cells_live;       /* of cells_used, held by a live sequence (shared ones once) */
+    int64_t cells_cached;     /* held by prompt-cache entries alone: cells_used - cells_live */
     double tokens_per_s;      /* generated tokens per second over the last 5 s */
     bool step_in_flight;
     double step_started_ms;   /* when the step in flight was built */
@@ -306,6 +339,8 @@ struct sched_stats {
     int64_t generated_tokens;
     double prompt_ms, decode_ms; /* step time split by the step's prompt/decode token share */
     int64_t steps, preemptions, cache_evictions;
+    int64_t step_seqs;        /* sequences in the batch, summed over steps (/ steps: the mean) */
+    struct sched_hist hist[SCHED_HIST_KINDS];
     /* step durations per bucket (not cumulative): step_hist[i] counts steps that took
      * (bounds[i-1], bounds[i]] ms; the last bucket is above the last finite bound. With
      * step_ms_sum this is what api/metrics_text.h's histogram takes (n_bounds = BUCKETS - 1). */

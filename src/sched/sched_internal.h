@@ -41,6 +41,8 @@ struct seq {
     int32_t checkpoint_at;  /* LIVE: > 0: when n_past reaches it, a copy becomes prompt cache */
     int64_t wait_since;     /* preempted: the step that saved it (time-slicing) */
     bool sliced;            /* preempted by time-slicing: waits its turn behind older waiters */
+    uint64_t partition;     /* LIVE and CACHE: the cache partition of the request it came from */
+    double t_last;          /* LIVE: when its last token was taken (inter-token latency) */
 };
 
 enum req_state { REQ_FREE, REQ_QUEUED, REQ_ACTIVE };
@@ -54,6 +56,7 @@ struct sched_req {
     int32_t *prompt;
     int32_t n_prompt, n_predict, n_choices, n_probs;
     bool cache_prompt, ignore_eos;
+    uint64_t partition;     /* request.cache_partition */
     void **samplers;        /* [n_choices] */
     int32_t *seqs;          /* [n_choices] memory ids while ACTIVE, -1 once ended */
     int32_t n_live;         /* choices not ended */
@@ -61,7 +64,8 @@ struct sched_req {
     bool has_first;         /* t_first is set */
     bool cancelled;         /* release at the next sweep, no callbacks */
     int32_t n_cached;
-    double t_admit, t_first;
+    double t_submit, t_admit, t_first;
+    int64_t n_generated;    /* tokens of the choices that ended so far */
     int64_t wait_since;     /* QUEUED: the last step built before submission (time-slicing) */
     struct sched_req *next; /* queue / free list */
 };
@@ -147,6 +151,7 @@ struct sched {
     struct rate_window rate;
     struct memory_usage usage;
     struct sched_stats totals; /* the "totals since creation" part of the stats */
+    bool *live_flags;       /* [n_seq] scratch of sched_stats: which ids are live sequences */
     double last_progress_ms;
 };
 
@@ -166,10 +171,12 @@ bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells);
 int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep);
 /* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
 bool sched_cache_make_room(struct sched *s, int64_t need);
-/* Longest shareable prefix of tokens[0..n) held by a live or cached id (*src). */
-int32_t sched_cache_best_prefix(const struct sched *s, const int32_t *tokens, int32_t n, int32_t *src);
+/* Longest shareable prefix of tokens[0..n) held by a live or cached id of the partition (*src). */
+int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const int32_t *tokens, int32_t n,
+                                int32_t *src);
 /* Share that prefix into the empty id; returns the tokens shared. */
-int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, const int32_t *tokens, int32_t n);
+int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, uint64_t partition, const int32_t *tokens,
+                                  int32_t n);
 /* A finished choice's cells become prompt cache (redundant entries dropped). */
 void sched_cache_keep(struct sched *s, int32_t id);
 /* A copy of what live id holds now becomes prompt cache, when a cell and an id can be had by
@@ -187,6 +194,8 @@ void sched_req_release(struct sched *s, struct sched_req *r);
 void sched_sweep_cancelled(struct sched *s);
 /* on_error(err) and end the request (with in_callbacks raised by the caller). */
 void sched_req_fail(struct sched *s, struct sched_req *r, int err);
+/* Add one observation to s->totals.hist[kind] (times in seconds). */
+void sched_hist_observe(struct sched *s, enum sched_hist_kind kind, double value);
 /* Count n generated tokens at now_ms for tokens/s. */
 void sched_rate_add(struct rate_window *w, double now_ms, int64_t n);
 

@@ -19,13 +19,13 @@
 /* Admit the queue's head if its prompt fits; false when it has to wait. */
 static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     int32_t src = -1;
-    if (r->cache_prompt) sched_cache_best_prefix(s, r->prompt, r->n_prompt, &src);
+    if (r->cache_prompt) sched_cache_best_prefix(s, r->partition, r->prompt, r->n_prompt, &src);
     if (sched_cache_take_free_ids(s, r->seqs, r->n_choices, src) < r->n_choices) {
         for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
         return false;
     }
     int32_t parent = r->seqs[0];
-    int32_t shared = r->cache_prompt ? sched_cache_attach_prefix(s, parent, r->prompt, r->n_prompt) : 0;
+    int32_t shared = r->cache_prompt ? sched_cache_attach_prefix(s, parent, r->partition, r->prompt, r->n_prompt) : 0;
     int64_t need = memory_cells_needed(s->mem, parent, r->n_prompt - shared);
     /* and the first cell of every sibling after the fork (what sched_cache_pending_need counts
      * for them once admitted), as far as the memory can ever hold them: on a memory too small for
@@ -41,7 +41,8 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     for (int32_t c = 0; c < r->n_choices; c++) {
         struct seq *q = &s->seqs[r->seqs[c]];
         *q = (struct seq){.kind = SEQ_LIVE, .req = r, .choice = c, .tokens = q->tokens,
-                          .last_served = -1, .serial = ++s->next_serial, .held_since = s->step.number + 1};
+                          .last_served = -1, .serial = ++s->next_serial, .held_since = s->step.number + 1,
+                          .partition = r->partition};
         if (c == 0) {
             memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
             q->n_tokens = r->n_prompt;
@@ -98,7 +99,7 @@ static bool resume_one(struct sched *s, int32_t id) {
         return true;
     }
     q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
-    int32_t shared = sched_cache_attach_prefix(s, id, q->tokens, q->n_tokens);
+    int32_t shared = sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
     q->n_past = shared;
     if (sched_cache_make_room(s, 0)) {
         resumed(s, q);
@@ -510,6 +511,17 @@ void sched_step_compute(struct sched *s, struct sched_step *st) {
 
 /* ---------------------------------------------------------------- completion */
 
+/* A request ended with every choice done: its distributions (sched.h, enum sched_hist_kind). */
+static void observe_end(struct sched *s, const struct sched_req *r, double now_ms) {
+    double first = r->has_first ? r->t_first : now_ms;
+    sched_hist_observe(s, SCHED_HIST_E2E, (now_ms - r->t_submit) / 1e3);
+    sched_hist_observe(s, SCHED_HIST_QUEUE, (r->t_admit - r->t_submit) / 1e3);
+    sched_hist_observe(s, SCHED_HIST_PREFILL, (first - r->t_admit) / 1e3);
+    sched_hist_observe(s, SCHED_HIST_DECODE, (now_ms - first) / 1e3);
+    sched_hist_observe(s, SCHED_HIST_PROMPT_TOKENS, r->n_prompt);
+    sched_hist_observe(s, SCHED_HIST_GEN_TOKENS, (double)r->n_generated);
+}
+
 static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, double now_ms) {
     struct seq *q = &s->seqs[id];
     struct sched_req *r = q->req;
@@ -528,6 +540,7 @@ static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, d
     s->ops->sampler_free(s->engine, r->samplers[choice]);
     r->samplers[choice] = NULL;
     r->n_live--;
+    r->n_generated += counts.n_generated;
     s->totals.choices_done[reason]++;
     if (!r->cancelled) r->sink.on_done(r->owner, choice, reason, &counts);
     /* a prompt that ends before its fork ends its waiting siblings too */
@@ -538,6 +551,8 @@ static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, d
         if (r->cancelled) { /* cancelled from inside on_done: nothing left to release */
             r->cancelled = false;
             s->n_cancel_pending--;
+        } else {
+            observe_end(s, r, now_ms);
         }
         sched_req_free(s, r);
     }
@@ -567,6 +582,7 @@ static void take_token(struct sched *s, int32_t id, const struct sched_token_pro
     if (!r->has_first) {
         r->has_first = true;
         r->t_first = now_ms;
+        sched_hist_observe(s, SCHED_HIST_TTFT, (now_ms - r->t_submit) / 1e3);
     }
     if (r->n_predict == 0) {
         finish_choice(s, id, SCHED_STOP_LIMIT, now_ms);
@@ -577,6 +593,8 @@ static void take_token(struct sched *s, int32_t id, const struct sched_token_pro
         return;
     }
     ASSERT(q->n_tokens < s->token_cap);
+    if (q->n_tokens > r->n_prompt) sched_hist_observe(s, SCHED_HIST_ITL, (now_ms - q->t_last) / 1e3);
+    q->t_last = now_ms;
     q->tokens[q->n_tokens++] = p->token;
     s->totals.generated_tokens++;
     sched_rate_add(&s->rate, now_ms, 1);
@@ -599,6 +617,7 @@ static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     s->totals.step_hist[b]++;
     s->totals.step_ms_sum += ms;
     s->totals.steps++;
+    s->totals.step_seqs += st->n_entries;
     int32_t prompt = st->n_prompt_tokens + st->n_prompt_tails;
     s->totals.prompt_ms += ms * prompt / st->batch.n_tokens;
     s->totals.decode_ms += ms * (st->batch.n_tokens - prompt) / st->batch.n_tokens;

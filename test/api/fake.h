@@ -53,6 +53,7 @@ struct fake_http {
     const char *out_name[FAKE_HTTP_MAX_HEADERS], *out_value[FAKE_HTTP_MAX_HEADERS]; /* malloc'd */
     int n_out;
     char *events[FAKE_HTTP_MAX_EVENTS]; /* SSE events' data, NUL-terminated (malloc'd) */
+    char *event_names[FAKE_HTTP_MAX_EVENTS]; /* their "event:" names, NULL for none (malloc'd) */
     int n_events;
     http_cancel_cb cancel_cb, abort_cb;
     void *cancel_data;

@@ -70,11 +70,12 @@ static int fake_sse_start(struct http_request *req, http_cancel_cb cb, void *dat
     return 0;
 }
 
-static int fake_sse_send(struct http_request *req, const char *data, size_t len) {
+static int fake_sse_send(struct http_request *req, const char *event, const char *data, size_t len) {
     struct fake_http *f = fake_of(req);
     if (f->state == FAKE_DEAD) return -ERR_CANCELLED;
     if (f->state != FAKE_STREAMING) return -ERR_STATE;
     if (f->n_events == FAKE_HTTP_MAX_EVENTS) return -ERR_TOOBIG;
+    f->event_names[f->n_events] = event ? dup_n(event, strlen(event)) : NULL;
     f->events[f->n_events++] = dup_n(data, len);
     return 0;
 }
@@ -155,7 +156,10 @@ void fake_http_free(struct fake_http *f) {
         free((char *)f->out_name[i]);
         free((char *)f->out_value[i]);
     }
-    for (int i = 0; i < f->n_events; i++) free(f->events[i]);
+    for (int i = 0; i < f->n_events; i++) {
+        free(f->events[i]);
+        free(f->event_names[i]);
+    }
     memset(f, 0, sizeof *f);
 }
 
@@ -240,13 +244,17 @@ TEST(fake_http_keeps_the_handler_contract) {
     fake_http_init(&f, "GET", "/s", NULL);
     CHECK_EQ_INT(http_sse_start(&f.req, note_cancel, NULL), 0);
     CHECK_EQ_INT(http_sse_send(&f.req, "a\nb", 3), -ERR_INVAL);       /* checked by http.c */
+    CHECK_EQ_INT(http_sse_send_event(&f.req, "a\nb", "{}", 2), -ERR_INVAL); /* the name too */
     CHECK_EQ_INT(http_sse_send(&f.req, "{}", 2), 0);
+    CHECK_EQ_INT(http_sse_send_event(&f.req, "ping", "{}", 2), 0);
+    CHECK(f.event_names[0] == NULL);
+    CHECK_EQ_STR(f.event_names[1], "ping");
     fake_http_disconnect(&f);
     CHECK_EQ_INT(http_sse_send(&f.req, "{}", 2), -ERR_CANCELLED);
     CHECK_EQ_INT(cancelled, 0);
     fake_http_closed(&f);
     CHECK_EQ_INT(cancelled, 1);
-    CHECK_EQ_INT(f.n_events, 1);
+    CHECK_EQ_INT(f.n_events, 2);
     CHECK_EQ_INT(f.ends, 1);
     fake_http_free(&f);
 

@@ -162,7 +162,25 @@ TEST(info_props_slots_metrics_and_template) {
     CHECK_EQ_STR(f.content_type, "text/plain; version=0.0.4; charset=utf-8");
     CHECK(strstr(f.body, "\nuvlm_requests_total 3\n") != NULL); /* props, slots, apply-template */
     CHECK(strstr(f.body, "uvlm_requests_by_status_total{status=\"200\"} 3\n") != NULL);
-    CHECK(strstr(f.body, "uvlm_kv_cells_total 512\n") != NULL);
+    CHECK(strstr(f.body, "uvlm_kv_cells_capacity 512\n") != NULL);
+    CHECK(strstr(f.body, "\nuvlm_kv_cells_live 0\n") != NULL);
+    CHECK(strstr(f.body, "# TYPE uvlm_time_to_first_token_seconds histogram\n") != NULL);
+    CHECK(strstr(f.body, "uvlm_request_generation_tokens_bucket{le=\"+Inf\"} 0\n") != NULL);
+    CHECK(strstr(f.body, "uvlm_requests_finished_total{reason=\"eos\"} 0\n") != NULL);
+    CHECK(strstr(f.body, "\nprocess_resident_memory_bytes ") != NULL);
+    CHECK(strstr(f.body, "llamacpp:") == NULL); /* only with --metrics-names llamacpp */
+    CHECK(strstr(f.body, "_total gauge") == NULL); /* no gauge named like a counter */
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+
+    const char *llama[] = {"--metrics-names", "llamacpp", NULL};
+    CHECK_EQ_INT(fake_serving_open(&fs, llama), 0);
+    fake_http_init(&f, "GET", "/metrics", NULL);
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK(strstr(f.body, "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 0\n") != NULL);
+    CHECK(strstr(f.body, "\nllamacpp:n_busy_slots_per_decode 0\n") != NULL);
+    CHECK(strstr(f.body, "\nuvlm_steps_total 0\n") != NULL); /* beside uvlm's own */
     fake_http_free(&f);
     fake_serving_close(&fs);
 }

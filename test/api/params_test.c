@@ -36,6 +36,7 @@ TEST(params_native_defaults) {
     CHECK_EQ_INT(p.n_logit_bias, 0);
     CHECK_EQ_INT(p.n, 1);
     CHECK(p.model == NULL);
+    CHECK(p.cache_salt == NULL && p.cache_salt_len == 0);
     completion_params_free(&p);
     CHECK(p.prompt_text == NULL);
     completion_params_free(&p);   /* freeing twice (a zeroed struct) is a no-op */
@@ -60,10 +61,13 @@ TEST(params_native_every_field) {
         " \"presence_penalty\": 0.5, \"frequency_penalty\": -0.5, \"seed\": 42,"
         " \"stop\": [\"\\n\", \"Amen\"], \"stream\": true, \"n_probs\": 3, \"cache_prompt\": false,"
         " \"ignore_eos\": true, \"logit_bias\": [[15043, -1.5], [2, false]], \"n_cmpl\": 4,"
-        " \"model\": \"kjv\", \"user\": {\"ignored\": true}, \"unknown_field\": 1}";
+        " \"model\": \"kjv\", \"user\": {\"ignored\": true}, \"unknown_field\": 1,"
+        " \"cache_salt\": \"tenant\\u0000a\"}";
     struct completion_params p;
     struct api_error err;
     CHECK_EQ_INT(parse(&p, API_COMPLETION, body, &err), 0);
+    CHECK_EQ_INT(p.cache_salt_len, 8);
+    CHECK(memcmp(p.cache_salt, "tenant\0a", 9) == 0);
     CHECK(p.prompt_text == NULL);
     CHECK_EQ_INT(p.n_prompt_tokens, 3);
     CHECK(p.prompt_tokens[0] == 1 && p.prompt_tokens[1] == 15043 && p.prompt_tokens[2] == 2);
@@ -290,6 +294,10 @@ static const struct reject_case rejects[] = {
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"json\"}", "response_format"},
     /* model */
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"model\": 5}", "model"},
+    /* cache_salt */
+    {API_COMPLETION, "{\"prompt\": \"x\", \"cache_salt\": 5}", "cache_salt"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"cache_salt\": [\"a\"]}", "cache_salt"},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt"},
     /* messages */
     {API_OAI_CHAT, "{}", "messages"},
     {API_OAI_CHAT, "{\"messages\": []}", "messages"},

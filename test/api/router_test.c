@@ -188,3 +188,50 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     CHECK_EQ_INT(handled, 2);
     fake_http_free(&f);
 }
+
+TEST(router_errors_take_the_shape_of_the_route_api) {
+    struct config_list keys = {1, {"sesame"}};
+    struct router r;
+    router_init(&r, &keys, NULL);
+    CHECK_EQ_INT(router_add(&r, "POST", "/v1/messages", text_handle, "m", ROUTE_ANTHROPIC), 0);
+    CHECK_EQ_INT(router_add(&r, "POST", "/v1/responses", text_handle, "r", 0), 0);
+    handled = 0;
+    struct fake_http f;
+
+    fake_http_init(&f, "POST", "/v1/messages", "{}");
+    fake_http_header(&f, "x-api-key", "wrong");
+    fake_http_header(&f, "anthropic-version", "2023-06-01");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 401);
+    CHECK_EQ_STR(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"Invalid API Key\"}}");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "GET", "/v1/messages", NULL);
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 405);
+    CHECK(strncmp(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"", 55) == 0);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "POST", "/v1/messages", "{}"); /* an Anthropic client's key header */
+    fake_http_header(&f, "x-api-key", "sesame");
+    fake_http_header(&f, "anthropic-version", "2023-06-01");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(handled, 1);
+    CHECK_EQ_INT(f.req.error_shape, HTTP_ERRORS_ANTHROPIC); /* for the handler's own errors */
+    fake_http_free(&f);
+
+    fake_http_init(&f, "POST", "/v1/responses", "{}");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 401);
+    CHECK(strncmp(f.body, "{\"error\":{\"code\":401,", 21) == 0);
+    fake_http_free(&f);
+
+    char body[256];
+    api_error_json_anthropic(body, sizeof body, 503, "busy");
+    CHECK_EQ_STR(body, "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}");
+    CHECK_EQ_STR(api_error_type_anthropic(413), "request_too_large");
+    CHECK_EQ_STR(api_error_type_anthropic(500), "api_error");
+    CHECK_EQ_STR(api_error_type_anthropic(404), "not_found_error");
+    api_error_json_anthropic(body, 40, 400, "a message far too long for the buffer it is written to");
+    CHECK(strlen(body) < 40); /* cut to fit, still NUL-terminated */
+}

@@ -5,14 +5,20 @@
  * batch size where sgemm overtakes the vector kernels.
  *
  *   build/bench/kernels [--threads N] [--quick]
- *   build/bench/kernels --small-batch [--threads N] [--type q8_0|q4_k|q6_k|q5_0|q8_0x16|q5_0x16|q4_kx16]
+ *   build/bench/kernels --small-batch [--threads N]
+ *       [--type q8_0|q4_k|q6_k|q5_0|q2_k|q3_k|iq4_nl|iq4_xs|q8_0x16|q5_0x16|q4_kx16]
  *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
  *       (576x576, 576x192, 576x1536, 1536x576, 576x49152) and TinyLlama-1.1B's (2048x2048,
- *       2048x5632, 5632x2048; Q4_K's rows fit only those and 1536), weights cycled through enough copies
- *       (about 64 MB per shape) that they come from L3 or memory as a model's layers do; prints
+ *       2048x5632, 5632x2048; the 256-element types' rows fit only those and 1536), weights cycled
+ *       through enough copies (about 64 MB per shape) that they come from L3 or memory as a
+ *       model's layers do; prints
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
  *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16: the serving layouts of
  *       math/q8x16.h (shapes whose rows are not whole blocks of the type print n/a).
+ *   build/bench/kernels --prompt-paths
+ *       the K-quant and low-bit types' prompts of 256 tokens through the vector kernels and
+ *       through dequantize + sgemm (matmul_path MATMUL_VEC / MATMUL_BLAS), one thread, CPU time:
+ *       where matmul.c's matmul_vec_prompts should send them.
  */
 #include "common/hugemem.h"
 #include "math/matmul.h"
@@ -87,6 +93,40 @@ static double cpu_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* --prompt-paths: see the top of the file. */
+static int prompt_paths(void) {
+    enum { NT = 256 };
+    static const enum ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+                                           GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+    struct compute *c;
+    if (compute_create(&c, 1, NT, N_IN) < 0) return 1;
+    float *wf = random_floats((int64_t)N_IN * N_OUT, 1), *x = random_floats((int64_t)NT * N_IN, 2);
+    float *y = malloc(sizeof(float) * NT * N_OUT);
+    printf("prompt paths, 1 thread, %dx%d x %d tokens: ms of CPU per matmul (best of 3), vector kernels / "
+           "dequant+sgemm\n", N_IN, N_OUT, NT);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        enum ggml_type ty = types[k];
+        size_t bytes = ggml_row_size(ty, N_IN) * N_OUT;
+        uint8_t *w = malloc(bytes);
+        quant_from_float(ty, wf, w, (int64_t)N_IN * N_OUT);
+        double best[2] = {1e9, 1e9};
+        for (int rep = 0; rep < 3; rep++)
+            for (int p = 0; p < 2; p++) {
+                double t0 = cpu_now();
+                matmul_path(c, p ? MATMUL_BLAS : MATMUL_VEC, ty, w, N_IN, N_OUT, x, NT, y);
+                double dt = cpu_now() - t0;
+                if (dt < best[p]) best[p] = dt;
+            }
+        printf("  %-6s %7.1f / %7.1f\n", ggml_type_info(ty)->name, best[0] * 1e3, best[1] * 1e3);
+        free(w);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    compute_destroy(c);
+    return 0;
+}
+
 /* --small-batch: see the top of the file. */
 static int small_batch(int n_threads, enum ggml_type ty) {
     /* the serving layouts: quantized as their GGUF type, then each copy rewritten */
@@ -153,21 +193,25 @@ static int small_batch(int n_threads, enum ggml_type ty) {
 
 int main(int argc, char **argv) {
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int quick = 0, small = 0;
+    int quick = 0, small = 0, paths = 0;
     enum ggml_type small_type = GGML_TYPE_Q8_0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--small-batch")) small = 1;
+        else if (!strcmp(argv[i], "--prompt-paths")) paths = 1;
         else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
             const char *t = argv[++i];
             small_type = !strcmp(t, "q4_k") ? GGML_TYPE_Q4_K : !strcmp(t, "q6_k") ? GGML_TYPE_Q6_K
                        : !strcmp(t, "q5_0") ? GGML_TYPE_Q5_0 : !strcmp(t, "q8_0x16") ? UVLM_TYPE_Q8_0_X16
                        : !strcmp(t, "q5_0x16") ? UVLM_TYPE_Q5_0_X16 : !strcmp(t, "q4_kx16") ? UVLM_TYPE_Q4_K_X16
+                       : !strcmp(t, "q2_k") ? GGML_TYPE_Q2_K : !strcmp(t, "q3_k") ? GGML_TYPE_Q3_K
+                       : !strcmp(t, "iq4_nl") ? GGML_TYPE_IQ4_NL : !strcmp(t, "iq4_xs") ? GGML_TYPE_IQ4_XS
                        : GGML_TYPE_Q8_0;
         }
     }
     if (small) return small_batch(n_threads, small_type);
+    if (paths) return prompt_paths();
     const char *core = getenv("OPENBLAS_CORETYPE");
     double load = -1;
     FILE *la = fopen("/proc/loadavg", "r");
@@ -185,7 +229,8 @@ int main(int argc, char **argv) {
 
     static const enum ggml_type types[] = {
         GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q4_0,
-        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32,
+        GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL,
+        GGML_TYPE_IQ4_XS, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32,
     };
     float *wf = random_floats((int64_t)N_IN * N_OUT, 1);
     float *x = random_floats((int64_t)512 * N_IN, 2);

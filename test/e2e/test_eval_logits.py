@@ -13,7 +13,8 @@ from conftest import shared_file
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 UVLM = os.environ.get("UVLM_BIN", os.path.join(ROOT, "uvlm"))
-TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m"]
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m",
+         "q2_k", "q3_k", "iq4_nl", "iq4_xs"]
 
 
 shared = shared_file
@@ -96,9 +97,11 @@ class MkmodelTypes(unittest.TestCase):
             ref = logits["f32"]
             # Relative to each row's max |logit|: quantization noise, never a wrong decoding
             # (which gives errors of the order of the logits themselves).
-            # (measured: f16 0.0001, bf16 0.001, q8_0 0.004, q6_k 0.008, q5_* 0.016, q4_* 0.037)
+            # (measured: f16 0.0001, bf16 0.001, q8_0 0.004, q6_k 0.008, q5_* 0.016, q4_* 0.037,
+            # iq4_* 0.028, q3_k 0.054, q2_k 0.078)
             bars = {"f16": 0.002, "bf16": 0.01, "q8_0": 0.015, "q6_k": 0.03, "q5_0": 0.06, "q5_1": 0.06,
-                    "q5_k": 0.06, "q4_0": 0.12, "q4_1": 0.12, "q4_k": 0.12, "q4_k_m": 0.12}
+                    "q5_k": 0.06, "q4_0": 0.12, "q4_1": 0.12, "q4_k": 0.12, "q4_k_m": 0.12,
+                    "q2_k": 0.25, "q3_k": 0.18, "iq4_nl": 0.12, "iq4_xs": 0.12}
             for t, bar in bars.items():
                 with self.subTest(type=t):
                     worst = 0.0

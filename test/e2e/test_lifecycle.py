@@ -10,7 +10,7 @@ from conftest import BIN
 def test_health_answers_json_within_a_second_with_no_model(start_server):
     # The first answer comes within a second of the start, model or not ("loading" while the
     # default model loads); then the model is ready. (The load itself is not timed here: under
-    # ASan on a busy CI machine the start plus the load took 1.08-1.17 s in session 7.)
+    # ASan on a busy machine the start plus the load can take more than a second.)
     t0 = time.monotonic()
     srv = start_server(wait_ready=False)
     status, doc = srv.json("GET", "/health")

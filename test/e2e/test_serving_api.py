@@ -118,7 +118,7 @@ def test_info_endpoints(srv):
     assert health["kv_cells_total"] == 4096 and 0 <= health["kv_cells_free"] <= 4096
     assert {"queue", "active_sequences", "tokens_per_second"} <= set(health)
     m = metrics(srv)
-    for name in ("uvlm_requests_total", "uvlm_generated_tokens_total", "uvlm_kv_cells_total",
+    for name in ("uvlm_requests_total", "uvlm_generated_tokens_total", "uvlm_kv_cells_capacity",
                  "uvlm_queue_length", "uvlm_preemptions_total", "uvlm_active_sequences",
                  'uvlm_step_seconds_bucket{le="+Inf"}', "uvlm_decode_seconds_total"):
         assert name in m, name

@@ -70,7 +70,7 @@ def test_drain_lets_a_generation_finish():
 
 
 def test_health_says_stalled_while_a_step_hangs_and_ok_again_after():
-    """Issue 5 item 8: a step running far past its expected time turns /health 503 "stalled";
+    """A step running far past its expected time turns /health 503 "stalled";
     when it finishes, 200 again. /debug/slow-step (only with --debug-endpoints) makes the next
     step sleep before computing, like a hung engine."""
     import threading

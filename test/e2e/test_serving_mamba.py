@@ -16,7 +16,7 @@ def srv():
 def test_mamba_props_and_memory_kind(srv):
     status, props = srv.json("GET", "/props")
     assert status == 200 and props["model"] == "mamba-spm-q8_0.gguf"
-    assert metrics(srv)["uvlm_kv_cells_total"] == 64  # one recurrent state per sequence id
+    assert metrics(srv)["uvlm_kv_cells_capacity"] == 64  # one recurrent state per sequence id
     assert "recurrent" in srv.log()
 
 
@@ -57,7 +57,7 @@ def test_mamba_more_requests_than_states_take_turns():
     srv = wait_ready(Server(["-m", shared_model("mamba-spm-q8_0.gguf"), "--batch-tokens", "24",
                              "--max-seqs-recurrent", "2"]))
     try:
-        assert metrics(srv)["uvlm_kv_cells_total"] == 2
+        assert metrics(srv)["uvlm_kv_cells_capacity"] == 2
         reqs = [greedy(p, n_predict=40, cache_prompt=False) for p in PROMPTS[:5]]
         alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
         assert metrics(srv)["uvlm_preemptions_total"] == 0

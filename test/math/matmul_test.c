@@ -74,7 +74,7 @@ TEST(matmul_matches_reference_for_every_type_and_path) {
     static const enum ggml_type types[] = {
         GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
         GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-        GGML_TYPE_Q6_K,
+        GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
     };
     const int64_t toks[] = {1, 3, 6, MATMUL_BLAS_MIN_TOKENS + 5}; /* 6: 4-token kernels + 2 */
     for (int nt = 1; nt <= 3; nt += 2) {
@@ -84,6 +84,23 @@ TEST(matmul_matches_reference_for_every_type_and_path) {
         for (size_t k = 0; k < sizeof types / sizeof *types; k++)
             for (size_t i = 0; i < sizeof toks / sizeof *toks; i++)
                 if (!check_matmul(c, types[k], 512, 75, toks[i])) {
+                    compute_destroy(c);
+                    CHECK(!"matmul differs from the reference product");
+                }
+        compute_destroy(c);
+    }
+}
+
+/* The low-bit types at every batch size from 1 to 40 (the multi-row and 4-token kernels, their
+ * remainders, sgemm from MATMUL_BLAS_MIN_TOKENS on), on 1 and 2 threads. */
+TEST(matmul_lowbit_types_every_batch_size) {
+    static const enum ggml_type types[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+    for (int nt = 1; nt <= 2; nt++) {
+        struct compute *c;
+        CHECK_EQ_INT(compute_create(&c, nt, 40, 512), 0);
+        for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+            for (int n_tok = 1; n_tok <= 40; n_tok++)
+                if (!check_matmul(c, types[k], 512, 37, n_tok)) {
                     compute_destroy(c);
                     CHECK(!"matmul differs from the reference product");
                 }
@@ -201,7 +218,7 @@ TEST(compute_nested_parallel_for_aborts) {
 TEST(matmul_vector_path_equals_single_dots) {
     static const enum ggml_type types[] = {
         GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
-        GGML_TYPE_Q5_K, GGML_TYPE_F32,
+        GGML_TYPE_Q5_K, GGML_TYPE_F32, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
     };
     enum { N_IN = 512, N_OUT = 70, MAX_TOK = 9 }; /* 70 rows: groups of 4 and a remainder */
     static float wf[N_IN * N_OUT], x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];

@@ -1,5 +1,6 @@
 /* Golden tests of the block layouts on real files: the shared llama-spm models hold the same
- * weights as F16 and as files quantized by the reference (Q8_0, Q4_0, Q4_K + Q6_K). Decoding a
+ * weights as F16 and as files quantized by the reference (Q8_0, Q4_0, Q4_K + Q6_K, and the
+ * kquants file: Q2_K, Q3_K, IQ4_XS, IQ4_NL layers, Q5_K embeddings, Q6_K output). Decoding a
  * quantized tensor must land within that type's quantization error of the F16 one (a wrong
  * layout lands at ~100%), and our own quantizer (used by mkmodel) must come close to the
  * reference's error on the same data. */
@@ -20,13 +21,18 @@ static double rel_rms(const float *x, const float *ref, int64_t n) {
 }
 
 /* Largest error the reference's own quantization shows on these files (measured: Q8_0 0.0054,
- * Q6_K 0.018, Q4_K 0.072, Q4_0 0.086), with some headroom. */
+ * Q6_K 0.018, Q4_K 0.072, Q4_0 0.086, Q2_K 0.298, Q3_K 0.152, IQ4_XS 0.077, IQ4_NL 0.077; our
+ * quantizers: Q2_K 0.264, Q3_K 0.145, IQ4_XS 0.074, IQ4_NL 0.074), with some headroom. */
 static double decode_limit(enum ggml_type t) {
     switch (t) {
     case GGML_TYPE_Q8_0: return 0.008;
     case GGML_TYPE_Q6_K: return 0.025;
     case GGML_TYPE_Q4_K: return 0.09;
     case GGML_TYPE_Q4_0: return 0.10;
+    case GGML_TYPE_Q2_K: return 0.32;
+    case GGML_TYPE_Q3_K: return 0.17;
+    case GGML_TYPE_IQ4_NL: return 0.085;
+    case GGML_TYPE_IQ4_XS: return 0.085;
     default: return 0.0; /* F32 tensors are identical */
     }
 }
@@ -83,7 +89,7 @@ TEST(quant_golden_decodes_reference_quantized_models) {
     char f16_path[512];
     snprintf(f16_path, sizeof f16_path, "%s", f16);
     const char *models[] = {"models/llama-spm-q8_0.gguf", "models/llama-spm-q4_0.gguf",
-                            "models/llama-spm-q4_k_m.gguf"};
+                            "models/llama-spm-q4_k_m.gguf", "models/llama-spm-kquants.gguf"};
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
         SHARED(path, models[m]);
         int n_checked = 0;

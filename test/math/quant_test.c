@@ -13,7 +13,7 @@
 static const enum ggml_type weight_types[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K,
+    GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
 };
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof *weight_types)
 
@@ -146,7 +146,8 @@ TEST(quant_round_trip_error_is_small) {
         {GGML_TYPE_Q8_0, 0.01}, {GGML_TYPE_Q6_K, 0.04}, {GGML_TYPE_Q5_0, 0.06},
         {GGML_TYPE_Q5_1, 0.06}, {GGML_TYPE_Q5_K, 0.06}, {GGML_TYPE_Q4_0, 0.12},
         {GGML_TYPE_Q4_1, 0.12}, {GGML_TYPE_Q4_K, 0.12}, {GGML_TYPE_Q8_1, 0.01},
-        {GGML_TYPE_Q8_K, 0.01},
+        {GGML_TYPE_Q8_K, 0.01}, {GGML_TYPE_Q2_K, 0.30}, {GGML_TYPE_Q3_K, 0.17}, {GGML_TYPE_IQ4_NL, 0.09},
+        {GGML_TYPE_IQ4_XS, 0.09},
     };
     for (int i = 0; i < N; i++) x[i] = nrand();
     x[100] = 9.0f; /* an outlier, as real weights have */
@@ -255,9 +256,12 @@ TEST(quant_simd_kernels_match_scalar) {
                 quant_get_to_float((enum simd_level)level, ty)(wq, y, n);
                 double mag = 0;
                 for (int64_t i = 0; i < n; i++) mag += fabs((double)ys[i] * x[i]);
-                /* the 32-element types and F32 follow one order at every level (quant.c): exact */
+                /* the 32-element types, F32 and the low-bit types (lowbit.c) follow one order at
+                 * every level: exact */
                 bool exact = ty == GGML_TYPE_F32 || ty == GGML_TYPE_Q8_0 || ty == GGML_TYPE_Q4_0 ||
-                             ty == GGML_TYPE_Q5_0 || ty == GGML_TYPE_Q4_1 || ty == GGML_TYPE_Q5_1;
+                             ty == GGML_TYPE_Q5_0 || ty == GGML_TYPE_Q4_1 || ty == GGML_TYPE_Q5_1 ||
+                             ty == GGML_TYPE_Q2_K || ty == GGML_TYPE_Q3_K || ty == GGML_TYPE_IQ4_NL ||
+                             ty == GGML_TYPE_IQ4_XS;
                 if (exact ? s != v : fabs(s - v) > 1e-5 * mag)
                     fprintf(stderr, "  %s %s n=%lld: simd %.9g scalar %.9g\n",
                             simd_level_name((enum simd_level)level), ggml_type_info(ty)->name,
@@ -282,8 +286,8 @@ TEST(quant_simd_kernels_match_scalar) {
                         CHECK(multi[r] == single[r]);
                     }
                 }
-                for (int64_t i = 0; i < n; i++) /* fused multiply-adds may round differently */
-                    if (fabsf(y[i] - ys[i]) > 1e-6f * fabsf(ys[i]) + 1e-30f) {
+                for (int64_t i = 0; i < n; i++) /* the reference's products, unfused: exact */
+                    if (memcmp(&y[i], &ys[i], sizeof y[i])) {
                         fprintf(stderr, "  %s %s to_float[%lld] = %.9g, scalar %.9g\n",
                                 simd_level_name((enum simd_level)level), ggml_type_info(ty)->name,
                                 (long long)i, y[i], ys[i]);
@@ -358,8 +362,11 @@ TEST(quant_degenerate_rows) {
         quant_from_float(ty, x, q, N);
         quant_to_float(ty, q, y, N);
         CHECK(y[7] > 90.0f);
-        for (int i = 32; i < N; i++) /* outside the outlier's block every sign survives */
+        for (int i = 32; i < N; i++) { /* outside the outlier's block every sign survives */
+            if ((y[i] > 0) != (x[i] > 0))
+                fprintf(stderr, "  %s: element %d of +-1 decodes to %g\n", ggml_type_info(ty)->name, i, y[i]);
             CHECK((y[i] > 0) == (x[i] > 0));
+        }
     }
 }
 

@@ -158,6 +158,13 @@ TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
     /* What removing each would free: its unshared cells. */
     CHECK_EQ_INT(memory_seq_cells_own(m, 0), 3);
     CHECK_EQ_INT(memory_seq_cells_own(m, 1), 2);
+    /* What a set of sequences holds, shared cells once. */
+    bool only0[3] = {true, false, false}, only1[3] = {false, true, false}, both[3] = {true, true, false};
+    bool none[3] = {false, false, false};
+    CHECK_EQ_INT(memory_cells_held(m, only0), 8);
+    CHECK_EQ_INT(memory_cells_held(m, only1), 7);
+    CHECK_EQ_INT(memory_cells_held(m, both), 10);
+    CHECK_EQ_INT(memory_cells_held(m, none), 0);
     CHECK_EQ_INT(memory_seq_cells_own(m, 2), 0);
     /* Sequence 0 goes: its private cells are freed, the shared ones stay for 1. */
     CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
@@ -176,8 +183,8 @@ TEST(kv_shared_prefix_survives_removal_of_its_first_owner) {
     int32_t list[32];
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 32), 7);
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 7), 7); /* exactly the room */
-    /* Less room than cells: an error, and nothing written past the room (it used to write all 7
-     * and leave the check to the caller, after the overrun). */
+    /* Less room than cells: an error, and nothing written past the room (the check is the
+     * callee's, before any write). */
     for (int i = 0; i < 32; i++) list[i] = -7;
     CHECK_EQ_INT(kv_seq_cell_list(kv, 2, list, 4), -ERR_TOOBIG);
     CHECK(list[3] >= 0);
@@ -199,6 +206,12 @@ TEST(kv_many_sequences_use_several_bitset_words) {
     CHECK_EQ_INT(memory_reserve(m, &b), 0);
     CHECK_EQ_INT(memory_seq_cp(m, 129, 64, 0, -1), 0);
     CHECK_EQ_INT(n_visible(kv, 64, 9), 2);
+    bool held[130] = {0};
+    CHECK_EQ_INT(memory_cells_held(m, held), 0);
+    held[64] = true; /* a holder in the second word of the set */
+    CHECK_EQ_INT(memory_cells_held(m, held), 2);
+    held[64] = false, held[129] = true;
+    CHECK_EQ_INT(memory_cells_held(m, held), 2);
     CHECK_EQ_INT(n_visible(kv, 0, 9), 0);
     CHECK_EQ_INT(n_visible(kv, 1, 9), 0);
     CHECK_EQ_INT(memory_seq_rm(m, 129, 0, -1), 0);

@@ -195,6 +195,8 @@ TEST(recurrent_seq_cp_forks_an_independent_copy) {
     CHECK_EQ_INT(memory_seq_cp(m, 0, 2, 0, 4), 0);
     CHECK_EQ_INT(memory_seq_pos_max(m, 1), 3);
     CHECK(state_is(r, 1, 11) && state_is(r, 2, 11));
+    bool held[4] = {true, false, true, true}; /* 3 holds nothing; a copy is a cell of its own */
+    CHECK_EQ_INT(memory_cells_held(m, held), 2);
     fill_state(r, 0, 20);
     CHECK(state_is(r, 1, 11));
     CHECK_EQ_INT(memory_seq_cp(m, 0, 3, 0, -1), -ERR_NOMEM); /* pool full */

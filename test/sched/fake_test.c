@@ -114,6 +114,17 @@ static int64_t fm_seq_cells_own(const struct memory *m, int32_t seq) {
     return n;
 }
 
+static int64_t fm_cells_held(const struct memory *m, const bool *seqs) {
+    const struct fake_memory *f = cfm(m);
+    int64_t n = 0;
+    for (int64_t i = 0; i < f->n_cells; i++) {
+        bool held = false;
+        for (int32_t q = 0; q < f->base.n_seq_max && !held; q++) held = seqs[q] && (f->cells[i].seqs >> q & 1);
+        n += held;
+    }
+    return n;
+}
+
 static void fm_usage(const struct memory *m, struct memory_usage *u) {
     const struct fake_memory *f = cfm(m);
     *u = (struct memory_usage){.cells_total = f->n_cells, .cells_used = f->n_cells - fm_free(f),
@@ -168,10 +179,12 @@ static void fm_destroy(struct memory *m) {
 
 static const struct memory_ops fm_ops_partial = {
     "kv", true, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
-    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed, NULL};
+    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed,
+    NULL, fm_cells_held};
 static const struct memory_ops fm_ops_whole = {
     "whole-only", false, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
-    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed, NULL};
+    fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed,
+    NULL, fm_cells_held};
 
 struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool partial_removal) {
     ASSERT(n_seq_max <= 64);
@@ -276,6 +289,12 @@ static int32_t fr_pos_max(const struct memory *m, int32_t seq) {
 
 static int64_t fr_seq_cells(const struct memory *m, int32_t seq) { return fr(m)->seqs[seq].used; }
 
+static int64_t fr_cells_held(const struct memory *m, const bool *seqs) {
+    int64_t n = 0;
+    for (int32_t q = 0; q < fr(m)->base.n_seq_max; q++) n += seqs[q] && fr(m)->seqs[q].used;
+    return n;
+}
+
 static void fr_usage(const struct memory *m, struct memory_usage *u) {
     *u = (struct memory_usage){.cells_total = fr(m)->n_states, .cells_used = fr_used(fr(m)),
                                .bytes = (size_t)fr(m)->n_states * sizeof(struct fake_state)};
@@ -311,7 +330,8 @@ static void fr_destroy(struct memory *m) {
 
 static const struct memory_ops fr_ops = {
     "recurrent", false, true, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
-    fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy, fr_seq_cells, fr_restore_cells_needed, NULL};
+    fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy, fr_seq_cells, fr_restore_cells_needed,
+    NULL, fr_cells_held};
 
 struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max) {
     ASSERT(n_seq_max <= 64);

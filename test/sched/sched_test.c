@@ -398,6 +398,161 @@ TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+/* Requests of different cache partitions (API keys, cache_salt) never share cells: neither the
+ * prompt cache nor a live sequence's; within a partition everything is shared as before, and an
+ * entry of one partition never replaces another's as redundant. */
+TEST(sched_cache_partitions_never_share) {
+    static const int kinds[] = {MEM_KV, MEM_WHOLE_ONLY, MEM_RECURRENT};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, kinds[k] == MEM_RECURRENT ? 8 : 512, 8, kinds[k], NULL), 0);
+        int32_t p[40];
+        struct recorder a, b, c, again;
+        struct sched_request q = prompt_request(p, 40, 31, 3);
+        q.cache_partition = 1;
+        CHECK_EQ_INT(submit(&f, &a, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        q.cache_partition = 2; /* the same prompt from another partition: nothing cached for it */
+        CHECK_EQ_INT(submit(&f, &b, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(b.counts[0].n_cached, 0);
+        CHECK(same_output(&a, &b, 0));
+        q.cache_partition = 1; /* a's partition: its cache, not replaced by b's identical entry
+                                * (without partial removal: the copy of a's state before its
+                                * last prompt token, sched.h) */
+        CHECK_EQ_INT(submit(&f, &c, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(c.counts[0].n_cached, 39);
+        CHECK(same_output(&a, &c, 0));
+        q.cache_partition = 2;
+        CHECK_EQ_INT(submit(&f, &again, &q, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(again.counts[0].n_cached, 39);
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+
+    /* live sharing: while d (partition 3) reads its prompt, e (partition 4) and g (partition 3)
+     * arrive with the same prompt; only g shares d's cells */
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, NULL), 0);
+    int32_t p[60];
+    struct recorder d, e, g, alone;
+    struct sched_request q = prompt_request(p, 60, 32, 3);
+    q.cache_partition = 3;
+    CHECK_EQ_INT(submit(&f, &d, &q, NULL), 0);
+    CHECK_EQ_INT(fake_run(f.s, &f.now, 1, 1), 1);
+    q.cache_partition = 4;
+    CHECK_EQ_INT(submit(&f, &e, &q, NULL), 0);
+    q.cache_partition = 3;
+    CHECK_EQ_INT(submit(&f, &g, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 200);
+    CHECK_EQ_INT(e.counts[0].n_cached, 0);
+    CHECK(g.counts[0].n_cached > 0);
+    CHECK_EQ_INT(run_alone(&q, &alone), 0);
+    CHECK(same_output(&alone, &d, 0) && same_output(&alone, &e, 0) && same_output(&alone, &g, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* The per-request distributions of /metrics, on a clock where every step takes 40 ms. */
+TEST(sched_records_request_distributions) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
+    int32_t p[20];
+    struct recorder r;
+    struct sched_request q = prompt_request(p, 20, 41, 4); /* one prompt step, then 3 decodes */
+    q.n_choices = 2;
+    CHECK_EQ_INT(submit(&f, &r, &q, NULL), 0);
+    f.now += 5; /* admitted 5 ms after its submission */
+    fake_run(f.s, &f.now, 40, 100);
+    CHECK_EQ_INT(r.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(r.done[1], 1 + SCHED_STOP_LIMIT);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    int n;
+    const double *tb = sched_hist_bounds(SCHED_HIST_TTFT, &n);
+    CHECK(n >= 10 && n <= SCHED_HIST_MAX_BOUNDS);
+    for (int i = 1; i < n; i++) CHECK(tb[i] > tb[i - 1]);
+    /* which bucket a value falls in, and that the others are empty */
+#define ONE_IN(kind, count, value)                                                         \
+    do {                                                                                   \
+        int n_;                                                                            \
+        const double *b_ = sched_hist_bounds(kind, &n_);                                   \
+        int at_ = 0;                                                                       \
+        while (at_ < n_ && (value) > b_[at_]) at_++;                                       \
+        for (int i_ = 0; i_ <= n_; i_++)                                                   \
+            CHECK_EQ_INT(st.hist[kind].counts[i_], i_ == at_ ? (count) : 0);               \
+        CHECK(fabs(st.hist[kind].sum - (count) * (value)) < 1e-9);                         \
+    } while (0)
+    ONE_IN(SCHED_HIST_TTFT, 1, 0.045);         /* 5 ms queued + the 40 ms prompt step */
+    ONE_IN(SCHED_HIST_ITL, 2 * 3, 0.040);      /* 3 gaps per choice */
+    ONE_IN(SCHED_HIST_E2E, 1, 0.165);
+    ONE_IN(SCHED_HIST_QUEUE, 1, 0.005);
+    ONE_IN(SCHED_HIST_PREFILL, 1, 0.040);
+    ONE_IN(SCHED_HIST_DECODE, 1, 0.120);
+    ONE_IN(SCHED_HIST_PROMPT_TOKENS, 1, 20);
+    ONE_IN(SCHED_HIST_GEN_TOKENS, 1, 8);       /* both choices */
+    CHECK_EQ_INT(st.choices_done[SCHED_STOP_LIMIT], 2);
+    CHECK_EQ_INT(st.step_seqs, 1 + 2 * 3);     /* the prompt alone, then both choices */
+
+    /* a request cancelled after its first token counts in the time to first token only */
+    struct sched_req *h;
+    q.n_choices = 1;
+    q.n_predict = 50;
+    CHECK_EQ_INT(submit(&f, &r, &q, &h), 0);
+    fake_run(f.s, &f.now, 40, 2);
+    CHECK_EQ_INT(r.n_tokens[0], 2);
+    sched_cancel(f.s, h);
+    fake_run(f.s, &f.now, 40, 100);
+    sched_stats(f.s, f.now, &st);
+    uint64_t ttft = 0, e2e = 0;
+    for (int i = 0; i <= SCHED_HIST_MAX_BOUNDS; i++) {
+        ttft += st.hist[SCHED_HIST_TTFT].counts[i];
+        e2e += st.hist[SCHED_HIST_E2E].counts[i];
+    }
+    CHECK_EQ_INT(ttft, 2);
+    CHECK_EQ_INT(e2e, 1);
+    CHECK_EQ_INT(fx_free(&f), 0);
+#undef ONE_IN
+}
+
+/* KV cells held by live sequences apart from those only the prompt cache holds; a prefix shared
+ * by both counts as live. */
+TEST(sched_stats_split_live_and_cached_cells) {
+    static const int kinds[] = {MEM_KV, MEM_FAKE_KV, MEM_RECURRENT};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        bool recurrent = kinds[k] == MEM_RECURRENT;
+        struct fx f;
+        CHECK_EQ_INT(fx_init(&f, recurrent ? 8 : 256, 8, kinds[k], NULL), 0);
+        int32_t pa[30], pb[30];
+        struct recorder a, b;
+        struct sched_request qa = prompt_request(pa, 30, 51, 2);
+        CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        CHECK_EQ_INT(st.cells_live, 0);
+        CHECK_EQ_INT(st.cells_cached, st.cells_used);
+        CHECK_EQ_INT(st.cells_cached, recurrent ? 2 : 31); /* a state (+ its checkpoint); 30 + 1 fed token */
+        /* b shares a's first 20 tokens and runs: those count as live now */
+        memcpy(pb, pa, 20 * sizeof *pb);
+        fake_prompt(pb + 20, 10, 52, VOCAB);
+        struct sched_request qb = request(pb, 30, 50);
+        struct sched_req *h;
+        CHECK_EQ_INT(submit(&f, &b, &qb, &h), 0);
+        fake_run(f.s, &f.now, 1, 4);
+        sched_stats(f.s, f.now, &st);
+        CHECK_EQ_INT(st.cells_live + st.cells_cached, st.cells_used);
+        if (recurrent) {
+            CHECK_EQ_INT(st.cells_live, 1);
+        } else {
+            CHECK_EQ_INT(st.cells_live, 30 + b.n_tokens[0] - 1);
+            CHECK_EQ_INT(st.cells_cached, 31 - 20);
+        }
+        sched_cancel(f.s, h);
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+}
+
 TEST(sched_n_choices_evaluate_the_prompt_once) {
     struct fx f;
     CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, NULL), 0);
