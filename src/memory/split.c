@@ -60,7 +60,8 @@ static int split_reserve(struct memory *m, const struct batch *b) {
 
 static int64_t split_cells_needed(const struct memory *m, int32_t seq, int32_t n_new) {
     const struct split_memory *sm = split_of_c(m);
-    return with_shortfall(sm, memory_cells_needed(sm->half[0], seq, n_new), memory_cells_needed(sm->half[1], seq, n_new));
+    return with_shortfall(sm, memory_cells_needed(sm->half[0], seq, n_new),
+                          memory_cells_needed(sm->half[1], seq, n_new));
 }
 
 static int split_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32_t p1) {

@@ -19,9 +19,9 @@
  * The element-wise steps follow the reference's x86 (AVX-512) build: RoPE as a C++ compiler
  * contracts it (fma(x0, cos, -(x1*sin)), fma(x0, sin, x1*cos)), SiLU with its vectorized expf
  * (quant_expf), GELU (tanh form) through its table of every F16 input (the reference's CPU GELU
- * rounds its input and result to F16), the attention softmax as math/attn.h's attn_softmax_row. With cfg.reference the
- * matmuls (MATMUL_REFERENCE) and the attention dots follow it too, and the golden tests match
- * its logits to the printed precision (build/test-runner golden).
+ * rounds its input and result to F16), the attention softmax as math/attn.h's attn_softmax_row.
+ * With cfg.reference the matmuls (MATMUL_REFERENCE) and the attention dots follow it too, and the
+ * golden tests match its logits to the printed precision (build/test-runner golden).
  */
 #include "model/arch.h"
 #include "model/attention.h"
@@ -149,7 +149,8 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
     if (hp->tf.act == FFN_GELU_TANH) {
         s->gelu = scratch_alloc(s, 1 << 16, sizeof(float), &ok);
-        for (uint32_t h = 0; ok && h < 1 << 16; h++) s->gelu[h] = fp16_to_f32(f32_to_fp16(gelu_f32(fp16_to_f32((uint16_t)h))));
+        for (uint32_t h = 0; ok && h < 1 << 16; h++)
+            s->gelu[h] = fp16_to_f32(f32_to_fp16(gelu_f32(fp16_to_f32((uint16_t)h))));
     }
     s->window = window;
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
@@ -561,7 +562,8 @@ static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n
     windowed.window = window;
     struct memory *first = NULL, *second = NULL;
     int rc = kv_memory_create(&first, &full, n_cells, n_seq_max);
-    if (rc == 0) rc = kv_memory_create(&second, &windowed, kv_window_cells(n_cells, n_seq_max, window, max_batch), n_seq_max);
+    int64_t n_windowed = kv_window_cells(n_cells, n_seq_max, window, max_batch);
+    if (rc == 0) rc = kv_memory_create(&second, &windowed, n_windowed, n_seq_max);
     if (rc == 0) rc = split_memory_create(out, first, second, m->hp.n_layer, half);
     else memory_destroy(first);
     free(half);

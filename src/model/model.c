@@ -147,7 +147,8 @@ static int gemma3_desc(const struct gguf_file *f, struct model_hparams *hp, char
         return 0;
     }
     tf->n_rope = 2;
-    tf->rope[1] = (struct rope_desc){.base = (float)arch_float(f, n, "rope.freq_base_swa", 10000.0), .freq_scale = 1.0f};
+    tf->rope[1] = (struct rope_desc){.base = (float)arch_float(f, n, "rope.freq_base_swa", 10000.0),
+                                     .freq_scale = 1.0f};
     if (!(tf->rope[1].base > 0)) return fail(why, why_len, -ERR_FORMAT, "%s: rope.freq_base_swa must be positive", n);
     return 0;
 }

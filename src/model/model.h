@@ -43,7 +43,9 @@
 
 struct arch_impl;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3 };
+enum model_arch {
+    MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3
+};
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
 enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
 

@@ -319,7 +319,8 @@ TEST(chat_template_gemma4_as_its_jinja_renders) {
         size_t n;
         const char *with_gen, *without;
     } cases[] = {
-        {c1, 1, "<|turn>user\nHello<turn|>\n<|turn>model\n<|channel>thought\n<channel|>", "<|turn>user\nHello<turn|>\n"},
+        {c1, 1, "<|turn>user\nHello<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
+         "<|turn>user\nHello<turn|>\n"},
         {c2, 4,
          "<|turn>system\nYou are brief.<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\nHi there<turn|>\n"
          "<|turn>user\nWho are you?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
