@@ -39,6 +39,14 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The chat page's files (src/api/webui.h) as C arrays in a header only src/api/webui.c includes.
+WEBUI_FILES := src/api/webui.html src/api/webui.css src/api/webui.js
+$(BUILD)/gen/api/webui_assets.h: $(WEBUI_FILES) scripts/embed
+	@mkdir -p $(dir $@)
+	scripts/embed $(WEBUI_FILES) > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/api/webui.o: $(BUILD)/gen/api/webui_assets.h
+$(BUILD)/src/api/webui.o: CFLAGS += -I$(BUILD)/gen
+
 # make test: C unit + golden tests, then end-to-end tests against the real binary, one after the
 # other even under -j, so the e2e servers' timing checks never share the cores with golden runs.
 test:

@@ -419,9 +419,8 @@ async def run_mix(host, port, kinds, connections, duration, disconnect_rate=0.0,
             if session_header:
                 headers["X-Session-Id"] = "s%d" % w
             res = await request(host, port, kind.method, kind.path, body, headers, kind.name, cut, timeout)
-            # once a drain began, a new connection is refused, and a request read after the
-            # drain began is answered 503 (shutting down): neither was in flight, both may retry
-            # elsewhere, and the worker stops
+            # once a drain began, a new connection is refused (or a 503 answers a request that
+            # met the drain): neither was in flight, both may retry elsewhere, and the worker stops
             if draining is not None and draining.is_set() and (
                     res.status == 503 or (res.status == 0 and res.error and
                                           ("refused" in res.error.lower() or "reset" in res.error.lower()))):

@@ -25,7 +25,8 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
-/* The text of a message's content: a string, null, or an array of text parts. */
+/* The text of a message's content: a string, null, or an array of text parts joined with "\n"
+ * (none before the first part with text), as the reference server joins them. */
 static int content_text(const json_t *content, size_t i, char **text, char *why, size_t why_cap) {
     if (!content || json_is_null(content)) {
         *text = dup_n("", 0);
@@ -47,12 +48,13 @@ static int content_text(const json_t *content, size_t i, char **text, char *why,
                         "messages[%zu].content[%zu]: only text parts are supported", i, k);
         if (!json_is_string(ptext))
             return fail(-ERR_FORMAT, why, why_cap, "messages[%zu].content[%zu]: text is not a string", i, k);
-        total += json_string_length(ptext);
+        total += json_string_length(ptext) + 1;
     }
     char *buf = malloc(total + 1), *end = buf;
     if (!buf) return -ERR_NOMEM;
     json_array_foreach(content, k, part) {
         const json_t *ptext = json_object_get(part, "text");
+        if (end > buf) *end++ = '\n';
         memcpy(end, json_string_value(ptext), json_string_length(ptext));
         end += json_string_length(ptext);
     }

@@ -2,7 +2,7 @@
  *
  * Accepted: an array of objects {"role": string, "content": C}, where C is a string, null (an
  * assistant turn that only called tools: empty text) or an array of content parts of which the
- * {"type": "text", "text": string} parts are concatenated in order (other part types, like
+ * {"type": "text", "text": string} parts are joined in order with "\n" (other part types, like
  * images, are refused: uvlm is text-only). Other keys ("name", "tool_calls", ...) are ignored.
  *
  * The result owns copies of every string: it outlives the JSON it came from.

@@ -10,7 +10,6 @@
  * false from on_token; a stop string, or its possible start, never reaches a streaming client.
  */
 #include "api/anthropic.h"
-#include "api/chat_template.h"
 #include "api/errors.h"
 #include "api/ids.h"
 #include "api/params.h"
@@ -411,13 +410,11 @@ static int job_tokenize(struct gen_job *job, struct http_request *req) {
     char *chat = NULL;
     const char *text = p->prompt_text;
     size_t len = p->prompt_text_len;
-    if (p->messages) {
-        int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p->messages, p->n_messages, true, &chat);
-        if (n < 0)
-            return respond_err_code(srv, req, n == -ERR_NOMEM ? n : -ERR_INVAL, "messages",
-                                    "the model's chat template cannot express these messages"), -1;
+    if (p->chat.messages) { /* chat, Responses and Anthropic messages alike */
+        char why[256];
+        int rc = chat_prompt_render(&srv->chat, &p->chat, (int64_t)time(NULL), &chat, &len, why, sizeof why);
+        if (rc < 0) return respond_err_code(srv, req, rc == -ERR_NOMEM ? rc : -ERR_INVAL, "messages", why), -1;
         text = chat;
-        len = (size_t)n;
     }
     int rc = model_engine_tokenize(srv->engine, text, len, true, true, &job->prompt, &job->n_prompt);
     free(chat);

@@ -2,7 +2,6 @@
  * detail), /v1/models, /props, /slots, /metrics, /tokenize, /detokenize, /apply-template.
  * Everything here answers at once on the loop thread from the scheduler's counters (sched_stats
  * is safe while a step computes) and the engine's immutable tokenizer. */
-#include "api/chat_template.h"
 #include "api/errors.h"
 #include "api/metrics_text.h"
 #include "api/params.h"
@@ -18,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Send a jansson value (stolen) as the 200 body. */
 static void respond_value(struct serving *srv, struct http_request *req, json_t *v) {
@@ -127,7 +127,7 @@ void serving_props_handle(struct http_request *req, void *data) {
     json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
                           "model", srv->model_name, "model_path", srv->model_path, "n_ctx", e->n_ctx,
                           "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
-                          "n_vocab", e->n_vocab, "chat_template", chat_family_name((enum chat_family)srv->chat_family),
+                          "n_vocab", e->n_vocab, "chat_template", chat_prompt_kind(&srv->chat),
                           "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,
                           "max_n", (int)srv->cfg->max_n);
     respond_value(srv, req, v);
@@ -357,18 +357,19 @@ void serving_apply_template_handle(struct http_request *req, void *data) {
     struct completion_params p;
     struct api_error err;
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
-    if (completion_params_parse(&p, API_OAI_CHAT, req->body, req->body_len, &lim, &err) < 0) {
+    if (chat_template_params_parse(&p, req->body, req->body_len, &lim, &err) < 0) {
         respond_api_error(srv, req, &err);
         return;
     }
-    char *prompt = NULL;
-    int n = chat_template_apply_alloc((enum chat_family)srv->chat_family, p.messages, p.n_messages, true, &prompt);
-    if (n < 0) {
-        api_error_set(&err, n == -ERR_NOMEM ? 500 : 400, n == -ERR_NOMEM ? "server_error" : "invalid_request_error",
-                      "messages", "the model's chat template cannot express these messages");
+    char *prompt = NULL, why[256];
+    size_t n;
+    int rc = chat_prompt_render(&srv->chat, &p.chat, (int64_t)time(NULL), &prompt, &n, why, sizeof why);
+    if (rc < 0) {
+        api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
+                      "messages", "%s", why);
         respond_api_error(srv, req, &err);
     } else {
-        respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, (size_t)n));
+        respond_value(srv, req, json_pack("{s:s%}", "prompt", prompt, n));
     }
     free(prompt);
     completion_params_free(&p);

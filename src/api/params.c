@@ -92,6 +92,7 @@ static char *arena_strndup(struct params_arena **arena, const char *s, size_t le
 struct parser {
     json_t *obj;                       /* the request object */
     enum api_endpoint endpoint;
+    bool tools_rendered;               /* /apply-template: the prompt only (tools go into it) */
     const struct params_limits *lim;
     struct params_arena **arena;
     struct api_error *err;
@@ -468,6 +469,38 @@ static int parse_messages(struct parser *ps, struct completion_params *p, const 
     return 0;
 }
 
+/* The chat fields a template reads besides messages (chat_prompt.h's struct chat_request); the
+ * JSON values are kept by reference (completion_params_free drops them). */
+static int parse_chat_fields(struct parser *ps, struct completion_params *p) {
+    const char *name;
+    struct chat_request *c = &p->chat;
+    c->add_generation_prompt = true;
+    c->continue_final = -1;
+    int rc;
+    bool cont = false;
+    if ((rc = get_bool(ps, NAMES("add_generation_prompt"), &c->add_generation_prompt)) < 0) return rc;
+    if (field(ps, NAMES("continue_final_message"), &name)) {
+        if ((rc = get_bool(ps, NAMES("continue_final_message"), &cont)) < 0) return rc;
+        c->continue_final = cont;
+    }
+    json_t *kw = field(ps, NAMES("chat_template_kwargs"), &name);
+    if (kw && !json_is_object(kw))
+        return bad(ps, "chat_template_kwargs", "expected an object, got %s", json_type_name(kw));
+    json_t *tools = field(ps, NAMES("tools"), &name);
+    if (tools && !json_is_array(tools)) return bad(ps, "tools", "expected an array, got %s", json_type_name(tools));
+    c->messages = json_incref(json_object_get(ps->obj, "messages"));
+    c->tools = json_incref(tools);
+    c->kwargs = json_incref(kw);
+    return 0;
+}
+
+static void chat_fields_free(struct chat_request *c) {
+    json_decref((json_t *)c->messages);
+    json_decref((json_t *)c->tools);
+    json_decref((json_t *)c->kwargs);
+    memset(c, 0, sizeof *c);
+}
+
 /* ---- the completion endpoints ---- */
 
 static int parse_logprobs(struct parser *ps, struct completion_params *p) {
@@ -523,6 +556,7 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
     const char *name;
     json_t *v;
     static const char *const constraints[] = {"grammar", "json_schema", "tools", NULL};
+    if (ps->tools_rendered) return 0; /* only the prompt is made: nothing constrains an output */
     for (const char *const *c = constraints; *c; c++)
         if ((v = field(ps, (const char *const[]){*c, NULL}, &name)) && !json_empty(v))
             return bad(ps, *c, "%s is not supported", *c);
@@ -563,9 +597,10 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
     int rc = 0;
     completion_params_defaults(p, ps->endpoint);
 
-    if (ps->endpoint == API_OAI_CHAT)
+    if (ps->endpoint == API_OAI_CHAT) {
         rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));
-    else
+        if (rc == 0) rc = parse_chat_fields(ps, p);
+    } else
         rc = parse_prompt(ps, p);
     if (rc < 0) return rc;
 
@@ -645,6 +680,8 @@ static int load_body(const char *body, size_t len, json_t **root, struct api_err
     return 0;
 }
 
+static int chat_template_fn(struct parser *ps, void *out);
+
 /* Shared shape of every public parse: zero out, load, run fn; on success *arena (a field of
  * out) owns what fn allocated, on failure it is freed and out zeroed again. */
 static int parse_with(void *out, size_t out_size, struct params_arena **arena, const char *body,
@@ -658,7 +695,8 @@ static int parse_with(void *out, size_t out_size, struct params_arena **arena, c
     int rc = load_body(body, len, &root, err);
     if (rc < 0) return rc;
     struct params_arena *a = NULL;
-    struct parser ps = {root, ep, lim ? lim : &defaults, &a, err};
+    struct parser ps = {root, ep, false, lim ? lim : &defaults, &a, err};
+    ps.tools_rendered = fn == chat_template_fn;
     rc = fn(&ps, out);
     json_decref(root);
     if (rc < 0) {
@@ -735,6 +773,10 @@ int params_messages(struct params_parser *pp, const struct json_t *messages, con
     }
     p->messages = p->chat_.msgs;
     p->n_messages = n;
+    /* the template reads them as a chat request's messages */
+    p->chat.messages = json_incref((json_t *)messages);
+    p->chat.add_generation_prompt = true;
+    p->chat.continue_final = -1;
     return 0;
 }
 
@@ -753,7 +795,10 @@ static int completion_fn(struct parser *ps, void *out) {
         break;
     default: rc = parse_completion(ps, p);
     }
-    if (rc < 0) chat_messages_free(&p->chat_);
+    if (rc < 0) {
+        chat_messages_free(&p->chat_);
+        chat_fields_free(&p->chat);
+    }
     return rc;
 }
 
@@ -762,6 +807,13 @@ int completion_params_parse(struct completion_params *p, enum api_endpoint endpo
                             struct api_error *err) {
     return parse_with(p, sizeof *p, &p->arena_, body, len, endpoint, lim, err,
                       completion_fn);
+}
+
+static int chat_template_fn(struct parser *ps, void *out) { return completion_fn(ps, out); }
+
+int chat_template_params_parse(struct completion_params *p, const char *body, size_t len,
+                               const struct params_limits *lim, struct api_error *err) {
+    return parse_with(p, sizeof *p, &p->arena_, body, len, API_OAI_CHAT, lim, err, chat_template_fn);
 }
 
 static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *param,
@@ -791,6 +843,7 @@ int completion_params_check_tokens(const struct completion_params *p, int32_t n_
 void completion_params_free(struct completion_params *p) {
     arena_free(p->arena_);
     chat_messages_free(&p->chat_);
+    chat_fields_free(&p->chat);
     memset(p, 0, sizeof *p);
 }
 

@@ -55,10 +55,14 @@
  *                is want_logprobs + n_probs (top-N alternatives per generated token).
  *   messages     chat only, required, 1..max_messages: [{role, content}], role one of system,
  *                user, assistant, developer, tool; content required except for assistant turns
- *                (null: empty); the conversion (a string, or text parts concatenated in order;
+ *                (null: empty); the conversion (a string, or text parts joined with "\n";
  *                other part types refused) is chat_json.h's, so that /v1/chat/completions,
  *                POST /apply-template (parse its body as API_OAI_CHAT: only messages is needed)
  *                and `uvlm apply-template` read messages the same way.
+ *   add_generation_prompt (chat, default true), continue_final_message (chat: continue the
+ *                assistant's last message; absent: continue it when the generation prompt is
+ *                asked for), chat_template_kwargs (chat: an object of extra template variables):
+ *                see chat_prompt.h.
  *   grammar, json_schema, tools (non-empty) and response_format other than {"type": "text"}:
  *                refused (400 naming the field): they constrain the output, which uvlm cannot
  *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
@@ -77,6 +81,7 @@
 #include <stdint.h>
 
 #include "api/chat_json.h"
+#include "api/chat_prompt.h"
 
 /* Which request body is being parsed: the accepted field names and forms differ. */
 enum api_endpoint {
@@ -144,6 +149,9 @@ struct completion_params {
     size_t n_prompt_tokens;
     const struct chat_message *messages; /* chat_template.h's: ready for chat_template_apply */
     size_t n_messages;
+    struct chat_request chat;     /* chat: the request as a chat template renders it
+                                   * (chat_prompt_render); its JSON values are references this
+                                   * struct holds */
 
     int32_t n_predict;        /* -1: until EOS or the context ends; 0: evaluate the prompt only */
     float temperature;        /* >= 0; 0 = greedy */
@@ -225,6 +233,12 @@ int params_messages(struct params_parser *ps, const struct json_t *messages, con
 /* Defined by responses.c and anthropic.c, called by completion_params_parse. */
 int responses_params_fill(struct params_parser *ps, struct completion_params *p);
 int anthropic_params_fill(struct params_parser *ps, struct completion_params *p);
+
+/* POST /apply-template and `uvlm apply-template`: a chat request's body (messages and the chat
+ * fields above, tools accepted: they are rendered, not used), parsed into p as API_OAI_CHAT.
+ * Errors as completion_params_parse. */
+int chat_template_params_parse(struct completion_params *p, const char *body, size_t len,
+                               const struct params_limits *lim, struct api_error *err);
 
 /* POST /tokenize: {"content": string (required, may be empty), "add_special": bool (false),
  * "parse_special": bool (true), "with_pieces": bool (false)}. */

@@ -185,7 +185,7 @@ struct props_info {
     int64_t kv_tokens;        /* --kv-tokens: KV cells for all sequences together */
     int32_t max_n;            /* --max-n */
     int32_t n_vocab;
-    const char *chat_template;/* the chat family in use ("chatml", "llama3", ...) */
+    const char *chat_template;/* "jinja" (the model's template runs), or the native family ("chatml", ...) */
     const char *build_info;
     const struct completion_params *defaults; /* completion_params_defaults(&d, API_COMPLETION) */
 };

@@ -2,17 +2,26 @@
  *
  * router_dispatch() decides, in this order, for a complete request:
  *   1. CORS: when --cors-origin allows the request's Origin, Access-Control-Allow-Origin (and
- *      Vary: Origin) go on every response; OPTIONS on a known path is a preflight: 204 with
- *      Allow and the Access-Control-Allow-* headers (no API key needed).
- *   2. 404 when no route has the path; 405 with an Allow header when none has the method.
- *   3. 401 when API keys are configured, the route is not ROUTE_PUBLIC, and neither
- *      "Authorization: Bearer KEY" nor "X-Api-Key: KEY" carries one of them (keys are compared
- *      in constant time).
- *   4. the route's handler (see http.h for how a handler answers).
- * From 2 on, req->error_shape is the route's (ROUTE_ANTHROPIC: Anthropic's error body), so the
- * 405 and 401 of an Anthropic route are what an Anthropic client parses.
+ *      Vary: Origin) go on every response; OPTIONS on a known path is a preflight: 200 with
+ *      Allow and the Access-Control-Allow-* headers (no API key needed). An entry of the list is
+ *      an origin ("http://app.example"), one on any port ("http://app.example:*"), "*" (any
+ *      origin), or "localhost": http(s) on localhost, 127.0.0.1 or [::1], any port (the default:
+ *      a web app on this machine works, a page from elsewhere cannot read the answers).
+ *   2. a ROUTE_PUBLIC route (/health) goes to its handler: no key needed.
+ *   3. 401 when API keys are configured and neither "Authorization: Bearer KEY" nor
+ *      "X-Api-Key: KEY" carries one of them (keys are compared in constant time), whatever the
+ *      path and method: a client without a key learns nothing of the routes.
+ *   4. 404 when no route has the path; 405 with an Allow header when none has the method.
+ *   5. the route's handler (see http.h for how a handler answers).
+ * From 3 on, req->error_shape is the API's whose path it is (ROUTE_ANTHROPIC: Anthropic's error
+ * body), so the 401 and 405 of an Anthropic route are what an Anthropic client parses.
+ * Steps 1-4 are router_refuse(), which the server also calls when the head of a request with a
+ * body is complete (net/server.h: app->on_head), so that a refused request is answered before
+ * its body is read.
  *
- * A path ending in '*' matches every path with that prefix ("/v1/models/" + '*'). HEAD is not special.
+ * A path ending in '*' matches every path with that prefix ("/v1/models/" + '*'). HEAD is
+ * answered by the path's GET route unless it has a HEAD route (the server sends the head of the
+ * GET's response without its body); Allow lists HEAD beside GET.
  *
  *   struct router r;
  *   router_init(&r, &cfg.api_key, &cfg.cors_origin);
@@ -30,6 +39,7 @@
 #include "api/http.h"
 #include "common/config.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define ROUTER_MAX_ROUTES 64
@@ -65,11 +75,16 @@ int router_add(struct router *r, const char *method, const char *path, http_hand
 /* Answer (or hand to its handler) one complete request. */
 void router_dispatch(const struct router *r, struct http_request *req);
 
-/* The route for method+path: 0 with *out set, -ERR_NOTFOUND (no such path), or -ERR_UNSUPPORTED
- * (path exists, method does not). */
+/* Steps 1-4 above: answer the request when it is refused (a preflight counts) and return true;
+ * false when it goes to its handler (nothing answered; CORS headers may have been added). Looks
+ * only at the method, path and headers: callable before the body has arrived. */
+bool router_refuse(const struct router *r, struct http_request *req);
+
+/* The route for method+path (HEAD: the GET route when there is no HEAD route): 0 with *out set,
+ * -ERR_NOTFOUND (no such path), or -ERR_UNSUPPORTED (path exists, method does not). */
 int router_match(const struct router *r, const char *method, const char *path, const struct route **out);
 
-/* "GET, POST, OPTIONS": the methods the path accepts, for Allow headers. Returns its length. */
+/* "GET, HEAD, POST, OPTIONS": the methods the path accepts, for Allow headers. Returns its length. */
 size_t router_allow(const struct router *r, const char *path, char *out, size_t cap);
 
 /* 1 when the request carries one of the keys (or no keys are configured). */

@@ -2,7 +2,7 @@
  * request policy the endpoints share (not ready, counting) and the route table. */
 #include "api/serving.h"
 
-#include "api/chat_template.h"
+#include "api/chat_prompt.h"
 #include "api/errors.h"
 #include "common/err.h"
 #include "sched/model_engine.h"
@@ -10,6 +10,7 @@
 
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,6 +142,7 @@ void serving_free(struct serving *srv) {
     model_engine_free(srv->engine);
     model_engine_free(srv->loaded);
     srv->engine = srv->loaded = NULL;
+    chat_prompt_free(&srv->chat);
 }
 
 /* --- serving_ops ----------------------------------------------------------------------------- */
@@ -163,6 +165,74 @@ static int ops_load(void *engine) {
     return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);
 }
 
+/* The whole of a small file (--chat-template-file) as a NUL-terminated buffer, or NULL. */
+static char *read_text_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *bigger = realloc(buf, cap = cap * 2 + 8192);
+            if (!bigger) break;
+            buf = bigger;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool ok = buf && !ferror(f) && feof(f);
+    fclose(f);
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* How chats become prompts (chat_prompt.h): --chat-template NAME, or the template of
+ * --chat-template-file or of the model run as Jinja with the model's BOS and EOS. */
+static int start_chat(struct serving *srv, const struct model_engine *e) {
+    const struct config *cfg = srv->cfg;
+    const struct log *lg = srv->log;
+    struct chat_prompt_source src = {.forced = *cfg->chat_template ? cfg->chat_template : NULL,
+                                     .origin = "the model"};
+    src.text = model_engine_chat_template(e, &src.len);
+    char *file_text = NULL;
+    if (*cfg->chat_template_file && !src.forced) {
+        if (!(file_text = read_text_file(cfg->chat_template_file, &src.len))) {
+            log_error(lg, "--chat-template-file: cannot read %s", cfg->chat_template_file);
+            return -ERR_IO;
+        }
+        src.text = file_text;
+        src.origin = cfg->chat_template_file;
+    }
+    size_t bos_len, eos_len;
+    const char *bos = model_engine_special_text(e, 0, &bos_len, &src.strip_bos);
+    const char *eos = model_engine_special_text(e, 1, &eos_len, &src.strip_eos);
+    char *bos_s = strndup(bos, bos_len), *eos_s = strndup(eos, eos_len);
+    char warn[640], why[512];
+    int rc = bos_s && eos_s ? 0 : -ERR_NOMEM;
+    if (rc == 0) {
+        src.bos = bos_s;
+        src.eos = eos_s;
+        rc = chat_prompt_init(&srv->chat, &src, warn, sizeof warn, why, sizeof why);
+    }
+    free(bos_s);
+    free(eos_s);
+    if (rc < 0) {
+        log_error(lg, "%s%s", src.forced ? "--chat-template: " : "chat template: ", rc == -ERR_NOMEM ? "out of memory" : why);
+    } else {
+        if (warn[0]) log_warn(lg, "%s", warn);
+        if (srv->chat.jinja) log_info(lg, "chat template: %s's, run as jinja", src.origin);
+        else log_info(lg, "chat template: %s", chat_prompt_kind(&srv->chat));
+    }
+    free(file_text);
+    return rc;
+}
+
 static int ops_start(void *engine, int load_rc) {
     struct serving *srv = engine;
     const struct config *cfg = srv->cfg;
@@ -177,18 +247,8 @@ static int ops_start(void *engine, int load_rc) {
     log_info(lg, "model %s: %s", srv->model_path, line);
     if (e->tokenizer_warning[0]) log_warn(lg, "tokenizer: %s", e->tokenizer_warning);
 
-    size_t tlen;
-    const char *tmpl = model_engine_chat_template(e, &tlen);
-    enum chat_family fam;
-    char why[512];
-    int rc = chat_family_resolve(*cfg->chat_template ? cfg->chat_template : NULL, tmpl, tlen, &fam, why, sizeof why);
-    if (rc < 0) {
-        log_error(lg, "--chat-template: %s", why);
-        return rc;
-    }
-    if (why[0]) log_warn(lg, "%s", why);
-    log_info(lg, "chat template: %s", chat_family_name(fam));
-    srv->chat_family = (int)fam;
+    int rc = start_chat(srv, e);
+    if (rc < 0) return rc;
 
     struct sched_config sc;
     sched_config_default(&sc);

@@ -1,4 +1,4 @@
-/* serving.h: what the serving endpoints share (the engine, the scheduler, the chat family,
+/* serving.h: what the serving endpoints share (the engine, the scheduler, the chat template,
  * counters for /metrics, a way to wake the driver), and the engine interface the driver runs.
  * No libuv here: serving owns the model engine (sched/model_engine.h) and the scheduler
  * (sched/sched.h); the driver (net/engine_driver.h) owns the threads and timers and calls
@@ -9,15 +9,15 @@
  *   loop thread                                  compute thread (the driver's)
  *   ───────────                                  ──────────────
  *   driver: app->load ─────────────────────────> serving_ops.load (map the model, size memory)
- *   serving_ops.start: log it, resolve the    <─┘
- *     chat family, create the scheduler (then every model endpoint answers)
+ *   serving_ops.start: log it, load the chat  <─┘
+ *     template, create the scheduler (then every model endpoint answers)
  *   serving_ops.build_step (a request came or went, or the driver's tick)
  *                    ──────────────────────────> serving_ops.compute_step (forward + sampling)
  *   serving_ops.complete_step, in parts       <─┘
  *     (sink callbacks: tokens to the clients)
  *
  * Request path of a completion: params.h parses and validates the body; the prompt is tokenized
- * (chat: formatted by the model's chat family first); sched_submit queues it with a sink whose
+ * (chat: rendered by the chat template first, chat_prompt.h); sched_submit queues it with a sink whose
  * callbacks detokenize (the engine's streaming detokenizer), match stop strings (stream_text.h)
  * and send JSON (render.h) at once or as SSE events; the HTTP cancel callback calls sched_cancel.
  *
@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api/chat_prompt.h"
 #include "api/http.h"
 #include "api/router.h"
 #include "common/config.h"
@@ -70,7 +71,7 @@ struct serving {
                                    * the model served */
     struct model_engine *engine;  /* NULL until started */
     struct sched *sched;          /* NULL until started */
-    int chat_family;              /* enum chat_family */
+    struct chat_prompt chat;      /* how chats become prompts (after start) */
     int64_t created;              /* unix seconds of the start */
     uint64_t seed_state;          /* seeds for requests without one */
     void (*kick)(void *driver);   /* a request was submitted or cancelled: build a step soon */

@@ -4,6 +4,7 @@
  * runs on the loop and its compute thread. */
 #include "api/router.h"
 #include "api/serving.h"
+#include "api/webui.h"
 #include "cmd/cmd.h"
 #include "common/config.h"
 #include "common/err.h"
@@ -11,8 +12,13 @@
 #include "net/engine_driver.h"
 #include "net/server.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -21,8 +27,30 @@ static void serve_request(struct http_request *req, void *router) {
     router_dispatch(router, req);
 }
 
+/* ... and the head of each request with a body: refused (no key, no such route) before its body is read. */
+static bool serve_head(struct http_request *req, void *router) {
+    return router_refuse(router, req);
+}
+
+/* The model file must be a readable regular file: checked before listening, so that a wrong path
+ * is a configuration error (status 2) at once, not a load failure later. O_NONBLOCK: opening a
+ * FIFO must not wait for a writer. */
+static int check_model_file(const char *path, char *msg, size_t cap) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(msg, cap, "%s", strerror(errno));
+        return -ERR_INVAL;
+    }
+    struct stat st;
+    int rc = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -ERR_INVAL; /* a directory, a device, a FIFO */
+    if (rc) snprintf(msg, cap, "not a regular file");
+    close(fd);
+    return rc;
+}
+
 static int add_routes(struct router *r, struct app *app, struct serving *srv, struct engine_driver *drv) {
     int rc = serving_routes_add(r, srv); /* /health and every model endpoint */
+    if (!rc && !app->cfg->no_webui) rc = webui_routes_add(r); /* the chat page at GET / */
     if (!rc && app->cfg->debug_endpoints) rc = engine_driver_routes_add(drv, r);
     if (!rc && app->cfg->debug_endpoints) rc = debug_routes_add(app, r);
     return rc;
@@ -46,9 +74,18 @@ int cmd_serve(int argc, char **argv) {
     struct router router;
     router_init(&router, &cfg.api_key, &cfg.cors_origin);
     app.on_request = serve_request;
+    app.on_head = serve_head;
+    app.health_path = "/health"; /* served beyond --max-connections too (a small reserve) */
     app.request_data = &router;
     struct serving srv;
     serving_init(&srv, &cfg, &app.log);
+    if (check_model_file(srv.model_path, msg, sizeof msg)) {
+        fprintf(stderr, "uvlm: --model '%s': %s\n", srv.model_path, msg);
+        serving_free(&srv);
+        uv_loop_close(&loop);
+        config_free(&cfg);
+        return 2;
+    }
     struct engine_driver drv;
     engine_driver_init(&drv, &app, &serving_ops, &srv); /* the model loads when the app starts */
     srv.kick = engine_driver_kick;

@@ -63,29 +63,42 @@ const struct config_setting config_settings[] = {
     {"stall-timeout", 0, CONFIG_MS, F(stall_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,
-     "force a chat template family (chatml, llama3, mistral-v7, gemma, ...); empty: detect"},
+     "format chats with this native family (chatml, llama3, mistral-v7, gemma, ...) instead of "
+     "running the model's template; empty: run the template"},
+    {"chat-template-file", 0, CONFIG_STR, F(chat_template_file), "", 0, 0, NULL,
+     "run this Jinja chat template instead of the model's own (tokenizer.chat_template)"},
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},
     {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
      "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
-     "for several; /health never needs it"},
-    {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "", 0, 0, NULL,
-     "allowed browser origins for CORS (* for any); empty: no CORS headers"},
-    {"max-body", 0, CONFIG_SIZE, F(max_body), "16M", 1, GiB, NULL,
-     "largest request body accepted (413 above)"},
+     "for several; /health never needs it; an empty or blank value is refused"},
+    {"cors-origin", 0, CONFIG_LIST, F(cors_origin), "localhost", 0, 0, NULL,
+     "browser origins whose pages may read the answers (CORS): origins (http://app.example, "
+     "http://app.example:* for any port), localhost (http(s) on localhost, 127.0.0.1, [::1], any "
+     "port), * (any page of any site); empty: no CORS headers"},
+    {"no-webui", 0, CONFIG_BOOL, F(no_webui), "false", 0, 0, NULL,
+     "serve no chat page: GET / (and its /webui.js, /webui.css) answer 404"},
+    {"max-body", 0, CONFIG_SIZE, F(max_body), "4M", 1, GiB, NULL,
+     "largest request body accepted (413 above); 4M holds a chat request of a million characters, "
+     "and a client without the API key is refused before its body is read"},
     {"max-header-bytes", 0, CONFIG_SIZE, F(max_header_bytes), "16k", 256, 16 * MiB, NULL,
      "largest request line + headers accepted (431 above)"},
     {"max-headers", 0, CONFIG_INT, F(max_headers), "64", 1, 10000, NULL,
      "most request headers accepted (431 above)"},
     {"max-connections", 0, CONFIG_INT, F(max_connections), "256", 1, 100000, NULL,
-     "most open client connections (503 and close above)"},
+     "most open client connections (above: 503 and close, but for a few more that serve only "
+     "GET /health, then close)"},
     {"idle-timeout", 0, CONFIG_MS, F(idle_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "close a keep-alive connection idle this long"},
+    {"header-timeout", 0, CONFIG_MS, F(header_timeout_ms), "10s", 10, 24 * HOUR_MS, NULL,
+     "a request's line and headers must arrive within this of its first byte, and a new "
+     "connection's first request within this of its opening (408 and close otherwise; a silent "
+     "connection is closed)"},
     {"read-timeout", 0, CONFIG_MS, F(read_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "a request's headers and body must arrive within this (408 and close otherwise)"},
     {"drain-timeout", 0, CONFIG_MS, F(drain_timeout_ms), "30s", 0, 24 * HOUR_MS, NULL,
-     "on SIGTERM/SIGINT, let in-flight requests finish this long, then exit"},
+     "on SIGTERM/SIGINT/SIGHUP, let in-flight requests finish this long, then exit"},
     {"sse-queue-bytes", 0, CONFIG_SIZE, F(sse_queue_bytes), "1M", 1024, GiB, NULL,
      "bytes a stream may have waiting for a slow client before it is closed and cancelled"},
     {"sse-ping", 0, CONFIG_MS, F(sse_ping_ms), "15s", 10, 24 * HOUR_MS, NULL,
@@ -218,6 +231,7 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
         size_t idx = (size_t)(s - config_settings);
         if (st->list_src[idx] != src) l->n = 0; /* a higher source replaces the list */
         st->list_src[idx] = src;
+        int before = l->n;
         for (const char *p = v; *p;) {
             const char *comma = strchr(p, ',');
             size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -232,6 +246,13 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
                 if (!(l->v[l->n++] = own(cfg, p, len))) return -ERR_NOMEM;
             }
             p = comma ? comma + 1 : p + strlen(p);
+        }
+        /* an operator who names a key and gives only blanks meant one: refused, not read as no
+         * key (which would serve every client without one) */
+        if (src != SRC_DEFAULT && s->offset == F(api_key) && l->n == before) {
+            fail(msg, msglen, "%s: empty value for %s (a key is needed; to serve without one, leave %s unset)",
+                 source_names[src], s->name, s->name);
+            return -ERR_INVAL;
         }
         return 0;
     }

@@ -56,16 +56,19 @@ struct config {
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
     const char *chat_template;
+    const char *chat_template_file;
     bool allow_unknown_pretokenizer;
     /* security */
     struct config_list api_key;
     struct config_list cors_origin;
+    bool no_webui;              /* no chat page at GET / */
     /* limits and timeouts */
     long long max_body;         /* bytes */
     long long max_header_bytes; /* bytes, request line + headers */
     long long max_headers;      /* count */
     long long max_connections;
     long long idle_timeout_ms;  /* keep-alive connection with no request */
+    long long header_timeout_ms; /* request line + headers must arrive within */
     long long read_timeout_ms;  /* whole request (headers + body) must arrive within */
     long long drain_timeout_ms;
     long long sse_queue_bytes;  /* per stream write-queue bound */

@@ -349,7 +349,7 @@ static void release_file(const struct gguf_file *f) {
 
 static int open_file(struct gguf_file *f, const char *path, bool resident, char *why, size_t why_len) {
     *f = (struct gguf_file){0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block the open */
     if (fd < 0) {
         snprintf(why, why_len, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? -ERR_NOTFOUND : -ERR_IO;
@@ -358,7 +358,7 @@ static int open_file(struct gguf_file *f, const char *path, bool resident, char 
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         snprintf(why, why_len, "%s: not a regular file", path);
         close(fd);
-        return -ERR_IO;
+        return -ERR_INVAL; /* a wrong path, not a failed read */
     }
     size_t size = (size_t)st.st_size;
     void *base = NULL;

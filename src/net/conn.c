@@ -13,6 +13,13 @@
  * While a request is HELD/HANDLING/STREAMING the connection keeps reading (so a disconnect is seen
  * at once), buffering pipelined bytes in `in`; when `in` is full it stops reading until the
  * request is finished.
+ * Output: a client that sends requests without reading the answers (pipelining) must not make the
+ * server queue answers without bound. Between requests, while more than CONN_OUT_PAUSE_BYTES of
+ * answers wait in user space (the socket's kernel buffers are full), the next request is not
+ * parsed and reading stops, so TCP pushes back on the client; it resumes once the client has read
+ * them down to half of that. A connection so paused stays IDLE: --idle-timeout closes it if its
+ * client reads nothing more. Per connection that bounds the queue to the pause threshold plus
+ * one answer; an event stream is bounded by --sse-queue-bytes (closed beyond it).
  */
 #include "api/errors.h"
 #include "common/err.h"
@@ -27,6 +34,9 @@
 #define CONN_IN_BYTES 16384
 #define CONN_EXTRA_BYTES 2048
 #define LINGER_MS 2000
+/* Answers waiting in user space above which a connection parses no further request (see above):
+ * a few hundred small answers, and far more than the kernel's socket buffers take at once. */
+#define CONN_OUT_PAUSE_BYTES (64 * 1024)
 
 /* Most requests with model work (anything but GET, HEAD, OPTIONS: parsing a JSON body,
  * tokenizing, submitting) dispatched per loop iteration. When many arrive at once (a step's worth
@@ -38,11 +48,19 @@
  * the request's scheduler state and sampler): when a step's worth of clients leave at once, the
  * others are finished in the next iterations. While the app stops they all go at once. */
 #define CONN_CANCELS_PER_ITERATION 8
-/* Once a drain begins, how long a connection without a request (kept alive, or accepted and still
- * silent) has to send one (answered "shutting down", Connection: close) before it is closed. A
- * connection is never closed under a request its client is sending at that moment: a client that
- * connected just before the listener closed, slower than the drain, gets an answer, not an EOF. */
+/* Once a drain begins, how long a connection accepted before it and still silent has to send its
+ * request (served as if the drain had not begun, with Connection: close) before it is closed. A
+ * kept-alive connection between requests is closed at once, gracefully (conn_drain_begin): a
+ * client, or a proxy reusing its idle connections, sees the close before it sends and goes
+ * elsewhere, instead of having its next request refused 503. A connection is never closed under a
+ * request its client is sending at that moment: it is served. */
 #define DRAIN_IDLE_MS 1000
+/* Beyond --max-connections, this many more connections are read, each for one request: GET or
+ * HEAD of app->health_path is served (then the connection closes), anything else gets 503. A
+ * flood of connections that holds every place (sending slowly, or nothing) leaves health checks
+ * answered. Their request head is due within RESERVE_HEAD_MS (a checker sends at once). */
+#define CONN_HEALTH_RESERVE 4
+#define RESERVE_HEAD_MS 1000
 
 enum conn_state { C_IDLE, C_READING, C_HELD, C_HANDLING, C_STREAMING, C_LINGER, C_CLOSED };
 
@@ -56,7 +74,11 @@ struct conn {
                                           * the client leaves); held_next alone: app->cancels_head's */
     enum conn_state state;
     int handles_open;       /* tcp + timer, until both close callbacks ran */
-    bool reading, rejected, continue_sent, keep_alive, chunked, in_process;
+    bool reading, rejected, keep_alive, chunked, in_process;
+    bool head_only;         /* a HEAD request: responses and streams send their head, no body */
+    bool out_paused;        /* between requests, too many answers unread: not parsing, not reading */
+    bool reserve;           /* beyond --max-connections: one /health request (CONN_HEALTH_RESERVE) */
+    bool used;              /* a request has begun on it (its first head is no longer due from accept) */
     bool refused;           /* over --max-connections, answered 503: counted in rejects_open */
     bool before_drain;      /* HELD when the drain began: served as if it had not (req.before_drain) */
     bool finishing;         /* in a finishing http_* call: a close there is its -ERR_CANCELLED, no abort */
@@ -74,7 +96,7 @@ struct conn {
     char extra[CONN_EXTRA_BYTES]; /* "Name: value\r\n" headers added by http_add_header */
     size_t extra_len;
     int status;
-    uint64_t start_ns, bytes_out;
+    uint64_t start_ns, bytes_out; /* start_ns: the request's first byte (the accept before one) */
     char remote[64];
 };
 
@@ -199,8 +221,10 @@ static void conn_close(struct conn *c, const char *why) {
             cb(&c->parse.req, c->cancel_data);
         }
     }
-    /* A place under --max-connections is free from now on, whenever its memory is. */
+    /* A place under --max-connections (or in the reserve) is free from now on, whenever its
+     * memory is. */
     if (!c->rejected) app->counters.connections_open--;
+    if (c->reserve) app->counters.reserve_open--;
     c->state = C_CLOSED;
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -239,11 +263,22 @@ static void conn_linger(struct conn *c) {
 
 /* --- writing -------------------------------------------------------------------------------- */
 
+static size_t out_queued(const struct conn *c) {
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
+}
+
 static void write_cb(uv_write_t *req, int status) {
     struct write_req *w = req->data;
     struct conn *c = w->req.handle->data;
     free(w);
     if (status < 0 && c->state != C_CLOSED) conn_close(c, "client gone"); /* EPIPE/ECONNRESET: client gone */
+    if (c->out_paused && c->state == C_IDLE && out_queued(c) <= CONN_OUT_PAUSE_BYTES / 2) {
+        c->out_paused = false; /* the client reads again: its next requests */
+        struct app *app = c->app;
+        uint64_t t0 = app_work_begin(app);
+        conn_process(c);
+        app_work_end(app, APP_WORK_READ, t0);
+    }
 }
 
 /* Queue the concatenation of parts (pointer, length, ..., NULL). A write that cannot be queued
@@ -337,16 +372,58 @@ static void read_timeout_cb(uv_timer_t *t) {
     conn_send_error(c, 408, "request not received in time");
 }
 
-/* How long a connection without a request stays open: --idle-timeout, or DRAIN_IDLE_MS once the
- * drain began (also after a response that announced keep-alive before it). */
-static uint64_t idle_ms(const struct app *app) {
+static void head_timeout_cb(uv_timer_t *t) {
+    struct conn *c = t->data;
+    c->app->counters.timeouts++;
+    conn_send_error(c, 408, "request head not received in time");
+}
+
+static uint64_t min_ms(uint64_t a, uint64_t b) {
+    return a < b ? a : b;
+}
+
+/* What is left of `limit_ms` since `since_ns` (at least 1 ms: a timer of 0 would fire at once,
+ * which is what a passed deadline means anyway). */
+static uint64_t ms_left(uint64_t limit_ms, uint64_t since_ns) {
+    uint64_t spent = (uv_hrtime() - since_ns) / 1000000u;
+    return spent < limit_ms ? limit_ms - spent : 1;
+}
+
+/* How long a connection without a request stays open: --idle-timeout; a new connection no longer
+ * than --header-timeout (its first request is due by then), a reserve one RESERVE_HEAD_MS; and
+ * DRAIN_IDLE_MS once the drain began (also after a response that announced keep-alive before it). */
+static uint64_t idle_ms(const struct conn *c) {
+    const struct app *app = c->app;
     uint64_t ms = (uint64_t)app->cfg->idle_timeout_ms;
-    return app->state == APP_DRAINING && ms > DRAIN_IDLE_MS ? DRAIN_IDLE_MS : ms;
+    if (!c->used) ms = min_ms(ms, (uint64_t)app->cfg->header_timeout_ms);
+    if (c->reserve) ms = min_ms(ms, RESERVE_HEAD_MS);
+    if (app->state == APP_DRAINING) ms = min_ms(ms, DRAIN_IDLE_MS);
+    return ms;
 }
 
 static void conn_idle(struct conn *c) {
     c->state = C_IDLE;
-    uv_timer_start(&c->timer, idle_timeout_cb, idle_ms(c->app), 0);
+    uv_timer_start(&c->timer, idle_timeout_cb, idle_ms(c), 0);
+}
+
+/* A request's first byte arrived: its head is due within --header-timeout (of the accept, for a
+ * connection's first request; RESERVE_HEAD_MS on a reserve connection), and the whole request
+ * within --read-timeout. */
+static void request_started(struct conn *c) {
+    const struct config *cfg = c->app->cfg;
+    uint64_t head_since = c->used ? uv_hrtime() : c->start_ns; /* start_ns: the accept */
+    uint64_t head_ms = c->reserve ? min_ms(RESERVE_HEAD_MS, (uint64_t)cfg->header_timeout_ms)
+                                  : (uint64_t)cfg->header_timeout_ms;
+    c->state = C_READING;
+    c->used = true;
+    c->start_ns = uv_hrtime();
+    head_ms = min_ms(ms_left(head_ms, head_since), (uint64_t)cfg->read_timeout_ms);
+    uv_timer_start(&c->timer, head_timeout_cb, head_ms, 0);
+}
+
+/* The head is complete and a body follows: the rest of --read-timeout for it. */
+static void body_started(struct conn *c) {
+    uv_timer_start(&c->timer, read_timeout_cb, ms_left((uint64_t)c->app->cfg->read_timeout_ms, c->start_ns), 0);
 }
 
 static void request_finished(struct conn *c) {
@@ -367,31 +444,52 @@ static void request_finished(struct conn *c) {
     app_request_finished(c->app);
 }
 
-static void dispatch(struct conn *c) {
+/* The request (complete, or only its head) goes to a hook: HANDLING, with its responder. */
+static void request_begin(struct conn *c, bool counted) {
     struct app *app = c->app;
     struct http_request *req = &c->parse.req;
-    bool counted = c->state == C_HELD; /* in flight since it was held */
     c->state = C_HANDLING;
-    uv_timer_stop(&c->timer);
-    c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING;
+    c->keep_alive = c->parse.keep_alive && app->state != APP_DRAINING && !c->reserve;
     req->before_drain = c->before_drain;
-    c->before_drain = false;
     c->chunked = llhttp_get_http_major(&c->parse.parser) == 1 && llhttp_get_http_minor(&c->parse.parser) >= 1;
+    c->head_only = !strcmp(req->method, "HEAD");
     c->cancel_cb = NULL;
     c->abort_cb = NULL;
     c->extra_len = 0;
     c->status = 0;
     c->bytes_out = 0;
-    c->continue_sent = false;
     req->remote = c->remote;
     req->draining = app->state == APP_DRAINING;
     req->resp = &conn_responder;
     req->resp_ctx = c;
     app->counters.requests_total++;
     if (!counted) app->counters.requests_inflight++;
+}
+
+static void dispatch(struct conn *c) {
+    struct app *app = c->app;
+    request_begin(c, c->state == C_HELD); /* a held request is in flight since it was held */
+    c->before_drain = false;
+    uv_timer_stop(&c->timer);
     app->loop_stats.requests_iter++;
     ASSERT(app->on_request); /* set before app_start (server.h) */
-    app->on_request(req, app->request_data);
+    app->on_request(&c->parse.req, app->request_data);
+}
+
+/* The head of a request with a body is complete: the head hook may refuse it before any body byte
+ * is read (no API key: 401, and the body costs nothing). Returns true when it was answered; the
+ * connection then closes after the answer (lingering discards the body). */
+static bool head_refused(struct conn *c) {
+    struct app *app = c->app;
+    if (!app->on_head) return false;
+    request_begin(c, false);
+    c->keep_alive = false; /* if answered: the unread body cannot be told from a next request */
+    if (app->on_head(&c->parse.req, app->request_data)) return true;
+    ASSERT(c->state == C_HANDLING && !c->cancel_cb); /* server.h: answered at once, or untouched */
+    c->state = C_READING; /* not a request yet: the body comes, the read timer runs on */
+    app->counters.requests_total--;
+    app->counters.requests_inflight--;
+    return false;
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -482,9 +580,17 @@ void conn_dispatch_held(uv_idle_t *h) {
 
 void conn_drain_begin(struct app *app) {
     ASSERT(app->state == APP_DRAINING); /* idle_ms() reads it */
-    for (struct conn *c = app->held_head; c; c = c->held_next) c->before_drain = true;
-    for (struct conn *c = app->conns; c; c = c->next)
-        if (c->state == C_IDLE) conn_idle(c);
+    for (struct conn *c = app->conns, *next; c; c = next) {
+        next = c->next; /* lingering never frees c here, but stay clear of the list anyway */
+        if (c->state == C_HELD || c->state == C_READING) {
+            c->before_drain = true; /* in the server's hands already: served */
+        } else if (c->state == C_IDLE && c->used) {
+            conn_linger(c); /* kept alive between requests: closed now (pipelined bytes unread) */
+        } else if (c->state == C_IDLE) {
+            c->before_drain = true; /* accepted, silent: DRAIN_IDLE_MS to send its request */
+            conn_idle(c);
+        }
+    }
 }
 
 void conn_dispatch_budget_reset(struct app *app) {
@@ -492,10 +598,23 @@ void conn_dispatch_budget_reset(struct app *app) {
     app->cancel_budget = CONN_CANCELS_PER_ITERATION;
 }
 
+/* What a reserve connection serves: GET or HEAD of the health path. */
+static bool reserve_request(const struct conn *c) {
+    const struct http_request *r = &c->parse.req;
+    return c->app->health_path && (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD")) &&
+           !strcmp(r->path, c->app->health_path);
+}
+
+/* Between requests with too many answers unread: the next request waits (see the top). */
+static bool out_pause(struct conn *c) {
+    if (c->state == C_IDLE && out_queued(c) > CONN_OUT_PAUSE_BYTES) c->out_paused = true;
+    return c->out_paused;
+}
+
 /* Parse what is buffered, dispatching complete requests one at a time. */
 static void conn_process(struct conn *c) {
     c->in_process = true;
-    while ((c->state == C_IDLE || c->state == C_READING) && c->in_len) {
+    while ((c->state == C_IDLE || c->state == C_READING) && c->in_len && !out_pause(c)) {
         size_t used;
         int rc = http_parse_feed(&c->parse, c->in, c->in_len, &used);
         memmove(c->in, c->in + used, c->in_len - used);
@@ -505,22 +624,30 @@ static void conn_process(struct conn *c) {
             conn_send_error(c, c->parse.status, c->parse.reason);
             break;
         }
-        if (c->state == C_IDLE && c->parse.started) {
-            c->state = C_READING;
-            c->start_ns = uv_hrtime();
-            uv_timer_start(&c->timer, read_timeout_cb, (uint64_t)c->app->cfg->read_timeout_ms, 0);
+        if (c->state == C_IDLE && c->parse.started) request_started(c);
+        if (c->reserve && rc > 0 && !reserve_request(c)) {
+            c->app->counters.connections_rejected++;
+            conn_send_error(c, 503, "too many connections, try again later");
+            break;
         }
-        if (c->parse.expect_continue && !c->continue_sent && rc != HTTP_PARSE_DONE) {
-            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            c->continue_sent = true;
-            conn_write(c, cont, sizeof cont - 1, NULL);
+        if (rc == HTTP_PARSE_HEAD) {
+            if (head_refused(c)) break;
+            body_started(c);
+            /* "100 Continue" only to a request the server will read, and only when the client
+             * waits for it (no body byte here yet) */
+            if (c->parse.expect_continue && c->in_len == 0) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (conn_write(c, cont, sizeof cont - 1, NULL)) break;
+            }
+            continue; /* the body: what is buffered now, or the next read */
         }
         if (rc == HTTP_PARSE_DONE) dispatch_or_hold(c);
     }
     c->in_process = false;
     if (c->state == C_CLOSED || c->state == C_LINGER) return;
-    /* Pause reading only when the buffer is full (a pipelining client racing ahead). */
-    bool want = c->in_len < sizeof c->in && !c->eof;
+    /* Pause reading when the buffer is full (a pipelining client racing ahead), or while the
+     * client leaves its answers unread. */
+    bool want = c->in_len < sizeof c->in && !c->eof && !out_pause(c);
     if (want && !c->reading) uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (!want && c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = want;
@@ -572,8 +699,9 @@ void conn_accept(struct app *app) {
     app->conns = c;
     app->counters.connections_total++;
     bool over = app->counters.connections_open >= app->cfg->max_connections; /* no parser needed */
+    bool reserve = over && app->health_path && app->counters.reserve_open < CONN_HEALTH_RESERVE;
     if (uv_accept((uv_stream_t *)&app->listener, (uv_stream_t *)&c->tcp) ||
-        (!over && http_parse_init(&c->parse, &app->limits))) {
+        ((!over || reserve) && http_parse_init(&c->parse, &app->limits))) {
         c->rejected = true;
         conn_close(c, NULL);
         return;
@@ -593,7 +721,10 @@ void conn_accept(struct app *app) {
     }
     snprintf(c->remote, sizeof c->remote, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
     uv_tcp_nodelay(&c->tcp, 1);
-    if (over) {
+    if (reserve) { /* read for one /health request (reserve_request), outside --max-connections */
+        c->reserve = c->rejected = true;
+        app->counters.reserve_open++;
+    } else if (over) {
         c->rejected = true;
         app->counters.connections_rejected++;
         /* A 503 holds its connection until the client has read it; under a flood of
@@ -610,7 +741,7 @@ void conn_accept(struct app *app) {
         conn_send_error(c, 503, "too many connections, try again later"); /* lingers, reading */
         return;
     }
-    app->counters.connections_open++;
+    if (!reserve) app->counters.connections_open++;
     conn_idle(c);
     c->reading = true;
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
@@ -653,8 +784,7 @@ static int conn_respond(struct http_request *req, int status, const char *conten
     size_t hlen = format_head(c, head, sizeof head, status, content_type ? content_type : "application/json",
                               (long long)len);
     c->finishing = true;
-    int rc = strcmp(req->method, "HEAD") ? conn_write(c, head, hlen, body, len, NULL)
-                                          : conn_write(c, head, hlen, NULL);
+    int rc = c->head_only ? conn_write(c, head, hlen, NULL) : conn_write(c, head, hlen, body, len, NULL);
     c->finishing = false;
     if (rc) return finish_dead(c); /* the write closed the connection */
     request_finished(c);
@@ -677,8 +807,9 @@ static void conn_on_abort(struct http_request *req, http_cancel_cb cb) {
 static int sse_write(struct conn *c, const char *prefix, const char *data, size_t len) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return -ERR_CANCELLED;
     if (c->state != C_STREAMING) return -ERR_STATE;
+    if (c->head_only) return 0; /* HEAD: the stream's head went out, its events do not */
     size_t plen = strlen(prefix), frame = plen + len + 2;
-    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    size_t queued = out_queued(c);
     if (queued + frame > (size_t)c->app->cfg->sse_queue_bytes) {
         c->app->counters.backpressure_closes++;
         log_warn(&c->app->log, "%s: client reads too slowly (%zu bytes waiting): stream closed", c->remote, queued);
@@ -727,7 +858,7 @@ static int conn_sse_end(struct http_request *req) {
     if (c->state == C_CLOSED || c->state == C_LINGER) return finish_dead(c);
     if (c->state != C_STREAMING) return -ERR_STATE;
     c->finishing = true;
-    int rc = c->chunked ? conn_write(c, "0\r\n\r\n", (size_t)5, NULL) : 0;
+    int rc = c->chunked && !c->head_only ? conn_write(c, "0\r\n\r\n", (size_t)5, NULL) : 0;
     c->finishing = false;
     if (rc) return finish_dead(c); /* closed */
     request_finished(c);

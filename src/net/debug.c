@@ -105,11 +105,11 @@ static void stats_handle(struct http_request *req, void *data) {
     const struct app_loop_stats *ls = &app->loop_stats;
     char body[4096];
     int n = snprintf(body, sizeof body,
-             "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,"
+             "{\"state\":\"%s\",\"connections_total\":%llu,\"connections_rejected\":%llu,\"connections_dropped\":%llu,\"connections_open\":%d,\"rejects_open\":%d,\"reserve_open\":%d,"
              "\"requests_total\":%llu,\"requests_inflight\":%d,\"requests_cancelled\":%llu,"
              "\"backpressure_closes\":%llu,\"timeouts\":%llu,\"bad_requests\":%llu,\"requests_held\":%llu",
              app_state_name(app->state), (unsigned long long)k->connections_total,
-             (unsigned long long)k->connections_rejected, (unsigned long long)k->connections_dropped, k->connections_open, k->rejects_open, (unsigned long long)k->requests_total,
+             (unsigned long long)k->connections_rejected, (unsigned long long)k->connections_dropped, k->connections_open, k->rejects_open, k->reserve_open, (unsigned long long)k->requests_total,
              k->requests_inflight, (unsigned long long)k->requests_cancelled,
              (unsigned long long)k->backpressure_closes, (unsigned long long)k->timeouts,
              (unsigned long long)k->bad_requests, (unsigned long long)k->requests_held);

@@ -44,8 +44,19 @@ static int on_url_complete(llhttp_t *parser) {
     return hdr_append(p, &nul, 1);
 }
 
+/* Trailer fields (after a chunked body) are counted against the header limit and dropped: nothing
+ * the server decides on (the API key above all) may come from them, and handlers see only the
+ * fields that came before the body. */
+static int trailer_bytes(struct http_parse *p, size_t n) {
+    p->trailer_len += n;
+    if (p->hdr_len + p->trailer_len > p->limits.max_header_bytes)
+        return fail(p, 431, "request line and headers too large");
+    return 0;
+}
+
 static int on_header_field(llhttp_t *parser, const char *at, size_t n) {
     struct http_parse *p = PARSE(parser);
+    if (p->headers_done) return trailer_bytes(p, n);
     if (p->field_start == 0) { /* first piece of a new header name */
         if (p->n_headers == p->limits.max_headers) return fail(p, 431, "too many headers");
         p->field_start = p->hdr_len;
@@ -55,6 +66,7 @@ static int on_header_field(llhttp_t *parser, const char *at, size_t n) {
 
 static int on_header_field_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
+    if (p->headers_done) return 0;
     static const char nul = '\0';
     if (hdr_append(p, &nul, 1)) return -1;
     p->value_start = p->hdr_len;
@@ -62,11 +74,13 @@ static int on_header_field_complete(llhttp_t *parser) {
 }
 
 static int on_header_value(llhttp_t *parser, const char *at, size_t n) {
-    return hdr_append(PARSE(parser), at, n);
+    struct http_parse *p = PARSE(parser);
+    return p->headers_done ? trailer_bytes(p, n) : hdr_append(p, at, n);
 }
 
 static int on_header_value_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
+    if (p->headers_done) return 0;
     static const char nul = '\0';
     if (hdr_append(p, &nul, 1)) return -1;
     p->headers[p->n_headers++] = (struct http_header){p->hdr + p->field_start, p->hdr + p->value_start};
@@ -92,6 +106,24 @@ static int body_reserve(struct http_parse *p, size_t need) {
     return 0;
 }
 
+/* p->req from what has arrived: the head, and the body so far (all of it once complete). */
+static void fill_request(struct http_parse *p) {
+    llhttp_t *parser = &p->parser;
+    if (p->body) p->body[p->body_len] = '\0';
+    const char *target = p->hdr, *path = p->hdr + p->url_len + 1;
+    const char *q = strchr(target, '?');
+    p->req = (struct http_request){
+        .method = llhttp_method_name((llhttp_method_t)llhttp_get_method(parser)),
+        .target = target,
+        .path = path,
+        .query = q ? q + 1 : "",
+        .headers = p->headers,
+        .n_headers = (int)p->n_headers,
+        .body = p->body ? p->body : "",
+        .body_len = p->body_len,
+    };
+}
+
 static int on_headers_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
     p->headers_done = true;
@@ -106,7 +138,14 @@ static int on_headers_complete(llhttp_t *parser) {
     }
     if (parser->flags & F_CONTENT_LENGTH) {
         if (parser->content_length > p->limits.max_body) return fail(p, 413, "request body too large");
-        if (body_reserve(p, (size_t)parser->content_length)) return -1;
+    }
+    /* A body follows: stop here so that the caller can look at the head before any of it is read
+     * (and refuse it, e.g. without an API key, before the body costs memory). */
+    bool body = (parser->flags & F_CHUNKED) || ((parser->flags & F_CONTENT_LENGTH) && parser->content_length > 0);
+    if (body && !parser->upgrade) { /* CONNECT's bytes after the head are a tunnel's, never read */
+        fill_request(p);
+        p->at_head = true;
+        return HPE_PAUSED;
     }
     return 0;
 }
@@ -123,19 +162,8 @@ static int on_body(llhttp_t *parser, const char *at, size_t n) {
 static int on_message_complete(llhttp_t *parser) {
     struct http_parse *p = PARSE(parser);
     p->keep_alive = llhttp_should_keep_alive(parser) && !parser->upgrade;
-    if (p->body) p->body[p->body_len] = '\0';
-    const char *target = p->hdr, *path = p->hdr + p->url_len + 1;
-    const char *q = strchr(target, '?');
-    p->req = (struct http_request){
-        .method = llhttp_method_name((llhttp_method_t)llhttp_get_method(parser)),
-        .target = target,
-        .path = path,
-        .query = q ? q + 1 : "",
-        .headers = p->headers,
-        .n_headers = (int)p->n_headers,
-        .body = p->body ? p->body : "",
-        .body_len = p->body_len,
-    };
+    fill_request(p);
+    p->complete = true;
     return HPE_PAUSED; /* one request at a time: the caller resumes with http_parse_next */
 }
 
@@ -157,7 +185,8 @@ static void reset_request(struct http_parse *p) {
     p->body = NULL;
     p->body_len = p->body_cap = 0;
     p->hdr_len = p->url_len = p->n_headers = p->field_start = p->value_start = 0;
-    p->started = p->headers_done = p->expect_continue = p->keep_alive = false;
+    p->trailer_len = 0;
+    p->started = p->headers_done = p->at_head = p->complete = p->expect_continue = p->keep_alive = false;
     memset(&p->req, 0, sizeof p->req);
 }
 
@@ -185,17 +214,26 @@ void http_parse_free(struct http_parse *p) {
 }
 
 int http_parse_feed(struct http_parse *p, const char *data, size_t len, size_t *used) {
-    ASSERT(!p->status);
+    ASSERT(!p->status && !p->complete);
     *used = 0;
-    if (len == 0) return HTTP_PARSE_MORE;
-    llhttp_errno_t e = llhttp_execute(&p->parser, data, len);
+    bool after_head = p->at_head; /* the body comes next: resume, even with no byte yet */
+    if (after_head) {
+        p->at_head = false;
+        llhttp_resume(&p->parser);
+        /* the body's first reservation, now that the caller wants it read */
+        if ((p->parser.flags & F_CONTENT_LENGTH) && body_reserve(p, (size_t)p->parser.content_length))
+            return -ERR_TOOBIG; /* 413, no memory for it */
+    }
+    if (len == 0 && !after_head) return HTTP_PARSE_MORE;
+    static const char none = '\0';
+    llhttp_errno_t e = llhttp_execute(&p->parser, len ? data : &none, len);
     if (e == HPE_OK) {
         *used = len;
         return HTTP_PARSE_MORE;
     }
-    if (e == HPE_PAUSED && p->req.method) {
-        *used = (size_t)(llhttp_get_error_pos(&p->parser) - data);
-        return HTTP_PARSE_DONE;
+    if (e == HPE_PAUSED && (p->at_head || p->complete)) {
+        *used = (size_t)(llhttp_get_error_pos(&p->parser) - (len ? data : &none));
+        return p->complete ? HTTP_PARSE_DONE : HTTP_PARSE_HEAD;
     }
     if (!p->status) {
         p->status = 400;

@@ -63,6 +63,9 @@ static void app_stop(struct app *app) {
     if (app->handles_open) {
         close_handle((uv_handle_t *)&app->sigterm);
         close_handle((uv_handle_t *)&app->sigint);
+        close_handle((uv_handle_t *)&app->sighup);
+        close_handle((uv_handle_t *)&app->sigusr1);
+        close_handle((uv_handle_t *)&app->sigusr2);
         close_handle((uv_handle_t *)&app->timer);
         close_handle((uv_handle_t *)&app->loop_probe);
         close_handle((uv_handle_t *)&app->dispatch_idle);
@@ -73,7 +76,8 @@ static void app_stop(struct app *app) {
 
 static void maybe_finish_drain(struct app *app) {
     const struct app_counters *n = &app->counters;
-    if (app->state == APP_DRAINING && n->requests_inflight == 0 && n->connections_open + n->rejects_open == 0 &&
+    if (app->state == APP_DRAINING && n->requests_inflight == 0 &&
+        n->connections_open + n->rejects_open + n->reserve_open == 0 &&
         !app->stopping) {
         log_info(&app->log, "drained: exiting");
         app_stop(app);
@@ -91,7 +95,8 @@ void app_request_finished(struct app *app) {
 static void drain_timeout_cb(uv_timer_t *t) {
     struct app *app = t->data;
     log_warn(&app->log, "drain timeout: cancelling %d request(s), closing %d connection(s)",
-             app->counters.requests_inflight, app->counters.connections_open + app->counters.rejects_open);
+             app->counters.requests_inflight,
+             app->counters.connections_open + app->counters.rejects_open + app->counters.reserve_open);
     app_stop(app);
 }
 
@@ -120,6 +125,11 @@ static void signal_cb(uv_signal_t *h, int signum) {
     log_warn(&app->log, "%s again: exiting at once", strsignal(signum));
     app->exit_status = 1;
     app_stop(app);
+}
+
+/* SIGUSR1/SIGUSR2 mean nothing to uvlm: their default action would end the process unannounced. */
+static void ignored_signal_cb(uv_signal_t *h, int signum) {
+    log_info(&((struct app *)h->data)->log, "%s: ignored", strsignal(signum));
 }
 
 void app_loaded(struct app *app, int status) {
@@ -303,11 +313,15 @@ int app_start(struct app *app) {
 
     uv_signal_init(app->loop, &app->sigterm);
     uv_signal_init(app->loop, &app->sigint);
+    uv_signal_init(app->loop, &app->sighup);
+    uv_signal_init(app->loop, &app->sigusr1);
+    uv_signal_init(app->loop, &app->sigusr2);
     uv_timer_init(app->loop, &app->timer);
     uv_prepare_init(app->loop, &app->loop_probe);
     uv_idle_init(app->loop, &app->dispatch_idle);
     uv_prepare_init(app->loop, &app->dispatch_pace);
-    app->sigterm.data = app->sigint.data = app->timer.data = app->loop_probe.data = app;
+    app->sigterm.data = app->sigint.data = app->sighup.data = app->sigusr1.data = app->sigusr2.data = app;
+    app->timer.data = app->loop_probe.data = app;
     app->dispatch_idle.data = app->dispatch_pace.data = app;
     conn_dispatch_budget_reset(app);
     uv_prepare_start(&app->dispatch_pace, dispatch_pace_cb);
@@ -317,6 +331,9 @@ int app_start(struct app *app) {
     app->handles_open = true;
     uv_signal_start(&app->sigterm, signal_cb, SIGTERM);
     uv_signal_start(&app->sigint, signal_cb, SIGINT);
+    uv_signal_start(&app->sighup, signal_cb, SIGHUP); /* a closed terminal or a supervisor's hang-up */
+    uv_signal_start(&app->sigusr1, ignored_signal_cb, SIGUSR1);
+    uv_signal_start(&app->sigusr2, ignored_signal_cb, SIGUSR2);
 
     size_t per_conn = conn_memory_bytes(app);
     log_info(&app->log, "listening on %s%s%s:%d (%lld connections x %zu KiB, bodies up to %lld KiB)%s",

@@ -15,15 +15,19 @@
  * Lifecycle: app_start() listens first, so /health answers 503 "loading" while the model
  * loads; app->load (the model loader hook, set before app_start) starts loading and calls
  * app_loaded() on the loop thread when it is done; with no loader the app is ready at once
- * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT starts a drain: the listener
- * closes, requests see req->draining (/health says "draining"), responses carry "Connection:
- * close", in-flight requests run until they finish or --drain-timeout passes (then they are
- * cancelled), and the loop runs out. A second signal cancels everything at once.
+ * (after --debug-ready-delay, a debugging aid). SIGTERM/SIGINT/SIGHUP starts a drain: the listener
+ * closes, kept-alive connections between requests close (conn_drain_begin), requests see
+ * req->draining (/health says "draining") and, when they were on their way before the drain
+ * (req->before_drain), are served; responses carry "Connection: close", in-flight requests run
+ * until they finish or --drain-timeout passes (then they are cancelled), and the loop runs out. A second signal cancels everything at once. SIGUSR1 and
+ * SIGUSR2 are logged and ignored; SIGQUIT keeps its default action (exit with a core dump).
  *
  *   uv_loop_t loop; uv_loop_init(&loop);
  *   struct app app;
  *   app_init(&app, &cfg, &loop);
  *   app.on_request = my_dispatch; app.request_data = &router;  // e.g. router_dispatch
+ *   app.on_head = my_refuse;           // optional: e.g. router_refuse, before a body is read
+ *   app.health_path = "/health";       // optional: served beyond --max-connections too
  *   app.load = engine_load; app.load_data = engine;    // optional: ready when engine_load is done
  *   app_on_stop(&app, engine_stop, engine);            // optional: close the engine's handles
  *   if (app_start(&app) == 0) uv_run(&loop, UV_RUN_DEFAULT);
@@ -54,6 +58,13 @@ const char *app_state_name(enum app_state s);
  * thread. cmd/serve.c sets the router (api/router.h) here. */
 typedef void (*app_request_fn)(struct http_request *req, void *data);
 
+/* Head hook (optional): the head of a request with a body is complete and none of the body has
+ * been read. Refuse it now (answer it through req->resp, e.g. 401 without an API key: the
+ * connection closes after the answer, the body unread) and return true; or return false without
+ * answering or keeping req: the body is read and the complete request goes to app->on_request.
+ * req->body is empty here. Called with app->request_data. cmd/serve.c sets router_refuse here. */
+typedef bool (*app_head_fn)(struct http_request *req, void *data);
+
 /* Model loader hook: start loading (e.g. uv_queue_work on app->loop) and call app_loaded() on
  * the loop thread when done. Return 0 if loading started, or a negative ERR_* code. */
 typedef int (*app_load_fn)(struct app *app, void *data);
@@ -77,6 +88,7 @@ struct app_counters {
     int connections_open;           /* counted against --max-connections; down when one closes (its
                                      * paced cancel callback and memory may follow later) */
     int rejects_open;               /* over it, answered 503 and not closed yet (at most as many) */
+    int reserve_open;               /* over it, read for one health request (conn.c's reserve) */
     int requests_inflight;          /* dispatched, not finished or cancelled */
 };
 
@@ -139,7 +151,12 @@ struct app {
     struct log log;
     uv_loop_t *loop;
     app_request_fn on_request; /* set before app_start */
-    void *request_data;
+    app_head_fn on_head;       /* optional, set before app_start */
+    void *request_data;        /* given to both */
+    /* The health check's path ("/health"), or NULL: beyond --max-connections a few connections
+     * (conn.c: CONN_HEALTH_RESERVE) are still read, and serve GET/HEAD of this path only, so that
+     * a flood of connections does not fail the health checks. NULL: all of them get 503. */
+    const char *health_path;
     struct http_parse_limits limits;
     enum app_state state;
     struct app_counters counters;
@@ -151,7 +168,8 @@ struct app {
     int n_stop_hooks;
 
     uv_tcp_t listener;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup; /* drain */
+    uv_signal_t sigusr1, sigusr2;        /* logged, ignored */
     uv_timer_t timer;        /* ready delay, then drain timeout */
     uv_prepare_t loop_probe; /* loop_stats */
     struct conn *conns;      /* every open connection (doubly linked) */
@@ -209,9 +227,10 @@ void conn_accept(struct app *app);
 size_t conn_memory_bytes(const struct app *app);
 /* Close every connection (open requests get their cancel callbacks). */
 void conn_close_all(struct app *app);
-/* A drain began (app->state is APP_DRAINING): the requests held now were complete before it, so
- * they are served when their turn comes (paced as before: req->before_drain), not refused as
- * draining; connections without a request get DRAIN_IDLE_MS to send one. */
+/* A drain began (app->state is APP_DRAINING): kept-alive connections between requests are closed
+ * (gracefully: their clients see the close before they send); requests held or being read now,
+ * and the first request of a connection accepted but silent (DRAIN_IDLE_MS to send it), were on
+ * their way before it: served (req->before_drain), not refused as draining. */
 void conn_drain_begin(struct app *app);
 /* dispatch_idle's callback: dispatch the next held requests. */
 void conn_dispatch_held(uv_idle_t *h);

@@ -147,6 +147,13 @@ const char *model_engine_chat_template(const struct model_engine *e, size_t *len
     return model_chat_template(e->model, len);
 }
 
+const char *model_engine_special_text(const struct model_engine *e, int which, size_t *len, bool *added) {
+    int32_t id = which == 0 ? tokenizer_bos(e->tok) : tokenizer_eos(e->tok);
+    *added = id >= 0 && (which == 0 ? tokenizer_add_bos(e->tok) : tokenizer_add_eos(e->tok));
+    *len = 0;
+    return id >= 0 ? tokenizer_token_piece(e->tok, id, true, len) : "";
+}
+
 /* --- engine_ops ---------------------------------------------------------------------------- */
 
 static int engine_forward(void *engine, struct memory *mem, const struct batch *b, const float **logits) {

@@ -82,6 +82,10 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap);
 /* The model's chat template text (tokenizer.chat_template), or NULL with *len 0. */
 const char *model_engine_chat_template(const struct model_engine *e, size_t *len);
 
+/* The text of the BOS (which 0) or EOS (which 1) token ("" with *len 0 when the vocabulary has
+ * none), and whether tokenizing with add_special adds it: a chat template's bos_token/eos_token. */
+const char *model_engine_special_text(const struct model_engine *e, int which, size_t *len, bool *added);
+
 extern const struct sched_engine_ops model_engine_ops;
 
 /* --- sampling: what sched_request.sampler_params points to ---------------------------------- */

@@ -21,7 +21,7 @@ TEST(chat_json_reads_roles_and_contents) {
     CHECK_EQ_INT(cm.n, 3);
     CHECK_EQ_STR(cm.msgs[0].role, "system");
     CHECK_EQ_STR(cm.msgs[0].content, "S");
-    CHECK_EQ_STR(cm.msgs[1].content, "ab\xc3\xa9");
+    CHECK_EQ_STR(cm.msgs[1].content, "a\nb\xc3\xa9"); /* text parts joined with "\n" */
     CHECK_EQ_STR(cm.msgs[2].role, "assistant");
     CHECK_EQ_STR(cm.msgs[2].content, "");
     chat_messages_free(&cm);

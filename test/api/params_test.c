@@ -140,7 +140,7 @@ TEST(params_chat_fields) {
     CHECK_EQ_STR(p.messages[0].role, "system");
     CHECK_EQ_STR(p.messages[0].content, "Be brief.");
     CHECK_EQ_STR(p.messages[1].role, "user");
-    CHECK_EQ_STR(p.messages[1].content, "Hello there");   /* text parts concatenated */
+    CHECK_EQ_STR(p.messages[1].content, "Hello\n there"); /* text parts joined with "\n" */
     CHECK_EQ_STR(p.messages[2].role, "assistant");
     CHECK_EQ_STR(p.messages[2].content, "");
     CHECK_EQ_STR(p.messages[3].content, "caf\xc3\xa9");

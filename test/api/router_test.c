@@ -32,6 +32,11 @@ TEST(router_matches_404_405_and_allow) {
     char allow[64];
     router_allow(&r, "/v1/chat", allow, sizeof allow);
     CHECK_EQ_STR(allow, "POST, OPTIONS");
+    router_allow(&r, "/health", allow, sizeof allow);
+    CHECK_EQ_STR(allow, "GET, HEAD, OPTIONS");
+    CHECK_EQ_INT(router_match(&r, "HEAD", "/health", &route), 0);
+    CHECK(route->flags & ROUTE_PUBLIC);
+    CHECK_EQ_INT(router_match(&r, "HEAD", "/v1/chat", &route), -ERR_UNSUPPORTED);
     for (int i = 3; i < ROUTER_MAX_ROUTES; i++) {
         char *path = malloc(16);
         snprintf(path, 16, "/r%d", i);
@@ -116,7 +121,8 @@ TEST(http_query_int_defaults_and_clamps) {
     CHECK_EQ_INT(http_query_int(&req, "nope", 7, 100), 7);
 }
 
-/* router_dispatch through a fake responder: 404, 405 with Allow, 401 with WWW-Authenticate, CORS
+/* router_dispatch through a fake responder: 401 with WWW-Authenticate before 404 and 405 (a client
+ * without a key learns nothing of the routes), 405 with Allow, HEAD answered by the GET route, CORS
  * preflight and headers, and the handler with its route data. */
 TEST(router_dispatch_answers_in_the_documented_order) {
     struct config_list keys = {1, {"sesame"}};
@@ -129,30 +135,54 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     handled = 0;
     struct fake_http f;
 
+    static const char *const unknown[][2] = {{"GET", "/nope?a=1"}, {"DELETE", "/v1/x"}, {"DELETE", "/health"}};
+    for (size_t i = 0; i < sizeof unknown / sizeof *unknown; i++) { /* no key: 401, not 404 or 405 */
+        fake_http_init(&f, unknown[i][0], unknown[i][1], NULL);
+        router_dispatch(&r, &f.req);
+        CHECK_EQ_INT(f.status, 401);
+        CHECK(fake_http_out(&f, "Allow") == NULL);
+        fake_http_free(&f);
+    }
+
     fake_http_init(&f, "GET", "/nope?a=1", NULL);
+    fake_http_header(&f, "X-Api-Key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 404);
     CHECK_EQ_STR(f.body, "{\"error\":{\"code\":404,\"message\":\"File Not Found: /nope\",\"type\":\"not_found_error\"}}");
     fake_http_free(&f);
 
     fake_http_init(&f, "DELETE", "/v1/x", NULL);
+    fake_http_header(&f, "X-Api-Key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 405);
-    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, HEAD, OPTIONS");
     CHECK(strstr(f.body, "Method DELETE not allowed on /v1/x") != NULL);
+    fake_http_free(&f);
+
+    fake_http_init(&f, "HEAD", "/v1/x", NULL); /* the GET route answers */
+    fake_http_header(&f, "X-Api-Key", "sesame");
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "x-get");
+    fake_http_free(&f);
+
+    fake_http_init(&f, "HEAD", "/health", NULL); /* public like its GET */
+    router_dispatch(&r, &f.req);
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "healthy");
     fake_http_free(&f);
 
     fake_http_init(&f, "POST", "/v1/x", "{}");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 401);
     CHECK_EQ_STR(fake_http_out(&f, "WWW-Authenticate"), "Bearer");
-    CHECK_EQ_INT(handled, 0);
+    CHECK_EQ_INT(handled, 2); /* the two HEADs above */
     fake_http_free(&f);
 
     fake_http_init(&f, "POST", "/v1/x", "{}");
     fake_http_header(&f, "Authorization", "Bearer sesame");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(handled, 1);
+    CHECK_EQ_INT(handled, 3);
     CHECK_EQ_INT(f.status, 200);
     CHECK_EQ_STR(f.body, "x");
     CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL); /* no Origin: no CORS headers */
@@ -172,8 +202,9 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     fake_http_header(&f, "Origin", "https://app.example");
     fake_http_header(&f, "Access-Control-Request-Headers", "Authorization");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(f.status, 204);
-    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, OPTIONS");
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(f.body, "");
+    CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Methods"), "POST, GET, HEAD, OPTIONS");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Allow-Headers"), "Authorization");
     CHECK_EQ_STR(fake_http_out(&f, "Access-Control-Max-Age"), "86400");
     fake_http_free(&f);
@@ -181,12 +212,63 @@ TEST(router_dispatch_answers_in_the_documented_order) {
     fake_http_init(&f, "OPTIONS", "/v1/x", NULL); /* an origin CORS does not allow: Allow only */
     fake_http_header(&f, "Origin", "https://evil.example");
     router_dispatch(&r, &f.req);
-    CHECK_EQ_INT(f.status, 204);
-    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, OPTIONS");
+    CHECK_EQ_INT(f.status, 200);
+    CHECK_EQ_STR(fake_http_out(&f, "Allow"), "POST, GET, HEAD, OPTIONS");
     CHECK(fake_http_out(&f, "Access-Control-Allow-Origin") == NULL);
     CHECK(fake_http_out(&f, "Access-Control-Allow-Methods") == NULL);
-    CHECK_EQ_INT(handled, 2);
+    CHECK_EQ_INT(handled, 4);
     fake_http_free(&f);
+}
+
+/* The Access-Control-Allow-Origin a GET with this Origin gets from a router with these CORS entries
+ * (NULL: none). */
+static const char *cors_answer(const struct config_list *origins, const char *origin, char *out, size_t cap) {
+    struct router r;
+    router_init(&r, NULL, origins);
+    router_add(&r, "GET", "/health", text_handle, "healthy", ROUTE_PUBLIC);
+    struct fake_http f;
+    fake_http_init(&f, "GET", "/health", NULL);
+    fake_http_header(&f, "Origin", origin);
+    router_dispatch(&r, &f.req);
+    const char *v = fake_http_out(&f, "Access-Control-Allow-Origin");
+    if (v) snprintf(out, cap, "%s", v);
+    fake_http_free(&f);
+    return v ? out : NULL;
+}
+
+/* "localhost": http(s) pages on a loopback host, any port, echoed; nothing else. "host:*": any port
+ * of that scheme and host, never a longer host name; an origin: only itself. */
+TEST(router_cors_localhost_keyword_and_port_patterns) {
+    char buf[128];
+    const struct config_list local = {1, {"localhost"}};
+    static const char *const yes[] = {"http://localhost", "http://localhost:5173", "http://127.0.0.1:8080",
+                                      "http://[::1]:3000", "https://localhost:8443", "http://127.0.0.1"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        const char *got = cors_answer(&local, yes[i], buf, sizeof buf);
+        CHECK(got != NULL);
+        if (got) CHECK_EQ_STR(got, yes[i]);
+    }
+    static const char *const no[] = {"http://localhost.evil.example", "http://127.0.0.10:80", "http://evil.example",
+                                     "http://localhost:", "http://localhost:80x", "http://localhost:123456",
+                                     "null", "ftp://localhost", "http://127.0.0.1.nip.io:8080", "http://[::2]:80",
+                                     "http://evil.example/http://localhost"};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) CHECK(cors_answer(&local, no[i], buf, sizeof buf) == NULL);
+
+    const struct config_list listed = {2, {"https://app.example:*", "http://exact.example"}};
+    CHECK(cors_answer(&listed, "https://app.example:4000", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "https://app.example", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "http://app.example:4000", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "https://app.example.evil:4000", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "http://exact.example", buf, sizeof buf) != NULL);
+    CHECK(cors_answer(&listed, "http://exact.example:81", buf, sizeof buf) == NULL);
+    CHECK(cors_answer(&listed, "http://localhost:3000", buf, sizeof buf) == NULL); /* narrowed: no keyword */
+
+    const struct config_list none = {0, {NULL}};
+    CHECK(cors_answer(&none, "http://localhost:3000", buf, sizeof buf) == NULL);
+    const struct config_list any = {1, {"*"}};
+    const char *got = cors_answer(&any, "https://anything.example", buf, sizeof buf);
+    CHECK(got != NULL);
+    if (got) CHECK_EQ_STR(got, "*");
 }
 
 TEST(router_errors_take_the_shape_of_the_route_api) {
@@ -206,7 +288,8 @@ TEST(router_errors_take_the_shape_of_the_route_api) {
     CHECK_EQ_STR(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"Invalid API Key\"}}");
     fake_http_free(&f);
 
-    fake_http_init(&f, "GET", "/v1/messages", NULL);
+    fake_http_init(&f, "GET", "/v1/messages", NULL); /* with the key: a 405 (without it, 401) */
+    fake_http_header(&f, "x-api-key", "sesame");
     router_dispatch(&r, &f.req);
     CHECK_EQ_INT(f.status, 405);
     CHECK(strncmp(f.body, "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"", 55) == 0);

@@ -31,7 +31,7 @@ TEST(config_defaults_parse) {
     CHECK_EQ_INT(load(&cfg, NULL, msg, 0), 0);
     CHECK_EQ_STR(cfg.host, "127.0.0.1");
     CHECK_EQ_INT(cfg.port, 8080);
-    CHECK_EQ_INT(cfg.max_body, 16 << 20);
+    CHECK_EQ_INT(cfg.max_body, 4 << 20);
     CHECK_EQ_INT(cfg.idle_timeout_ms, 30000);
     CHECK_EQ_INT(cfg.api_key.n, 0);
     CHECK(!cfg.debug_endpoints);
@@ -110,6 +110,34 @@ TEST(config_errors_name_the_key) {
     CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), -ERR_IO);
     config_free(&cfg);
     CHECK_EQ_INT(load(&cfg, NULL, msg, 1, "--help"), CONFIG_HELP);
+    config_free(&cfg);
+}
+
+TEST(config_blank_api_key_is_refused_from_every_source) {
+    struct config cfg;
+    char msg[256], path[64];
+    static const char *const blanks[] = {"", ",", " , ", "\t"};
+    for (size_t i = 0; i < sizeof blanks / sizeof *blanks; i++) {
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--api-key", blanks[i]), -ERR_INVAL);
+        CHECK(strstr(msg, "empty value for api-key") != NULL);
+        config_free(&cfg);
+    }
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 4, "--api-key", "k1", "--api-key", " "), -ERR_INVAL); /* one blank of two */
+    config_free(&cfg);
+    char *env[] = {"UVLM_API_KEY=", NULL};
+    CHECK_EQ_INT(load(&cfg, env, msg, 0), -ERR_INVAL);
+    CHECK(strstr(msg, "UVLM_API_KEY") != NULL);
+    config_free(&cfg);
+    write_file(path, "api-key = ,\n");
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--config", path), -ERR_INVAL);
+    CHECK(strstr(msg, ":1") != NULL);
+    config_free(&cfg);
+    unlink(path);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--api-key", " k , "), 0); /* blanks around a key are trimmed */
+    CHECK_EQ_INT(cfg.api_key.n, 1);
+    CHECK_EQ_STR(cfg.api_key.v[0], "k");
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 2, "--cors-origin", ""), 0); /* other lists may be empty */
     config_free(&cfg);
 }
 

@@ -26,7 +26,7 @@ def test_unknown_path_is_404_json(uvlm):
 def test_wrong_method_is_405_with_allow(uvlm):
     status, headers, body = uvlm.request("DELETE", "/health")
     assert status == 405
-    assert headers["allow"] == "GET, OPTIONS"
+    assert headers["allow"] == "GET, HEAD, OPTIONS"
     assert error_of(body)["code"] == 405
 
 
@@ -138,9 +138,12 @@ def test_connections_over_limit_get_503(start_server):
     time.sleep(0.2)  # until the server has seen the stats connection close
     held = [srv.socket(), srv.socket(), srv.socket()]
     time.sleep(0.1)
-    status, headers, body = parse_responses(srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
+    status, headers, body = parse_responses(srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
     assert status == 503 and error_of(body)["type"] == "unavailable_error", srv.log()
     assert headers["retry-after"] == "1" and headers["connection"] == "close"
+    # the health check still passes (the reserve beyond --max-connections), then closes
+    status, headers, body = parse_responses(srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
+    assert status == 200 and headers["connection"] == "close", srv.log()
     for s in held:
         s.close()
     time.sleep(0.1)
@@ -148,9 +151,10 @@ def test_connections_over_limit_get_503(start_server):
 
 
 def test_connections_over_limit_hold_bounded_memory(start_server):
-    # Each refused connection waits for its 503 to be read: at most --max-connections of them
-    # at once; beyond, a flood is closed at once without an answer, and holds nothing.
-    srv = start_server("--max-connections", "1", "--debug-endpoints")
+    # Beyond --max-connections, a reserve of 4 is read for a /health request; each refused
+    # connection after those waits for its 503 to be read: at most --max-connections of them at
+    # once; beyond, a flood is closed at once without an answer, and holds nothing.
+    srv = start_server("--max-connections", "1", "--debug-endpoints", "--header-timeout", "5s")
     time.sleep(0.2)  # until the server has seen wait_health's connection close
     held = srv.socket()
 
@@ -161,18 +165,26 @@ def test_connections_over_limit_hold_bounded_memory(start_server):
             data += held.recv(4096)
         return json.loads(data.partition(b"\r\n\r\n")[2])
 
+    reserve = [srv.socket() for _ in range(4)]  # silent: closed within a second (their head is due)
     refused = srv.socket()  # answered 503, lingers until we close it
     deadline = time.monotonic() + 5
     while stats()["rejects_open"] != 1 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert stats()["rejects_open"] == 1
     dropped = srv.socket()
     assert read_until_close(dropped) == b""  # closed at once: no 503, no linger
     dropped.close()
     s = stats()
     assert s["connections_rejected"] == 2 and s["rejects_open"] == 1 and s["connections_open"] == 1
+    assert s["reserve_open"] == 4, s
     assert b" 503 " in refused.recv(4096)
     refused.close()
+    for r in reserve:
+        assert read_until_close(r) == b""  # nothing asked within the reserve's second: closed unanswered
+        r.close()
+    deadline = time.monotonic() + 3
+    while stats()["reserve_open"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stats()["reserve_open"] == 0
     held.close()
 
 
@@ -192,7 +204,7 @@ def test_idle_keep_alive_connection_is_closed(start_server):
 def test_client_that_never_reads_a_closing_response_is_dropped(start_server):
     # Connection: close with a response far bigger than the socket buffers, never read: the
     # server cannot flush it, and must not hold the connection (and its place) forever.
-    srv = start_server("--idle-timeout", "1s", "--debug-endpoints")  # not less: a loaded machine
+    srv = start_server("--idle-timeout", "1s", "--debug-endpoints", "--max-body", "16M")  # not less: a loaded machine
     s = srv.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     body = b"x" * (8 << 20)
@@ -204,9 +216,10 @@ def test_client_that_never_reads_a_closing_response_is_dropped(start_server):
     s.close()
 
 
-def test_client_that_half_closes_after_its_request_gets_the_whole_response(uvlm):
+def test_client_that_half_closes_after_its_request_gets_the_whole_response(start_server):
     # Sending FIN after the request (shutdown(SHUT_WR), `nc -N`) is not leaving: the response,
     # bigger than the socket buffers, must still arrive whole, keep-alive or not.
+    uvlm = start_server("--debug-endpoints", "--max-body", "16M")
     body = b"x" * (8 << 20)
     for connection in (b"close", b"keep-alive"):
         s = uvlm.socket(timeout=10)

@@ -1,12 +1,13 @@
 """Scale-out: scripts/replicas runs 3 uvlm replicas behind HAProxy (conf/haproxy.cfg.in) on loopback.
 
 Shown here: draining one replica (SIGTERM) during traffic moves new requests to the others with no
-failed request; requests with the same X-Session-Id go to one replica, and a multi-turn chat hits
+failed request, streams and POSTed completions alike; requests with the same X-Session-Id go to one replica, and a multi-turn chat hits
 its prompt cache (visible in that replica's /metrics); a replica busy prefilling long prompts is
 never marked down by HAProxy's active /health checks.
 """
 import asyncio
 import csv
+import http.client
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -146,6 +148,57 @@ def test_drain_one_replica_moves_traffic_with_no_failed_request(cluster):
     c.wait_status("r1", "DOWN")
     served = [c.get("/debug/delay?ms=1").headers["x-uvlm-replica"] for _ in range(12)]
     assert set(served) == {"r0", "r2"}, served
+
+
+def post_loop(port, until, results):
+    """POST completions back to back on one kept-alive client connection to HAProxy (so HAProxy
+    reuses its idle connections to the replicas) until `until`; appends (status, error) to results."""
+    conn = None
+    while time.monotonic() < until:
+        body = json.dumps({"prompt": random.choice(uvlmload.PROMPTS), "n_predict": 4, "temperature": 0.8})
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            results.append((r.status, None if r.status == 200 else data[:200]))
+            if r.getheader("Connection", "").lower() == "close":
+                conn.close()
+                conn = None
+        except (OSError, http.client.HTTPException) as e:
+            results.append((0, repr(e)))
+            conn.close()
+            conn = None
+    if conn is not None:
+        conn.close()
+
+
+def test_drains_during_post_completions_fail_no_client_request(cluster):
+    """Completions POSTed on kept-alive client connections through HAProxy while two of the three
+    replicas drain one after the other: every client request succeeds. A replica closes its idle
+    connections when its drain begins, serves what reaches it on connections opened before, and
+    says Connection: close from then on; HAProxy retries what met a closed connection on another
+    replica (conf/haproxy.cfg.in)."""
+    c = cluster("--drain-timeout", "20s")
+    results = []
+    until = time.monotonic() + 6.0
+    workers = [threading.Thread(target=post_loop, args=(c.port, until, results)) for _ in range(12)]
+    for w in workers:
+        w.start()
+    time.sleep(1.5)
+    os.kill(c.pid(1), signal.SIGTERM)
+    time.sleep(2.0)
+    os.kill(c.pid(2), signal.SIGTERM)
+    for w in workers:
+        w.join(60)
+    failed = [r for r in results if r[0] != 200]
+    assert not failed and len(results) > 200, (len(results), failed[:10])
+    for i in (1, 2):
+        log = c.replica_log(i)
+        assert "drained: exiting" in log and "shutting down" not in log, log[-3000:]
+    c.wait_status("r1", "DOWN")
+    c.wait_status("r2", "DOWN")
 
 
 def test_same_session_id_goes_to_the_same_replica(cluster):

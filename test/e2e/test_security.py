@@ -1,4 +1,5 @@
-"""--api-key (Bearer or X-Api-Key, 401 JSON) and CORS (--cors-origin, OPTIONS preflight)."""
+"""--api-key (Bearer or X-Api-Key, 401 JSON) and CORS (--cors-origin, loopback pages by default,
+OPTIONS preflight)."""
 import json
 
 
@@ -27,7 +28,7 @@ def test_cors_origin_and_preflight(start_server):
     status, headers, body = srv.request("OPTIONS", "/debug/echo", headers={
         "Origin": "http://a.example", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type, authorization"})
-    assert status == 204 and body == b""
+    assert status == 200 and body == b""
     assert headers["access-control-allow-origin"] == "http://a.example"
     assert headers["access-control-allow-methods"] == "POST, OPTIONS"
     assert headers["access-control-allow-headers"] == "content-type, authorization"
@@ -37,11 +38,27 @@ def test_cors_origin_and_preflight(start_server):
 def test_cors_wildcard_and_preflight_without_key(start_server):
     srv = start_server("--debug-endpoints", "--cors-origin", "*", "--api-key", "k")
     status, headers, _ = srv.request("OPTIONS", "/debug/stats", headers={"Origin": "http://x.example"})
-    assert status == 204 and headers["access-control-allow-origin"] == "*"
+    assert status == 200 and headers["access-control-allow-origin"] == "*"
     status, headers, _ = srv.request("GET", "/debug/stats", headers={"Origin": "http://x.example"})
     assert status == 401 and headers["access-control-allow-origin"] == "*"
 
 
-def test_no_cors_headers_by_default(uvlm):
-    status, headers, _ = uvlm.request("GET", "/health", headers={"Origin": "http://a.example"})
+def test_cors_default_lets_pages_on_this_machine_read_answers(uvlm):
+    for origin in ("http://localhost:5173", "http://127.0.0.1:3000", "http://[::1]:8000", "http://localhost"):
+        status, headers, _ = uvlm.request("GET", "/health", headers={"Origin": origin})
+        assert status == 200 and headers["access-control-allow-origin"] == origin, origin
+        assert headers["vary"] == "Origin"
+    for origin in ("http://a.example", "http://localhost.a.example", "null"):
+        status, headers, _ = uvlm.request("GET", "/health", headers={"Origin": origin})
+        assert status == 200 and "access-control-allow-origin" not in headers, origin
+    status, headers, body = uvlm.request("OPTIONS", "/debug/echo", headers={
+        "Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"})
+    assert status == 200 and body == b"" and headers["access-control-allow-origin"] == "http://localhost:5173"
+    assert headers["access-control-allow-headers"] == "authorization, content-type, x-stainless-os"
+
+
+def test_cors_origin_empty_sends_no_cors_headers(start_server):
+    srv = start_server("--cors-origin", "")
+    status, headers, _ = srv.request("GET", "/health", headers={"Origin": "http://localhost:5173"})
     assert status == 200 and "access-control-allow-origin" not in headers

@@ -213,7 +213,7 @@ def test_errors_follow_the_route_api(srv):
         status, _, err = call(srv, "/v1/messages", messages_body(), headers)
         assert status == 401
         assert err == {"type": "error", "error": {"type": "authentication_error", "message": "Invalid API Key"}}
-    status, _, err = call(srv, "/v1/messages/count_tokens", None, {}, method="GET")
+    status, _, err = call(srv, "/v1/messages/count_tokens", None, AUTH, method="GET")  # with the key
     assert status == 405 and err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
     status, _, err = call(srv, "/v1/responses", responses_body(), {"x-api-key": "wrong"})
     assert status == 401 and err["error"]["type"] == "authentication_error" and err["error"]["code"] == 401

@@ -13,13 +13,14 @@ from serving_helpers import post, shared_model, wait_ready
 
 TOL = 0.03  # quantized models' bar (../shared/README.md)
 
-# model, the chat template family the server detects, the prompt it renders for one user turn (as
-# the reference does natively for the family: no default system turn)
+# model, how the server renders its chat template (/props: "jinja" runs the file's own template,
+# a family name formats natively), and the prompt it renders for one user turn
 CHATML = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 FAMILIES = [
     ("llama32-rope-q8_0", "chatml", CHATML),  # the file has no template: the server's default
-    ("qwen3-q8_0", "chatml", CHATML),
-    ("phi3-q8_0", "phi3", "<|user|>\nHi<|end|>\n<|assistant|>\n"),
+    # the file's template writes a default system turn, as the reference's Jinja engine renders it
+    ("qwen3-q8_0", "jinja", "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n" + CHATML),
+    ("phi3-q8_0", "jinja", "<|user|>\nHi<|end|>\n<|assistant|>\n"),
 ]
 
 

@@ -28,7 +28,8 @@ def test_missing_model_exits_2_naming_it():
     p = subprocess.run([BIN, "--port", "0", "-m", "/nonexistent/model.gguf"], cwd=ROOT, capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 2
-    assert "/nonexistent/model.gguf" in p.stderr and "loading failed" in p.stderr
+    assert "--model '/nonexistent/model.gguf': No such file or directory" in p.stderr, p.stderr
+    assert "listening on" not in p.stderr, p.stderr  # a configuration error, found before listening
 
 
 def test_kv_budget_beyond_the_machine_exits_1_saying_so():

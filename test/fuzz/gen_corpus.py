@@ -5,7 +5,9 @@
               4 render special), then a text snippet
   sampler/    big-endian u32 fields read by sampler_fuzz.c: vocabulary, window, parameters
               (float bits), biases, accepted tokens, then rows of logits
+  jinja/      a chat template, then optionally a NUL byte and a JSON object of its variables
 """
+import json
 import os
 import struct
 
@@ -110,6 +112,7 @@ def main():
         for v in range(5):
             write('tokenizer', 's%02d-v%d' % (i, v), bytes([v, (i * 3 + v) % 8]) + raw)
     sampler_seeds()
+    jinja_seeds()
 
 
 def sampler_seed(n_vocab, window, params, biases, accepted, rows):
@@ -142,6 +145,54 @@ def sampler_seeds():
                                              [0, 1, 2], [[inf, -inf] * 8]))
     write('sampler', 'banned', sampler_seed(4, 0, (nan, 2, nan, nan, nan, 5, 3e38, -3e38, 1, 0), [],
                                             [], [[-inf] * 4]))
+
+
+# Templates written for the seeds: each construct chat templates use, in the shapes they use it.
+JINJA_SEEDS = {
+    'chatml': "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+              "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    'system-first': "{{ bos_token }}{%- if messages[0]['role'] == 'system' %}\n    {%- set sys = messages[0].content %}\n"
+                    "    {%- set rest = messages[1:] %}\n{%- else %}\n    {%- set sys = '' %}{%- set rest = messages %}\n"
+                    "{%- endif %}\n[{{ sys|trim }}]\n{%- for m in rest %}\n{{ m.role|upper }}: {{ m.content }}{{ eos_token }}"
+                    "\n{%- endfor %}\n",
+    'tools': "{%- if tools %}{%- for t in tools %}{{ t|tojson }}{{ '\\n' if not loop.last }}{%- endfor %}\n"
+             "{{ tools|map(attribute='function')|tojson(indent=2) }}{% endif %}\n"
+             "{%- for m in messages if m.role != 'system' %}\n{%- if m.tool_calls %}{%- for c in m.tool_calls %}"
+             "<call>{{ c.function.name }}{{ c.function.arguments if c.function.arguments is string "
+             "else c.function.arguments|tojson }}</call>{%- endfor %}{%- elif m.role == 'tool' %}<result>"
+             "{{ m.content }}</result>{%- else %}{{ m.content }}{%- endif %}{%- endfor %}",
+    'namespace': "{%- set ns = namespace(last=-1, seen=[]) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+                 "{%- set ns.last = loop.index0 %}{%- set _ = ns.seen.append(m.content) %}{%- endif %}{%- endfor %}"
+                 "{{ ns.last }}:{{ ns.seen|join(',') }}{% for m in messages[::-1] %}{{ loop.revindex }}"
+                 "{% endfor %}",
+    'macros': "{%- macro render(v, depth=0) -%}{%- if v is mapping -%}{ {%- for k, x in v.items() -%}"
+              "{{ k }}={{ render(x, depth + 1) }}{{ ',' if not loop.last }}{%- endfor -%} }{%- elif v is string -%}"
+              "'{{ v }}'{%- elif v is iterable -%}[{%- for x in v %}{{ render(x, depth + 1) }}{% endfor %}]"
+              "{%- else -%}{{ v }}{%- endif -%}{%- endmacro -%}{{ render(tools) }}",
+    'strings': "{{ messages[1].content.split(' ')|reverse|join(' ') }}|{{ 'a<think>b</think>c'.split('</think>')[-1] }}"
+               "|{{ '  x '.strip() ~ 'Y'.lower() }}|{{ messages|selectattr('role', 'equalto', 'user')|list|length }}"
+               "|{{ raise_exception('seed raised') if messages|length > 99 }}{{ strftime_now('%Y-%m-%d') }}",
+    'filters': "{% set d = {'b': 2, 'a': 1} %}{{ d|dictsort }}{{ [3, 1, 2]|sort|first }}{{ 'x'|default('y') }}"
+               "{{ missing|default('z') }}{{ '7'|int + 1 }}{{ 'a\\nb'|indent(2, true) }}{{ range(3)|list }}"
+               "{{ [1, 1, 2]|unique|list }}{{ '{\\\"k\\\": [1]}'|from_json }}{% filter upper %}up{% endfilter %}",
+    'whitespace': "a\n  {%- if true -%}\n  b\n  {%- endif %}\n  {# c #}\n{{- ' d ' -}}\n{% raw %}{{ e }}{% endraw %}\n",
+    'limits': "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    'recursion': "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    'broken': "{% for m in messages %}{{ m.content",
+}
+JINJA_VARS = {
+    'kwargs': ('chatml', {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                    {"type": "text", "text": "b"}]}],
+                          "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": True}),
+    'numbers': ('filters', {"messages": [], "n": 1.5, "big": 12345678901234567890, "z": None, "t": True}),
+}
+
+
+def jinja_seeds():
+    for name, text in JINJA_SEEDS.items():
+        write('jinja', name, text.encode())
+    for name, (tmpl, variables) in JINJA_VARS.items():
+        write('jinja', name, JINJA_SEEDS[tmpl].encode() + b'\0' + json.dumps(variables).encode())
 
 
 if __name__ == '__main__':

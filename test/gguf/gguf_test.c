@@ -4,7 +4,10 @@
 #include "common/err.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* A tiny GGUF builder for hand-made test files. */
 struct buf {
@@ -155,6 +158,23 @@ TEST(gguf_open_reports_missing_file) {
     char why[256];
     CHECK_EQ_INT(gguf_open(&f, "/nonexistent/x.gguf", why, sizeof why), -ERR_NOTFOUND);
     CHECK(strstr(why, "/nonexistent/x.gguf"));
+}
+
+TEST(gguf_open_refuses_what_is_not_a_regular_file_without_blocking) {
+    char fifo[] = "/tmp/uvlm-gguf-test-fifo-XXXXXX";
+    ASSERT(mkdtemp(fifo));
+    char path[64];
+    snprintf(path, sizeof path, "%s/f", fifo);
+    ASSERT(mkfifo(path, 0600) == 0);
+    const char *paths[] = {path, fifo, "/dev/zero", "/dev/null"}; /* a FIFO with no writer blocked open() */
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        struct gguf_file f;
+        char why[256];
+        CHECK_EQ_INT(gguf_open(&f, paths[i], why, sizeof why), -ERR_INVAL);
+        CHECK(strstr(why, "not a regular file") != NULL);
+    }
+    unlink(path);
+    rmdir(fifo);
 }
 
 TEST(gguf_arr_int_saturates_float_elements) {

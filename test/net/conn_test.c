@@ -30,6 +30,8 @@ struct fixture {
     int read_end;           /* how the client's last read ended: 0 the server closed, else errno */
     struct app_faults faults; /* armed before the server starts */
     int in_drain;           /* requests handled inside app_drain */
+    bool check_heads;       /* the head hook is the router's refusal, as cmd/serve.c sets it */
+    int heads;              /* head hook calls */
 };
 
 static int client_connect(struct fixture *f, int rcvbuf) {
@@ -82,6 +84,12 @@ static void dispatch_cb(struct http_request *req, void *router) {
     router_dispatch(router, req);
 }
 
+static struct fixture *head_fixture; /* the head hook's data is the router's: the fixture here */
+static bool head_cb(struct http_request *req, void *router) {
+    head_fixture->heads++;
+    return router_refuse(router, req);
+}
+
 /* Serve `route` with the given extra flags while `scenario` runs in a client thread. */
 static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)(struct fixture *),
                       const char *flag, const char *value) {
@@ -95,6 +103,10 @@ static int run_server(struct fixture *f, http_handler_fn route, void (*scenario)
     router_init(&f->router, &f->cfg.api_key, &f->cfg.cors_origin);
     f->app.on_request = dispatch_cb;
     f->app.request_data = &f->router;
+    if (f->check_heads) {
+        head_fixture = f;
+        f->app.on_head = head_cb;
+    }
     router_add(&f->router, "GET", "/t", route, f, 0);
     router_add(&f->router, "POST", "/t", route, f, 0); /* a request with model work (held when many) */
     uv_timer_init(&f->loop, &f->timer); /* a live handle of someone else's: closed by the stop hook */
@@ -613,5 +625,50 @@ TEST(conn_answer_during_a_drain_says_close) {
     CHECK(strstr(f.reply, "Connection: close\r\n"));
     CHECK(!strstr(f.reply, "keep-alive"));
     CHECK_EQ_INT(f.read_end, 0);
+    CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
+}
+
+/* --- the head hook refuses a request before its body is read ------------------------------- */
+
+static void counting_route(struct http_request *req, void *data) {
+    struct fixture *f = data;
+    f->events_sent++;
+    http_respond(req, 200, "text/plain", req->body, req->body_len);
+}
+
+/* A request without the key announces a large body and waits for 100 Continue: the answer is the
+ * 401 at once, then the close; with the key, 100 Continue and the body is read. */
+static void head_requests(struct fixture *f) {
+    int s = client_connect(f, 0);
+    client_send(s, "POST /t HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n");
+    client_read_until(f, s, NULL); /* the server answers and closes without a body byte */
+    close(s);
+    size_t refused_len = f->reply_len;
+    s = client_connect(f, 0);
+    client_send(s, "POST /t HTTP/1.1\r\nHost: x\r\nX-Api-Key: k\r\nContent-Length: 2\r\n"
+                   "Expect: 100-continue\r\nConnection: close\r\n\r\n");
+    client_read_until(f, s, "100 Continue\r\n\r\n");
+    client_send(s, "ok");
+    client_read_until(f, s, NULL);
+    close(s);
+    f->send_rc = (int)refused_len;
+}
+
+TEST(conn_head_hook_refuses_before_the_body_and_before_100_continue) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    f.check_heads = true;
+    CHECK_EQ_INT(run_server(&f, counting_route, head_requests, "--api-key", "k"), 0);
+    CHECK_EQ_INT(f.heads, 2);
+    CHECK_EQ_INT(f.events_sent, 1); /* only the request with the key reached its handler */
+    static const char unauthorized[] = "HTTP/1.1 401 Unauthorized\r\n";
+    static const char continued[] = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n";
+    CHECK(strncmp(f.reply, unauthorized, sizeof unauthorized - 1) == 0);
+    char *second = f.reply + f.send_rc;
+    CHECK(memmem(f.reply, (size_t)f.send_rc, "100 Continue", 12) == NULL);
+    CHECK(memmem(f.reply, (size_t)f.send_rc, "Connection: close", 17) != NULL);
+    CHECK(strncmp(second, continued, sizeof continued - 1) == 0);
+    CHECK(strstr(second, "\r\n\r\nok") != NULL);
+    CHECK_EQ_INT(f.app.counters.requests_total, 2);
     CHECK_EQ_INT(f.app.counters.requests_inflight, 0);
 }

@@ -4,20 +4,29 @@
 
 static const struct http_parse_limits limits = {.max_header_bytes = 1024, .max_headers = 8, .max_body = 64};
 
-/* Feed `data` in pieces cut at `cuts` (ascending offsets), as if each piece were one read.
+/* Feed `data` in pieces cut at `cuts` (ascending offsets), as if each piece were one read; a
+ * stop at the head (HTTP_PARSE_HEAD) goes on with the rest of the piece, as the server does.
  * Returns the result of the last feed; *consumed is the total consumed. */
 static int feed_pieces(struct http_parse *p, const char *data, size_t len, const size_t *cuts, int n_cuts,
                        size_t *consumed) {
     size_t start = 0;
     int rc = HTTP_PARSE_MORE;
     *consumed = 0;
-    for (int k = 0; k <= n_cuts && rc == HTTP_PARSE_MORE; k++) {
+    for (int k = 0; k <= n_cuts && (rc == HTTP_PARSE_MORE || rc == HTTP_PARSE_HEAD); k++) {
         size_t end = k < n_cuts ? cuts[k] : len, used;
-        rc = http_parse_feed(p, data + start, end - start, &used);
-        *consumed += used;
-        start = end;
+        do {
+            rc = http_parse_feed(p, data + start, end - start, &used);
+            *consumed += used;
+            start += used;
+        } while (rc == HTTP_PARSE_HEAD);
+        if (rc == HTTP_PARSE_MORE) start = end;
     }
     return rc;
+}
+
+/* Feed everything at once (through any stop at the head). */
+static int feed_all(struct http_parse *p, const char *data, size_t len, size_t *consumed) {
+    return feed_pieces(p, data, len, NULL, 0, consumed);
 }
 
 struct expect {
@@ -40,8 +49,8 @@ static const struct expect cl_exp = {"POST", "/v1/x?a=1&b=%20", "/v1/x", "a=1&b=
                                      "x-long-name", "some value", 3};
 static const char chunked_req[] = "PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\nEmpty:\r\n\r\n"
                                   "5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nTrailer: t\r\n\r\n";
-/* trailers arrive as headers too (after the body) */
-static const struct expect chunked_exp = {"PUT", "/c", "/c", "", "hello world", "empty", "", 3};
+/* the trailer is not one of the request's headers */
+static const struct expect chunked_exp = {"PUT", "/c", "/c", "", "hello world", "empty", "", 2};
 
 TEST(parse_request_split_at_every_byte_boundary) {
     const char *reqs[] = {cl_req, chunked_req};
@@ -81,7 +90,7 @@ TEST(parse_pipelined_requests_one_at_a_time) {
     size_t len = strlen(buf), used;
     struct http_parse p;
     CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
-    CHECK_EQ_INT(http_parse_feed(&p, buf, len, &used), HTTP_PARSE_DONE);
+    CHECK_EQ_INT(feed_all(&p, buf, len, &used), HTTP_PARSE_DONE);
     CHECK_EQ_INT(used, strlen(cl_req));
     CHECK(matches(&p, &cl_exp));
     http_parse_next(&p);
@@ -101,7 +110,7 @@ static int parse_error(const char *req, const char *reason_part) {
     struct http_parse p;
     size_t used;
     if (http_parse_init(&p, &limits)) return -1;
-    int rc = http_parse_feed(&p, req, strlen(req), &used);
+    int rc = feed_all(&p, req, strlen(req), &used);
     int status = rc < 0 ? p.status : 0;
     if (status && reason_part && !strstr(p.reason, reason_part)) {
         fprintf(stderr, "  reason '%s' lacks '%s'\n", p.reason, reason_part);
@@ -137,10 +146,78 @@ TEST(parse_expect_continue_known_after_headers) {
     CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
     CHECK_EQ_INT(http_parse_feed(&p, head, strlen(head) - 2, &used), HTTP_PARSE_MORE);
     CHECK(p.started && !p.expect_continue);
-    CHECK_EQ_INT(http_parse_feed(&p, head + used, 2, &used), HTTP_PARSE_MORE);
+    CHECK_EQ_INT(http_parse_feed(&p, head + used, 2, &used), HTTP_PARSE_HEAD);
     CHECK(p.expect_continue);
     CHECK_EQ_INT(http_parse_feed(&p, "ok", 2, &used), HTTP_PARSE_DONE);
     CHECK_EQ_STR(p.req.body, "ok");
+    http_parse_free(&p);
+}
+
+TEST(parse_stops_at_the_head_of_a_request_with_a_body) {
+    struct http_parse p;
+    size_t used;
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, cl_req, strlen(cl_req), &used), HTTP_PARSE_HEAD);
+    CHECK_EQ_INT(used, strlen(cl_req) - strlen("hello world")); /* not one body byte */
+    CHECK_EQ_STR(p.req.method, "POST");
+    CHECK_EQ_STR(p.req.path, "/v1/x");
+    CHECK_EQ_STR(http_header(&p.req, "X-Long-Name"), "some value");
+    CHECK_EQ_INT(p.req.body_len, 0);
+    CHECK(p.body == NULL); /* nothing reserved for the body before the caller wants it */
+    size_t used2;
+    CHECK_EQ_INT(http_parse_feed(&p, cl_req + used, strlen(cl_req) - used, &used2), HTTP_PARSE_DONE);
+    CHECK(matches(&p, &cl_exp));
+    http_parse_free(&p);
+    /* a head alone, then zero bytes: the body is still to come */
+    const char *head = "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, head, strlen(head), &used), HTTP_PARSE_HEAD);
+    CHECK_EQ_INT(used, strlen(head));
+    CHECK(p.expect_continue);
+    CHECK_EQ_INT(http_parse_feed(&p, "", 0, &used), HTTP_PARSE_MORE);
+    CHECK_EQ_INT(http_parse_feed(&p, "2\r\nok\r\n0\r\n\r\n", 15, &used), HTTP_PARSE_DONE);
+    CHECK_EQ_STR(p.req.body, "ok");
+    http_parse_free(&p);
+    /* without a body there is no stop at the head; nor with Content-Length: 0 */
+    const char *get = "GET /g HTTP/1.1\r\n\r\nPOST /z HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, get, strlen(get), &used), HTTP_PARSE_DONE);
+    http_parse_next(&p);
+    CHECK_EQ_INT(http_parse_feed(&p, get + used, strlen(get) - used, &used2), HTTP_PARSE_DONE);
+    CHECK_EQ_STR(p.req.path, "/z");
+    http_parse_free(&p);
+}
+
+/* The bytes after a chunk's data must be CRLF: a lenient parser skips any two, so that a proxy and
+ * the server disagree on where the body ends (request smuggling). */
+TEST(parse_chunk_data_not_followed_by_crlf_is_400) {
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             "10\r\n{\"content\":\"ab\"}XY0\r\n\r\n", NULL), 400);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             "2\r\nab\n0\r\n\r\n", NULL), 400);
+    CHECK_EQ_INT(parse_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             "2\r\nab\r\n0\r\n\r\n", NULL), 0);
+}
+
+/* A trailer never becomes a header: an X-Api-Key or Authorization sent after the body authenticates
+ * nothing, and trailers beyond max_header_bytes are refused like headers. */
+TEST(parse_trailers_are_dropped_and_bounded) {
+    struct http_parse p;
+    size_t used;
+    const char *req = "POST /t HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: h\r\n\r\n"
+                      "2\r\nab\r\n0\r\nX-Api-Key: k\r\nAuthorization: Bearer k\r\n\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(feed_all(&p, req, strlen(req), &used), HTTP_PARSE_DONE);
+    CHECK_EQ_INT(used, strlen(req));
+    CHECK_EQ_INT(p.req.n_headers, 2);
+    CHECK(http_header(&p.req, "X-Api-Key") == NULL && http_header(&p.req, "Authorization") == NULL);
+    CHECK_EQ_STR(p.req.body, "ab");
+    http_parse_free(&p);
+    char big[2048];
+    snprintf(big, sizeof big, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: %01100d\r\n\r\n", 0);
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(feed_all(&p, big, strlen(big), &used), -ERR_TOOBIG);
+    CHECK_EQ_INT(p.status, 431);
     http_parse_free(&p);
 }
 
@@ -162,7 +239,7 @@ static int parses_then_next(const char *first, bool *keep_alive) {
     size_t len = strlen(buf), used, used2;
     struct http_parse p;
     if (http_parse_init(&p, &limits)) return -1;
-    int ok = http_parse_feed(&p, buf, len, &used) == HTTP_PARSE_DONE && used == strlen(first);
+    int ok = feed_all(&p, buf, len, &used) == HTTP_PARSE_DONE && used == strlen(first);
     *keep_alive = p.keep_alive;
     http_parse_next(&p);
     ok = ok && http_parse_feed(&p, buf + used, len - used, &used2) == HTTP_PARSE_DONE &&
@@ -186,6 +263,13 @@ TEST(parse_upgrade_offer_is_declined_and_connect_closes) {
     CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
     CHECK_EQ_INT(http_parse_feed(&p, connect, strlen(connect), &used), HTTP_PARSE_DONE);
     CHECK_EQ_STR(p.req.method, "CONNECT");
+    CHECK(!p.keep_alive);
+    http_parse_free(&p);
+    /* a CONNECT announcing a chunked body reads none: no stop at its head, done at once */
+    const char *connect_chunked = "CONNECT host:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n";
+    CHECK_EQ_INT(http_parse_init(&p, &limits), 0);
+    CHECK_EQ_INT(http_parse_feed(&p, connect_chunked, strlen(connect_chunked), &used), HTTP_PARSE_DONE);
+    CHECK_EQ_INT(p.req.body_len, 0);
     CHECK(!p.keep_alive);
     http_parse_free(&p);
 }
