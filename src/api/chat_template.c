@@ -247,15 +247,16 @@ static int put_without_thinking(struct out *o, const char *s) {
     return 0;
 }
 
-/* Gemma 4: a system (or developer) first message is a system turn; every other message a turn of
- * its role as written, the assistant's named "model" and its thought channels left out; text
- * trimmed. The reply opens with an empty thought channel (thinking off, the template's default). */
+/* Gemma 4 with thinking on (enable_thinking, as the model's own template runs, chat_jinja.h): a
+ * system turn opening with <|think|>, holding a first system (or developer) message's text; every
+ * other message a turn of its role as written, the assistant's named "model" and its thought
+ * channels left out; text trimmed. */
 static int format_gemma4(struct out *o, const struct chat_message *msgs, size_t n, bool gen) {
     size_t i = 0;
-    if (n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"))) {
-        put(o, "<|turn>system\n"), put_trimmed(o, msgs[0].content), put(o, "<turn|>\n");
-        i = 1;
-    }
+    put(o, "<|turn>system\n<|think|>");
+    if (n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer")))
+        put_trimmed(o, msgs[i++].content);
+    put(o, "<turn|>\n");
     for (; i < n; i++) {
         bool assistant = role_of(msgs[i].role) == ROLE_ASSISTANT;
         put(o, "<|turn>"), put(o, assistant ? "model" : msgs[i].role), put(o, "\n");
@@ -263,7 +264,7 @@ static int format_gemma4(struct out *o, const struct chat_message *msgs, size_t 
         else if (put_without_thinking(o, msgs[i].content) < 0) return -ERR_NOMEM;
         put(o, "<turn|>\n");
     }
-    if (gen) put(o, "<|turn>model\n<|channel>thought\n<channel|>");
+    if (gen) put(o, "<|turn>model\n");
     return 0;
 }
 

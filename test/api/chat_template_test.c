@@ -302,10 +302,10 @@ TEST(chat_template_gemma_folds_system_into_user) {
 }
 
 /* Gemma 4 (the template in ../shared/models/gemma3-q8_0.gguf): the expected prompts are what
- * that template renders under a Jinja engine (jinja2 3.1, bos_token stripped), for a first
- * system or developer message (a system turn), a later one (a turn like any other), other roles
- * as written, the assistant's thought channel left out of its reply, trimmed text, with and
- * without the generation prompt (an empty thought channel: thinking off). */
+ * that template renders under a Jinja engine (jinja2 3.1, bos_token stripped, enable_thinking
+ * true as chat_jinja.h gives it), for a first system or developer message (in the system turn),
+ * a later one (a turn like any other), other roles as written, the assistant's thought channel
+ * left out of its reply, trimmed text, with and without the generation prompt. */
 TEST(chat_template_gemma4_as_its_jinja_renders) {
     static const struct chat_message c1[] = {{"user", "Hello"}};
     static const struct chat_message c2[] = {{"system", "  You are brief. "}, {"user", "Hello\n"},
@@ -319,19 +319,40 @@ TEST(chat_template_gemma4_as_its_jinja_renders) {
         size_t n;
         const char *with_gen, *without;
     } cases[] = {
-        {c1, 1, "<|turn>user\nHello<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
+        {c1, 1,
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|><turn|>\n"
          "<|turn>user\nHello<turn|>\n"},
         {c2, 4,
-         "<|turn>system\nYou are brief.<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\nHi there<turn|>\n"
-         "<|turn>user\nWho are you?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
-         "<|turn>system\nYou are brief.<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\nHi there<turn|>\n"
+         "<|turn>system\n<|think|>You are brief.<turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\nHi there<turn|>\n"
+         "<|turn>user\nWho are you?<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|>You are brief.<turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\nHi there<turn|>\n"
          "<|turn>user\nWho are you?<turn|>\n"},
         {c3, 4,
-         "<|turn>system\nRules.<turn|>\n<|turn>user\na<turn|>\n<|turn>model\nb<turn|>\n<|turn>tool\nc<turn|>\n"
-         "<|turn>model\n<|channel>thought\n<channel|>",
-         "<|turn>system\nRules.<turn|>\n<|turn>user\na<turn|>\n<|turn>model\nb<turn|>\n<|turn>tool\nc<turn|>\n"},
-        {c4, 2, "<|turn>user\nx<turn|>\n<|turn>system\nlate system<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
-         "<|turn>user\nx<turn|>\n<|turn>system\nlate system<turn|>\n"},
+         "<|turn>system\n<|think|>Rules.<turn|>\n"
+         "<|turn>user\na<turn|>\n"
+         "<|turn>model\nb<turn|>\n"
+         "<|turn>tool\nc<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|>Rules.<turn|>\n"
+         "<|turn>user\na<turn|>\n"
+         "<|turn>model\nb<turn|>\n"
+         "<|turn>tool\nc<turn|>\n"},
+        {c4, 2,
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nx<turn|>\n"
+         "<|turn>system\nlate system<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nx<turn|>\n"
+         "<|turn>system\nlate system<turn|>\n"},
     };
     char buf[512];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
