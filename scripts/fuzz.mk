@@ -1,7 +1,7 @@
 # fuzz.mk: libFuzzer targets (clang, ASan + UBSan) in build-fuzz/. Run from the repository root:
 #   make fuzz                          build every target and run each for FUZZ_SECONDS (default 60)
 #   make fuzz FUZZ_SECONDS=600         longer runs
-#   make fuzz FUZZ_TARGETS=gguf        one target (http api gguf tokenizer sampler jinja)
+#   make fuzz FUZZ_TARGETS=gguf        one target (http api gguf tokenizer sampler jinja grammar json_schema)
 #   make fuzz FUZZ_RUNS=10000000       stop each target after this many executions instead
 #   make -f scripts/fuzz.mk build      only build
 # Targets (test/fuzz/NAME_fuzz.c):
@@ -11,6 +11,8 @@
 #   tokenizer  encode/decode/streaming detokenizer on the shared vocabularies (needs ../shared/vocab)
 #   sampler    the sampler chain over arbitrary logits, parameters, biases and penalty windows
 #   jinja      the Jinja engine and the chat-template layer: template text, NUL, JSON variables
+#   grammar    the GBNF parser and matcher: masks against token-by-token acceptance
+#   json_schema  JSON Schema -> GBNF: translations compile, complete generations parse as JSON
 # Each target starts from its committed seed corpus test/fuzz/corpus/NAME/ (plus the regression
 # inputs in test/fuzz/regress/NAME/) and keeps what it finds in build-fuzz/corpus/NAME/. A crash is
 # written as build-fuzz/crash-*: reproduce with build-fuzz/fuzz-NAME FILE, fix, then commit the file
@@ -26,20 +28,23 @@ LLHTTP_INC   := /usr/share/include/llhttp
 FUZZ_CFLAGS  := $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Isrc -I$(LLHTTP_INC)
 
-FUZZ_TARGETS ?= http api gguf tokenizer sampler jinja
+FUZZ_TARGETS ?= http api gguf tokenizer sampler jinja grammar json_schema
 
 # What each target links: only the layers it exercises (no libuv, no BLAS).
 FUZZ_SRCS_gguf      := src/common/err.c src/common/hugemem.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
 FUZZ_SRCS_tokenizer := $(FUZZ_SRCS_gguf)
 FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c src/api/errors.c
-FUZZ_SRCS_api       := src/common/err.c $(addprefix src/api/,params.c render.c chat_json.c chat_template.c \
-                       errors.c stream_text.c)
+FUZZ_SRCS_api       := src/common/err.c src/sampler/grammar.c $(addprefix src/api/,params.c render.c chat_json.c \
+                       chat_template.c errors.c stream_text.c responses.c anthropic.c json_schema.c)
 FUZZ_SRCS_sampler   := src/common/err.c src/sampler/sampler.c
 FUZZ_SRCS_jinja     := src/common/err.c $(addprefix src/api/,jinja.c jinja_parse.c jinja_value.c chat_jinja.c)
 FUZZ_LLHTTP_http    := $(FUZZ_BUILD)/llhttp/api.o $(FUZZ_BUILD)/llhttp/http.o $(FUZZ_BUILD)/llhttp/llhttp.o
 FUZZ_LIBS_api       := -ljansson
 FUZZ_LIBS_http      := -ljansson
+FUZZ_SRCS_grammar   := src/common/err.c src/sampler/grammar.c
+FUZZ_SRCS_json_schema := src/common/err.c src/sampler/grammar.c src/api/json_schema.c
 FUZZ_LIBS_jinja     := -ljansson
+FUZZ_LIBS_json_schema := -ljansson
 $(foreach t,$(FUZZ_TARGETS),$(eval FUZZ_OBJS_$(t) := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS_$(t)))))
 FUZZ_MAXLEN_gguf      := 65536
 FUZZ_MAXLEN_tokenizer := 8192
@@ -47,6 +52,8 @@ FUZZ_MAXLEN_http      := 8192
 FUZZ_MAXLEN_api       := 16384
 FUZZ_MAXLEN_sampler   := 8192
 FUZZ_MAXLEN_jinja     := 16384
+FUZZ_MAXLEN_grammar   := 4096
+FUZZ_MAXLEN_json_schema := 4096
 
 SHELL := /bin/bash
 .PHONY: run build
@@ -58,7 +65,8 @@ run: build
 	  log=$(FUZZ_BUILD)/fuzz-$$t.log; \
 	  case $$t in gguf) maxlen=$(FUZZ_MAXLEN_gguf);; tokenizer) maxlen=$(FUZZ_MAXLEN_tokenizer);; \
 	              http) maxlen=$(FUZZ_MAXLEN_http);; sampler) maxlen=$(FUZZ_MAXLEN_sampler);; \
-	              jinja) maxlen=$(FUZZ_MAXLEN_jinja);; \
+	              jinja) maxlen=$(FUZZ_MAXLEN_jinja);; grammar) maxlen=$(FUZZ_MAXLEN_grammar);; \
+	              json_schema) maxlen=$(FUZZ_MAXLEN_json_schema);; \
 	              *) maxlen=$(FUZZ_MAXLEN_api);; esac; \
 	  seeds=test/fuzz/corpus/$$t; [ -d test/fuzz/regress/$$t ] && seeds="$$seeds test/fuzz/regress/$$t"; \
 	  echo "== fuzz-$$t for $(FUZZ_SECONDS)s (log: $$log)"; \

@@ -46,6 +46,7 @@ struct gen_job {
     struct completion_params p;
     struct model_engine_sampling sp;
     struct model_engine_bias *bias;
+    struct model_engine_grammar *grammar; /* the request's compiled grammar (a reference), or NULL */
     int32_t *prompt;
     size_t n_prompt;
     struct gen_choice *ch;
@@ -70,6 +71,7 @@ static void job_free(struct gen_job *job) {
     free(job->piece);
     free(job->prompt);
     free(job->bias);
+    if (job->grammar) model_engine_grammar_release(job->grammar);
     completion_params_free(&job->p);
     free(job);
 }
@@ -437,6 +439,7 @@ static void job_sampling(struct gen_job *job, int32_t n_probs) {
         .logit_bias = job->bias,
         .n_logit_bias = job->bias ? (int32_t)p->n_logit_bias : 0,
         .n_probs = n_probs,
+        .grammar = job->grammar,
     };
     if (job->bias)
         for (size_t i = 0; i < p->n_logit_bias; i++)
@@ -466,6 +469,17 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     if (job_tokenize(job, req) < 0) {
         job_free(job);
         return;
+    }
+    if (job->p.grammar) { /* compiled once per text (the engine's cache), refused with where it fails */
+        char why[200];
+        rc = model_engine_grammar_get(srv->engine, job->p.grammar, job->p.grammar_len, &job->grammar, why, sizeof why);
+        if (rc < 0) {
+            api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
+                          job->p.grammar_param, "%s: %s", job->p.grammar_param, why);
+            respond_error(srv, req, &err);
+            job_free(job);
+            return;
+        }
     }
     const struct completion_params *p = &job->p;
     int32_t max_prompt = sched_max_prompt_tokens(srv->sched);

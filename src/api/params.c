@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/json_schema.h"
 #include "common/err.h"
 
 /* ---- errors ---- */
@@ -555,15 +556,8 @@ static bool json_empty(const json_t *v) {
 static int refuse_unsupported(struct parser *ps, const struct completion_params *p) {
     const char *name;
     json_t *v;
-    static const char *const constraints[] = {"grammar", "json_schema", "tools", NULL};
     if (ps->tools_rendered) return 0; /* only the prompt is made: nothing constrains an output */
-    for (const char *const *c = constraints; *c; c++)
-        if ((v = field(ps, (const char *const[]){*c, NULL}, &name)) && !json_empty(v))
-            return bad(ps, *c, "%s is not supported", *c);
-    if ((v = field(ps, NAMES("response_format"), &name)) && !json_empty(v) &&
-        !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
-          strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
-        return bad(ps, "response_format", "only {\"type\": \"text\"} is supported");
+    if ((v = field(ps, NAMES("tools"), &name)) && !json_empty(v)) return bad(ps, "tools", "tools is not supported");
     if (ps->endpoint != API_OAI_COMPLETION) return 0;
     if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
         return bad(ps, "echo", "echo is not supported");
@@ -575,6 +569,82 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
         (as_integer(v, &best_of) < 0 || best_of != p->n))
         return bad(ps, "best_of", "only best_of == n is supported");
     return 0;
+}
+
+/* The grammar text (arena) of a schema; the converter's errors name param + its location. */
+static int schema_grammar(struct parser *ps, struct completion_params *p, const json_t *schema, const char *param) {
+    char *gbnf = NULL, where[96], why[160], full[PARAM_SIZE];
+    int rc = json_schema_to_grammar(schema, &gbnf, where, sizeof where, why, sizeof why);
+    if (rc == -ERR_NOMEM) return nomem(ps);
+    if (rc < 0) return bad(ps, param_fmt(full, "%s%s%s", param, where[0] ? "." : "", where), "%s", why);
+    p->grammar = arena_strndup(ps->arena, gbnf, strlen(gbnf));
+    free(gbnf);
+    if (!p->grammar) return nomem(ps);
+    p->grammar_len = strlen(p->grammar);
+    snprintf(p->grammar_param, sizeof p->grammar_param, "%s", param);
+    return 0;
+}
+
+/* grammar (GBNF), json_schema, response_format: at most one of them constrains the output. */
+static int parse_constraint(struct parser *ps, struct completion_params *p) {
+    const char *name, *which = NULL;
+    json_t *grammar = field(ps, NAMES("grammar"), &name), *schema = field(ps, NAMES("json_schema"), &name);
+    json_t *rf = field(ps, NAMES("response_format"), &name);
+    if (grammar && json_empty(grammar)) grammar = NULL;
+    if (schema && json_empty(schema)) schema = NULL;
+    if (rf && json_empty(rf)) rf = NULL;
+    const char *type = NULL;
+    if (rf) {
+        if (!json_is_object(rf)) return bad(ps, "response_format", "expected an object, got %s", json_type_name(rf));
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t)) return bad(ps, "response_format.type", "expected \"text\", \"json_object\" or \"json_schema\"");
+        type = json_string_value(t);
+        if (!strcmp(type, "text")) rf = NULL;
+        else if (strcmp(type, "json_object") && strcmp(type, "json_schema"))
+            return bad(ps, "response_format.type", "expected \"text\", \"json_object\" or \"json_schema\", got \"%s\"", type);
+    }
+    int n = (grammar != NULL) + (schema != NULL) + (rf != NULL);
+    if (n > 1) {
+        which = grammar ? (schema ? "json_schema" : "response_format") : "response_format";
+        return bad(ps, which, "only one of grammar, json_schema and response_format may constrain the output");
+    }
+    if (grammar) {
+        if (!json_is_string(grammar)) return bad(ps, "grammar", "expected a string, got %s", json_type_name(grammar));
+        p->grammar = arena_strndup(ps->arena, json_string_value(grammar), json_string_length(grammar));
+        if (!p->grammar) return nomem(ps);
+        p->grammar_len = json_string_length(grammar);
+        snprintf(p->grammar_param, sizeof p->grammar_param, "grammar");
+        return 0;
+    }
+    if (schema) {
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return bad(ps, "json_schema", "expected a JSON Schema object, got %s", json_type_name(schema));
+        return schema_grammar(ps, p, schema, "json_schema");
+    }
+    if (!rf) return 0;
+    if (!strcmp(type, "json_object")) {
+        json_t *sch = json_object_get(rf, "schema"); /* llama.cpp's extension */
+        if (sch && !json_is_null(sch)) return schema_grammar(ps, p, sch, "response_format.schema");
+        char *gbnf = NULL;
+        if (json_schema_object_grammar(&gbnf) < 0) return nomem(ps);
+        p->grammar = arena_strndup(ps->arena, gbnf, strlen(gbnf));
+        free(gbnf);
+        if (!p->grammar) return nomem(ps);
+        p->grammar_len = strlen(p->grammar);
+        snprintf(p->grammar_param, sizeof p->grammar_param, "response_format");
+        return 0;
+    }
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js)) return bad(ps, "response_format.json_schema", "expected an object with a \"schema\"");
+    json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return bad(ps, "response_format.json_schema.strict", "expected a boolean");
+    json_t *sch = json_object_get(js, "schema");
+    if (!sch || json_is_null(sch)) return bad(ps, "response_format.json_schema.schema", "a schema is required");
+    if (!json_is_object(sch) && !json_is_boolean(sch))
+        return bad(ps, "response_format.json_schema.schema", "expected a JSON Schema object, got %s", json_type_name(sch));
+    /* strict or not, the output follows the schema: uvlm has only the enforcing mode */
+    return schema_grammar(ps, p, sch, "response_format.json_schema.schema");
 }
 
 void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint) {
@@ -624,7 +694,8 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
         (rc = get_bool(ps, NAMES("ignore_eos"), &p->ignore_eos)) < 0 ||
         (rc = parse_logit_bias(ps, p)) < 0 ||
         (rc = get_int(ps, n_names, 1, ps->lim->max_n, &p->n)) < 0 ||
-        (rc = refuse_unsupported(ps, p)) < 0)
+        (rc = refuse_unsupported(ps, p)) < 0 ||
+        (rc = parse_constraint(ps, p)) < 0)
         return rc;
 
     const char *name;

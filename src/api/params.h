@@ -63,9 +63,16 @@
  *                assistant's last message; absent: continue it when the generation prompt is
  *                asked for), chat_template_kwargs (chat: an object of extra template variables):
  *                see chat_prompt.h.
- *   grammar, json_schema, tools (non-empty) and response_format other than {"type": "text"}:
- *                refused (400 naming the field): they constrain the output, which uvlm cannot
- *                honour, so answering anyway would be wrong. Sampler options uvlm lacks
+ *   grammar      GBNF text (sampler/grammar.h's dialect) the output must match; "" means none.
+ *   json_schema  a JSON Schema the output must validate against (json_schema.h: what is honoured;
+ *                a keyword that is not is a 400 naming its location); {} means none.
+ *   response_format  {"type": "text"} (none), {"type": "json_object"} (any JSON object; with
+ *                llama.cpp's "schema" member, that schema), {"type": "json_schema", "json_schema":
+ *                {"name", "schema", "strict"}} (the schema, enforced whether strict or not).
+ *                At most one of grammar, json_schema and response_format (400 otherwise). The
+ *                schema forms become grammar text here; the grammar itself is compiled by the
+ *                handler (a 400 naming grammar_param with the grammar's "LINE:COL: what").
+ *   tools (non-empty): refused (400): uvlm cannot speak tool calls. Sampler options uvlm lacks
  *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
  *   cache_salt   a non-empty string (vLLM's): requests with different salts never share cached
@@ -184,6 +191,12 @@ struct completion_params {
     const char *cache_salt;   /* NULL or cache_salt_len (> 0) bytes, NUL-terminated */
     size_t cache_salt_len;
     const char *instructions; /* API_OAI_RESPONSES: echoed in the response object, or NULL */
+
+    const char *grammar;      /* NULL, or GBNF text (grammar_len bytes, NUL-terminated) the output
+                               * must match: the request's grammar, or its schema's translation */
+    size_t grammar_len;
+    char grammar_param[40];   /* the field it came from, for the grammar's 400: "grammar",
+                               * "json_schema", "response_format", "response_format.json_schema.schema" */
 
     struct params_arena *arena_;
     struct chat_messages chat_;  /* owns messages */

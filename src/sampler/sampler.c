@@ -138,19 +138,35 @@ static float orderable(float l) {
     return l > FLT_MAX ? FLT_MAX : l;
 }
 
-/* Steps 1 and 2 into s->sc->work, every value orderable; counts the input's non-finite logits. */
-static void bias_and_penalties(struct sampler *s, const float *logits) {
+/* An allowed token's logit under a mask: never -inf, so that it ranks above every masked token
+ * even when bias or penalties banned it (a grammar's token must still be chosen then). */
+static float allowed_floor(float l) { return l < -FLT_MAX ? -FLT_MAX : l; }
+
+static bool allowed(const uint64_t *allow, int32_t i) { return (allow[i >> 6] >> (i & 63)) & 1; }
+
+/* Steps 1 and 2 into s->sc->work, every value orderable; counts the input's non-finite logits.
+ * allow (may be NULL): tokens outside it become -inf, those in it stay above -inf. */
+static void bias_and_penalties(struct sampler *s, const float *logits, const uint64_t *allow) {
     const struct sampler_params *p = &s->p;
     float *work = s->sc->work;
     int32_t bad = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        bad += !isfinite(logits[i]);
-        work[i] = orderable(logits[i]);
+    if (!allow) {
+        for (int32_t i = 0; i < s->n_vocab; i++) {
+            bad += !isfinite(logits[i]);
+            work[i] = orderable(logits[i]);
+        }
+    } else {
+        for (int32_t i = 0; i < s->n_vocab; i++) {
+            bad += !isfinite(logits[i]);
+            work[i] = allowed(allow, i) ? allowed_floor(orderable(logits[i])) : -INFINITY;
+        }
     }
     s->n_nonfinite = bad;
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
-        float *l = &work[p->logit_bias[i].token];
-        *l = orderable(*l + p->logit_bias[i].bias);
+        int32_t t = p->logit_bias[i].token;
+        if (allow && !allowed(allow, t)) continue;
+        work[t] = orderable(work[t] + p->logit_bias[i].bias);
+        if (allow) work[t] = allowed_floor(work[t]);
     }
     bool rep = p->repeat_penalty > 0 && p->repeat_penalty != 1.0f;
     if (!rep && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
@@ -165,6 +181,7 @@ static void bias_and_penalties(struct sampler *s, const float *logits) {
         float *l = &work[t];
         if (rep) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
         *l = orderable(*l - ((float)s->sc->counts[t] * p->frequency_penalty + p->presence_penalty));
+        if (allow) *l = allowed(allow, t) ? allowed_floor(*l) : -INFINITY;
         s->sc->counts[t] = 0;  /* each distinct token once; leaves counts zeroed */
     }
 }
@@ -231,9 +248,14 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
 int32_t sampler_last_nonfinite(const struct sampler *s) { return s->n_nonfinite; }
 
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out) {
+    return sampler_sample_masked(s, logits, NULL, probs, n_out);
+}
+
+int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint64_t *allow, struct sampler_prob *probs,
+                              int32_t *n_out) {
     const struct sampler_params *p = &s->p;
     int32_t nv = s->n_vocab, chosen = 0;
-    bias_and_penalties(s, logits);
+    bias_and_penalties(s, logits, allow);
     if (p->temperature <= 0) {
         for (int32_t i = 1; i < nv; i++)
             if (s->sc->work[i] > s->sc->work[chosen]) chosen = i;

@@ -82,6 +82,12 @@ void sampler_accept(struct sampler *s, int32_t token);
  * n_probs + 1 entries: the top n_probs, then, if not among them, the chosen token; *n_out their
  * count. */
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out);
+/* sampler_sample over the tokens of allow only (bit i of allow[i / 64]: a grammar's mask,
+ * grammar.h), which must hold at least one token: the others get logit -inf before every step of
+ * the chain, and an allowed token that bias or penalties banned stays just above them, so the
+ * choice is always an allowed token. Reported log-probs are those of the masked distribution. */
+int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint64_t *allow, struct sampler_prob *probs,
+                              int32_t *n_out);
 /* How many logits of the last sampler_sample call's input were NaN or infinite (0 from a sound
  * model: a caller ends the sequence with -ERR_NUMERIC otherwise). */
 int32_t sampler_last_nonfinite(const struct sampler *s);

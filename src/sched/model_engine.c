@@ -4,6 +4,7 @@
 #include "common/hugemem.h"
 #include "model/footprint.h"
 #include "model/model.h"
+#include "sampler/grammar.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -108,6 +109,14 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         model_engine_free(e);
         return rc;
     }
+    rc = model_engine_grammar_vocab(e->tok, &e->gvocab);
+    if (!rc) rc = grammar_cache_create(&e->grammars, e->gvocab, MODEL_ENGINE_GRAMMARS);
+    if (!rc && !(e->grammar_allow = malloc(grammar_mask_words(e->gvocab) * sizeof *e->grammar_allow))) rc = -ERR_NOMEM;
+    if (rc) {
+        snprintf(why, why_len, "grammar vocabulary: %s", err_str(rc));
+        model_engine_free(e);
+        return rc;
+    }
     int32_t warm = cfg->batch_tokens < SCHED_PROBE_TOKENS ? cfg->batch_tokens : SCHED_PROBE_TOKENS;
     if (warm > e->n_ctx) warm = e->n_ctx;
     rc = engine_warm_up(e, warm);
@@ -122,6 +131,9 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
 
 void model_engine_free(struct model_engine *e) {
     if (!e) return;
+    grammar_cache_free(e->grammars);
+    grammar_vocab_free(e->gvocab);
+    free(e->grammar_allow);
     forward_ctx_destroy(e->fc);
     sampler_scratch_destroy(e->sampling);
     memory_destroy(e->mem);
@@ -169,6 +181,49 @@ static bool engine_is_eog(void *engine, int32_t token) {
     return tokenizer_is_eog(((struct model_engine *)engine)->tok, token);
 }
 
+/* --- grammars ------------------------------------------------------------------------------- */
+
+int model_engine_grammar_vocab(const struct tokenizer *tok, struct grammar_vocab **out) {
+    int32_t n = tokenizer_n_vocab(tok);
+    const char **pieces = malloc((size_t)n * sizeof *pieces);
+    uint32_t *lens = malloc((size_t)n * sizeof *lens);
+    uint8_t *kinds = malloc((size_t)n);
+    int rc = -ERR_NOMEM;
+    if (pieces && lens && kinds) {
+        for (int32_t i = 0; i < n; i++) {
+            bool control = tokenizer_is_control(tok, i);
+            size_t len;
+            pieces[i] = tokenizer_token_piece(tok, i, control, &len);
+            lens[i] = (uint32_t)len;
+            kinds[i] = tokenizer_is_eog(tok, i) ? GRAMMAR_TOKEN_EOG
+                       : control                ? GRAMMAR_TOKEN_CONTROL
+                       : len > 0                ? GRAMMAR_TOKEN_TEXT
+                                                : GRAMMAR_TOKEN_NONE;
+        }
+        rc = grammar_vocab_create(out, n, pieces, lens, kinds);
+    }
+    free(pieces);
+    free(lens);
+    free(kinds);
+    return rc;
+}
+
+int model_engine_grammar_get(struct model_engine *e, const char *text, size_t len, struct model_engine_grammar **out,
+                             char *why, size_t why_len) {
+    struct grammar *g;
+    int rc = grammar_cache_get(e->grammars, text, len, &g, why, why_len);
+    if (!rc) *out = (struct model_engine_grammar *)g;
+    return rc;
+}
+
+void model_engine_grammar_release(struct model_engine_grammar *g) { grammar_unref((struct grammar *)g); }
+
+/* A choice's sampler, and its grammar state when the request has a grammar. */
+struct engine_sampler {
+    struct sampler *s;
+    struct grammar_state *g;
+};
+
 /* One sampler per choice: the request's parameters with the choice's seed, the prompt's tail in
  * its penalty window. */
 static void *engine_sampler_create(void *engine, const void *params, uint64_t seed, const int32_t *prompt,
@@ -201,16 +256,43 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
         return NULL;
     }
     for (int32_t i = n_prompt > window ? n_prompt - window : 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
-    return s;
+    struct engine_sampler *es = calloc(1, sizeof *es);
+    if (!es || (rp->grammar && grammar_state_create(&es->g, (struct grammar *)rp->grammar) < 0)) {
+        free(es);
+        sampler_destroy(s);
+        return NULL;
+    }
+    es->s = s;
+    return es;
+}
+
+/* The sampled token under the choice's grammar: masked sampling, then the state advances. A state
+ * that allows nothing (a dead end of the grammar) or a matcher error fails this sequence alone. */
+static int32_t sample_with_grammar(struct model_engine *e, struct engine_sampler *es, const float *logits,
+                                   struct sampler_prob *top, int32_t *n_top) {
+    int32_t n = grammar_state_mask(es->g, e->grammar_allow);
+    if (n < 0) return n;
+    if (n == 0) return -ERR_INVAL;
+    int32_t tok = sampler_sample_masked(es->s, logits, e->grammar_allow, top, n_top);
+    if (!((e->grammar_allow[tok >> 6] >> (tok & 63)) & 1)) { /* rounding at the draw's end: the best allowed */
+        tok = -1;
+        for (int32_t i = 0; i < e->n_vocab; i++)
+            if (((e->grammar_allow[i >> 6] >> (i & 63)) & 1) && (tok < 0 || logits[i] > logits[tok])) tok = i;
+    }
+    int rc = grammar_state_accept(es->g, tok);
+    return rc < 0 ? rc : tok;
 }
 
 static int32_t engine_sample(void *engine, void *sampler, const float *logits, int32_t n_probs,
                              struct sched_token_probs *probs) {
     struct sampler_prob top[SAMPLER_MAX_PROBS + 1];
     int32_t n_top = 0;
-    int32_t tok = sampler_sample(sampler, logits, probs ? top : NULL, &n_top);
-    if (sampler_last_nonfinite(sampler) > 0) return -ERR_NUMERIC; /* this sequence ends, alone */
-    sampler_accept(sampler, tok);
+    struct engine_sampler *es = sampler;
+    int32_t tok = es->g ? sample_with_grammar(engine, es, logits, probs ? top : NULL, &n_top)
+                        : sampler_sample(es->s, logits, probs ? top : NULL, &n_top);
+    if (sampler_last_nonfinite(es->s) > 0) return -ERR_NUMERIC; /* this sequence ends, alone */
+    if (tok < 0) return tok;
+    sampler_accept(es->s, tok);
     if (probs) { /* top[0..n_probs): the alternatives; the chosen token is among them or last */
         int32_t n_alt = n_top < n_probs ? n_top : n_probs;
         if (n_alt > SCHED_MAX_PROBS) n_alt = SCHED_MAX_PROBS;
@@ -227,7 +309,13 @@ static int32_t engine_sample(void *engine, void *sampler, const float *logits, i
     return tok;
 }
 
-static void engine_sampler_free(void *engine, void *sampler) { sampler_destroy(sampler); }
+static void engine_sampler_free(void *engine, void *sampler) {
+    struct engine_sampler *es = sampler;
+    if (!es) return;
+    grammar_state_free(es->g);
+    sampler_destroy(es->s);
+    free(es);
+}
 
 const struct sched_engine_ops model_engine_ops = {
     .forward = engine_forward,

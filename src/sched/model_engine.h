@@ -54,6 +54,8 @@ struct model_engine_config {
 };
 
 struct sampler_scratch;
+struct grammar_vocab;
+struct grammar_cache;
 
 struct model_engine {
     struct model *model;    /* any architecture model.h runs */
@@ -69,6 +71,9 @@ struct model_engine {
     int64_t kv_tokens;
     int32_t n_seq_max;
     char tokenizer_warning[256]; /* "" or what tokenizer_load warned about */
+    struct grammar_vocab *gvocab;  /* the vocabulary's trie for grammars (sampler/grammar.h) */
+    struct grammar_cache *grammars;/* compiled grammars by text (loop thread) */
+    uint64_t *grammar_allow;       /* one mask: steps sample one row at a time (worker thread) */
 };
 
 /* 0, or the loaders' errors with the reason in why. */
@@ -97,7 +102,27 @@ struct model_engine_bias {
     float bias;               /* added to the logit; -INFINITY bans */
 };
 
-/* A request's sampling (sampler/sampler.h's chain). */
+/* A compiled grammar (sampler/grammar.h's struct grammar) that requests share. */
+struct model_engine_grammar;
+
+#define MODEL_ENGINE_GRAMMARS 32 /* compiled grammars kept by text */
+
+/* The compiled grammar of GBNF text[0..len), from the engine's cache (compiled on a miss): a
+ * reference the caller releases. 0, or -ERR_INVAL / -ERR_TOOBIG with why = "LINE:COL: what" (or a
+ * whole-grammar reason), -ERR_NOMEM. Loop thread. */
+int model_engine_grammar_get(struct model_engine *e, const char *text, size_t len, struct model_engine_grammar **out,
+                             char *why, size_t why_len);
+void model_engine_grammar_release(struct model_engine_grammar *g);
+
+/* The grammar vocabulary of a tokenizer: text tokens by their bytes, control tokens by their text,
+ * end-of-generation tokens (what model_engine_load builds; the benchmark builds it too). */
+struct tokenizer;
+int model_engine_grammar_vocab(const struct tokenizer *tok, struct grammar_vocab **out);
+
+/* A request's sampling (sampler/sampler.h's chain). With a grammar, every choice keeps its own
+ * matcher state (from the grammar's start, inside the choice's sampler, so preemption keeps it),
+ * only tokens the grammar accepts are sampled (end of generation only once it is complete), and a
+ * state that allows nothing ends the choice's request with -ERR_INVAL. */
 struct model_engine_sampling {
     float temperature;        /* <= 0: greedy */
     int32_t top_k;            /* <= 0: off */
@@ -110,6 +135,7 @@ struct model_engine_sampling {
     const struct model_engine_bias *logit_bias; /* at most MODEL_ENGINE_MAX_BIAS, ids in the vocabulary */
     int32_t n_logit_bias;
     int32_t n_probs;          /* log-probs to report (the request's n_probs) */
+    struct model_engine_grammar *grammar; /* NULL: none; the samplers take their own references */
 };
 
 /* --- text and tokens (the tokenizer; any thread) ------------------------------------------- */

@@ -161,6 +161,31 @@ TEST(params_empty_constraints_accepted) {
     completion_params_free(&p);
 }
 
+TEST(params_constraints_become_grammar_text) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= [a-z]+\"}", &err), 0);
+    CHECK_EQ_STR(p.grammar, "root ::= [a-z]+");
+    CHECK_EQ_STR(p.grammar_param, "grammar");
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+                       " \"response_format\": {\"type\": \"json_object\"}}", &err), 0);
+    CHECK(p.grammar && strstr(p.grammar, "root ::= object"));
+    CHECK_EQ_STR(p.grammar_param, "response_format");
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\","
+                       " \"json_schema\": {\"name\": \"n\", \"strict\": true, \"schema\": {\"type\": \"boolean\"}}}}", &err), 0);
+    CHECK(p.grammar && strstr(p.grammar, "root ::= boolean"));
+    CHECK_EQ_STR(p.grammar_param, "response_format.json_schema.schema");
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"null\"}}", &err), 0);
+    CHECK(p.grammar && strstr(p.grammar, "root ::= null"));
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", &err), 0);
+    CHECK(p.grammar == NULL);
+    completion_params_free(&p);
+}
+
 TEST(params_seed_forms) {
     struct completion_params p;
     struct api_error err;
@@ -286,12 +311,19 @@ static const struct reject_case rejects[] = {
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of"},
-    /* output constraints we do not implement */
-    {API_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= [a-z]+\"}", "grammar"},
-    {API_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"object\"}}", "json_schema"},
+    /* output constraints */
     {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools"},
-    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"json\"}", "response_format"},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "response_format.type"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}", "response_format.json_schema"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\"}}}", "response_format.json_schema.schema"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}}", "response_format.json_schema.schema.properties.a.not"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"object\"}, \"strict\": 1}}}", "response_format.json_schema.strict"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"grammar\": 5}", "grammar"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": [1]}", "json_schema"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"string\", \"format\": \"email\"}}", "json_schema.format"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= \\\"a\\\"\", \"json_schema\": {\"type\": \"object\"}}", "json_schema"},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {\"type\": \"object\"}, \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
     /* model */
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"model\": 5}", "model"},
     /* cache_salt */

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static struct sampler *make(struct test_case *t, int32_t n_vocab, const struct sampler_params *p) {
     struct sampler *s = NULL;
@@ -305,5 +306,49 @@ TEST(sampler_nan_ranks_as_banned_inf_as_largest) {
     float ok[4] = {0, 1, 3, 2};
     CHECK_EQ_INT(sampler_sample(s, ok, NULL, NULL), 2);
     CHECK_EQ_INT(sampler_last_nonfinite(s), 0);
+    sampler_destroy(s);
+}
+
+/* A grammar's mask: only allowed tokens come out, whatever the chain, bias and penalties do. */
+TEST(sampler_masked_chooses_only_allowed_tokens) {
+    enum { V = 200 };
+    float l[V];
+    uint64_t rng = 9, allow[(V + 63) / 64];
+    struct sampler_bias ban[] = {{7, -INFINITY}, {150, -INFINITY}, {3, 50.0f}};
+    const struct sampler_params params[] = {
+        {.temperature = 0},
+        {.temperature = 1.0f},
+        {.temperature = 0.7f, .top_k = 5, .top_p = 0.9f, .min_p = 0.1f},
+        {.temperature = 1.5f, .logit_bias = ban, .n_logit_bias = 3, .repeat_penalty = 1.3f, .repeat_last_n = 16,
+         .presence_penalty = 0.5f, .n_probs = 5},
+    };
+    for (size_t k = 0; k < sizeof params / sizeof *params; k++) {
+        struct sampler *s = make(t, V, &params[k]);
+        CHECK(s);
+        for (int round = 0; round < 200; round++) {
+            for (int i = 0; i < V; i++) l[i] = test_nrand(&rng) * 3;
+            memset(allow, 0, sizeof allow);
+            int n_allowed = 1 + (int)(test_urand(&rng) * 4);
+            for (int j = 0; j < n_allowed; j++) {
+                int id = round % 3 == 0 && j == 0 ? 7 : (int)(test_urand(&rng) * V); /* 7: banned by bias */
+                allow[id >> 6] |= 1ull << (id & 63);
+            }
+            struct sampler_prob probs[SAMPLER_MAX_PROBS + 1];
+            int32_t n_probs = 0;
+            int32_t tok = sampler_sample_masked(s, l, allow, probs, &n_probs);
+            CHECK(tok >= 0 && tok < V);
+            CHECK((allow[tok >> 6] >> (tok & 63)) & 1);
+            for (int32_t i = 0; i < n_probs; i++) /* masked tokens have no probability */
+                CHECK(((allow[probs[i].token >> 6] >> (probs[i].token & 63)) & 1) || probs[i].logprob == -INFINITY);
+            sampler_accept(s, tok);
+        }
+        sampler_destroy(s);
+    }
+    /* the only allowed token banned by bias is still the one chosen */
+    struct sampler *s = make(t, V, &params[3]);
+    memset(allow, 0, sizeof allow);
+    allow[150 >> 6] |= 1ull << (150 & 63);
+    for (int i = 0; i < V; i++) l[i] = 1.0f;
+    CHECK_EQ_INT(sampler_sample_masked(s, l, allow, NULL, NULL), 150);
     sampler_destroy(s);
 }
