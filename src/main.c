@@ -29,7 +29,7 @@ static const struct subcommand subcommands[] = {
     {"apply-template", cmd_apply_template, "print the prompt a chat template makes of JSON messages"},
     {"generate", cmd_generate, "generate text from one prompt, then print tok/s (--model M --prompt P)"},
     {"eval-logits", cmd_eval_logits, "top-K logits of prompts and greedy runs as reference JSON"},
-    {"mkmodel", cmd_mkmodel, "write a random-weight llama/qwen2/qwen3/phi3/mamba GGUF of any shape and weight type"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight GGUF of any supported architecture, shape and weight type"},
     {"inspect", cmd_inspect, "what a GGUF model is and the memory serving it takes, from its metadata"},
 };
 

@@ -226,6 +226,48 @@ static int format_gemma(struct out *o, const struct chat_message *msgs, size_t n
     return 0;
 }
 
+/* Text before "<|channel>" in each part of s split at "<channel|>": a reply without its thought
+ * channels (Gemma 4's strip_thinking), then trimmed. */
+static int put_without_thinking(struct out *o, const char *s) {
+    static const char open[] = "<|channel>", close[] = "<channel|>";
+    char *kept = malloc(strlen(s) + 1); /* what is left is never longer */
+    if (!kept) return -ERR_NOMEM;
+    size_t len = 0;
+    for (const char *p = s; p;) {
+        const char *end = strstr(p, close);
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *ch = memmem(p, n, open, sizeof open - 1);
+        memcpy(kept + len, p, ch ? (size_t)(ch - p) : n);
+        len += ch ? (size_t)(ch - p) : n;
+        p = end ? end + sizeof close - 1 : NULL;
+    }
+    kept[len] = '\0';
+    put_trimmed(o, kept);
+    free(kept);
+    return 0;
+}
+
+/* Gemma 4 with thinking on (enable_thinking, as the model's own template runs, chat_jinja.h): a
+ * system turn opening with <|think|>, holding a first system (or developer) message's text; every
+ * other message a turn of its role as written, the assistant's named "model" and its thought
+ * channels left out; text trimmed. */
+static int format_gemma4(struct out *o, const struct chat_message *msgs, size_t n, bool gen) {
+    size_t i = 0;
+    put(o, "<|turn>system\n<|think|>");
+    if (n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer")))
+        put_trimmed(o, msgs[i++].content);
+    put(o, "<turn|>\n");
+    for (; i < n; i++) {
+        bool assistant = role_of(msgs[i].role) == ROLE_ASSISTANT;
+        put(o, "<|turn>"), put(o, assistant ? "model" : msgs[i].role), put(o, "\n");
+        if (!assistant) put_trimmed(o, msgs[i].content);
+        else if (put_without_thinking(o, msgs[i].content) < 0) return -ERR_NOMEM;
+        put(o, "<turn|>\n");
+    }
+    if (gen) put(o, "<|turn>model\n");
+    return 0;
+}
+
 /* Bailing (Ling/Ring): <role>NAME</role>content<|role_end|>, the user is HUMAN and other roles
  * are upper-cased. Bailing2 starts with a "detailed thinking off" system turn when the
  * conversation has no system prompt of its own. */
@@ -270,6 +312,7 @@ static const char *const family_names[CHAT_FAMILY_COUNT_] = {
     [CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
     [CHAT_MISTRAL_V7] = "mistral-v7",
     [CHAT_GEMMA] = "gemma",
+    [CHAT_GEMMA4] = "gemma4",
     [CHAT_PHI3] = "phi3",
     [CHAT_PHI4] = "phi4",
     [CHAT_ZEPHYR] = "zephyr",
@@ -299,7 +342,7 @@ enum chat_family chat_family_by_name(const char *name) {
 }
 
 const char *chat_family_names(void) {
-    return "chatml llama2 llama3 mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 gemma phi3 "
+    return "chatml llama2 llama3 mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 gemma gemma4 phi3 "
            "phi4 zephyr deepseek3 granite command-r chatglm4 kimi-k2 seed_oss bailing bailing2 "
            "gpt-oss solar-open rwkv-world";
 }
@@ -338,6 +381,7 @@ enum chat_family chat_template_detect_n(const char *template_text, size_t len) {
         if (has(t, "\" [INST]") || has(t, "' [INST]")) return CHAT_MISTRAL_V1;
         return CHAT_MISTRAL_V3;
     }
+    if (has(t, "<|turn>") && has(t, "<turn|>")) return CHAT_GEMMA4;
     if (has(t, "<start_of_turn>")) return CHAT_GEMMA;
     if (has(t, "<|im_sep|>")) return CHAT_PHI4;
     if (has(t, "<|im_start|>")) return CHAT_CHATML;
@@ -397,6 +441,7 @@ static int format(struct out *o, enum chat_family fam, const struct chat_message
     case CHAT_MISTRAL_V3_TEKKEN: return format_mistral(o, fam, msgs, n, gen);
     case CHAT_LLAMA2: return format_llama2(o, msgs, n, gen);
     case CHAT_GEMMA: return format_gemma(o, msgs, n, gen);
+    case CHAT_GEMMA4: return format_gemma4(o, msgs, n, gen);
     case CHAT_BAILING:
     case CHAT_BAILING2: return format_bailing(o, fam, msgs, n, gen);
     case CHAT_RWKV_WORLD: return format_rwkv_world(o, msgs, n, gen);

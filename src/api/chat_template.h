@@ -52,6 +52,7 @@ enum chat_family {
     CHAT_MISTRAL_V3_TEKKEN, /* [mistral-v3-tekken] "[INST]...[/INST]reply</s>": Mistral Nemo */
     CHAT_MISTRAL_V7,     /* [mistral-v7] [SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST]: Small 3.x */
     CHAT_GEMMA,          /* [gemma] <start_of_turn>user\n...<end_of_turn>\n, system folded into user */
+    CHAT_GEMMA4,         /* [gemma4] <|turn>role\n...<turn|>\n, thinking on (<|think|> in the system turn) */
     CHAT_PHI3,           /* [phi3] <|role|>\n...<|end|>\n : Phi-3, Apriel */
     CHAT_PHI4,           /* [phi4] <|im_start|>role<|im_sep|>...<|im_end|> */
     CHAT_ZEPHYR,         /* [zephyr] <|role|>\n...</s>\n : Zephyr, TinyLlama-chat */

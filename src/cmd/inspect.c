@@ -168,7 +168,11 @@ int cmd_inspect(int argc, char **argv) {
             printf("layers: %d attention, %d recurrent (inner %d, state %d, conv %d: %s per sequence)\n",
                    s->n_attn_layers, s->n_recurrent_layers, s->ssm_inner, s->ssm_state, s->ssm_conv,
                    footprint_size(s->state_bytes, sz[0]));
-        if (s->sliding_window > 0) printf("sliding window: %d\n", s->sliding_window);
+        if (s->n_swa_layers > 0)
+            printf("sliding window: %d positions on %d of %d attention layers\n", s->sliding_window,
+                   s->n_swa_layers, s->n_attn_layers);
+        else if (s->sliding_window > 0)
+            printf("sliding window: %d (not used by this architecture)\n", s->sliding_window);
     }
     print_tensor_types(&f);
     print_tokenizer(&f);
@@ -181,7 +185,10 @@ int cmd_inspect(int argc, char **argv) {
                (long long)fp.n_ctx, kv_tokens);
         printf("memory at --kv-tokens %lld --batch-tokens %lld: weights %s + KV %s", kv_tokens, batch_tokens,
                footprint_size(fp.weights, sz[0]), footprint_size(fp.kv, sz[1]));
-        if (fp.n_cells) printf(" (%lld cells%s", (long long)fp.n_cells, fp.n_states ? ", " : ")");
+        if (fp.n_cells && fp.n_swa_cells)
+            printf(" (%lld cells, %lld in the sliding-window layers%s", (long long)fp.n_cells,
+                   (long long)fp.n_swa_cells, fp.n_states ? ", " : ")");
+        else if (fp.n_cells) printf(" (%lld cells%s", (long long)fp.n_cells, fp.n_states ? ", " : ")");
         if (fp.n_states) printf("%s%lld recurrent states)", fp.n_cells ? "" : " (", (long long)fp.n_states);
         printf(" + buffers %s = %s\n", footprint_size(fp.buffers, sz[2]), footprint_size(fp.total, sz[3]));
         printf("memory bytes: weights %llu, kv %llu, buffers %llu, total %llu\n", (unsigned long long)fp.weights,

@@ -1,12 +1,13 @@
-/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|mamba] [--n-embd N]
- *            [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N] [--type T] [--tied]
- *            [--ctx N] [--rope-base B] [--seed S]
+/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|mamba]
+ *            [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]
+ *            [--type T] [--tied] [--ctx N] [--rope-base B] [--seed S] [--window N] (gemma3)
  *            [--d-inner N] [--d-state N] [--d-conv N] [--dt-rank N]   (these four: mamba)
  * Writes a GGUF model of the given shape with random weights and the tokenizer.* metadata of the
  * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf), laid out as
  * the architecture's files are: qwen2 with q/k/v biases, qwen3 with q/k head norms and heads of
  * --head-dim (attention.key_length; default n_embd / n_head), phi3 with the fused attn_qkv and
- * ffn_up (gate and up). T is one of
+ * ffn_up (gate and up), gemma3 with q/k head norms, norms after the attention and the feed-forward
+ * and a sliding window of --window positions (default 512) on all but every 6th layer. T is one of
  * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs, or q4_k_m (Q4_K,
  * with Q6_K for the output and attn_v matrices). Matrices are quantized from F32 by
  * quant_from_float. A matrix whose rows are not a multiple of the type's block falls back (the
@@ -33,6 +34,7 @@
 struct mk {
     const char *arch;
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    int32_t window; /* gemma3 */
     int32_t d_inner, d_state, d_conv, dt_rank; /* mamba */
     float rope_base;
     bool tied;
@@ -49,10 +51,11 @@ static const struct { const char *name; enum ggml_type type; } type_names[] = {
 };
 
 static void mk_usage(FILE *out) {
-    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|mamba] [--n-embd 256]\n"
+    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|mamba] [--n-embd 256]\n"
                  "         [--n-layer 4] [--n-head 8] [--n-head-kv 4] [--head-dim n_embd/n_head] [--n-ff 768]\n"
                  "         [--type f16] [--tied] [--ctx 4096]\n"
                  "         [--rope-base 10000] [--seed 1]\n"
+                 "         gemma3: [--window 512] (its sliding window, on all but every 6th layer)\n"
                  "         mamba: [--d-inner 2*n_embd] [--d-state 16] [--d-conv 4] [--dt-rank n_embd/16]\n"
                  "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m\n");
 }
@@ -127,7 +130,8 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
             LAYER("attn_k.weight", e, nkv, s3 / sqrtf((float)e));
             LAYER("attn_v.weight", e, nkv, s3 / sqrtf((float)e));
         }
-        if (!strcmp(mk->arch, "qwen3")) {
+        bool gemma3 = !strcmp(mk->arch, "gemma3");
+        if (!strcmp(mk->arch, "qwen3") || gemma3) {
             LAYER("attn_q_norm.weight", hd, 1, 0);
             LAYER("attn_k_norm.weight", hd, 1, 0);
         }
@@ -137,6 +141,7 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
             LAYER("attn_v.bias", nkv, 1, 0.1f);
         }
         LAYER("attn_output.weight", nq, e, s3 / sqrtf((float)nq));
+        if (gemma3) LAYER("post_attention_norm.weight", e, 1, 0);
         LAYER("ffn_norm.weight", e, 1, 0);
         if (phi3) {
             LAYER("ffn_up.weight", e, 2 * ff, s3 / sqrtf((float)e));
@@ -145,6 +150,7 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
             LAYER("ffn_up.weight", e, ff, s3 / sqrtf((float)e));
         }
         LAYER("ffn_down.weight", ff, e, s3 / sqrtf((float)ff));
+        if (gemma3) LAYER("post_ffw_norm.weight", e, 1, 0);
 #undef LAYER
     }
 #undef ADD
@@ -185,6 +191,7 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         else if (!strcmp(a, "--n-head")) mk->n_head = atoi(v);
         else if (!strcmp(a, "--n-head-kv")) mk->n_head_kv = atoi(v);
         else if (!strcmp(a, "--head-dim")) mk->head_dim = atoi(v);
+        else if (!strcmp(a, "--window")) mk->window = atoi(v);
         else if (!strcmp(a, "--n-ff")) mk->n_ff = atoi(v);
         else if (!strcmp(a, "--ctx")) mk->n_ctx = atoi(v);
         else if (!strcmp(a, "--rope-base")) mk->rope_base = strtof(v, NULL);
@@ -207,19 +214,20 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         return *out && *vocab && mk->n_embd > 0 && mk->n_layer > 0 && mk->d_inner > 0 && mk->d_state > 0 &&
                mk->d_conv > 0 && mk->dt_rank > 0 && mk->n_ctx > 0 ? 0 : -1;
     }
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) known = known || !strcmp(mk->arch, archs[i]);
     if (mk->head_dim == 0 && mk->n_head > 0 && mk->n_embd % mk->n_head == 0) mk->head_dim = mk->n_embd / mk->n_head;
     bool ok = *out && *vocab && known && mk->n_embd > 0 && mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 &&
               mk->n_head % mk->n_head_kv == 0 && mk->head_dim > 0 && mk->head_dim % 2 == 0 && mk->n_ff > 0 &&
-              mk->n_ctx > 0 && mk->rope_base > 0;
+              mk->n_ctx > 0 && mk->rope_base > 0 && mk->window >= 0;
     return ok ? 0 : -1;
 }
 
 int cmd_mkmodel(int argc, char **argv) {
     struct mk mk = {.arch = "llama", .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4, .n_ff = 768,
-                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1, .d_state = 16, .d_conv = 4};
+                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1, .d_state = 16, .d_conv = 4,
+                    .window = 512};
     const char *out = NULL, *vocab_path = NULL;
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         mk_usage(stdout);
@@ -262,6 +270,7 @@ int cmd_mkmodel(int argc, char **argv) {
         gguf_writer_set_u32(&w, KEY("attention.head_count"), (uint32_t)mk.n_head);
         gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
         gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
+        if (!strcmp(mk.arch, "gemma3")) gguf_writer_set_u32(&w, KEY("attention.sliding_window"), (uint32_t)mk.window);
         if (mk.head_dim * mk.n_head != mk.n_embd) {
             gguf_writer_set_u32(&w, KEY("attention.key_length"), (uint32_t)mk.head_dim);
             gguf_writer_set_u32(&w, KEY("attention.value_length"), (uint32_t)mk.head_dim);
@@ -273,7 +282,7 @@ int cmd_mkmodel(int argc, char **argv) {
         struct gguf_str k = vocab.kv[i].key;
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) gguf_writer_copy_kv(&w, &vocab.kv[i]);
     }
-    int n_plan = 4 + 12 * mk.n_layer;
+    int n_plan = 4 + 14 * mk.n_layer;
     struct tensor_plan *p = calloc((size_t)n_plan, sizeof *p);
     uint64_t max_in = (uint64_t)(mk.n_ff > mk.n_embd ? mk.n_ff : mk.n_embd);
     if ((uint64_t)mk.head_dim * (uint64_t)mk.n_head > max_in) max_in = (uint64_t)mk.head_dim * (uint64_t)mk.n_head;

@@ -581,11 +581,14 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
 /* ---- F32 row blocks through sgemm ---------------------------------------------------------- */
 
 void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
-                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out) {
+                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc, float *out) {
     if (n_rows <= 0 || nv <= 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_rows, (blasint)nv, (blasint)hd, 1.0f, q,
                 (blasint)hd, k, (blasint)hd, 0.0f, sc, (blasint)nv);
-    for (int64_t r = 0; r < n_rows; r++) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+    for (int64_t r = 0; r < n_rows; r++) {
+        attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
+        attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n_rows, (blasint)hd, (blasint)nv, 1.0f, sc,
                 (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
 }
@@ -619,6 +622,11 @@ void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint1
 
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
     softmax_at(best_level, row, n, cpos, pos, scale);
+}
+
+void attn_mask_window(float *row, int64_t n, const int32_t *cpos, int32_t pos, int32_t window) {
+    if (window <= 0) return;
+    for (int64_t c = 0; c < n && cpos[c] <= pos - window; c++) row[c] = -INFINITY;
 }
 
 void attn_expf_n_level(enum simd_level level, const float *x, float *y, int64_t n) {

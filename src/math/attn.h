@@ -61,16 +61,24 @@ void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint1
  * promised for them). */
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale);
 
+/* A sliding window's mask before attn_softmax_row: row[c] = -inf for the cells too old for a
+ * query at pos, cpos[c] <= pos - window (the reference's standard sliding window: a query at p
+ * sees p - window < cpos <= p); window <= 0: no window, nothing changes. cpos ascending (a
+ * sequence's cells sorted by position), so the masked cells are a prefix. attn_softmax_row then
+ * gives them probability 0, as to the cells past pos. */
+void attn_mask_window(float *row, int64_t n, const int32_t *cpos, int32_t pos, int32_t window);
+
 /* The attention of n_rows query rows over nv cells given as F32 copies, on the calling thread
  * (a prompt chunk's rows, a block per compute thread; OpenBLAS runs single-threaded, see
  * compute_create):
  *   sc[r][c] = q[r] . k[c]   (sgemm; q: n_rows x hd, k: nv x hd, row-major)
+ *   attn_mask_window(sc[r], nv, cpos, row_pos[r], window)   (cpos ascending when window > 0)
  *   attn_softmax_row(sc[r], nv, cpos, row_pos[r], scale)
  *   out[r] = sum_c sc[r][c] * v[c]   (sgemm; v: nv x hd, row-major as stored: no transpose)
  * sc is n_rows x nv scratch (rows nv apart); out is n_rows x hd. The products have sgemm's
  * rounding (that of matmul's sgemm path on the same operands, not of its vector path). */
 void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
-                   const int32_t *cpos, const int32_t *row_pos, float scale, float *sc, float *out);
+                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc, float *out);
 
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,

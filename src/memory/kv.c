@@ -11,6 +11,7 @@
 
 struct memory_snapshot {
     int64_t n;          /* cells saved */
+    int32_t lost;       /* the sequence's seq_lost */
     int32_t *pos;       /* [n] */
     int64_t *cell;      /* [n] the cell each came from, and that cell's life then: a cell that */
     uint32_t *life;     /* [n] lives on (shared with others) is taken back without a copy */
@@ -66,6 +67,34 @@ static void cell_drop_seq(struct kv_memory *kv, int64_t c, int32_t seq) {
     }
 }
 
+/* A window's stale cells: each sequence leaves the cells at positions <= its pos_max - window
+ * (kv.h), remembering the largest it left. Only when some sequence holds more cells than the
+ * window (otherwise there is at most a gap's worth to release, which waits). */
+static void release_stale(struct kv_memory *kv) {
+    int32_t w = kv->shape.window;
+    if (w <= 0) return;
+    bool any = false;
+    for (int32_t s = 0; s < kv->base.n_seq_max && !any; s++) any = kv->seq_n_cells[s] > w;
+    if (!any) return;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        int32_t p = kv->pos[c];
+        if (p < 0) continue;
+        for (int32_t wd = 0; wd < kv->n_words; wd++)
+            for (uint64_t bits = kv->seqs[c * kv->n_words + wd]; bits; bits &= bits - 1) {
+                int32_t s = wd * 64 + __builtin_ctzll(bits);
+                if (p > kv->seq_pos_max[s] - w) continue;
+                if (p > kv->seq_lost[s]) kv->seq_lost[s] = p;
+                cell_drop_seq(kv, c, s);
+            }
+    }
+}
+
+/* May seq go on from position p (its cells from p on gone, or never there) with what the
+ * window left it? The entry at p needs positions p - window < pos < p. */
+static bool window_holds(const struct kv_memory *kv, int32_t seq, int32_t p) {
+    return kv->shape.window <= 0 || kv->seq_lost[seq] < 0 || kv->seq_lost[seq] <= p - kv->shape.window;
+}
+
 static void recompute_pos_max(struct kv_memory *kv, int32_t seq) {
     int32_t mx = -1;
     for (int64_t c = 0; c < kv->n_cells; c++)
@@ -88,6 +117,7 @@ static int64_t take_free_cell(struct kv_memory *kv) {
 
 static int kv_reserve(struct memory *m, const struct batch *b) {
     struct kv_memory *kv = kv_of(m);
+    release_stale(kv); /* nothing reads them any more: the last forward pass is done */
     if (b->n_tokens > kv->n_cells - kv->n_used) return -ERR_NOMEM;
     /* Validate everything before touching anything: all-or-nothing. Entries of one sequence
      * come in increasing position order (batch.h), so each must exceed the previous one of its
@@ -113,13 +143,22 @@ static int kv_reserve(struct memory *m, const struct batch *b) {
 }
 
 static int64_t kv_cells_needed(const struct memory *m, int32_t seq, int32_t n_new) {
-    return n_new > 0 ? n_new : 0;  /* one cell per new token, whatever the sequence holds */
+    const struct kv_memory *kv = kv_of_c(m);
+    if (n_new <= 0) return 0;
+    if (kv->shape.window <= 0 || !seq_ok(kv, seq)) return n_new; /* one cell per new token */
+    /* a window's: what seq will keep more than it holds now (kv.h) */
+    int64_t held = kv->seq_n_cells[seq] < kv->shape.window ? kv->seq_n_cells[seq] : kv->shape.window;
+    int64_t keep = held + n_new < kv->shape.window ? held + n_new : kv->shape.window;
+    return keep - held;
 }
 
 static int kv_seq_rm(struct memory *m, int32_t seq, int32_t p0, int32_t p1) {
     struct kv_memory *kv = kv_of(m);
     if (!seq_ok(kv, seq)) return -ERR_INVAL;
     if (p0 < 0) p0 = 0;
+    bool tail = p1 < 0 || p1 > kv->seq_pos_max[seq];
+    if (tail && p0 == 0) kv->seq_lost[seq] = -1; /* the whole sequence: nothing is missing any more */
+    else if (tail && !window_holds(kv, seq, p0)) return -ERR_UNSUPPORTED; /* it could not go on from p0 */
     for (int64_t c = 0; c < kv->n_cells; c++) {
         int32_t p = kv->pos[c];
         if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, seq)) cell_drop_seq(kv, c, seq);
@@ -137,6 +176,9 @@ static int kv_seq_cp(struct memory *m, int32_t src, int32_t dst, int32_t p0, int
         int32_t p = kv->pos[c];
         if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, dst)) return -ERR_INVAL;
     }
+    /* dst goes on from p1 (or from where src is): the window must have left src what that needs */
+    if (p1 >= 0 && p1 <= kv->seq_pos_max[src] && !window_holds(kv, src, p1)) return -ERR_UNSUPPORTED;
+    if (kv->seq_lost[src] > kv->seq_lost[dst]) kv->seq_lost[dst] = kv->seq_lost[src];
     for (int64_t c = 0; c < kv->n_cells; c++) {
         int32_t p = kv->pos[c];
         if (p >= p0 && (p1 < 0 || p < p1) && kv_cell_has_seq(kv, c, src)) cell_add_seq(kv, c, dst, p);
@@ -171,6 +213,12 @@ static int64_t kv_seq_cells_own(const struct memory *m, int32_t seq) {
     return n;
 }
 
+static int32_t kv_seq_prefix_min(const struct memory *m, int32_t seq) {
+    const struct kv_memory *kv = kv_of_c(m);
+    if (!seq_ok(kv, seq) || kv->shape.window <= 0 || kv->seq_lost[seq] < 0) return 0;
+    return kv->seq_lost[seq] + kv->shape.window; /* window_holds(seq, p) from there on */
+}
+
 /* A scan of the used cells' holder sets (for /metrics, not for every step). */
 static int64_t kv_cells_held(const struct memory *m, const bool *seqs) {
     const struct kv_memory *kv = kv_of_c(m);
@@ -190,7 +238,7 @@ static int64_t kv_cells_held(const struct memory *m, const bool *seqs) {
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
     size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
     return kvb + (size_t)n_cells * (3 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
-           (size_t)n_seq_max * (sizeof(int32_t) + sizeof(int64_t));
+           (size_t)n_seq_max * (2 * sizeof(int32_t) + sizeof(int64_t));
 }
 
 static void kv_usage(const struct memory *m, struct memory_usage *u) {
@@ -215,6 +263,17 @@ void kv_seq_keep(struct kv_memory *kv, int32_t seq) {
         if (s != seq && kv->seq_n_cells[s] > 0) kv_seq_rm(&kv->base, s, 0, -1);
 }
 
+int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch) {
+    if (window <= 0) return n_cells;
+    int64_t need = (int64_t)n_seq_max * window + (max_batch > 0 ? max_batch : 0);
+    return need < n_cells ? need : n_cells;
+}
+
+/* Is cell c one of seq's cells its window has left behind (released at the next reserve)? */
+static bool stale(const struct kv_memory *kv, int64_t c, int32_t seq) {
+    return kv->shape.window > 0 && kv->pos[c] <= kv->seq_pos_max[seq] - kv->shape.window;
+}
+
 static void snapshot_free(struct memory_snapshot *s) {
     if (!s) return;
     free(s->pos);
@@ -229,10 +288,12 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     struct kv_memory *kv = kv_of(m);
     if (!seq_ok(kv, seq)) return -ERR_INVAL;
     const struct kv_shape *sh = &kv->shape;
-    int64_t n = kv->seq_n_cells[seq];
+    int64_t n = 0; /* its cells but those the window left behind */
+    for (int64_t c = 0; c < kv->n_cells; c++) n += kv->pos[c] >= 0 && kv_cell_has_seq(kv, c, seq) && !stale(kv, c, seq);
     struct memory_snapshot *s = calloc(1, sizeof *s);
     if (!s) return -ERR_NOMEM;
     s->n = n;
+    s->lost = kv->seq_lost[seq];
     s->pos = malloc((size_t)(n ? n : 1) * sizeof *s->pos);
     s->cell = malloc((size_t)(n ? n : 1) * sizeof *s->cell);
     s->life = malloc((size_t)(n ? n : 1) * sizeof *s->life);
@@ -247,6 +308,10 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     int64_t i = 0;
     for (int64_t c = 0; c < kv->n_cells; c++) {
         if (kv->pos[c] < 0 || !kv_cell_has_seq(kv, c, seq)) continue;
+        if (stale(kv, c, seq)) {
+            if (kv->pos[c] > s->lost) s->lost = kv->pos[c]; /* gone once restored */
+            continue;
+        }
         s->pos[i] = kv->pos[c];
         s->cell[i] = c;
         s->life[i] = kv->life[c];
@@ -282,6 +347,7 @@ static int kv_seq_restore(struct memory *m, int32_t seq, const struct memory_sna
     if (kv->seq_n_cells[seq] > 0) return -ERR_STATE;  /* restore into an empty sequence only */
     if (kv_restore_cells_needed(m, seq, s) > kv->n_cells - kv->n_used) return -ERR_NOMEM;
     const struct kv_shape *sh = &kv->shape;
+    kv->seq_lost[seq] = s->lost;
     for (int64_t i = 0; i < s->n; i++) {
         if (snapshot_cell_lives(kv, s, i, seq)) {
             cell_add_seq(kv, s->cell[i], seq, s->pos[i]);
@@ -303,6 +369,7 @@ static void kv_destroy(struct memory *m) {
     free(kv->life);
     free(kv->seqs);
     free(kv->seq_pos_max);
+    free(kv->seq_lost);
     free(kv->seq_n_cells);
     free(kv->placed);
     hugemem_free(kv->k, kv_k_bytes(kv));
@@ -325,6 +392,7 @@ static const struct memory_ops kv_ops = {
     .seq_save = kv_seq_save,
     .seq_restore = kv_seq_restore,
     .restore_cells_needed = kv_restore_cells_needed,
+    .seq_prefix_min = kv_seq_prefix_min,
     .snapshot_free = snapshot_free,
     .destroy = kv_destroy,
     .cells_held = kv_cells_held,
@@ -337,9 +405,9 @@ struct kv_memory *kv_from_memory(struct memory *m) {
 int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t n_cells, int32_t n_seq_max) {
     struct kv_shape sh = shape ? *shape : (struct kv_shape){0};
     if (n_cells <= 0 || n_cells > INT32_MAX || n_seq_max <= 0 || sh.n_layer < 0 || sh.n_embd_k < 0 ||
-        sh.n_embd_v < 0)
+        sh.n_embd_v < 0 || sh.window < 0)
         return -ERR_INVAL;
-    if (sh.n_layer == 0) sh.n_embd_k = sh.n_embd_v = 0;
+    if (sh.n_layer == 0) sh.n_embd_k = sh.n_embd_v = 0; /* the window stays: bookkeeping has one too */
     struct kv_memory *kv = calloc(1, sizeof *kv);
     if (!kv) return -ERR_NOMEM;
     kv->base = (struct memory){.ops = &kv_ops, .n_seq_max = n_seq_max};
@@ -350,9 +418,10 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
     kv->life = calloc((size_t)n_cells, sizeof *kv->life);
     kv->seqs = calloc((size_t)n_cells * (size_t)kv->n_words, sizeof *kv->seqs);
     kv->seq_pos_max = malloc((size_t)n_seq_max * sizeof *kv->seq_pos_max);
+    kv->seq_lost = malloc((size_t)n_seq_max * sizeof *kv->seq_lost);
     kv->seq_n_cells = calloc((size_t)n_seq_max, sizeof *kv->seq_n_cells);
     kv->placed = calloc((size_t)n_cells, sizeof *kv->placed);
-    bool ok = kv->pos && kv->life && kv->seqs && kv->seq_pos_max && kv->seq_n_cells && kv->placed;
+    bool ok = kv->pos && kv->life && kv->seqs && kv->seq_pos_max && kv->seq_lost && kv->seq_n_cells && kv->placed;
     if (ok && sh.n_layer > 0) {
         /* zero-filled: a cell's K/V is written before it is ever visible, but zeros keep
          * save/restore of a never-forwarded (bookkeeping-style) cell deterministic. */
@@ -376,7 +445,7 @@ int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t 
         return -ERR_NOMEM;
     }
     for (int64_t c = 0; c < n_cells; c++) kv->pos[c] = -1;
-    for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = -1;
+    for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = kv->seq_lost[s] = -1;
     *out = &kv->base;
     return 0;
 }

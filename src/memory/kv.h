@@ -12,6 +12,20 @@
  * kv_cell_visible() states that rule; the forward pass applies it to the cells kv_seq_cell_list
  * gives for s, at positions <= p (model/attention.h).
  *
+ * Sliding window (shape->window = W > 0: the pool of a model's sliding-window layers, whose query
+ * at position p only sees positions p - W < pos <= p): a sequence keeps the cells of its last W
+ * positions, pos_max - W < pos <= pos_max (the next token needs W - 1 of them; one more lets a
+ * sequence give back its last token and run it again). Older cells no query of that sequence can
+ * see again are released at the start of every memory_reserve (not later: the forward pass of
+ * the batch just reserved still reads them), so between steps a sequence holds at most W cells
+ * plus its last batch's entries, and memory_seq_save leaves them out. What the window released is
+ * gone, and the memory says so: memory_seq_rm of a sequence's tail from p0 on, and memory_seq_cp
+ * of a prefix [.., p1) of a longer sequence, need the cells of the W - 1 positions before p0 (p1)
+ * and return -ERR_UNSUPPORTED, nothing changed, when the window released any of them (the
+ * scheduler then recomputes instead of reusing the prefix). memory_cells_needed(seq, n) counts
+ * the cells seq will keep more (at most W - what it holds; a batch's entries beyond that are held
+ * until the next reserve). kv_window_cells gives the pool size that never runs short.
+ *
  * Bookkeeping-only configuration: with shape == NULL (or shape->n_layer == 0) no K/V is stored;
  * every operation works on cells, positions and sequence sets alone. The scheduler's unit tests
  * use this without any model.
@@ -53,6 +67,7 @@ struct kv_shape {
     int32_t n_layer;   /* 0: bookkeeping only, no K/V stored */
     int32_t n_embd_k;  /* F16 elements of K per token per layer (n_head_kv * head_dim_k) */
     int32_t n_embd_v;  /* F16 elements of V per token per layer */
+    int32_t window;    /* sliding window in positions (0: every position is kept; see above) */
 };
 
 /* Read-only for everyone but kv.c; exposed so the forward pass can use the inline accessors. */
@@ -67,6 +82,7 @@ struct kv_memory {
     int64_t n_used;             /* cells holding at least one sequence */
     int64_t head;               /* where the next free-cell search starts */
     int32_t *seq_pos_max;       /* [n_seq_max] largest position held, -1 when none */
+    int32_t *seq_lost;          /* [n_seq_max] largest position the window released, -1 when none */
     int64_t *seq_n_cells;       /* [n_seq_max] cells held */
     int32_t *placed;            /* [n_cells] cell of each entry of the last reserved batch */
     int32_t n_placed;           /* entries of the last reserved batch */
@@ -109,5 +125,11 @@ int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, 
 
 /* Keep only seq: every other sequence leaves every cell (like llama.cpp's seq_keep). */
 void kv_seq_keep(struct kv_memory *kv, int32_t seq);
+
+/* Cells a pool with a window of `window` positions needs beside a pool of n_cells tokens without
+ * one (memory/split.h): every one of n_seq_max sequences holding a whole window, and the entries
+ * of a batch of up to max_batch tokens on top; never more than n_cells (no sequence holds more
+ * cells there than in the other pool). */
+int64_t kv_window_cells(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch);
 
 #endif

@@ -1,11 +1,14 @@
-/* memory.h: what a model remembers of each sequence, behind one interface with two
- * implementations: attention KV cells (memory/kv.c) and recurrent state (memory/recurrent.c).
+/* memory.h: what a model remembers of each sequence, behind one interface with three
+ * implementations: attention KV cells (memory/kv.c, optionally keeping only a sliding window of
+ * each sequence), recurrent state (memory/recurrent.c), and a split of a model's layers over two
+ * of those (memory/split.c: Gemma 3's full-attention and sliding-window layers).
  *
  * The serving engine only talks to this interface. Sequence ids are small integers
  * in [0, n_seq_max); a sequence "exists" in memory from the first batch placed for it until
  * seq_rm removes it. Capabilities an implementation lacks are reported, never faked:
  * a recurrent state cannot drop positions from the middle or end, so its seq_rm of a partial
- * range returns -ERR_UNSUPPORTED and the engine recomputes instead.
+ * range returns -ERR_UNSUPPORTED and the engine recomputes instead; a sliding window's pool
+ * refuses the same way the removals and prefix copies that need cells its window released.
  *
  * Ownership: the memory owns its pool (sized once at creation from the config, logged).
  * A snapshot from seq_save is owned by the caller until memory_snapshot_free.
@@ -38,7 +41,9 @@ struct memory_usage {
 
 struct memory_ops {
     const char *kind;       /* "kv" or "recurrent" */
-    bool partial_removal;   /* seq_rm of a range that is not the whole sequence works */
+    /* seq_rm of a range that is not the whole sequence works, and seq_cp of a prefix (a
+     * windowed KV pool still refuses those needing cells its window released, kv.h) */
+    bool partial_removal;
     /* A sequence holds the same cells whatever its length (a recurrent state: one cell, copied
      * whole by seq_cp and seq_save). Such a memory never runs out as sequences grow, so memory
      * pressure never preempts anything; the scheduler time-slices its cells instead when work
@@ -53,7 +58,9 @@ struct memory_ops {
      * implementation cannot remove that range. */
     int (*seq_rm)(struct memory *m, int32_t seq, int32_t p0, int32_t p1);
     /* dst shares src's memory for positions [p0, p1) (no copy for kv cells; a state copy for
-     * recurrent). dst must be empty in that range. */
+     * recurrent). dst must be empty in that range (from p0 on, for a split memory).
+     * -ERR_UNSUPPORTED, nothing changed, when dst could not go on from p1 with what it would
+     * get (a prefix of a recurrent state; a prefix past what a window still holds). */
     int (*seq_cp)(struct memory *m, int32_t src, int32_t dst, int32_t p0, int32_t p1);
     /* Largest position held for seq, or -1 when it holds none. */
     int32_t (*seq_pos_max)(const struct memory *m, int32_t seq);
@@ -72,6 +79,11 @@ struct memory_ops {
     /* Free cells seq_restore of s into seq needs now (fewer than s holds when some of its cells
      * are still there, shared with other sequences, and are taken back as they are). */
     int64_t (*restore_cells_needed)(const struct memory *m, int32_t seq, const struct memory_snapshot *s);
+    /* The shortest prefix [0, p) of seq that another sequence can share (seq_cp) and go on from,
+     * as seq itself can after seq_rm(seq, p, -1): 0 when any (a KV pool), seq_pos_max + 1 when
+     * only the whole (a recurrent state), from where a window still holds what position p needs
+     * (a windowed KV pool, kv.h). The whole sequence always qualifies. NULL: by partial_removal. */
+    int32_t (*seq_prefix_min)(const struct memory *m, int32_t seq);
     /* Cells held by at least one sequence s with seqs[s] set (seqs: n_seq_max flags), shared
      * cells counted once: e.g. the cells live sequences keep, apart from the prompt cache's. */
     int64_t (*cells_held)(const struct memory *m, const bool *seqs);
@@ -97,5 +109,9 @@ static inline void memory_snapshot_free(struct memory *m, struct memory_snapshot
 static inline int64_t memory_restore_cells_needed(const struct memory *m, int32_t seq, const struct memory_snapshot *s) { return m->ops->restore_cells_needed(m, seq, s); }
 static inline int64_t memory_cells_held(const struct memory *m, const bool *seqs) { return m->ops->cells_held(m, seqs); }
 static inline void memory_destroy(struct memory *m) { if (m) m->ops->destroy(m); }
+static inline int32_t memory_seq_prefix_min(const struct memory *m, int32_t seq) {
+    if (m->ops->seq_prefix_min) return m->ops->seq_prefix_min(m, seq);
+    return m->ops->partial_removal ? 0 : m->ops->seq_pos_max(m, seq) + 1;
+}
 
 #endif

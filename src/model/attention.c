@@ -18,6 +18,10 @@
  *     compute threads, each block two sgemm calls around its softmax on F32 copies of the cells
  *     (chunk_blocks, attn_rows_f32, V multiplied as stored); with `reference` per kv head in the
  *     reference's dot orders (chunk_reference).
+ * A sliding window (attn_params.window) starts a chunk's cells at the first one its first entry
+ * sees (cells are sorted by position: the ones no entry of the chunk sees are a prefix), and each
+ * row masks the cells its own entry no longer sees (attn_mask_window) before the softmax: every
+ * strategy takes the same cells for a chunk, so a row's numbers do not depend on the strategy.
  */
 #include "model/attention.h"
 #include "common/err.h"
@@ -53,7 +57,8 @@ enum { ATT_MIN_CELL_BLOCK = 128 };
 enum { ATT_ALONE_WORK = 64 * 9 * 64 };
 
 /* One planned decode-sized sequence: entries dent[e0 .. e0 + ne), cells acells[off .. off + nv)
- * (the cells its last entry sees; earlier entries mask the rest), its rows [row0, row0 + ne * n_head)
+ * (from the first cell its first entry sees to the last its last entry sees; each entry masks
+ * the rest), its rows [row0, row0 + ne * n_head)
  * (row k = entry k / n_head, query head k % n_head), their scores dsc[sc_off + k * nv ..], its
  * score items [ia, ia + ne * n_head_kv * n_cb) (see dec_items). */
 struct direct_seq {
@@ -149,7 +154,7 @@ int attn_ctx_create(struct attn_ctx **out, const struct attn_params *p, int32_t 
                     bool reference, struct compute *c) {
     *out = NULL;
     if (p->n_head < 1 || p->n_head_kv < 1 || p->head_dim < 1 || p->n_head % p->n_head_kv || max_tokens < 1 ||
-        n_ctx < 1)
+        n_ctx < 1 || p->window < 0)
         return -ERR_INVAL;
     struct attn_ctx *a = calloc(1, sizeof *a);
     if (!a) return -ERR_NOMEM;
@@ -219,6 +224,7 @@ struct softmax_job {
     const int32_t *cpos; /* [n_c] */
     const int32_t *row_pos; /* position of each row's entry: row r -> row_pos[r / group] */
     int32_t group;
+    int32_t window;
     float scale;
 };
 
@@ -226,22 +232,24 @@ struct softmax_job {
  * in float, the chunks added in double as over its zero-padded row, probabilities rounded to F16). */
 static void softmax_rows(void *arg, int64_t r0, int64_t r1) {
     const struct softmax_job *j = arg;
-    for (int64_t r = r0; r < r1; r++)
+    for (int64_t r = r0; r < r1; r++) {
+        attn_mask_window(j->sc + r * j->n_c, j->n_c, j->cpos, j->row_pos[r / j->group], j->window);
         attn_softmax_row(j->sc + r * j->n_c, j->n_c, j->cpos, j->row_pos[r / j->group], j->scale);
+    }
 }
 
 struct gather_job {
     struct attn_ctx *a;
-    int64_t n_c;
+    int64_t g0, n_c;    /* the cells gathered: cells[g0 .. g0 + n_c) */
 };
 
-/* K and V of cells [c0, c1) to kf[h][c][d] and vf[h][c][d], F32. */
+/* K and V of cells g0 + [c0, c1) to kf[h][c][d] and vf[h][c][d], F32. */
 static void gather_kv(void *arg, int64_t c0, int64_t c1) {
     const struct gather_job *j = arg;
     struct attn_ctx *a = j->a;
     int32_t hd = a->p.head_dim, nh = a->p.n_head_kv;
     for (int64_t c = c0; c < c1; c++) {
-        int32_t cell = a->cells[c];
+        int32_t cell = a->cells[j->g0 + c];
         const uint16_t *kr = kv_k_row(a->kv, a->layer, cell), *vr = kv_v_row(a->kv, a->layer, cell);
         for (int32_t h = 0; h < nh; h++) {
             quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, a->kf + ((int64_t)h * j->n_c + c) * hd, hd);
@@ -282,11 +290,18 @@ static int64_t n_visible(const int32_t *cpos, int64_t n_c, int32_t p) {
     return lo;
 }
 
+/* Cells a window hides from an entry at position p (positions <= p - window): the length of a
+ * prefix of the sorted cpos; 0 without a window. */
+static int64_t n_hidden(const int32_t *cpos, int64_t n_c, int32_t p, int32_t window) {
+    return window > 0 ? n_visible(cpos, n_c, p - window) : 0;
+}
+
 /* ---- a chunk of one sequence on the F16 cells (direct_rows) ---- */
 
 struct direct_job {
     struct attn_ctx *a;
-    /* one chunk: entries ent[0 ..], cells[0 .. nv) at positions cpos */
+    /* one chunk: entries ent[0 ..], cells[0 .. nv) at positions cpos (from the first cell the
+     * chunk's first entry sees) */
     const int32_t *ent, *cells, *cpos;
     int64_t nv;         /* cells every row multiplies (the chunk's last entry sees them all) */
     _Atomic int slot;   /* scratch slots handed out */
@@ -304,6 +319,7 @@ static void direct_row(struct attn_ctx *a, int slot, int32_t i, int32_t qh, cons
     memcpy(q, a->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
     round_f16(q, h16, hd);
     attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, cells, nv, hd, sc);
+    attn_mask_window(sc, nv, cpos, a->b->pos[i], a->p.window);
     attn_softmax_row(sc, nv, cpos, a->b->pos[i], a->p.scale);
     attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, cells, nv, hd, a->out + i * nq + (int64_t)qh * hd);
 }
@@ -398,8 +414,10 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
                                  (size_t)ds->nv);
             int64_t u = ds->row0 / group + (int64_t)e * n_kv + kvh;
             if (j->end_b == j->end_a) { /* no softmax phase: every row is one block */
-                for (int32_t g = 0; g < group; g++)
+                for (int32_t g = 0; g < group; g++) {
+                    attn_mask_window(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
                     attn_softmax_row(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
+                }
                 atomic_fetch_sub_explicit(&a->mix_left[u], group, memory_order_release);
             } else {
                 atomic_fetch_sub_explicit(&a->sc_left[u], 1, memory_order_release);
@@ -409,8 +427,9 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             wait_ready(&a->sc_left[r / group]);
             const struct direct_seq *ds = dseq_of_row(a, r);
             int64_t k = r - ds->row0;
-            attn_softmax_row(a->dsc + ds->sc_off + k * ds->nv, ds->nv, a->acpos + ds->off,
-                             a->b->pos[a->dent[ds->e0 + k / n_head]], a->p.scale);
+            int32_t pos = a->b->pos[a->dent[ds->e0 + k / n_head]];
+            attn_mask_window(a->dsc + ds->sc_off + k * ds->nv, ds->nv, a->acpos + ds->off, pos, a->p.window);
+            attn_softmax_row(a->dsc + ds->sc_off + k * ds->nv, ds->nv, a->acpos + ds->off, pos, a->p.scale);
             atomic_fetch_sub_explicit(&a->mix_left[r / group], 1, memory_order_release);
         } else {
             wait_ready(&a->mix_left[(it - j->end_b) / a->n_db]);
@@ -445,8 +464,10 @@ static void unit_items(void *arg, int64_t u0, int64_t u1) {
         float *sc = a->dsc + ds->sc_off + k * ds->nv;
         attn_scores_f16_rows(a->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group, k0 + (size_t)kvh * hd,
                              k_stride, a->acells + ds->off, ds->nv, hd, sc, (size_t)ds->nv);
-        for (int32_t g = 0; g < group; g++)
+        for (int32_t g = 0; g < group; g++) {
+            attn_mask_window(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
             attn_softmax_row(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
+        }
         attn_mix_f16_rows(sc, (size_t)ds->nv, group, v0 + (size_t)kvh * hd, v_stride, a->acells + ds->off, ds->nv,
                           hd, a->out + i * nq + (int64_t)kvh * group * hd, (size_t)hd);
     }
@@ -460,7 +481,10 @@ struct chunk_job {
     struct attn_ctx *a;
     const int32_t *ent;
     int64_t rows;       /* per kv head: ne * group */
-    int64_t n_c, nv;    /* cells gathered; cells the chunk's last entry sees */
+    int64_t n_g;        /* cells gathered (a kv head's block of kf / vf) */
+    int64_t lo, nv;     /* the chunk's cells: gathered cells [lo, lo + nv) (from the first one its
+                         * first entry sees to the last one its last entry sees) */
+    const int32_t *cpos; /* [nv] their positions */
     int64_t block_rows, n_blocks; /* per kv head: n_blocks blocks of block_rows rows (the last fewer) */
     int64_t n_items;    /* n_head_kv * n_blocks */
     _Atomic int64_t next; /* items handed out */
@@ -492,8 +516,8 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
             row_pos[r] = a->b->pos[i];
         }
         round_f16(qg, h16, n * hd);
-        attn_rows_f32(qg, n, a->kf + (int64_t)h * j->n_c * hd, a->vf + (int64_t)h * j->n_c * hd, j->nv, hd,
-                      a->cpos, row_pos, a->p.scale, sc, og);
+        int64_t k0 = ((int64_t)h * j->n_g + j->lo) * hd;
+        attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale, sc, og);
         for (int64_t r = 0; r < n; r++) {
             int32_t i = j->ent[(r0 + r) / group];
             int64_t qh = (int64_t)h * group + (r0 + r) % group;
@@ -547,8 +571,11 @@ static void ref_outputs(void *arg, int64_t r0, int64_t r1) {
         }
 }
 
-/* reference: the same chunk per kv head, the dots in the reference's orders (ref_dots_job). */
-static void chunk_reference(struct attn_ctx *a, const int32_t *ent, int32_t ne, int64_t n_c, int64_t nv) {
+/* reference: the same chunk per kv head, the dots in the reference's orders (ref_dots_job); its
+ * cells are the gathered cells [lo, lo + nv) at positions cpos, of n_g gathered, of n_c the
+ * sequence holds. */
+static void chunk_reference(struct attn_ctx *a, const int32_t *ent, int32_t ne, int64_t n_c, int64_t n_g, int64_t lo,
+                            int64_t nv, const int32_t *cpos) {
     int32_t hd = a->p.head_dim, group = a->group;
     int64_t nq = (int64_t)a->p.n_head * hd, rows = (int64_t)ne * group;
     int32_t row_pos[ATT_CHUNK_ENTRIES];
@@ -558,16 +585,16 @@ static void chunk_reference(struct attn_ctx *a, const int32_t *ent, int32_t ne, 
             memcpy(a->qg + (int64_t)e * group * hd, a->q + ent[e] * nq + (int64_t)h * group * hd,
                    (size_t)group * hd * sizeof(float));
         /* V columns contiguous for the reference's P.V dots (a small share of its scalar dots) */
-        const float *vf = a->vf + (int64_t)h * n_c * hd;
+        const float *vf = a->vf + ((int64_t)h * n_g + lo) * hd;
         for (int64_t c = 0; c < nv; c++)
             for (int32_t d = 0; d < hd; d++) a->vt[(int64_t)d * nv + c] = vf[c * hd + d];
         round_f16(a->qg, a->h16, rows * hd);
-        struct ref_dots_job rj = {.a = a, .kf = a->kf + (int64_t)h * n_c * hd, .hd = hd, .nv = nv,
+        struct ref_dots_job rj = {.a = a, .kf = a->kf + ((int64_t)h * n_g + lo) * hd, .hd = hd, .nv = nv,
                                   .n_pad = (n_c + REF_KV_PAD - 1) / REF_KV_PAD * REF_KV_PAD,
                                   .batched = a->b->n_tokens >= 2};
         compute_parallel_for_work(a->c, rows, 2 * nv * hd, ref_scores, &rj);
-        struct softmax_job sj = {.sc = a->sc, .n_c = nv, .cpos = a->cpos, .row_pos = row_pos, .group = group,
-                                 .scale = a->p.scale};
+        struct softmax_job sj = {.sc = a->sc, .n_c = nv, .cpos = cpos, .row_pos = row_pos, .group = group,
+                                 .window = a->p.window, .scale = a->p.scale};
         compute_parallel_for_work(a->c, rows, 4 * nv, softmax_rows, &sj);
         compute_parallel_for_work(a->c, rows, 2 * nv * hd, ref_outputs, &rj);
         for (int32_t e = 0; e < ne; e++)
@@ -587,26 +614,32 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
     sort_cells_by_pos(a, a->cells, a->cpos, n_c);
     int32_t chunk = a->att_rows / group;
     bool gathered = false;
+    /* Entries come in increasing positions: cells the first one does not see (a window's) no
+     * entry sees, and are never gathered. */
+    int64_t g0 = n_hidden(a->cpos, n_c, a->b->pos[a->ent[0]], a->p.window), n_g = n_c - g0;
     for (int32_t e0 = 0; e0 < n_ent; e0 += chunk) {
         int32_t ne = n_ent - e0 < chunk ? n_ent - e0 : chunk;
         int64_t rows = (int64_t)ne * group;
-        /* Entries come in increasing positions: the chunk's last one sees the most cells. */
-        int64_t nv = n_visible(a->cpos, n_c, a->b->pos[a->ent[e0 + ne - 1]]);
+        /* The chunk's cells: from the first one its first entry sees to the last one its last
+         * entry sees. */
+        int64_t lo = n_hidden(a->cpos, n_c, a->b->pos[a->ent[e0]], a->p.window);
+        int64_t nv = n_visible(a->cpos, n_c, a->b->pos[a->ent[e0 + ne - 1]]) - lo;
         if (rows < MATMUL_BLAS_MIN_TOKENS && !a->reference) {
-            struct direct_job dj = {.a = a, .ent = a->ent + e0, .cells = a->cells, .cpos = a->cpos, .nv = nv};
+            struct direct_job dj = {.a = a, .ent = a->ent + e0, .cells = a->cells + lo, .cpos = a->cpos + lo, .nv = nv};
             compute_parallel_for(a->c, (int64_t)ne * a->p.n_head, direct_rows, &dj);
             continue;
         }
         if (!gathered) {
-            struct gather_job gj = {.a = a, .n_c = n_c};
-            compute_parallel_for_work(a->c, n_c, 2 * (int64_t)a->p.n_head_kv * a->p.head_dim, gather_kv, &gj);
+            struct gather_job gj = {.a = a, .g0 = g0, .n_c = n_g};
+            compute_parallel_for_work(a->c, n_g, 2 * (int64_t)a->p.n_head_kv * a->p.head_dim, gather_kv, &gj);
             gathered = true;
         }
         if (a->reference) {
-            chunk_reference(a, a->ent + e0, ne, n_c, nv);
+            chunk_reference(a, a->ent + e0, ne, n_c, n_g, lo - g0, nv, a->cpos + lo);
             continue;
         }
-        struct chunk_job cj = {.a = a, .ent = a->ent + e0, .rows = rows, .n_c = n_c, .nv = nv};
+        struct chunk_job cj = {.a = a, .ent = a->ent + e0, .rows = rows, .n_g = n_g, .lo = lo - g0, .nv = nv,
+                               .cpos = a->cpos + lo};
         split_chunk(&cj, a->p.n_head_kv, a->chunk_slots);
         compute_parallel_for(a->c, a->chunk_slots, chunk_blocks, &cj); /* one call per slot */
     }
@@ -643,9 +676,11 @@ void attn_plan(struct attn_ctx *a, const struct kv_memory *kv, const struct batc
             int64_t got = kv_seq_cell_list(kv, b->seq[i], cells, a->arena_n - used); /* stops at the room */
             ASSERT(got == n_c);
             sort_cells_by_pos(a, cells, cpos, n_c);
+            /* its cells: from the first one its first entry sees (as attend_seq's chunk) */
+            int64_t lo = n_hidden(cpos, n_c, b->pos[a->ent[0]], p->window);
             struct direct_seq *ds = &a->dseq[a->n_dseq++];
-            *ds = (struct direct_seq){.e0 = n_dent, .ne = n_ent, .off = used, .row0 = a->n_drows, .sc_off = sc_used,
-                                      .nv = n_visible(cpos, n_c, b->pos[a->ent[n_ent - 1]])};
+            *ds = (struct direct_seq){.e0 = n_dent, .ne = n_ent, .off = used + lo, .row0 = a->n_drows,
+                                      .sc_off = sc_used, .nv = n_visible(cpos, n_c, b->pos[a->ent[n_ent - 1]]) - lo};
             memcpy(a->dent + n_dent, a->ent, (size_t)n_ent * sizeof *a->ent);
             n_dent += n_ent;
             used += n_c;
@@ -687,7 +722,8 @@ void attn_plan(struct attn_ctx *a, const struct kv_memory *kv, const struct batc
 /* The planned decode-sized sequences in one parallel job, the others one sequence at a time
  * (entries keep their batch order). */
 void attn_layer(struct attn_ctx *a, const struct attn_params *p, int32_t layer, const float *q, float *out) {
-    ASSERT(p->n_head == a->p.n_head && p->n_head_kv == a->p.n_head_kv && p->head_dim == a->p.head_dim);
+    ASSERT(p->n_head == a->p.n_head && p->n_head_kv == a->p.n_head_kv && p->head_dim == a->p.head_dim &&
+           p->window == a->p.window);
     a->p.scale = p->scale;
     a->layer = layer;
     a->q = q;

@@ -4,9 +4,12 @@
  * For entry i of the batch (sequence s, position p) and query head h, whose kv head is
  * h / group (group = n_head / n_head_kv query heads share one kv head: MHA, GQA, MQA):
  *   out[i][h] = sum_c P[c] * V_l[c][h / group],  P = softmax over c of scale * (q[i][h] . K_l[c][h / group])
- * over the cells c of sequence s at positions <= p, K_l and V_l being layer l's F16 rows of the
- * cells (kv_k_row / kv_v_row), the batch's own cells included: the caller stores their K and V
- * before attn_layer.
+ * over the cells c of sequence s at positions <= p (and > p - window with a sliding window), K_l
+ * and V_l being layer l's F16 rows of the cells (kv_k_row / kv_v_row), the batch's own cells
+ * included: the caller stores their K and V before attn_layer. A window's masked cells are
+ * skipped where a whole chunk of entries cannot see them and get probability 0 in the rows that
+ * cannot where the chunk's first entry still does (math/attn.h's attn_mask_window), the same way
+ * in every strategy, so a row's numbers stay those of the strategy it would take anyway.
  *
  * Numbers: the softmax is the reference's (math/attn.h's attn_softmax_row: probabilities rounded
  * to F16 as its F16 product with V sees them); the two products depend on the shape of the work,
@@ -50,13 +53,17 @@
 #include "math/matmul.h"
 #include "memory/kv.h"
 
-/* One layer's attention. The head shape (n_head, n_head_kv, head_dim) is the ctx's, fixed at
- * creation; the rest may differ from layer to layer. */
+/* One layer's attention. The head shape (n_head, n_head_kv, head_dim) and the window are the
+ * ctx's, fixed at creation (attn_plan lists the cells a window leaves visible); the scale may
+ * differ from layer to layer. */
 struct attn_params {
     int32_t n_head;
     int32_t n_head_kv;  /* divides n_head */
     int32_t head_dim;
     float scale;        /* of the scores before the softmax: 1 / sqrt(head_dim) for llama */
+    /* Sliding window (0: none): an entry at position p attends only to the cells at positions
+     * p - window < pos <= p (the reference's standard sliding window; Gemma's local layers). */
+    int32_t window;
 };
 
 struct attn_ctx;

@@ -2,6 +2,7 @@
 #include "model/footprint.h"
 #include "common/err.h"
 #include "gguf/gguf.h"
+#include "memory/kv.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -37,6 +38,29 @@ static bool layer_recurrent(const struct gguf_file *f, const char *arch, int32_t
     if (a && a->type == GGUF_BOOL && (uint64_t)il < a->n) return gguf_arr_int(a, (uint64_t)il) != 0;
     int64_t every = arch_int(f, arch, "full_attention_interval", 0);
     return every > 0 && (il + 1) % every != 0;
+}
+
+/* The families with sliding-window layers, and their pattern when the file names none. */
+static const struct { const char *arch; int32_t pattern; } swa_families[] = {{"gemma3", 6}};
+
+int32_t model_layer_window(const struct gguf_file *f, const char *arch, int32_t il) {
+    int32_t pattern = -1;
+    for (size_t i = 0; i < sizeof swa_families / sizeof *swa_families; i++)
+        if (!strcmp(arch, swa_families[i].arch)) pattern = swa_families[i].pattern;
+    int64_t window = arch_int(f, arch, "attention.sliding_window", 0);
+    if (pattern < 0 || window <= 0 || window > INT32_MAX) return 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (kv && kv->type == GGUF_ARRAY) {
+        const struct gguf_array *a = &kv->v.arr;
+        bool swa = a->type == GGUF_BOOL && (uint64_t)il < a->n && gguf_arr_int(a, (uint64_t)il) != 0;
+        return swa ? (int32_t)window : 0;
+    }
+    if (kv) pattern = (int32_t)gguf_get_int(f, key, pattern);
+    /* N = 0: every layer windowed; N = 1: none (the reference's set_swa_pattern) */
+    bool swa = pattern == 0 || (pattern > 0 && il % pattern < pattern - 1);
+    return swa ? (int32_t)window : 0;
 }
 
 static int read_shape(const struct gguf_file *f, struct model_shape *s, char *why, size_t why_len) {
@@ -88,7 +112,12 @@ static int read_shape(const struct gguf_file *f, struct model_shape *s, char *wh
         int64_t kv_heads = layer_int(f, arch, "attention.head_count_kv", il, s->n_head);
         if (kv_heads > s->n_head_kv) s->n_head_kv = (int32_t)kv_heads;
         s->n_attn_layers++;
-        s->kv_cell_bytes += 2 * (uint64_t)kv_heads * (uint64_t)(s->head_dim_k + s->head_dim_v); /* F16 */
+        uint64_t cell = 2 * (uint64_t)kv_heads * (uint64_t)(s->head_dim_k + s->head_dim_v); /* F16 */
+        s->kv_cell_bytes += cell;
+        if (model_layer_window(f, arch, il) > 0) {
+            s->n_swa_layers++;
+            s->kv_cell_bytes_swa += cell;
+        }
     }
     return 0;
 }
@@ -146,9 +175,16 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
     int32_t n_seq = cfg->n_seq_max > 0 ? cfg->n_seq_max : 1;
     if (s->n_attn_layers > 0) {
         out->n_cells = cfg->kv_tokens;
-        /* per cell: K/V, position, free count, placement, and the sequence bit set */
+        /* per cell: K/V, position, free count, placement, and the sequence bit set; per sequence:
+         * largest position, largest released one, cell count (memory/kv.c) */
         uint64_t book = 12 + 8 * (uint64_t)((n_seq + 63) / 64);
-        out->kv += (uint64_t)out->n_cells * (s->kv_cell_bytes + book) + 12 * (uint64_t)n_seq;
+        out->kv += (uint64_t)out->n_cells * (s->kv_cell_bytes - s->kv_cell_bytes_swa + book) + 16 * (uint64_t)n_seq;
+        if (s->n_swa_layers > 0) { /* their own pool (memory/split.h), and the layer map */
+            out->n_swa_cells = kv_window_cells(cfg->kv_tokens, n_seq, s->sliding_window,
+                                               cfg->batch_tokens > 0 ? cfg->batch_tokens : 512);
+            out->kv += (uint64_t)out->n_swa_cells * (s->kv_cell_bytes_swa + book) + 16 * (uint64_t)n_seq +
+                       5 * (uint64_t)s->n_layer;
+        }
     }
     if (s->n_recurrent_layers > 0) {
         out->n_states = cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq ? cfg->recurrent_states : n_seq;

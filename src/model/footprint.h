@@ -3,9 +3,11 @@
  * `uvlm inspect` prints (cmd/inspect.c). One estimate, so the two always agree.
  *
  *   weights  the whole file: the load reads it into memory (gguf_open_resident)
- *   kv       K and V of every attention layer for kv_tokens cells (F16, as memory/kv.h keeps them,
- *            with the cells' bookkeeping), plus one recurrent state per sequence for the
- *            recurrent layers (F32, memory/recurrent.h); exact for the memories uvlm has
+ *   kv       K and V of every full-attention layer for kv_tokens cells (F16, as memory/kv.h keeps
+ *            them, with the cells' bookkeeping); of the sliding-window layers (Gemma 3's local
+ *            layers) for the cells their window pool has (kv_window_cells: a window per
+ *            sequence, not kv_tokens); plus one recurrent state per sequence for the recurrent
+ *            layers (F32, memory/recurrent.h); exact for the memories uvlm has
  *   buffers  the forward pass's activations, attention scratch, logits and sampling buffers for
  *            steps of batch_tokens tokens: an estimate of what the architecture allocates
  *            (test/model/footprint_test.c holds it to within a quarter of the real figure)
@@ -43,8 +45,10 @@ struct model_shape {
     int32_t n_attn_layers;      /* layers with K/V cells */
     int32_t n_recurrent_layers; /* layers with a recurrent state instead */
     int32_t sliding_window;     /* attention.sliding_window (0: none) */
+    int32_t n_swa_layers;       /* attention layers with that window (model_layer_window) */
     int32_t ssm_inner, ssm_state, ssm_conv; /* the recurrent layers' widths (ssm.*), 0 without */
     uint64_t kv_cell_bytes;     /* K and V of one token over the attention layers */
+    uint64_t kv_cell_bytes_swa; /* the part of it in the sliding-window layers */
     uint64_t state_bytes;       /* one sequence's state over the recurrent layers */
 };
 
@@ -52,6 +56,7 @@ struct model_footprint {
     struct model_shape shape;
     int64_t n_ctx;     /* tokens a sequence may hold: min(context, kv_tokens, max_seq_tokens) */
     int64_t n_cells;   /* KV cells (0 without attention layers) */
+    int64_t n_swa_cells; /* cells of the sliding-window layers' pool (0 without them) */
     int64_t n_states;  /* recurrent states (0 without recurrent layers) */
     uint64_t weights, kv, buffers, total; /* bytes */
 };
@@ -69,6 +74,13 @@ int model_footprint_of_path(const char *path, const struct footprint_config *cfg
 /* 0 when fp->total fits in `available` bytes (or available < 0: unknown); otherwise -ERR_NOMEM
  * and why says how much each part needs against what the machine has, and what to lower. */
 int model_footprint_fits(const struct model_footprint *fp, int64_t available, char *why, size_t why_len);
+
+/* The sliding window of layer il of a file of architecture arch (0: the layer attends to every
+ * position), the reference's rule: attention.sliding_window for the families with windowed layers
+ * (gemma3), on the layers attention.sliding_window_pattern marks (an array of bools, or N: every
+ * layer but each N-th, (il + 1) % N != 0), by default the family's pattern (gemma3: 6). What
+ * model.c loads and what the memory estimate counts. */
+int32_t model_layer_window(const struct gguf_file *f, const char *arch, int32_t il);
 
 /* "12.0 KiB", "512.0 MiB", "3.25 GiB": for messages. Returns out. */
 const char *footprint_size(uint64_t bytes, char out[24]);

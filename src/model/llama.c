@@ -1,11 +1,14 @@
 /* llama.c: the one transformer forward pass, over the unified KV memory, for every family
- * model.c describes (struct transformer_desc and the layers' tensors, model/model.h).
+ * model.c describes (struct transformer_desc and the layers' tensors, model/model.h). A model
+ * with sliding-window layers (Gemma 3's local layers) keeps them in a windowed pool of their own
+ * (memory/split.h: the full-attention layers in the first half, the windowed ones in the second,
+ * each attended through its own attention ctx).
  *
  * Per layer, the steps in brackets where the description or the layer's tensors have them:
  *   q, k, v = Wq·norm(x) [+ bq],  Wk·norm(x) [+ bk],  Wv·norm(x) [+ bv]
  *   q, k    = rope_l([headnorm](q)), rope_l([headnorm](k))     (the layer's rope, tf.rope[L->rope])
  *   x      += [postnorm](Wo · attn(q, k, v))
- *   x      += [postnorm](Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)))
+ *   x      += [postnorm](Wdown · (act(Wgate·norm(x)) * Wup·norm(x)))    (act: SiLU, or GELU)
  * from x = the tokens' embeddings [* embd_scale]; then logits = Wout · norm(x) for the entries
  * that want them.
  *
@@ -15,9 +18,10 @@
  *
  * The element-wise steps follow the reference's x86 (AVX-512) build: RoPE as a C++ compiler
  * contracts it (fma(x0, cos, -(x1*sin)), fma(x0, sin, x1*cos)), SiLU with its vectorized expf
- * (quant_expf), the attention softmax as math/attn.h's attn_softmax_row. With cfg.reference the
- * matmuls (MATMUL_REFERENCE) and the attention dots follow it too, and the golden tests match
- * its logits to the printed precision (build/test-runner golden).
+ * (quant_expf), GELU (tanh form) through its table of every F16 input (the reference's CPU GELU
+ * rounds its input and result to F16), the attention softmax as math/attn.h's attn_softmax_row.
+ * With cfg.reference the matmuls (MATMUL_REFERENCE) and the attention dots follow it too, and the
+ * golden tests match its logits to the printed precision (build/test-runner golden).
  */
 #include "model/arch.h"
 #include "model/attention.h"
@@ -26,6 +30,7 @@
 #include "math/q8x16.h"
 #include "math/quant.h"
 #include "memory/kv.h"
+#include "memory/split.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +40,10 @@
 struct forward_scratch {
     struct compute *c;  /* the compute threads (owned) */
     struct attn_ctx *attn; /* attention's buffers (owned; borrows c) */
+    struct attn_ctx *attn_win; /* the sliding-window layers' (their window), or NULL */
+    int32_t window;     /* of the sliding-window layers (one for all of them), 0: none */
+    int64_t window_n_ctx; /* most cells a sequence holds in their pool: window + max_tokens */
+    float *gelu;        /* [65536] tf.act == FFN_GELU_TANH: GELU of every F16 input, rounded to F16 */
     bool reference;     /* cfg.reference */
     size_t bytes;       /* of the buffers below and fc->logits (attention's: attn_ctx_bytes) */
     float *x;           /* [T][n_embd] residual stream */
@@ -64,8 +73,10 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     struct forward_scratch *s = fc->s;
     if (s) {
         attn_ctx_destroy(s->attn);
+        attn_ctx_destroy(s->attn_win);
         if (s->c) compute_destroy(s->c);
-        void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin, s->xo};
+        void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin, s->xo,
+                        s->gelu};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -74,23 +85,40 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
 }
 
 static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) {
-    return fc->s->bytes + compute_scratch_bytes(fc->s->c) + attn_ctx_bytes(fc->s->attn);
+    return fc->s->bytes + compute_scratch_bytes(fc->s->c) + attn_ctx_bytes(fc->s->attn) +
+           (fc->s->attn_win ? attn_ctx_bytes(fc->s->attn_win) : 0);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Every layer's attention: the model's heads, scores scaled by tf.attn_scale unless q was. */
-static struct attn_params layer_attn(const struct model_hparams *hp) {
+/* A layer's attention: the model's heads, scores scaled by tf.attn_scale unless q was, the
+ * layer's window. */
+static struct attn_params layer_attn(const struct model_hparams *hp, int32_t window) {
     return (struct attn_params){.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                                .scale = hp->tf.scale_q ? 1.0f : hp->tf.attn_scale};
+                                .scale = hp->tf.scale_q ? 1.0f : hp->tf.attn_scale, .window = window};
+}
+
+/* The window of the model's sliding-window layers (0: none); -1 when they differ (one windowed
+ * pool takes one window). */
+static int32_t model_window(const struct model *m) {
+    int32_t w = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        int32_t lw = m->layers[l].window;
+        if (lw < 0 || (lw > 0 && w > 0 && lw != w)) return -1;
+        if (lw > 0) w = lw;
+    }
+    return w;
+}
+
+/* The reference's GELU (tanh form) of x in F32, 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))). */
+static float gelu_f32(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
 }
 
 static int llama_forward_ctx_create(struct forward_ctx **out, const struct model *m, const struct forward_config *cfg) {
     const struct model_hparams *hp = &m->hp;
-    /* what this pass computes: SiLU-gated FFNs, attention over every earlier position */
-    if (hp->tf.act != FFN_SILU) return -ERR_UNSUPPORTED;
-    for (int32_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].window != 0) return -ERR_UNSUPPORTED;
+    int32_t window = model_window(m);
+    if (window < 0) return -ERR_UNSUPPORTED; /* sliding windows of several sizes */
     struct forward_config c = *cfg;
     struct forward_ctx *fc = calloc(1, sizeof *fc);
     struct forward_scratch *s = calloc(1, sizeof *s);
@@ -119,6 +147,12 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->rope_sin = scratch_alloc(s, n_angles, sizeof(float), &ok);
     s->rope_rows = (int64_t)T;
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
+    if (hp->tf.act == FFN_GELU_TANH) {
+        s->gelu = scratch_alloc(s, 1 << 16, sizeof(float), &ok);
+        for (uint32_t h = 0; ok && h < 1 << 16; h++)
+            s->gelu[h] = fp16_to_f32(f32_to_fp16(gelu_f32(fp16_to_f32((uint16_t)h))));
+    }
+    s->window = window;
     fc->logits = scratch_alloc(s, (size_t)c.max_outputs * (size_t)hp->n_vocab, sizeof(float), &ok);
     int rc = ok ? 0 : -ERR_NOMEM;
     if (rc == 0) { /* matmuls of up to max_tokens rows, of inputs up to the widest matrix's */
@@ -127,8 +161,13 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     }
     if (rc == 0) {
         compute_set_yield_us(s->c, c.yield_us);
-        struct attn_params ap = layer_attn(hp);
+        struct attn_params ap = layer_attn(hp, 0);
         rc = attn_ctx_create(&s->attn, &ap, c.max_tokens, c.n_ctx, c.reference, s->c);
+    }
+    if (rc == 0 && window > 0) { /* a sequence there holds its window and a batch's entries (memory/kv.h) */
+        struct attn_params ap = layer_attn(hp, window);
+        s->window_n_ctx = (int64_t)window + c.max_tokens < c.n_ctx ? (int64_t)window + c.max_tokens : c.n_ctx;
+        rc = attn_ctx_create(&s->attn_win, &ap, c.max_tokens, s->window_n_ctx, c.reference, s->c);
     }
     if (rc < 0) {
         llama_forward_ctx_destroy(fc);
@@ -325,6 +364,21 @@ static void swiglu_rows(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
+/* x = gelu(x) * y as the reference's F32 GEGLU computes it: 0 from -10 down, x * y from 10 up,
+ * between them the table's GELU of x rounded to F16 (rows_job.w: the table). */
+static void geglu_rows(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    uint16_t h[256];
+    for (int64_t i0 = r0 * j->n; i0 < r1 * j->n; i0 += 256) {
+        int64_t m = r1 * j->n - i0 < 256 ? r1 * j->n - i0 : 256;
+        float *x = j->x + i0;
+        const float *y = j->y + i0;
+        quant_from_float(GGML_TYPE_F16, x, h, m);
+        for (int64_t k = 0; k < m; k++)
+            x[k] = x[k] <= -10.0f ? 0.0f : x[k] >= 10.0f ? x[k] * y[k] : j->w[h[k]] * y[k];
+    }
+}
+
 static void add_bias(float *x, const float *bias, int64_t n, int64_t n_rows) {
     if (!bias) return;
     for (int64_t r = 0; r < n_rows; r++)
@@ -360,18 +414,52 @@ static void mm_multi(struct forward_scratch *s, int n, const struct model_weight
 
 /* ---- the pass ---- */
 
-static int check_batch(const struct model *m, const struct forward_ctx *fc, const struct kv_memory *kv,
-                       const struct batch *b) {
-    if (b->n_tokens <= 0) return -ERR_INVAL;
-    if (b->n_tokens > fc->cfg.max_tokens || b->n_outputs > fc->cfg.max_outputs) return -ERR_TOOBIG;
-    if (kv->n_placed != b->n_tokens || kv->shape.n_layer != m->hp.n_layer) return -ERR_STATE;
+/* The K/V pools of the pass: kv[0] the full-attention layers', kv[1] the sliding-window layers'
+ * (NULL without them), and for each layer its pool and its index there. */
+struct pools {
+    struct kv_memory *kv[2];
+    int32_t n_layer[2];
+};
+
+/* mem as the model needs it: one KV pool, or a split of a full-attention and a windowed pool
+ * (llama_memory_create's); -ERR_INVAL otherwise. */
+static int get_pools(const struct model *m, const struct forward_scratch *s, struct memory *mem, struct pools *p) {
+    *p = (struct pools){0};
+    if (s->window == 0) {
+        p->kv[0] = kv_from_memory(mem);
+        p->n_layer[0] = m->hp.n_layer;
+        return p->kv[0] ? 0 : -ERR_INVAL;
+    }
+    p->kv[0] = kv_from_memory(split_half(mem, 0));
+    p->kv[1] = kv_from_memory(split_half(mem, 1));
+    if (!p->kv[0] || !p->kv[1] || p->kv[1]->shape.window != s->window) return -ERR_INVAL;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        int h = split_layer_half(mem, l);
+        if (h != (m->layers[l].window > 0)) return -ERR_INVAL;
+        p->n_layer[h]++;
+    }
+    return 0;
+}
+
+static int check_pool(const struct kv_memory *kv, int32_t n_layer, int64_t n_ctx, const struct batch *b) {
+    if (kv->n_placed != b->n_tokens || kv->shape.n_layer != n_layer) return -ERR_STATE;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t cell = kv_batch_cell(kv, i);
         if (kv->pos[cell] != b->pos[i] || !kv_cell_has_seq(kv, cell, b->seq[i])) return -ERR_STATE;
-        if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) return -ERR_INVAL;
-        if (kv->seq_n_cells[b->seq[i]] > fc->cfg.n_ctx) return -ERR_TOOBIG;
+        if (kv->seq_n_cells[b->seq[i]] > n_ctx) return -ERR_TOOBIG;
     }
     return 0;
+}
+
+static int check_batch(const struct model *m, const struct forward_ctx *fc, const struct pools *p,
+                       const struct batch *b) {
+    if (b->n_tokens <= 0) return -ERR_INVAL;
+    if (b->n_tokens > fc->cfg.max_tokens || b->n_outputs > fc->cfg.max_outputs) return -ERR_TOOBIG;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) return -ERR_INVAL;
+    int rc = check_pool(p->kv[0], p->n_layer[0], fc->cfg.n_ctx, b);
+    if (rc == 0 && p->kv[1]) rc = check_pool(p->kv[1], p->n_layer[1], fc->s->window_n_ctx, b);
+    return rc;
 }
 
 /* x[i] = token_embd row of token[i], as F32. */
@@ -397,22 +485,27 @@ static void add_rows(float *x, const float *y, int64_t n) {
 static int llama_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
     const struct model_hparams *hp = &m->hp;
     struct forward_scratch *s = fc->s;
-    struct kv_memory *kv = kv_from_memory(mem);
-    if (!kv) return -ERR_INVAL;
-    int rc = check_batch(m, fc, kv, b);
+    struct pools pools;
+    int rc = get_pools(m, s, mem, &pools);
+    if (rc == 0) rc = check_batch(m, fc, &pools, b);
     if (rc < 0) return rc;
     int64_t n = b->n_tokens, E = hp->n_embd;
     int64_t nkv = (int64_t)hp->n_head_kv * hp->head_dim;
-    struct attn_params ap = layer_attn(hp);
+    struct attn_params ap = layer_attn(hp, 0), ap_win = layer_attn(hp, s->window);
 
     embed(m, b, s->x);                       /* x: [n][n_embd] */
     if (hp->tf.embd_scale != 1.0f)
         for (int64_t i = 0; i < n * E; i++) s->x[i] *= hp->tf.embd_scale;
     rope_tables(hp, s, b);                   /* the angles of each entry's position, per rope */
-    attn_plan(s->attn, kv, b);               /* which entries attend how (same for every layer) */
+    attn_plan(s->attn, pools.kv[0], b);      /* which entries attend how (same for every layer) */
+    if (pools.kv[1]) attn_plan(s->attn_win, pools.kv[1], b);
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
+        /* the layer's pool, and its index there */
+        bool win = L->window > 0;
+        struct kv_memory *kv = pools.kv[win];
+        int32_t kl = pools.kv[1] ? split_layer_index(mem, l) : l;
         /* attention: q, k, v = W·norm(x) + bias; head norms, rope; K and V to the batch's cells */
         rmsnorm(s, hp, s->x, s->xn, L->attn_norm, n);
         mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
@@ -420,18 +513,18 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         add_bias(s->q, L->bq, L->wq.n_out, n);
         add_bias(s->k, L->bk, nkv, n);
         add_bias(s->v, L->bv, nkv, n);
-        qk_post(s->c, hp, s, kv, L, l, n);
-        attn_layer(s->attn, &ap, l, s->q, s->att);
+        qk_post(s->c, hp, s, kv, L, kl, n);
+        attn_layer(win ? s->attn_win : s->attn, win ? &ap_win : &ap, kl, s->q, s->att);
         mm(s, &L->wo, s->att, n, s->tmp);
         if (L->attn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->attn_post_norm, n);
         add_rows(s->x, s->tmp, n * E);
 
-        /* feed-forward: Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
+        /* feed-forward: Wdown · (act(Wgate·norm(x)) * Wup·norm(x)) */
         rmsnorm(s, hp, s->x, s->xn, L->ffn_norm, n);
         mm_multi(s, 2, (const struct model_weight *const[]){&L->w_gate, &L->w_up}, s->xn, n,
                  (float *const[]){s->gate, s->up});
-        struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff};
-        compute_parallel_for_work(s->c, n, 8 * (int64_t)hp->n_ff, swiglu_rows, &sj);
+        struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff, .w = s->gelu};
+        compute_parallel_for_work(s->c, n, 8 * (int64_t)hp->n_ff, s->gelu ? geglu_rows : swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
         if (L->ffn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->ffn_post_norm, n);
         add_rows(s->x, s->tmp, n * E);
@@ -449,10 +542,32 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     return 0;
 }
 
-static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
+/* One KV pool; with sliding-window layers a split (memory/split.h): the full-attention layers'
+ * pool of n_cells, counted, and the windowed layers' pool, a window per sequence and a batch
+ * (kv_window_cells). */
+static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
+                               struct memory **out) {
     int32_t n_embd_kv = m->hp.n_head_kv * m->hp.head_dim;
+    int32_t window = model_window(m);
+    if (window < 0) return -ERR_UNSUPPORTED;
     struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv};
-    return kv_memory_create(out, &shape, n_cells, n_seq_max);
+    if (window == 0) return kv_memory_create(out, &shape, n_cells, n_seq_max);
+    uint8_t *half = malloc((size_t)m->hp.n_layer);
+    if (!half) return -ERR_NOMEM;
+    int32_t n_win = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) n_win += half[l] = m->layers[l].window > 0;
+    struct kv_shape full = shape, windowed = shape;
+    full.n_layer = m->hp.n_layer - n_win;
+    windowed.n_layer = n_win;
+    windowed.window = window;
+    struct memory *first = NULL, *second = NULL;
+    int rc = kv_memory_create(&first, &full, n_cells, n_seq_max);
+    int64_t n_windowed = kv_window_cells(n_cells, n_seq_max, window, max_batch);
+    if (rc == 0) rc = kv_memory_create(&second, &windowed, n_windowed, n_seq_max);
+    if (rc == 0) rc = split_memory_create(out, first, second, m->hp.n_layer, half);
+    else memory_destroy(first);
+    free(half);
+    return rc;
 }
 
 const struct arch_impl llama_impl = {

@@ -2,6 +2,7 @@
  * for the transformer families, hyperparameters and the description of their computation
  * (struct transformer_desc) from metadata, weights checked against the shapes they imply. */
 #include "model/arch.h"
+#include "model/footprint.h"
 #include "common/err.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
@@ -32,6 +33,7 @@ static const struct arch_info archs[] = {
     {"qwen2", MODEL_ARCH_QWEN2, &llama_impl, ROPE_NEOX, true,    false,  false,  false},
     {"qwen3", MODEL_ARCH_QWEN3, &llama_impl, ROPE_NEOX, false,   true,   false,  false},
     {"phi3",  MODEL_ARCH_PHI3,  &llama_impl, ROPE_NEOX, false,   false,  true,   true},
+    {"gemma3", MODEL_ARCH_GEMMA3, &llama_impl, ROPE_NEOX, false, true,   true,   false},
     {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false,   false,  false,  false},
 };
 
@@ -124,6 +126,33 @@ static int read_rope_scaling(const struct gguf_file *f, const char *n, struct ro
     return 0;
 }
 
+/* Gemma 3 (the reference's gemma3 graph): embeddings x sqrt(n_embd), per-head q/k norms, q scaled
+ * by 1/sqrt(head_dim) (1/sqrt(n_embd/n_head) for the 62-layer 27B: its query_pre_attn_scalar)
+ * before its F16 rounding, GELU-gated feed-forward, a norm after the attention and after the
+ * feed-forward (model_layer's post norms; the file's norm weights already hold Gemma's 1 + w).
+ * Its sliding-window layers (model_layer_window) rotate with rope 1, base rope.freq_base_swa
+ * (10000 when absent) and no scaling; the full-attention layers with rope 0, rope.freq_base and
+ * the file's linear scaling. Without a window, the reference caps the logits instead
+ * (final_logit_softcapping): not implemented, refused. */
+static int gemma3_desc(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
+    const char *n = hp->arch_name;
+    struct transformer_desc *tf = &hp->tf;
+    tf->embd_scale = sqrtf((float)hp->n_embd);
+    tf->act = FFN_GELU_TANH;
+    tf->attn_scale = 1.0f / sqrtf((float)(hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim));
+    if (arch_int(f, n, "attention.sliding_window", 0) <= 0) {
+        if (arch_float(f, n, "final_logit_softcapping", 0) > 0)
+            return fail(why, why_len, -ERR_UNSUPPORTED, "%s without a sliding window: final logit soft-capping is "
+                        "not supported", n);
+        return 0;
+    }
+    tf->n_rope = 2;
+    tf->rope[1] = (struct rope_desc){.base = (float)arch_float(f, n, "rope.freq_base_swa", 10000.0),
+                                     .freq_scale = 1.0f};
+    if (!(tf->rope[1].base > 0)) return fail(why, why_len, -ERR_FORMAT, "%s: rope.freq_base_swa must be positive", n);
+    return 0;
+}
+
 static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
     struct gguf_str a = gguf_get_str(f, "general.architecture");
     if (!a.ptr) return fail(why, why_len, -ERR_FORMAT, "general.architecture is missing");
@@ -132,7 +161,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
         return fail(why, why_len, -ERR_UNSUPPORTED,
-                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, mamba)",
+                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
     if (ai->impl->load) { /* the family reads its own hyperparameters */
@@ -181,7 +210,9 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
     };
     if (!(hp->rms_eps > 0) || !(tf->rope[0].base > 0))
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
-    return read_rope_scaling(f, n, &tf->rope[0], why, why_len);
+    int rc = read_rope_scaling(f, n, &tf->rope[0], why, why_len);
+    if (rc == 0 && ai->arch == MODEL_ARCH_GEMMA3) rc = gemma3_desc(f, hp, why, why_len);
+    return rc;
 }
 
 /* Rows [r0, r0 + n) of w as a matrix of their own: a part of a fused tensor (each row's bytes
@@ -279,6 +310,13 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
             (rc = get_gate_up(&ld, L, i, hp)) < 0 ||
             (rc = get_matrix(&ld, &L->w_down, NAME("ffn_down.weight"), hp->n_ff, e, false)) < 0)
             return rc;
+        /* Gemma's norms after the attention and the feed-forward, its sliding-window layers */
+        bool gemma = hp->arch == MODEL_ARCH_GEMMA3;
+        if ((rc = get_vector(&ld, &L->attn_post_norm, NAME("post_attention_norm.weight"), e, !gemma)) < 0 ||
+            (rc = get_vector(&ld, &L->ffn_post_norm, NAME("post_ffw_norm.weight"), e, !gemma)) < 0)
+            return rc;
+        L->window = gemma ? model_layer_window(&m->file, hp->arch_name, i) : 0;
+        L->rope = L->window > 0 && tf->n_rope > 1 ? 1 : 0;
 #undef NAME
     }
     m->weight_bytes = ld.bytes;
@@ -355,7 +393,13 @@ void model_free(struct model *m) {
 }
 
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
-    return m->hp.impl->memory_create(m, n_cells, n_seq_max, out);
+    return m->hp.impl->memory_create(m, n_cells, n_seq_max, n_cells < INT32_MAX ? (int32_t)n_cells : INT32_MAX, out);
+}
+
+int model_memory_create_batches(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
+                                struct memory **out) {
+    if (max_batch < 1) return -ERR_INVAL;
+    return m->hp.impl->memory_create(m, n_cells, n_seq_max, max_batch, out);
 }
 
 bool model_memory_counts_states(const struct model *m) { return m->hp.impl->memory_counts_states; }

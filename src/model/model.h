@@ -1,5 +1,5 @@
-/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3 and phi3, and mamba) and
- * its forward pass.
+/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3, phi3 and gemma3, and
+ * mamba) and its forward pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
  * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
@@ -43,7 +43,9 @@
 
 struct arch_impl;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA };
+enum model_arch {
+    MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3
+};
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
 enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
 
@@ -143,6 +145,11 @@ void model_free(struct model *m);
 /* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences; for a
  * recurrent model (mamba) min(n_cells, n_seq_max) sequence states (memory/recurrent.h). */
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
+/* The same for batches of at most max_batch tokens: a model with sliding-window layers then keeps
+ * them in a pool of a window per sequence plus one such batch (memory/kv.h's kv_window_cells),
+ * where model_memory_create allows for a batch of n_cells. For a server (its --batch-tokens). */
+int model_memory_create_batches(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
+                                struct memory **out);
 /* Does model_memory_create's n_cells count sequence states (a recurrent model) rather than
  * tokens? Lets a server size each kind from its own budget. */
 bool model_memory_counts_states(const struct model *m);

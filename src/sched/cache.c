@@ -88,10 +88,11 @@ static int32_t common_prefix(const int32_t *a, const int32_t *b, int32_t n) {
 }
 
 /* The longest prefix of tokens[0..n) that some live or cached sequence of the partition holds
- * and that can be shared: at most n-1 tokens (the last prompt token must run to give logits),
- * and with a memory without partial removal only a source's whole content. Returns its length,
- * *src its id. Another partition's sequences are never looked at: what a request reuses must not
- * tell it what others' prompts hold. */
+ * and that can be shared: at most n-1 tokens (the last prompt token must run to give logits), and
+ * no shorter than the memory can cut that source to (memory_seq_prefix_min: a recurrent state only
+ * whole, a windowed pool from where its window still holds what the next token needs), else only
+ * the source's whole content. Returns its length, *src its id. Another partition's sequences are
+ * never looked at: what a request reuses must not tell it what others' prompts hold. */
 int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const int32_t *tokens, int32_t n,
                                 int32_t *src) {
     int32_t best = 0;
@@ -102,9 +103,8 @@ int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const
         if (!held || q->n_past == 0 || q->partition != partition) continue;
         int32_t limit = q->n_past < n ? q->n_past : n;
         int32_t common = common_prefix(tokens, q->tokens, limit);
-        int32_t usable;
-        if (s->mem->ops->partial_removal) usable = common < n - 1 ? common : n - 1;
-        else usable = common == q->n_past && q->n_past < n ? q->n_past : 0;
+        int32_t usable = common < n - 1 ? common : n - 1;
+        if (usable < memory_seq_prefix_min(s->mem, i)) usable = common == q->n_past && q->n_past < n ? q->n_past : 0;
         if (usable > best) {
             best = usable;
             *src = i;
@@ -124,20 +124,20 @@ int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, uint64_t partitio
     return len;
 }
 
-/* Entries of the same partition that only repeat a prefix of the new cache entry id are dropped
- * (with partial removal the longer one serves every prompt the shorter one would; without, only
- * the same content); another partition's entry serves other requests and stays. */
+/* Entries of the same partition that only repeat a prefix of the new cache entry id are dropped:
+ * the same content, or a prefix the longer entry can be cut to (memory_seq_prefix_min: then it
+ * serves every prompt the shorter one would; a recurrent state cannot, a windowed pool only within
+ * its window); another partition's entry serves other requests and stays. */
 static void drop_redundant(struct sched *s, int32_t id) {
     struct seq *q = &s->seqs[id];
-    bool partial = s->mem->ops->partial_removal;
     for (int32_t i = 0; i < s->n_seq; i++) {
         struct seq *o = &s->seqs[i];
         if (i == id || o->kind != SEQ_CACHE || o->partition != q->partition) continue;
         int32_t shorter = o->n_past < q->n_past ? o->n_past : q->n_past;
         if (common_prefix(o->tokens, q->tokens, shorter) != shorter) continue;
-        if (o->n_past == q->n_past || (partial && o->n_past < q->n_past)) {
+        if (o->n_past == q->n_past || (o->n_past < q->n_past && o->n_past >= memory_seq_prefix_min(s->mem, id))) {
             sched_cache_seq_release(s, i);
-        } else if (partial) { /* q is a prefix of o */
+        } else if (o->n_past > q->n_past && q->n_past >= memory_seq_prefix_min(s->mem, i)) { /* o serves q */
             o->lru = q->lru;
             sched_cache_seq_release(s, id);
             return;

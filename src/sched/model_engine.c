@@ -83,7 +83,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     /* a memory counted in sequence states is sized by its own budget, not in tokens */
     int64_t n_cells = cfg->kv_tokens;
     if (model_memory_counts_states(e->model)) n_cells = cfg->recurrent_states > 0 ? cfg->recurrent_states : cfg->n_seq_max;
-    rc = model_memory_create(e->model, n_cells, cfg->n_seq_max, &e->mem);
+    rc = model_memory_create_batches(e->model, n_cells, cfg->n_seq_max, cfg->batch_tokens, &e->mem);
     if (rc) {
         snprintf(why, why_len, "memory of %lld cells: %s%s", (long long)n_cells, err_str(rc),
                  rc == -ERR_NOMEM ? " (more than the machine has available: lower --kv-tokens)" : "");

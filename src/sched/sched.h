@@ -58,11 +58,12 @@
  *     least recently used when cells or sequence ids are needed. Cells are shared only between
  *     requests of one cache partition (request.cache_partition: the API layer's hash of the API
  *     key and cache_salt), live sequences and cache alike, so a request never learns from its
- *     tokens_cached how much of its prompt another partition's requests hold. A memory without
- *     partial removal (recurrent state) is only reused when a cached sequence is a whole prefix
- *     of the new prompt: that is decided through memory->ops->partial_removal, not by memory
- *     kind. Such a memory
- *     cannot go back from a prompt's end to give its last logits again, so for an exact repeat a
+ *     tokens_cached how much of its prompt another partition's requests hold. A cached sequence
+ *     serves a prefix of itself only as short as the memory can cut it (memory_seq_prefix_min: a
+ *     recurrent state only whole, a sliding window's pool only where its window still holds the
+ *     prefix's end), else only as a whole prefix of the new prompt: decided by the memory, not by
+ *     its kind. A memory without partial removal (a recurrent state) cannot go back from a
+ *     prompt's end to give its last logits again, so for an exact repeat a
  *     request with cache_prompt also keeps a copy of its state before its last prompt token: the
  *     prompt's chunks stop there, the copy (memory_seq_cp to a free id, evicting older cache,
  *     never what admitted work needs; none when that fails) becomes a cache entry when that step

@@ -301,6 +301,70 @@ TEST(chat_template_gemma_folds_system_into_user) {
     CHECK_EQ_STR(buf, "<start_of_turn>user\nA\n\nB\n\nq<end_of_turn>\n");
 }
 
+/* Gemma 4 (the template in ../shared/models/gemma3-q8_0.gguf): the expected prompts are what
+ * that template renders under a Jinja engine (jinja2 3.1, bos_token stripped, enable_thinking
+ * true as chat_jinja.h gives it), for a first system or developer message (in the system turn),
+ * a later one (a turn like any other), other roles as written, the assistant's thought channel
+ * left out of its reply, trimmed text, with and without the generation prompt. */
+TEST(chat_template_gemma4_as_its_jinja_renders) {
+    static const struct chat_message c1[] = {{"user", "Hello"}};
+    static const struct chat_message c2[] = {{"system", "  You are brief. "}, {"user", "Hello\n"},
+                                             {"assistant", "<|channel>thought\nhmm<channel|>Hi there "},
+                                             {"user", "Who are you?"}};
+    static const struct chat_message c3[] = {{"developer", "Rules."}, {"user", "a"}, {"assistant", " b "},
+                                             {"tool", " c "}};
+    static const struct chat_message c4[] = {{"user", "x"}, {"system", "late system"}};
+    static const struct {
+        const struct chat_message *msgs;
+        size_t n;
+        const char *with_gen, *without;
+    } cases[] = {
+        {c1, 1,
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nHello<turn|>\n"},
+        {c2, 4,
+         "<|turn>system\n<|think|>You are brief.<turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\nHi there<turn|>\n"
+         "<|turn>user\nWho are you?<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|>You are brief.<turn|>\n"
+         "<|turn>user\nHello<turn|>\n"
+         "<|turn>model\nHi there<turn|>\n"
+         "<|turn>user\nWho are you?<turn|>\n"},
+        {c3, 4,
+         "<|turn>system\n<|think|>Rules.<turn|>\n"
+         "<|turn>user\na<turn|>\n"
+         "<|turn>model\nb<turn|>\n"
+         "<|turn>tool\nc<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|>Rules.<turn|>\n"
+         "<|turn>user\na<turn|>\n"
+         "<|turn>model\nb<turn|>\n"
+         "<|turn>tool\nc<turn|>\n"},
+        {c4, 2,
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nx<turn|>\n"
+         "<|turn>system\nlate system<turn|>\n"
+         "<|turn>model\n",
+         "<|turn>system\n<|think|><turn|>\n"
+         "<|turn>user\nx<turn|>\n"
+         "<|turn>system\nlate system<turn|>\n"},
+    };
+    char buf[512];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CHECK(chat_template_apply(CHAT_GEMMA4, cases[i].msgs, cases[i].n, true, buf, sizeof buf) > 0);
+        CHECK_EQ_STR(buf, cases[i].with_gen);
+        CHECK(chat_template_apply(CHAT_GEMMA4, cases[i].msgs, cases[i].n, false, buf, sizeof buf) > 0);
+        CHECK_EQ_STR(buf, cases[i].without);
+    }
+    CHECK_EQ_INT(chat_template_detect("{{ '<|turn>' + role + '\\n' }}{{ '<turn|>' }}"), CHAT_GEMMA4);
+    CHECK_EQ_INT(chat_family_by_name("gemma4"), CHAT_GEMMA4);
+}
+
 TEST(chat_template_rwkv_trims_turns) {
     char buf[256];
     struct chat_message msgs[] = {{"user", "  hi \n"}, {"assistant", "\tyo "}};
@@ -361,6 +425,7 @@ TEST(chat_template_detects_shared_gguf_templates) {
         {"models/qwen2-q8_0.gguf", CHAT_CHATML, true},
         {"vocab/ggml-vocab-phi-3.gguf", CHAT_PHI3, true},
         {"models/kjv-tiny-q8_0.gguf", CHAT_CHATML, false}, /* no template: the chatml fallback */
+        {"models/gemma3-q8_0.gguf", CHAT_GEMMA4, true},    /* its vocabulary's: Gemma 4's */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool has = !cases[i].has_template;

@@ -93,7 +93,17 @@ def test_recurrent_and_sliding_window_shapes():
     assert info["layers"].startswith("1 attention, 3 recurrent")
     assert "(4096 cells, 64 recurrent states)" in info["memory at --kv-tokens 4096 --batch-tokens 512"]
     info = inspect(model_path("gemma3-q8_0"))
-    assert info["sliding window"] == "32"
+    assert info["sliding window"] == "32 positions on 5 of 6 attention layers"
+
+
+def test_sliding_window_layers_keep_a_window_per_sequence():
+    """gemma3's windowed layers hold a window per sequence and a batch (64 sequences x 32 + 512):
+    beyond that, more --kv-tokens only add cells of its one full-attention layer."""
+    path = model_path("gemma3-q8_0")
+    a, b = inspect(path, "--kv-tokens", "5120"), inspect(path, "--kv-tokens", "9216")
+    full_cell = 1 * 2 * 2 * 32 * 2 + 20
+    assert memory_bytes(b)["kv"] - memory_bytes(a)["kv"] == 4096 * full_cell
+    assert "(9216 cells, 2560 in the sliding-window layers)" in b["memory at --kv-tokens 9216 --batch-tokens 512"]
     path = os.path.join(SHARED, "models", "mamba-spm-q8_0.gguf")
     if os.path.exists(path):
         info = inspect(path)

@@ -340,7 +340,7 @@ TEST(attn_rows_f32_matches_double_attention) {
                 for (int64_t c = 0; c < nv; c++) cpos[c] = (int32_t)c;
                 for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv); /* causal-like */
                 float scale = 1.0f / sqrtf((float)hd);
-                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, scale, sc, out);
+                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, 0, scale, sc, out);
                 for (int64_t r = 0; r < n_rows; r++) {
                     const float *p = sc + r * nv;
                     double mx = -INFINITY, sum = 0;

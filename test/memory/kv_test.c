@@ -351,3 +351,141 @@ TEST(kv_save_restore_round_trip_keeps_positions_and_rows) {
     batch_free(&b);
     memory_destroy(m);
 }
+
+/* Lowest and highest position seq holds (-1 when none). */
+static void held_range(struct kv_memory *kv, int32_t seq, int32_t *lo, int32_t *hi) {
+    *lo = *hi = -1;
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        if (kv->pos[c] < 0 || !kv_cell_has_seq(kv, c, seq)) continue;
+        if (*lo < 0 || kv->pos[c] < *lo) *lo = kv->pos[c];
+        if (kv->pos[c] > *hi) *hi = kv->pos[c];
+    }
+}
+
+/* A window of 4: a 10-token prompt is held whole until the next reserve (its forward pass reads
+ * it), which releases what no later query sees; decode steps then hold 4 cells, the last 4
+ * positions, whatever the length. */
+TEST(kv_window_releases_cells_no_query_sees_again) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, &(struct kv_shape){.window = 4}, 32, 2), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 32), 0);
+    CHECK_EQ_INT(memory_cells_needed(m, 0, 10), 4); /* what it keeps: a window */
+    add_run(&b, 0, 0, 10);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 10);
+    CHECK_EQ_INT(memory_cells_needed(m, 0, 3), 0);  /* it holds a whole window already */
+    int32_t lo, hi;
+    for (int32_t p = 10; p < 30; p++) {
+        batch_clear(&b);
+        add_run(&b, 0, p, 1);
+        CHECK_EQ_INT(memory_reserve(m, &b), 0);
+        /* before this step's token: positions p-4 .. p-1, plus the token */
+        held_range(kv, 0, &lo, &hi);
+        CHECK_EQ_INT(lo, p - 4);
+        CHECK_EQ_INT(hi, p);
+        CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+        struct memory_usage u;
+        memory_usage(m, &u);
+        CHECK_EQ_INT(u.cells_used, 5);
+        /* the token sees the 4 positions p-3 .. p */
+        int64_t vis = 0;
+        for (int64_t c = 0; c < kv->n_cells; c++)
+            vis += kv_cell_visible(kv, c, 0, p) && kv->pos[c] > p - kv->shape.window;
+        CHECK_EQ_INT(vis, 4);
+    }
+    /* a sequence shorter than the window keeps everything */
+    batch_clear(&b);
+    add_run(&b, 1, 0, 3);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    batch_clear(&b);
+    add_run(&b, 1, 3, 1);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    held_range(kv, 1, &lo, &hi);
+    CHECK_EQ_INT(lo, 0);
+    CHECK_EQ_INT(memory_cells_needed(m, 1, 5), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 4);
+    CHECK_EQ_INT(kv_window_cells(4096, 64, 512, 512), 4096);
+    CHECK_EQ_INT(kv_window_cells(100000, 3, 512, 256), 3 * 512 + 256);
+    CHECK_EQ_INT(kv_window_cells(100, 3, 0, 16), 100);
+    CHECK_EQ_INT(kv_memory_create(&(struct memory *){NULL}, &(struct kv_shape){.window = -1}, 8, 1), -ERR_INVAL);
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+/* What the window released is gone: removing a tail or copying a prefix that would need it is
+ * refused, nothing changed; what it still holds goes as without a window. */
+TEST(kv_window_refuses_what_it_released) {
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, &(struct kv_shape){.window = 4}, 32, 3), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 32), 0);
+    add_run(&b, 0, 0, 12);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    /* nothing released yet: any tail goes, any prefix copies (and that sequence can go on) */
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, 3), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 3);
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 0, -1), 0);
+    batch_clear(&b);
+    add_run(&b, 0, 12, 1); /* releases 0 .. 7 */
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+    /* going on from 12 needs 9 .. 11: held; from 11 needs 8 .. 10: held; from 10 needs 7: gone */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 10, -1), -ERR_UNSUPPORTED);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 5);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, 10), -ERR_UNSUPPORTED);
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 0);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 1, 0, 11), 0); /* a prefix ending within the window */
+    CHECK_EQ_INT(memory_seq_cells(m, 1), 3);        /* 8, 9, 10 */
+    CHECK_EQ_INT(memory_seq_pos_max(m, 1), 10);
+    /* the copy lacks what its source lacked: it cannot go back further either */
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 10, -1), -ERR_UNSUPPORTED);
+    CHECK_EQ_INT(memory_seq_rm(m, 1, 0, -1), 0);
+    CHECK_EQ_INT(memory_seq_cp(m, 0, 2, 0, -1), 0); /* a whole copy always goes */
+    CHECK_EQ_INT(memory_seq_cells(m, 2), 5);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 12, -1), 0);   /* give back the last token */
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 11);
+    batch_clear(&b);
+    add_run(&b, 0, 12, 1);                          /* and run it again */
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 8, 10), 0);    /* a hole: no query needs it back */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);    /* the whole sequence always goes */
+    batch_clear(&b);
+    add_run(&b, 0, 0, 2);                           /* and starts afresh: nothing is missing */
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 1, -1), 0);
+    (void)kv;
+    batch_free(&b);
+    memory_destroy(m);
+}
+
+/* A snapshot leaves out the cells the window has left behind, and what the restored sequence
+ * lacks it still lacks; its rows come back. */
+TEST(kv_window_save_restore) {
+    struct kv_shape sh = {.n_layer = 2, .n_embd_k = 4, .n_embd_v = 6, .window = 4};
+    struct memory *m;
+    CHECK_EQ_INT(kv_memory_create(&m, &sh, 24, 2), 0);
+    struct kv_memory *kv = kv_from_memory(m);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 24), 0);
+    add_run(&b, 0, 0, 10);
+    CHECK_EQ_INT(memory_reserve(m, &b), 0);
+    write_rows(kv, &b);
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(m, 0, &snap), 0);   /* 6 .. 9: what a next token needs */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 0, -1), 0);
+    CHECK_EQ_INT(memory_restore_cells_needed(m, 0, snap), 4);
+    CHECK_EQ_INT(memory_seq_restore(m, 0, snap), 0);
+    CHECK_EQ_INT(memory_seq_cells(m, 0), 4);
+    CHECK_EQ_INT(memory_seq_pos_max(m, 0), 9);
+    int bad = 0;
+    CHECK_EQ_INT(check_rows(kv, 0, &bad), 4);
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 9, -1), 0);      /* the last token: held */
+    CHECK_EQ_INT(memory_seq_rm(m, 0, 8, -1), -ERR_UNSUPPORTED); /* 5 was left behind */
+    memory_snapshot_free(m, snap);
+    batch_free(&b);
+    memory_destroy(m);
+}

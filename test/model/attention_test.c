@@ -1,6 +1,7 @@
 /* Tests of model/attention.h on a KV memory filled with random F16 rows, without a model:
  * attn_layer against attention written out from its definition (softmax over the cells of the
- * entry's sequence at positions <= its own, in double), for every strategy (a prompt chunk on
+ * entry's sequence at positions <= its own, and within its sliding window when there is one, in
+ * double), for every strategy (a prompt chunk on
  * sgemm, decode-sized sequences as whole units or as split items, a decode-sized chunk of a
  * sequence planned per layer, the reference's orders), with cells out of position order, a
  * layer's own scale, GQA groups; and the promise that a row's numbers depend neither on the
@@ -64,8 +65,10 @@ static int place(struct fixture *f) {
     return 0;
 }
 
-/* The worst |out - definition| over every entry and head of layer `layer`. */
-static double worst_error(const struct fixture *f, const struct batch *b, int32_t layer, float scale, const float *out) {
+/* The worst |out - definition| over every entry and head of layer `layer`: entry (s, p) attends to
+ * the cells of s at positions <= p and, with a window, > p - window. */
+static double worst_error(const struct fixture *f, const struct batch *b, int32_t layer, float scale, int32_t window,
+                          const float *out) {
     const struct kv_memory *kv = f->kv;
     double worst = 0, p[N_CELLS];
     for (int32_t i = 0; i < b->n_tokens; i++)
@@ -76,6 +79,7 @@ static double worst_error(const struct fixture *f, const struct batch *b, int32_
             for (int64_t c = 0; c < kv->n_cells; c++) {
                 p[c] = -INFINITY;
                 if (!kv_cell_visible(kv, c, b->seq[i], b->pos[i])) continue;
+                if (window > 0 && kv->pos[c] <= b->pos[i] - window) continue;
                 double s = 0;
                 for (int32_t d = 0; d < HD; d++) s += (double)q[d] * fp16_to_f32(kv_k_row(kv, layer, c)[kvh * HD + d]);
                 p[c] = s * scale;
@@ -96,15 +100,16 @@ static double worst_error(const struct fixture *f, const struct batch *b, int32_
 
 /* Every layer of the step through attn, out[layer] its output; the worst error against the
  * definition. */
-static double run_step(struct fixture *f, struct attn_ctx *a, const struct batch *b, float scale,
+static double run_step(struct fixture *f, struct attn_ctx *a, const struct batch *b, float scale, int32_t window,
                        float out[N_LAYER][MAX_TOKENS * NQ]) {
-    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = scale};
+    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = scale,
+                            .window = window};
     attn_plan(a, f->kv, b);
     double worst = 0;
     for (int32_t l = 0; l < N_LAYER; l++) {
         memset(out[l], 0xff, sizeof out[l]); /* NaN: a row attn_layer leaves out shows */
         attn_layer(a, &p, l, f->q, out[l]);
-        double e = worst_error(f, b, l, scale, out[l]);
+        double e = worst_error(f, b, l, scale, window, out[l]);
         if (!(e <= worst)) worst = e;
     }
     return worst;
@@ -113,13 +118,14 @@ static double run_step(struct fixture *f, struct attn_ctx *a, const struct batch
 /* The steps of a server's life on 1-4 threads: a prompt beside short prompts, decode steps of
  * several sequences, a freed sequence whose cells others take (out of position order), decode
  * steps of one sequence (fewer units than threads; over 128+ cells), a chunk of 2 entries. */
-static void check_strategies(struct test_case *t, bool reference) {
+static void check_strategies(struct test_case *t, bool reference, int32_t window) {
     static float out[N_LAYER][MAX_TOKENS * NQ];
     for (int nt = 1; nt <= 4; nt++) {
         struct fixture f;
         struct compute *c = NULL;
         struct attn_ctx *a = NULL;
-        struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 0.25f};
+        struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 0.25f,
+                                .window = window};
         CHECK_EQ_INT(fixture_init(&f), 0);
         CHECK_EQ_INT(compute_create(&c, nt, MAX_TOKENS, NQ), 0);
         CHECK_EQ_INT(attn_ctx_create(&a, &p, MAX_TOKENS, N_CELLS, reference, c), 0);
@@ -148,11 +154,11 @@ static void check_strategies(struct test_case *t, bool reference) {
                     if (s != 1 || step < 4) add(&f, s, 1);
             }
             CHECK_EQ_INT(place(&f), 0);
-            double e = run_step(&f, a, &f.b, p.scale, out);
+            double e = run_step(&f, a, &f.b, p.scale, window, out);
             if (!(e <= worst)) worst = e;
         }
         /* F16 probabilities (2^-11 relative) over values of about unit size */
-        if (!(worst < 2e-3)) fprintf(stderr, "  threads %d: worst error %g\n", nt, worst);
+        if (!(worst < 2e-3)) fprintf(stderr, "  threads %d, window %d: worst error %g\n", nt, window, worst);
         CHECK(worst < 2e-3);
         attn_ctx_destroy(a);
         compute_destroy(c);
@@ -160,11 +166,51 @@ static void check_strategies(struct test_case *t, bool reference) {
     }
 }
 
-TEST(attention_equals_definition_every_strategy) { check_strategies(t, false); }
-TEST(attention_reference_orders_equal_definition) { check_strategies(t, true); }
+TEST(attention_equals_definition_every_strategy) { check_strategies(t, false, 0); }
+TEST(attention_reference_orders_equal_definition) { check_strategies(t, true, 0); }
+
+/* Sliding windows: of one cell (each entry sees itself alone), shorter than a decode chunk, than
+ * a prompt chunk (64 entries) and than the 140-entry prompt, and longer than every sequence (the
+ * causal attention). */
+static const int32_t windows[] = {1, 2, 37, 100, 1000};
+
+TEST(attention_window_equals_definition_every_strategy) {
+    for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) check_strategies(t, false, windows[w]);
+}
+
+TEST(attention_window_reference_orders_equal_definition) {
+    for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) check_strategies(t, true, windows[w]);
+}
+
+/* The window masks something: a window of one cell gives each entry its own V row (probability
+ * 1 on itself), which the causal attention over several cells does not. */
+TEST(attention_window_of_one_is_the_own_value) {
+    static float out[N_LAYER][MAX_TOKENS * NQ];
+    struct fixture f;
+    struct compute *c = NULL;
+    struct attn_ctx *a = NULL;
+    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 0.25f, .window = 1};
+    CHECK_EQ_INT(fixture_init(&f), 0);
+    CHECK_EQ_INT(compute_create(&c, 2, MAX_TOKENS, NQ), 0);
+    CHECK_EQ_INT(attn_ctx_create(&a, &p, MAX_TOKENS, N_CELLS, false, c), 0);
+    add(&f, 0, 70);
+    CHECK_EQ_INT(place(&f), 0);
+    run_step(&f, a, &f.b, p.scale, 1, out);
+    for (int32_t i = 0; i < f.b.n_tokens; i++)
+        for (int32_t h = 0; h < N_HEAD; h++)
+            for (int32_t d = 0; d < HD; d++) {
+                float v = fp16_to_f32(kv_v_row(f.kv, 1, kv_batch_cell(f.kv, i))[h / (N_HEAD / N_HEAD_KV) * HD + d]);
+                CHECK(out[1][i * NQ + h * HD + d] == v);
+            }
+    CHECK_EQ_INT(attn_ctx_create(&(struct attn_ctx *){NULL}, &(struct attn_params){.n_head = 6, .n_head_kv = 2,
+                                 .head_dim = 32, .window = -1}, 8, 64, false, c), -ERR_INVAL);
+    attn_ctx_destroy(a);
+    compute_destroy(c);
+    fixture_free(&f);
+}
 
 /* A row's numbers, bit for bit, whatever the thread count and whatever else the step holds. */
-TEST(attention_rows_independent_of_threads_and_step) {
+static void check_rows_independent(struct test_case *t, int32_t window) {
     static float out[N_LAYER][MAX_TOKENS * NQ], first[N_LAYER][MAX_TOKENS * NQ], alone[N_LAYER][MAX_TOKENS * NQ];
     struct fixture f;
     CHECK_EQ_INT(fixture_init(&f), 0);
@@ -175,13 +221,14 @@ TEST(attention_rows_independent_of_threads_and_step) {
     batch_clear(&f.b);
     for (int32_t s = 0; s < 4; s++) add(&f, s, s == 3 ? 2 : 1);
     CHECK_EQ_INT(place(&f), 0);
-    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 1.0f / sqrtf(HD)};
+    struct attn_params p = {.n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD, .scale = 1.0f / sqrtf(HD),
+                            .window = window};
     for (int nt = 1; nt <= 4; nt++) {
         struct compute *c = NULL;
         struct attn_ctx *a = NULL;
         CHECK_EQ_INT(compute_create(&c, nt, MAX_TOKENS, NQ), 0);
         CHECK_EQ_INT(attn_ctx_create(&a, &p, MAX_TOKENS, N_CELLS, false, c), 0);
-        CHECK(run_step(&f, a, &f.b, p.scale, out) < 2e-3);
+        CHECK(run_step(&f, a, &f.b, p.scale, window, out) < 2e-3);
         if (nt == 1) memcpy(first, out, sizeof out);
         CHECK(memcmp(first, out, sizeof out) == 0);
         /* each sequence's entries in a step of their own: the same rows */
@@ -193,7 +240,7 @@ TEST(attention_rows_independent_of_threads_and_step) {
             static float q_all[MAX_TOKENS * NQ];
             memcpy(q_all, f.q, sizeof q_all);
             memcpy(f.q, q_all + i0 * NQ, sizeof(float) * NQ * (size_t)(i1 - i0));
-            CHECK(run_step(&f, a, &own, p.scale, alone) < 2e-3);
+            CHECK(run_step(&f, a, &own, p.scale, window, alone) < 2e-3);
             memcpy(f.q, q_all, sizeof q_all);
             for (int32_t l = 0; l < N_LAYER; l++)
                 CHECK(memcmp(alone[l], first[l] + i0 * NQ, sizeof(float) * NQ * (size_t)(i1 - i0)) == 0);
@@ -203,6 +250,9 @@ TEST(attention_rows_independent_of_threads_and_step) {
     }
     fixture_free(&f);
 }
+
+TEST(attention_rows_independent_of_threads_and_step) { check_rows_independent(t, 0); }
+TEST(attention_window_rows_independent_of_threads_and_step) { check_rows_independent(t, 9); }
 
 TEST(attention_ctx_refuses_bad_head_shapes) {
     struct compute *c = NULL;

@@ -31,7 +31,7 @@ static void check_model(struct test_case *t, const char *rel, int64_t kv_tokens,
     CHECK_EQ_INT(fp.n_ctx, n_ctx);
     struct memory *mem;
     int64_t cells = model_memory_counts_states(m) ? n_seq : kv_tokens;
-    CHECK_EQ_INT(model_memory_create(m, cells, n_seq, &mem), 0);
+    CHECK_EQ_INT(model_memory_create_batches(m, cells, n_seq, batch, &mem), 0);
     struct memory_usage u;
     memory_usage(mem, &u);
     CHECK_EQ_INT(fp.kv, u.bytes); /* K/V (or the states) and their bookkeeping, exactly */
@@ -56,6 +56,8 @@ TEST(footprint_matches_what_loading_allocates) {
     check_model(t, "models/llama3-bpe-q8_0.gguf", 8192, 256);
     check_model(t, "models/qwen2-q8_0.gguf", 4096, 512);
     check_model(t, "models/mamba-spm-q8_0.gguf", 4096, 512);
+    check_model(t, "models/gemma3-q8_0.gguf", 4096, 512); /* its windowed layers' pool: 64 x 32 + 512 cells */
+    check_model(t, "models/gemma3-q8_0.gguf", 1000, 64);
 }
 
 TEST(footprint_reads_the_shapes_of_other_families) {
@@ -137,4 +139,47 @@ TEST(footprint_available_memory_can_be_set) {
     int64_t machine = hugemem_available();
     unsetenv("UVLM_MEMORY_AVAILABLE");
     CHECK_EQ_INT(machine, hugemem_available());
+}
+
+/* Which layers have a sliding window (model_layer_window, what model.c loads and the estimate
+ * counts): gemma3's default pattern (every 6th layer full), a pattern key as a number (0: all
+ * windowed, 1: none) or as per-layer bools; no window key, or another family: none. */
+static int32_t windows_of(const char *arch, int64_t window, int pattern_kind, int32_t pattern, int32_t out[8]) {
+    struct gbuf b;
+    char key[96];
+    gb_begin(&b);
+    gb_kv_str(&b, "general.architecture", arch);
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    if (window >= 0) gb_kv_u32(&b, key, (uint32_t)window);
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    if (pattern_kind == 1) gb_kv_u32(&b, key, (uint32_t)pattern);
+    if (pattern_kind == 2) { /* bools: layers 1, 2 and 6 windowed */
+        gb_key(&b, key, GGUF_ARRAY);
+        gb_u32(&b, GGUF_BOOL);
+        gb_u64(&b, 8);
+        gb_put(&b, (const uint8_t[]){0, 1, 1, 0, 0, 0, 1, 0}, 8);
+    }
+    gb_finish(&b);
+    struct gguf_file f;
+    char why[128];
+    int rc = gguf_parse(&f, b.data, b.len, why, sizeof why);
+    int32_t n = 0;
+    for (int32_t il = 0; rc == 0 && il < 8; il++) n += (out[il] = model_layer_window(&f, arch, il)) > 0;
+    if (rc == 0) gguf_close(&f);
+    free(b.data);
+    return rc < 0 ? -1 : n;
+}
+
+TEST(footprint_sliding_window_layers_follow_the_metadata) {
+    int32_t w[8];
+    CHECK_EQ_INT(windows_of("gemma3", 512, 0, 0, w), 7); /* all but 5 */
+    CHECK(w[0] == 512 && w[4] == 512 && w[5] == 0 && w[6] == 512 && w[7] == 512);
+    CHECK_EQ_INT(windows_of("gemma3", 64, 1, 3, w), 6); /* il % 3 < 2: all but 2 and 5 */
+    CHECK(w[1] == 64 && w[2] == 0 && w[5] == 0 && w[7] == 64);
+    CHECK_EQ_INT(windows_of("gemma3", 64, 1, 0, w), 8);
+    CHECK_EQ_INT(windows_of("gemma3", 64, 1, 1, w), 0);
+    CHECK_EQ_INT(windows_of("gemma3", 64, 2, 0, w), 3);
+    CHECK(w[0] == 0 && w[1] == 64 && w[2] == 64 && w[6] == 64);
+    CHECK_EQ_INT(windows_of("gemma3", -1, 0, 0, w), 0); /* no window key */
+    CHECK_EQ_INT(windows_of("llama", 4096, 0, 0, w), 0); /* Mistral's key on a llama: ignored */
 }

@@ -188,6 +188,7 @@ TEST(golden_qwen2_q8_0) { run_golden(t, "qwen2-q8_0", 0.03, 2); }
 TEST(golden_kjv_tiny_q8_0) { run_golden(t, "kjv-tiny-q8_0", 0.03, 2); }
 TEST(golden_llama_spm_kquants) { run_golden(t, "llama-spm-kquants", 0.03, 2); }
 TEST(golden_llama32_rope_q8_0) { run_golden(t, "llama32-rope-q8_0", 0.03, 2); }
+TEST(golden_gemma3_q8_0) { run_golden(t, "gemma3-q8_0", 0.03, 2); }
 TEST(golden_qwen3_q8_0) { run_golden(t, "qwen3-q8_0", 0.03, 2); }
 TEST(golden_phi3_q8_0) { run_golden(t, "phi3-q8_0", 0.03, 2); }
 
@@ -202,5 +203,6 @@ TEST(golden_llama_spm_q8_0_serving) { run_golden_mode(t, "llama-spm-q8_0", 0.03,
 TEST(golden_llama_spm_kquants_serving) { run_golden_mode(t, "llama-spm-kquants", 0.03, 2, false); }
 TEST(golden_qwen2_q8_0_serving) { run_golden_mode(t, "qwen2-q8_0", 0.03, 2, false); }
 TEST(golden_llama32_rope_q8_0_serving) { run_golden_mode(t, "llama32-rope-q8_0", 0.03, 2, false); }
+TEST(golden_gemma3_q8_0_serving) { run_golden_mode(t, "gemma3-q8_0", 0.03, 2, false); }
 TEST(golden_qwen3_q8_0_serving) { run_golden_mode(t, "qwen3-q8_0", 0.03, 2, false); }
 TEST(golden_phi3_q8_0_serving) { run_golden_mode(t, "phi3-q8_0", 0.03, 2, false); }

@@ -8,6 +8,7 @@
 #include "gguf/writer.h"
 #include "math/q8x16.h"
 #include "memory/kv.h"
+#include "memory/split.h"
 #include "model/eval.h"
 #include "model/model.h"
 
@@ -577,10 +578,11 @@ TEST(model_linear_rope_scaling_divides_positions) {
 }
 
 /* mkmodel writes each transformer family in its files' layout (qwen3: heads of --head-dim with
- * q/k norms; phi3: fused attn_qkv and ffn_up), and the loader reads them back as such. */
+ * q/k norms; phi3: fused attn_qkv and ffn_up; gemma3: q/k norms, post norms, both layers within
+ * its default pattern's sliding-window layers), and the loader reads them back as such. */
 TEST(model_mkmodel_writes_each_family_as_its_files_are) {
     SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
     for (size_t a = 0; a < sizeof archs / sizeof *archs; a++) {
         char path[] = "/tmp/uvlm-mk-XXXXXX";
         int fd = mkstemp(path);
@@ -601,7 +603,8 @@ TEST(model_mkmodel_writes_each_family_as_its_files_are) {
         CHECK_EQ_INT(f.m->hp.head_dim, 64);
         CHECK_EQ_INT(f.m->layers[1].wq.n_out, 4 * 64);
         CHECK(tf->qkv_bias == (a == 1) && (f.m->layers[1].bq != NULL) == (a == 1));
-        CHECK(tf->qk_norm == (a == 2) && (f.m->layers[1].q_norm != NULL) == (a == 2));
+        CHECK(tf->qk_norm == (a == 2 || a == 4) && (f.m->layers[1].q_norm != NULL) == (a == 2 || a == 4));
+        CHECK((f.m->layers[1].ffn_post_norm != NULL) == (a == 4) && f.m->layers[1].window == (a == 4 ? 512 : 0));
         CHECK(tf->fused_qkv == (a == 3) && tf->fused_gate_up == (a == 3));
         CHECK_EQ_INT(model_memory_create(f.m, 32, 1, &f.mem), 0);
         CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 16, .n_ctx = 32,
@@ -624,4 +627,63 @@ TEST(eval_topk_sorts_and_breaks_ties_by_id) {
     CHECK_EQ_INT(top[1].id, 3);
     CHECK_EQ_INT(top[2].id, 5);
     CHECK_EQ_INT(top[3].id, 2);
+}
+
+/* Gemma 3 (sliding window of 32 on layers 0-4, full attention on layer 5) as a server runs it:
+ * a long prompt keeps every position in the full-attention pool and only its window in the
+ * windowed one, and one decode step of several sequences past the window (one sharing another's
+ * cells) gives each the very logits of its step alone. */
+TEST(model_gemma3_window_memory_and_decode_step_equal_solo) {
+    enum { K = 4, W = 32 };
+    SHARED(path, "models/gemma3-q8_0.gguf");
+    struct fixture f = {0};
+    char why[256];
+    CHECK_EQ_INT(model_load(&f.m, path, &(struct model_options){.serving_layout = true}, why, sizeof why), 0);
+    CHECK_EQ_INT(model_memory_create_batches(f.m, 1024, K, 64, &f.mem), 0);
+    CHECK_EQ_INT(forward_ctx_create(&f.fc, f.m, &(struct forward_config){.max_tokens = 64, .n_ctx = 1024,
+                                                                           .n_threads = 2}), 0);
+    CHECK_EQ_INT(batch_init(&f.b, 64), 0);
+    struct memory *full = split_half(f.mem, 0), *win = split_half(f.mem, 1);
+    CHECK(full != NULL && win != NULL);
+    struct memory_usage u;
+    memory_usage(win, &u);
+    CHECK_EQ_INT(u.cells_total, K * W + 64); /* a window per sequence and a batch */
+    int32_t V = f.m->hp.n_vocab, len[K];
+    float *solo = malloc(sizeof(float) * V * K);
+    for (int32_t s = 0; s < K; s++) { /* 300, 40, 70 tokens in chunks of 64; 3 shares 2's cells */
+        len[s] = s == 0 ? 300 : s == 3 ? len[2] : 40 + 30 * (s - 1);
+        if (s == 3) {
+            CHECK_EQ_INT(memory_seq_cp(f.mem, 2, 3, 0, -1), 0);
+            continue;
+        }
+        for (int32_t i0 = 0; i0 < len[s]; i0 += 64) {
+            batch_clear(&f.b);
+            for (int32_t i = i0; i < len[s] && i < i0 + 64; i++) batch_add(&f.b, 2 + (i * 7919 + s * 104729) % 50000, i, s, false);
+            CHECK_EQ_INT(run(&f), 0);
+        }
+    }
+    for (int32_t s = 0; s < K; s++) {
+        batch_clear(&f.b);
+        batch_add(&f.b, 1000 + 7 * s, len[s], s, true);
+        CHECK_EQ_INT(run(&f), 0);
+        memcpy(solo + (size_t)s * V, f.fc->logits, sizeof(float) * V);
+        if (s == 0) { /* the long prompt: every position in the full pool, a window in the other */
+            CHECK_EQ_INT(memory_seq_cells(full, 0), 301);
+            CHECK_EQ_INT(memory_seq_cells(win, 0), W + 1);
+        }
+        CHECK_EQ_INT(memory_seq_rm(f.mem, s, len[s], -1), 0); /* its last token back: the window allows it */
+    }
+    batch_clear(&f.b);
+    for (int32_t s = K - 1; s >= 0; s--) batch_add(&f.b, 1000 + 7 * s, len[s], s, true);
+    CHECK_EQ_INT(run(&f), 0);
+    CHECK_EQ_INT(f.fc->n_outputs, K);
+    for (int32_t s = 0; s < K; s++) {
+        float d = max_diff(f.fc->logits + (size_t)(K - 1 - s) * V, solo + (size_t)s * V, V);
+        if (d != 0) fprintf(stderr, "  sequence %d: max diff %g\n", s, d);
+        CHECK(d == 0);
+    }
+    CHECK(max_diff(solo, solo + V, V) > 0.1f && max_diff(solo + 2 * (size_t)V, solo + 3 * (size_t)V, V) > 0.1f);
+    for (int32_t s = 0; s < K; s++) CHECK(memory_seq_cells(win, s) <= W + 1);
+    free(solo);
+    teardown(&f);
 }

@@ -26,6 +26,11 @@ struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool parti
 /* The real KV memory (memory/kv.h) with a 1-layer, 1-wide shape: the fake engine stores each
  * token id in its cell's K row, so histories travel with cp/save/restore like real K/V. */
 struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max);
+/* Gemma 3's memory (memory/split.h): a 1-layer full KV pool of n_cells and a 1-layer pool with a
+ * sliding window (kv_window_cells for max_batch), the token ids in both. The fake engine hashes
+ * the full pool's history and counts a hole for every position of the window (pos - window, pos]
+ * the windowed pool does not hold with the same token. */
+struct memory *fake_split_create(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch);
 /* A recurrent-like memory: one state per sequence (n_states of them), whole-sequence removal and
  * sharing only; the fake engine folds each token into the state, so a state that skipped or
  * repeated a token yields different text. */

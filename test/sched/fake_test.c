@@ -4,6 +4,7 @@
 
 #include "common/err.h"
 #include "memory/kv.h"
+#include "memory/split.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -179,11 +180,11 @@ static void fm_destroy(struct memory *m) {
 static const struct memory_ops fm_ops_partial = {
     "kv", true, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
     fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed,
-    fm_cells_held};
+    NULL, fm_cells_held};
 static const struct memory_ops fm_ops_whole = {
     "whole-only", false, false, fm_reserve, fm_cells_needed, fm_seq_rm, fm_seq_cp, fm_pos_max, fm_seq_cells,
     fm_usage, fm_save, fm_restore, fm_snapshot_free, fm_destroy, fm_seq_cells_own, fm_restore_cells_needed,
-    fm_cells_held};
+    NULL, fm_cells_held};
 
 struct memory *fake_memory_create(int64_t n_cells, int32_t n_seq_max, bool partial_removal) {
     ASSERT(n_seq_max <= 64);
@@ -330,7 +331,7 @@ static void fr_destroy(struct memory *m) {
 static const struct memory_ops fr_ops = {
     "recurrent", false, true, fr_reserve, fr_cells_needed, fr_seq_rm, fr_seq_cp, fr_pos_max, fr_seq_cells,
     fr_usage, fr_save, fr_restore, fr_snapshot_free, fr_destroy, fr_seq_cells, fr_restore_cells_needed,
-    fr_cells_held};
+    NULL, fr_cells_held};
 
 struct memory *fake_recurrent_create(int32_t n_states, int32_t n_seq_max) {
     ASSERT(n_seq_max <= 64);
@@ -359,15 +360,38 @@ struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max) {
     return m;
 }
 
+struct memory *fake_split_create(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch) {
+    struct kv_shape full = {.n_layer = 1, .n_embd_k = 1, .n_embd_v = 1}, windowed = full;
+    windowed.window = window;
+    struct memory *g, *l, *m;
+    ASSERT(kv_memory_create(&g, &full, n_cells, n_seq_max) == 0);
+    ASSERT(kv_memory_create(&l, &windowed, kv_window_cells(n_cells, n_seq_max, window, max_batch), n_seq_max) == 0);
+    ASSERT(split_memory_create(&m, g, l, 2, (const uint8_t[]){1, 0}) == 0);
+    return m;
+}
+
+/* The KV pools of mem: a KV memory's, or a split's full and windowed ones (win NULL otherwise). */
+static struct kv_memory *kv_pools(struct memory *mem, struct kv_memory **win) {
+    *win = kv_from_memory(split_half(mem, 1));
+    return *win ? kv_from_memory(split_half(mem, 0)) : kv_from_memory(mem);
+}
+
 /* The tokens memory holds for seq at 0..pos, -1 where none (a hole). With the real KV memory
  * the token ids were written into the cells' K rows by fe_forward, so they travel with
  * seq_cp, seq_save and seq_restore like real K/V. */
 static void history(struct fake_engine *e, int32_t seq, int32_t pos, int32_t *hist) {
     for (int32_t p = 0; p <= pos; p++) hist[p] = -1;
-    struct kv_memory *kv = kv_from_memory(e->mem);
+    struct kv_memory *win, *kv = kv_pools(e->mem, &win);
     if (kv) {
         for (int64_t c = 0; c < kv->n_cells; c++)
             if (kv_cell_visible(kv, c, seq, pos)) hist[kv->pos[c]] = kv_k_row(kv, 0, c)[0];
+        if (!win) return;
+        /* the window's positions, each held by the windowed pool with the same token */
+        int32_t from = pos - win->shape.window + 1 > 0 ? pos - win->shape.window + 1 : 0, found = 0;
+        for (int64_t c = 0; c < win->n_cells; c++)
+            if (kv_cell_visible(win, c, seq, pos) && win->pos[c] >= from)
+                found += kv_k_row(win, 0, c)[0] == hist[win->pos[c]];
+        e->holes += pos + 1 - from - found;
         return;
     }
     const struct fake_memory *f = cfm(e->mem);
@@ -398,10 +422,12 @@ static int fe_forward(void *engine, struct memory *mem, const struct batch *b, c
     e->forwards++;
     e->tokens_forwarded += b->n_tokens;
     ASSERT(b->n_outputs <= e->logits_rows);
-    struct kv_memory *kv = kv_from_memory(mem);
+    struct kv_memory *win, *kv = kv_pools(mem, &win);
     bool recurrent = mem->ops == &fr_ops;
     for (int32_t i = 0; kv && i < b->n_tokens; i++) /* "compute K/V" of the batch's cells */
         kv_k_row(kv, 0, kv_batch_cell(kv, i))[0] = (uint16_t)b->token[i];
+    for (int32_t i = 0; win && i < b->n_tokens; i++)
+        kv_k_row(win, 0, kv_batch_cell(win, i))[0] = (uint16_t)b->token[i];
     int32_t row = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         uint64_t h;

@@ -38,7 +38,10 @@ enum mem_kind {
     MEM_KV = 1,         /* the real KV memory, token ids as its K/V (fake.h) */
     MEM_FAKE_KV = 2,    /* fake memory with partial removal */
     MEM_RECURRENT = 3,  /* fake recurrent state: `cells` is the number of states */
+    MEM_SPLIT = 4,      /* a full KV pool and a windowed one (window SPLIT_WINDOW), Gemma 3's shape */
 };
+
+enum { SPLIT_WINDOW = 4 };
 
 /* c NULL: base_config() */
 static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const struct sched_config *c) {
@@ -47,6 +50,7 @@ static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const s
     memset(f, 0, sizeof *f);
     f->mem = kind == MEM_KV          ? fake_kv_create(cells, n_seq)
              : kind == MEM_RECURRENT ? fake_recurrent_create((int32_t)cells, n_seq)
+             : kind == MEM_SPLIT     ? fake_split_create(cells, n_seq, SPLIT_WINDOW, c->batch_tokens)
                                      : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
     fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
     f->now = 1000;
@@ -1338,7 +1342,7 @@ TEST(sched_random_workloads_match_solo_runs) {
     static const struct fake_sampling random = {.random = true};
     struct { int kind; bool recompute; int64_t cells; } modes[] = {
         {MEM_KV, false, 96}, {MEM_KV, true, 96}, {MEM_WHOLE_ONLY, false, 96},
-        {MEM_RECURRENT, false, 3}, {MEM_RECURRENT, true, 4}};
+        {MEM_RECURRENT, false, 3}, {MEM_RECURRENT, true, 4}, {MEM_SPLIT, false, 96}, {MEM_SPLIT, true, 96}};
     for (uint32_t seed = 1; seed <= 6; seed++) {
         for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
             uint32_t st = seed * 2654435761u;
@@ -1667,10 +1671,12 @@ TEST(sched_time_slicing_rotates_fairly_and_keeps_a_minimum_slice) {
 
 TEST(sched_an_exact_prompt_repeat_reuses_all_but_its_last_token) {
     /* without partial removal the state before the prompt's last token is kept as cache (a
-     * second entry beside the end of the request); with partial removal the end's cells serve */
+     * second entry beside the end of the request); with partial removal the end's cells serve,
+     * but not a window's that generated past it: recomputed */
     struct { int kind; int64_t cells; int32_t cached; int32_t entries; } modes[] = {
         {MEM_RECURRENT, 4, 19, 2}, {MEM_WHOLE_ONLY, 256, 19, 2}, {MEM_KV, 256, 19, 1},
-        {MEM_RECURRENT, 1, 0, 1}}; /* one state: no room for the copy, no reuse, same output */
+        {MEM_RECURRENT, 1, 0, 1}, /* one state: no room for the copy, no reuse, same output */
+        {MEM_SPLIT, 256, 0, 1}};
     for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         struct fx f;
         CHECK_EQ_INT(fx_init(&f, modes[m].cells, 4, modes[m].kind, NULL), 0);
@@ -1703,6 +1709,44 @@ TEST(sched_an_exact_prompt_repeat_reuses_all_but_its_last_token) {
         CHECK(same_output(&alone, &a, 0));
         CHECK_EQ_INT(fx_free(&f), 0);
     }
+}
+
+/* With a windowed memory a cached sequence serves the prefixes its window still holds the end
+ * of: its whole content, or a prefix ending where it stopped; a shorter cache entry it cannot
+ * serve is kept beside it. Outputs are always those of the request alone. */
+TEST(sched_windowed_memory_reuses_what_its_window_holds) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_SPLIT, NULL), 0);
+    int32_t p[40];
+    struct recorder a, b, c, d, e, alone;
+    struct sched_request qa = prompt_request(p, 20, 71, 10); /* 9 replies fed back: past the window */
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(submit(&f, &b, &qa, NULL), 0); /* the same prompt: recomputed */
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(b.counts[0].n_cached, 0);
+    CHECK(same_output(&a, &b, 0));
+    struct sched_request qc = qa;
+    qc.n_predict = 1; /* ends where its prompt ends: kept beside the longer entry */
+    CHECK_EQ_INT(submit(&f, &c, &qc, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK_EQ_INT(st.cached_seqs, 2);
+    CHECK_EQ_INT(submit(&f, &d, &qa, NULL), 0); /* served by it: all but the last token */
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(d.counts[0].n_cached, 19);
+    CHECK(same_output(&a, &d, 0));
+    /* the whole content of the long entry and more: reused whole */
+    memcpy(p + 20, a.tokens[0], 9 * sizeof *p);
+    fake_prompt(p + 29, 5, 72, VOCAB);
+    struct sched_request qe = request(p, 34, 6);
+    CHECK_EQ_INT(submit(&f, &e, &qe, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(e.counts[0].n_cached, 29);
+    CHECK_EQ_INT(run_alone(&qe, &alone), 0);
+    CHECK(same_output(&alone, &e, 0));
+    CHECK_EQ_INT(fx_free(&f), 0);
 }
 
 TEST(sched_time_slicing_n_choices_beyond_the_states_still_finish) {
