@@ -12,6 +12,13 @@ CRASHER = {"prompt": "a", "logit_bias": [[0, 3.4e38], [0, 3.4e38], [0, False]], 
 
 def test_summed_biases_ban_or_are_refused_and_the_server_goes_on():
     srv = start()
+    try:
+        check_summed_biases(srv)
+    finally:
+        srv.check_clean_exit()
+
+
+def check_summed_biases(srv):
     status, body = post(srv, "/completion", CRASHER)
     assert status == 200, body  # FLT_MAX + FLT_MAX + false: a ban
     assert all(p["id"] != 0 for p in body["completion_probabilities"])
@@ -24,6 +31,13 @@ def test_summed_biases_ban_or_are_refused_and_the_server_goes_on():
 
 def test_repeat_last_n_is_capped_at_the_context():
     srv = start()
+    try:
+        check_repeat_window(srv)
+    finally:
+        srv.check_clean_exit()
+
+
+def check_repeat_window(srv):
     status, body = post(srv, "/completion", {"prompt": "And God said", "n_predict": 4, "n": 16,
                                              "repeat_last_n": 2147483647, "repeat_penalty": 1.3})
     assert status == 200, body
@@ -87,6 +101,13 @@ def test_a_model_that_computes_nan_fails_its_requests_alone(tmp_path):
         f.seek(off)
         f.write(struct.pack("<f", float("nan")) * 64)
     srv = wait_ready(Server(["--model", model]))
+    try:
+        check_nan_model(srv)
+    finally:
+        srv.check_clean_exit()
+
+
+def check_nan_model(srv):
     for body in ({"prompt": [1, 2, 3], "n_predict": 4}, {"prompt": [1, 2, 3], "n_predict": 4, "n": 3}):
         status, out = post(srv, "/completion", body)
         assert status == 500 and "NaN" in out["error"]["message"], out
