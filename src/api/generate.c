@@ -7,9 +7,10 @@
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
  * cancels the scheduler request first). A body over srv->offload_bytes is parsed and its prompt
  * tokenized off the loop (http_queue_work: job_prepare on the server's thread pool, then
- * job_prepared on the loop thread, which frees the job if the client left meanwhile). The scheduler's stop conditions are EOS, n_predict and
- * the context; stop strings are matched on the text (stream_text.h) and end a choice by returning
- * false from on_token; a stop string, or its possible start, never reaches a streaming client.
+ * job_prepared on the loop thread, which frees the job if the client left meanwhile). The
+ * scheduler's stop conditions are EOS, n_predict and the context; stop strings are matched on the
+ * text (stream_text.h) and end a choice by returning false from on_token; a stop string, or its
+ * possible start, never reaches a streaming client.
  */
 #include "api/anthropic.h"
 #include "api/errors.h"
