@@ -106,9 +106,8 @@ static char *dump(json_t *root) {
     return s;
 }
 
-/* obj[key] = v, consuming v (jansson's *_new calls consume their value even when they fail);
- * on failure obj is released and NULL returned, so a chain of with() stays NULL. */
-static json_t *with(json_t *obj, const char *key, json_t *v) {
+/* render.h */
+json_t *render_with(json_t *obj, const char *key, json_t *v) {
     if (!obj) {
         json_decref(v);
         return NULL;
@@ -193,7 +192,7 @@ static json_t *probs_array(const struct completion_result *r,
         const struct token_probs *tp = &r->probs[i];
         json_t *top = json_array();
         for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, token(&tp->top[k]));
-        all = push(all, with(token(&tp->chosen), "top_logprobs", top));
+        all = push(all, render_with(token(&tp->chosen), "top_logprobs", top));
     }
     return all;
 }
@@ -212,23 +211,23 @@ static json_t *native_timings(const struct completion_timings *t) {
 
 static json_t *native_object(const struct response_meta *meta, const struct completion_result *r) {
     json_t *o = json_pack("{s:o}", "content", jstr(r->text, r->text_len));
-    if (meta->n_choices > 1) o = with(o, "index", json_integer(r->index));
+    if (meta->n_choices > 1) o = render_with(o, "index", json_integer(r->index));
     if (r->stop_type == STOP_TYPE_NONE) {
-        o = with(o, "stop", json_false());
-        o = with(o, "tokens_predicted", json_integer(r->tokens_predicted));
-        o = with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
+        o = render_with(o, "stop", json_false());
+        o = render_with(o, "tokens_predicted", json_integer(r->tokens_predicted));
+        o = render_with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
     } else {
-        o = with(o, "model", jcstr(meta->model));
-        o = with(o, "stop", json_true());
-        o = with(o, "tokens_predicted", json_integer(r->tokens_predicted));
-        o = with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
-        o = with(o, "tokens_cached", json_integer(r->tokens_cached));
-        o = with(o, "stop_type", json_string(stop_type_name(r->stop_type)));
-        o = with(o, "stopping_word", jcstr(r->stop_type == STOP_TYPE_WORD ? r->stopping_word : ""));
-        o = with(o, "truncated", json_boolean(r->truncated));
-        o = with(o, "timings", native_timings(&r->timings));
+        o = render_with(o, "model", jcstr(meta->model));
+        o = render_with(o, "stop", json_true());
+        o = render_with(o, "tokens_predicted", json_integer(r->tokens_predicted));
+        o = render_with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
+        o = render_with(o, "tokens_cached", json_integer(r->tokens_cached));
+        o = render_with(o, "stop_type", json_string(stop_type_name(r->stop_type)));
+        o = render_with(o, "stopping_word", jcstr(r->stop_type == STOP_TYPE_WORD ? r->stopping_word : ""));
+        o = render_with(o, "truncated", json_boolean(r->truncated));
+        o = render_with(o, "timings", native_timings(&r->timings));
     }
-    if (meta->logprobs) o = with(o, "completion_probabilities", probs_array(r, native_token));
+    if (meta->logprobs) o = render_with(o, "completion_probabilities", probs_array(r, native_token));
     return o;
 }
 
@@ -250,8 +249,8 @@ char *render_completion_chunk(const struct response_meta *meta, const struct com
 static json_t *oai_object(const struct response_meta *meta, const char *object, json_t *choices) {
     json_t *o = json_pack("{s:o, s:s, s:I, s:o}", "id", jcstr(meta->id), "object", object,
                           "created", (json_int_t)meta->created, "model", jcstr(meta->model));
-    if (meta->system_fingerprint) o = with(o, "system_fingerprint", jcstr(meta->system_fingerprint));
-    return with(o, "choices", choices);
+    if (meta->system_fingerprint) o = render_with(o, "system_fingerprint", jcstr(meta->system_fingerprint));
+    return render_with(o, "choices", choices);
 }
 
 static json_t *usage(const struct completion_result *r, size_t n) {
@@ -302,11 +301,11 @@ char *render_oai_completion(const struct response_meta *meta, const struct compl
                             size_t n) {
     json_t *choices = json_array();
     for (size_t i = 0; choices && i < n; i++) choices = push(choices, oai_completion_choice(meta, &r[i]));
-    return dump(with(oai_object(meta, "text_completion", choices), "usage", usage(r, n)));
+    return dump(render_with(oai_object(meta, "text_completion", choices), "usage", usage(r, n)));
 }
 
 static json_t *stream_usage_null(const struct response_meta *meta, json_t *o) {
-    return meta->include_usage ? with(o, "usage", json_null()) : o;
+    return meta->include_usage ? render_with(o, "usage", json_null()) : o;
 }
 
 char *render_oai_completion_chunk(const struct response_meta *meta,
@@ -341,15 +340,15 @@ char *render_oai_chat(const struct response_meta *meta, const struct completion_
                                     "content", jstr(r[i].text, r[i].text_len));
         choices = push(choices, chat_choice(meta, &r[i], "message", message));
     }
-    return dump(with(oai_object(meta, "chat.completion", choices), "usage", usage(r, n)));
+    return dump(render_with(oai_object(meta, "chat.completion", choices), "usage", usage(r, n)));
 }
 
 char *render_oai_chat_chunk(const struct response_meta *meta, const struct completion_result *r,
                             bool with_role) {
     json_t *delta = json_object();
-    if (with_role) delta = with(delta, "role", json_string("assistant"));
-    if (r->text_len > 0) delta = with(delta, "content", jstr(r->text, r->text_len));
-    else if (with_role) delta = with(delta, "content", json_null());
+    if (with_role) delta = render_with(delta, "role", json_string("assistant"));
+    if (r->text_len > 0) delta = render_with(delta, "content", jstr(r->text, r->text_len));
+    else if (with_role) delta = render_with(delta, "content", json_null());
     json_t *choices = push(json_array(), chat_choice(meta, r, "delta", delta));
     return dump(stream_usage_null(meta, oai_object(meta, "chat.completion.chunk", choices)));
 }
@@ -357,7 +356,7 @@ char *render_oai_chat_chunk(const struct response_meta *meta, const struct compl
 char *render_oai_usage_chunk(const struct response_meta *meta, const struct completion_result *r,
                              size_t n, bool chat) {
     json_t *o = oai_object(meta, chat ? "chat.completion.chunk" : "text_completion", json_array());
-    return dump(with(o, "usage", usage(r, n)));
+    return dump(render_with(o, "usage", usage(r, n)));
 }
 
 /* ---- tokens, models, errors ---- */
@@ -445,8 +444,8 @@ char *api_error_render(const struct api_error *err) {
                           "type", err->type ? err->type : api_error_type(err->status),
                           "param", err->param[0] ? jcstr(err->param) : json_null());
     if (err->type && strcmp(err->type, "exceed_context_size_error") == 0) {
-        e = with(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));
-        e = with(e, "n_ctx", json_integer(err->n_ctx));
+        e = render_with(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));
+        e = render_with(e, "n_ctx", json_integer(err->n_ctx));
     }
     return dump(json_pack("{s:o}", "error", e));
 }

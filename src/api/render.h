@@ -234,6 +234,10 @@ struct sse_event {
  * when memory runs out: for the other APIs' renderers. */
 struct json_t;
 struct json_t *render_json_text(const char *s, size_t len);
+/* obj[key] = v, consuming v (jansson's *_new calls consume their value even when they fail); on
+ * failure, obj NULL included, obj is released and NULL returned, so a chain of render_with()
+ * stays NULL. For the renderers of every API's objects. */
+struct json_t *render_with(struct json_t *obj, const char *key, struct json_t *v);
 
 /* ---- UTF-8 ---- */
 

@@ -152,20 +152,6 @@ int responses_params_fill(struct params_parser *ps, struct completion_params *p)
 
 /* ---- the response ---- */
 
-/* obj[key] = v, consuming v; on failure (obj NULL included) both are released and NULL returned,
- * so that a chain of with() stays NULL. */
-static json_t *with(json_t *obj, const char *key, json_t *v) {
-    if (!obj) {
-        json_decref(v);
-        return NULL;
-    }
-    if (json_object_set_new(obj, key, v) < 0) {
-        json_decref(obj);
-        return NULL;
-    }
-    return obj;
-}
-
 static char *dump(json_t *v) {
     char *s = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(7)) /* floats: 7 digits */ : NULL;
     json_decref(v);
@@ -222,19 +208,19 @@ static json_t *response_object(const struct response_meta *meta, const struct co
                           "instructions", nullable_str(p->instructions),
                           "max_output_tokens", p->n_predict >= 0 ? json_integer(p->n_predict) : json_null(),
                           "model", nullable_str(meta->model));
-    o = with(o, "output", r ? json_pack("[o]", message_item(meta, r)) : json_array());
-    o = with(o, "parallel_tool_calls", json_false());
-    o = with(o, "previous_response_id", json_null());
-    o = with(o, "reasoning", json_pack("{s:n, s:n}", "effort", "summary"));
-    o = with(o, "store", json_false());
-    o = with(o, "temperature", json_real(p->temperature));
-    o = with(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
-    o = with(o, "tool_choice", json_string("auto"));
-    o = with(o, "tools", json_array());
-    o = with(o, "top_p", json_real(p->top_p));
-    o = with(o, "truncation", json_string("disabled"));
-    o = with(o, "usage", usage(r));
-    return with(o, "metadata", json_object());
+    o = render_with(o, "output", r ? json_pack("[o]", message_item(meta, r)) : json_array());
+    o = render_with(o, "parallel_tool_calls", json_false());
+    o = render_with(o, "previous_response_id", json_null());
+    o = render_with(o, "reasoning", json_pack("{s:n, s:n}", "effort", "summary"));
+    o = render_with(o, "store", json_false());
+    o = render_with(o, "temperature", json_real(p->temperature));
+    o = render_with(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
+    o = render_with(o, "tool_choice", json_string("auto"));
+    o = render_with(o, "tools", json_array());
+    o = render_with(o, "top_p", json_real(p->top_p));
+    o = render_with(o, "truncation", json_string("disabled"));
+    o = render_with(o, "usage", usage(r));
+    return render_with(o, "metadata", json_object());
 }
 
 char *render_response(const struct response_meta *meta, const struct completion_params *p,
@@ -270,22 +256,22 @@ int responses_stream_open(int64_t *seq, const struct response_meta *meta, const 
     n += event(seq, ev + n, "response.in_progress", json_pack("{s:o}", "response", response_object(meta, p, NULL)));
     n += event(seq, ev + n, "response.output_item.added",
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(meta, NULL)));
-    n += event(seq, ev + n, "response.content_part.added", with(part_address(meta), "part", text_part("", 0)));
+    n += event(seq, ev + n, "response.content_part.added", render_with(part_address(meta), "part", text_part("", 0)));
     return n;
 }
 
 int responses_stream_text(int64_t *seq, const struct response_meta *meta, const char *text, size_t len,
                           struct sse_event *ev) {
-    json_t *o = with(part_address(meta), "delta", render_json_text(text, len));
-    return event(seq, ev, "response.output_text.delta", with(o, "logprobs", json_array()));
+    json_t *o = render_with(part_address(meta), "delta", render_json_text(text, len));
+    return event(seq, ev, "response.output_text.delta", render_with(o, "logprobs", json_array()));
 }
 
 int responses_stream_close(int64_t *seq, const struct response_meta *meta, const struct completion_params *p,
                            const struct completion_result *r, struct sse_event *ev) {
     int n = 0;
-    json_t *o = with(part_address(meta), "text", render_json_text(r->text, r->text_len));
-    n += event(seq, ev + n, "response.output_text.done", with(o, "logprobs", json_array()));
-    n += event(seq, ev + n, "response.content_part.done", with(part_address(meta), "part", text_part(r->text, r->text_len)));
+    json_t *o = render_with(part_address(meta), "text", render_json_text(r->text, r->text_len));
+    n += event(seq, ev + n, "response.output_text.done", render_with(o, "logprobs", json_array()));
+    n += event(seq, ev + n, "response.content_part.done", render_with(part_address(meta), "part", text_part(r->text, r->text_len)));
     n += event(seq, ev + n, "response.output_item.done",
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(meta, r)));
     n += event(seq, ev + n, incomplete(r) ? "response.incomplete" : "response.completed",
