@@ -19,7 +19,7 @@
 
 static const char *const format_names[TOOL_FORMAT_COUNT_] = {
     "hermes", "qwen-xml", "seed-xml", "llama3", "mistral", "deepseek-r1", "deepseek-v3",
-    "command-r7b", "granite", "functionary", "gpt-oss", "glm", "kimi", "firefunction",
+    "command-r7b", "granite", "functionary", "gpt-oss", "glm", "kimi", "firefunction", "functionary-v3.2",
 };
 
 const char *tool_format_name(enum tool_format f) { return f < TOOL_FORMAT_COUNT_ ? format_names[f] : "?"; }
@@ -53,6 +53,7 @@ const char *tool_format_trigger(enum tool_format f) {
     case TOOL_FORMAT_GPT_OSS: return "<|channel|>commentary to=functions.";
     case TOOL_FORMAT_KIMI: return "<|tool_calls_section_begin|>";
     case TOOL_FORMAT_FIREFUNCTION: return " functools[";
+    case TOOL_FORMAT_FUNCTIONARY_V32: return ">>>";
     default: return "<tool_call>";
     }
 }
@@ -66,6 +67,7 @@ void tool_dialect_detect(const char *t, size_t len, enum chat_family native, str
     else if (has(t, len, DS_CALL_BEGIN)) f = has(t, len, "```json") ? TOOL_FORMAT_DEEPSEEK_R1 : TOOL_FORMAT_DEEPSEEK_V3;
     else if (has(t, len, "<|START_ACTION|>")) f = TOOL_FORMAT_COMMAND_R7B;
     else if (has(t, len, "<|tool_call|>")) f = TOOL_FORMAT_GRANITE;
+    else if (has(t, len, ">>>all")) f = TOOL_FORMAT_FUNCTIONARY_V32;
     else if (has(t, len, "<seed:tool_call>")) f = TOOL_FORMAT_SEED_XML;
     else if (has(t, len, "<arg_key>")) f = TOOL_FORMAT_GLM;
     else if (has(t, len, "<tool_call>") && has(t, len, "<function=")) f = TOOL_FORMAT_QWEN_XML;
@@ -847,6 +849,40 @@ static void walk_harmony(struct pctx *c) {
     }
 }
 
+/* functionary v3.2: the prompt ends with ">>>"; each ">>>"-separated part names its recipient on
+ * its first line: "all" (text), or a function whose arguments follow as JSON. */
+static void walk_recipients(struct pctx *c) {
+    static const char *const sep[] = {">>>", NULL};
+    const char *t = c->t;
+    size_t len = c->len, p = 0;
+    while (p < len) {
+        size_t nl;
+        const char *m = memchr(t + p, '\n', len - p);
+        if (!m) { /* the recipient is still being written */
+            if (!c->partial) put_content(c, p, len);
+            return;
+        }
+        nl = (size_t)(m - t);
+        size_t w, body = nl + 1;
+        int next = find_first(t, len, body, sep, &w);
+        size_t end = next < 0 ? len - (c->partial ? hold_tail(t, len, body, sep) : 0) : w;
+        if ((nl - p == 3 && memcmp(t + p, "all", 3) == 0) || !c->o->tools) {
+            put_content(c, nl - p == 3 && memcmp(t + p, "all", 3) == 0 ? body : p, end);
+        } else {
+            size_t keep = c->n, e;
+            struct tool_call *k = add_call(c, t + p, nl - p);
+            int r = k ? json_args(c, k, body, &e) : B_INVALID;
+            if (r == B_MORE && c->partial) return;
+            if (r != B_DONE || skip_ws(t, end, e) != end) { /* only the arguments in the part */
+                drop_calls(c, keep);
+                put_content(c, p, end);
+            }
+        }
+        if (next < 0) return;
+        p = w + 3;
+    }
+}
+
 static void trim(struct sbuf *b, bool left, bool right) {
     if (!b->s) return;
     size_t a = 0, e = b->n;
@@ -869,6 +905,8 @@ int tool_parse_text(const struct tool_parse_opts *o, const char *text, size_t le
     if (d->format == TOOL_FORMAT_GPT_OSS) {
         walk_harmony(&c);
         had_think = c.reasoning.n > 0;
+    } else if (d->format == TOOL_FORMAT_FUNCTIONARY_V32) {
+        walk_recipients(&c);
     } else {
         if (d->think_open) {
             size_t rs = 0;
@@ -1161,6 +1199,10 @@ static void call_rule(struct sbuf *g, enum tool_format f, int k, const char *nam
         lit(g, DS_CALL_END);
         sb_puts(g, "\n");
         return;
+    case TOOL_FORMAT_FUNCTIONARY_V32:
+        lit(g, name);
+        sb_printf(g, " \"\\n\" %s\n", args);
+        return;
     case TOOL_FORMAT_FUNCTIONARY:
         lit(g, "<function=");
         sb_puts(g, " ");
@@ -1237,6 +1279,7 @@ int tool_grammar(const struct tool_dialect *d, const json_t *tools, const char *
         break;
     case TOOL_FORMAT_KIMI: open = "\"<|tool_calls_section_begin|>\""; close = "\"<|tool_calls_section_end|>\""; sep = "\"\""; break;
     case TOOL_FORMAT_GPT_OSS: sep = "\"<|call|>\""; parallel = false; break; /* one call per message */
+    case TOOL_FORMAT_FUNCTIONARY_V32: open = lazy ? "\">>>\"" : ""; sep = "\">>>\""; break; /* the prompt wrote the first */
     default: break;
     }
     bool per_call_wrap = f == TOOL_FORMAT_QWEN_XML || f == TOOL_FORMAT_SEED_XML || f == TOOL_FORMAT_GLM;

@@ -15,6 +15,7 @@
  *   command-r7b   <|START_ACTION|>[{"tool_call_id": "0", "tool_name": N, "parameters": {...}}]<|END_ACTION|>
  *   granite       <|tool_call|>[{"name": N, "arguments": {...}}]
  *   functionary   <function=N>{...}</function>  (functionary v3.1)
+ *   functionary-v3.2  N\n{...} after the prompt's ">>>", more calls after ">>>", text after "all\n" 
  *   gpt-oss       <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}; analysis channel = reasoning
  *   glm           <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>
  *   kimi          <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...
@@ -77,6 +78,7 @@ enum tool_format {
     TOOL_FORMAT_GLM,
     TOOL_FORMAT_KIMI,
     TOOL_FORMAT_FIREFUNCTION,
+    TOOL_FORMAT_FUNCTIONARY_V32,
     TOOL_FORMAT_COUNT_
 };
 

@@ -268,6 +268,15 @@ TEST(tool_calls_granite_functionary_firefunction_kimi_glm) {
               &wg));
 }
 
+TEST(tool_calls_functionary_v32_recipients) {
+    struct want w = {NULL, NULL, 1, {"get_weather"}, {PARIS}};
+    CHECK(run(t, TOOL_FORMAT_FUNCTIONARY_V32, NULL, false, "get_weather\n" PARIS, &w));
+    struct want w2 = {"Hello there", NULL, 1, {"search"}, {"{\"query\": \"a>b\"}"}};
+    CHECK(run(t, TOOL_FORMAT_FUNCTIONARY_V32, NULL, false, "all\nHello there\n>>>search\n{\"query\": \"a>b\"}", &w2));
+    struct want w3 = {"Just text.", NULL, 0, {0}, {0}};
+    CHECK(run(t, TOOL_FORMAT_FUNCTIONARY_V32, NULL, false, "all\nJust text.", &w3));
+}
+
 TEST(tool_calls_gpt_oss_channels) {
     struct want w = {NULL, "Need weather.", 1, {"get_weather"}, {PARIS}};
     CHECK(run(t, TOOL_FORMAT_GPT_OSS, NULL, false,
@@ -301,6 +310,7 @@ TEST(tool_calls_detect_from_templates) {
         {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", TOOL_FORMAT_COMMAND_R7B, "<|START_THINKING|>"},
         {"ibm-granite-granite-3.3-2B-Instruct.jinja", TOOL_FORMAT_GRANITE, "<think>"},
         {"meetkai-functionary-medium-v3.1.jinja", TOOL_FORMAT_FUNCTIONARY, NULL},
+        {"meetkai-functionary-medium-v3.2.jinja", TOOL_FORMAT_FUNCTIONARY_V32, NULL},
         {"openai-gpt-oss-120b.jinja", TOOL_FORMAT_GPT_OSS, NULL},
         {"GLM-4.6.jinja", TOOL_FORMAT_GLM, "<think>"},
         {"Kimi-K2-Instruct.jinja", TOOL_FORMAT_KIMI, NULL},
@@ -395,6 +405,7 @@ TEST(tool_calls_grammar_forces_the_syntax) {
         {TOOL_FORMAT_DEEPSEEK_V3, DS_CALLS_BEGIN DS_CALL_BEGIN "search" DS_SEP "{\"query\": \"x\"}" DS_CALL_END DS_CALLS_END},
         {TOOL_FORMAT_KIMI, "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0<|tool_call_argument_begin|>"
                            "{\"query\": \"x\"}<|tool_call_end|><|tool_calls_section_end|>"},
+        {TOOL_FORMAT_FUNCTIONARY_V32, ">>>search\n{\"query\": \"x\"}"},
         {TOOL_FORMAT_GPT_OSS, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"query\": \"x\"}"},
         {TOOL_FORMAT_COMMAND_R7B, "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"search\", "
                                   "\"parameters\": {\"query\": \"x\"}}\n]<|END_ACTION|>"},
@@ -409,6 +420,12 @@ TEST(tool_calls_grammar_forces_the_syntax) {
         /* the lazy grammar starts at the trigger */
         CHECK(strncmp(calls[i].call, tool_format_trigger(calls[i].f), strlen(tool_format_trigger(calls[i].f))) == 0);
     }
+    /* functionary v3.2's prompt wrote the first ">>>": a forced call starts with the name */
+    struct tool_dialect fv = {TOOL_FORMAT_FUNCTIONARY_V32, NULL, NULL};
+    CHECK(tool_grammar(&fv, tools, NULL, true, false, false, &g, where, sizeof where, why, sizeof why) == 0);
+    CHECK_EQ_INT(matches(v, g, "search\n{\"query\": \"x\"}>>>get_weather\n{\"city\": \"P\"}"), 1);
+    CHECK_EQ_INT(matches(v, g, ">>>search\n{\"query\": \"x\"}"), 0);
+    free(g);
     /* a schema the converter refuses is named */
     json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
                              "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}]", 0, NULL);
