@@ -548,28 +548,38 @@ static int xml_function(struct pctx *c, size_t p, size_t *end) {
 
 /* ---- the call blocks of each syntax: at p, just after the opener ---- */
 
+/* <function=...> blocks up to close. */
+static int xml_block(struct pctx *c, size_t p, const char *close, size_t *end) {
+    for (;;) {
+        size_t e = c->len;
+        int r = xml_function(c, p, &e);
+        if (r != B_DONE) return r;
+        size_t s = skip_ws(c->t, c->len, e);
+        if (s < c->len && at(c->t, c->len, s, "<function=") == 1) {
+            p = s;
+            continue;
+        }
+        return expect(c, e, close, end, true);
+    }
+}
+
 static int block(struct pctx *c, int which, size_t p, size_t *end) {
     enum tool_format f = c->o->dialect->format;
     const char *t = c->t;
     size_t len = c->len, q, e;
     int r;
     switch (f) {
-    case TOOL_FORMAT_HERMES:
+    case TOOL_FORMAT_HERMES: {
+        size_t s = skip_ws(t, len, p);
+        if (s < len && t[s] == '<') /* the XML form some models write inside <tool_call> */
+            return at(t, len, s, "<function=") < 0 ? B_INVALID : xml_block(c, s, "</tool_call>", end);
         if ((r = obj_call(c, p, "name", &e)) != B_DONE) return r;
         return expect(c, e, "</tool_call>", end, true);
-    case TOOL_FORMAT_QWEN_XML:
-    case TOOL_FORMAT_SEED_XML: {
-        const char *close = f == TOOL_FORMAT_SEED_XML ? "</seed:tool_call>" : "</tool_call>";
-        for (;;) {
-            if ((r = xml_function(c, p, &e)) != B_DONE) return r;
-            size_t s = skip_ws(t, len, e);
-            if (s < len && at(t, len, s, "<function=") == 1) {
-                p = s;
-                continue;
-            }
-            return expect(c, e, close, end, true);
-        }
     }
+    case TOOL_FORMAT_QWEN_XML:
+        return xml_block(c, p, "</tool_call>", end);
+    case TOOL_FORMAT_SEED_XML:
+        return xml_block(c, p, "</seed:tool_call>", end);
     case TOOL_FORMAT_GLM: {
         p = skip_ws(t, len, p);
         size_t n0 = p;

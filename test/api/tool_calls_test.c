@@ -163,6 +163,12 @@ TEST(tool_calls_hermes) {
     CHECK(run(t, TOOL_FORMAT_HERMES, NULL, false, "<tool_call>{\"name\": \"search\", \"arguments\": {}}", &(struct want){NULL, NULL, 1, {"search"}, {"{}"}}));
 }
 
+TEST(tool_calls_hermes_takes_the_xml_form_too) {
+    struct want w = {NULL, NULL, 1, {"get_weather"}, {PARIS}};
+    CHECK(run(t, TOOL_FORMAT_HERMES, "<think>", false,
+              "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", &w));
+}
+
 TEST(tool_calls_hermes_text_and_bad_blocks_stay_text) {
     struct want w = {"a < b and <tool> x", NULL, 0, {0}, {0}};
     CHECK(run(t, TOOL_FORMAT_HERMES, NULL, false, "a < b and <tool> x", &w));
