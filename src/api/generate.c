@@ -10,7 +10,9 @@
  * job_prepared on the loop thread, which frees the job if the client left meanwhile). The
  * scheduler's stop conditions are EOS, n_predict and the context; stop strings are matched on the
  * text (stream_text.h) and end a choice by returning false from on_token; a stop string, or its
- * possible start, never reaches a streaming client.
+ * possible start, never reaches a streaming client. A chat output is read for reasoning and tool
+ * calls (tool_calls.h) when the request has tools or the template a reasoning block: whole at the
+ * end, or fed to a tool_stream whose deltas become the chunks.
  */
 #include "api/anthropic.h"
 #include "api/errors.h"
@@ -20,6 +22,7 @@
 #include "api/responses.h"
 #include "api/serving.h"
 #include "api/stream_text.h"
+#include "api/tool_calls.h"
 #include "common/err.h"
 #include "sched/model_engine.h"
 #include "sched/sched.h"
@@ -32,6 +35,7 @@
 
 struct gen_choice {
     struct stream_text st;          /* the text so far (cut at a stop string), what was streamed */
+    struct tool_stream ts;          /* job->parse streams: the text read for reasoning and calls */
     struct model_engine_detok *detok;
     struct sched_token_probs *probs;/* per generated token when logprobs were asked for */
     int32_t n_probs, cap_probs, probs_sent;
@@ -53,6 +57,10 @@ struct gen_job {
     struct model_engine_sampling sp;
     struct model_engine_bias *bias;
     struct model_engine_grammar *grammar; /* the request's compiled grammar (a reference), or NULL */
+    bool parse;                     /* chat: the output is read for reasoning and tool calls */
+    bool in_think;                  /* the prompt opened the reasoning block */
+    struct tool_parse_opts topts;   /* how (points into srv and p) */
+    char *tool_gbnf;                /* the tool calls' grammar text, or NULL */
     int32_t *prompt;
     size_t n_prompt;
     struct gen_choice *ch;
@@ -70,6 +78,7 @@ static void job_free(struct gen_job *job) {
     if (job->ch)
         for (int i = 0; i < job->p.n; i++) {
             stream_text_free(&job->ch[i].st);
+            tool_stream_free(&job->ch[i].ts);
             model_engine_detok_free(job->ch[i].detok);
             free(job->ch[i].probs);
         }
@@ -77,6 +86,7 @@ static void job_free(struct gen_job *job) {
     free(job->piece);
     free(job->prompt);
     free(job->bias);
+    free(job->tool_gbnf);
     if (job->grammar) model_engine_grammar_release(job->grammar);
     completion_params_free(&job->p);
     free(job);
@@ -189,6 +199,31 @@ static char *render_chunk(struct gen_job *job, int i, const char *text, size_t n
     return json;
 }
 
+/* A chat chunk of what tool_stream_feed made of the new text. */
+static char *render_chunk_parsed(struct gen_job *job, int i, const struct tool_delta *d, size_t offset) {
+    struct gen_choice *c = &job->ch[i];
+    struct completion_result r;
+    result_of(job, i, &r);
+    r.text = d->content;
+    r.text_len = d->content_len;
+    r.text_offset = offset;
+    r.tokens_predicted = c->done ? c->counts.n_generated : c->n_tokens;
+    r.reasoning = d->reasoning;
+    r.reasoning_len = d->reasoning_len;
+    r.call_deltas = d->calls;
+    r.n_call_deltas = d->n_calls;
+    r.made_tool_calls = tool_stream_n_calls(&c->ts) > 0;
+    struct token_logprob *tops = NULL;
+    struct token_probs *tp = job->meta.logprobs ? probs_view(job, c, c->probs_sent, c->n_probs, &tops) : NULL;
+    r.probs = tp;
+    r.n_probs = tp ? (size_t)(c->n_probs - c->probs_sent) : 0;
+    char *json = render_oai_chat_chunk(&job->meta, &r, !c->role_sent);
+    c->role_sent = true;
+    free(tp);
+    free(tops);
+    return json;
+}
+
 static void stream_send(struct gen_job *job, char *json) {
     if (!json || job->dead) {
         free(json);
@@ -252,6 +287,18 @@ static void stream_progress(struct gen_job *job, int i) {
         if (n > 0) typed_text(job, fresh, n);
         return;
     }
+    if (job->parse) {
+        struct tool_delta d;
+        if (tool_stream_feed(&c->ts, fresh, n, c->done, &d) < 0) {
+            job->dead = true; /* out of memory: the stream cannot go on truthfully */
+            return;
+        }
+        if (d.content_len == 0 && d.reasoning_len == 0 && d.n_calls == 0 && c->n_probs == c->probs_sent && !c->done)
+            return;
+        stream_send(job, render_chunk_parsed(job, i, &d, offset));
+        c->probs_sent = c->n_probs;
+        return;
+    }
     if (n == 0 && c->n_probs == c->probs_sent && !c->done) return;
     stream_send(job, render_chunk(job, i, fresh, n, offset, c->probs_sent, c->n_probs));
     c->probs_sent = c->n_probs;
@@ -264,13 +311,26 @@ static void job_finish(struct gen_job *job) {
     struct completion_result *rs = calloc((size_t)n, sizeof *rs);
     struct token_probs **tps = calloc((size_t)n, sizeof *tps);
     struct token_logprob **tops = calloc((size_t)n, sizeof *tops);
-    if (!rs || !tps || !tops) {
+    /* chat read for reasoning and calls, whole: each choice's parse (its strings) */
+    struct tool_parse *parsed = job->parse && !job->p.stream ? calloc((size_t)n, sizeof *parsed) : NULL;
+    if (!rs || !tps || !tops || (job->parse && !job->p.stream && !parsed)) {
         if (job->p.stream) http_sse_end(job->req);
         else respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
         result_of(job, i, &rs[i]);
+        if (parsed && tool_parse_text(&job->topts, rs[i].text, rs[i].text_len, false, &parsed[i]) == 0) {
+            rs[i].text = parsed[i].content ? parsed[i].content : "";
+            rs[i].text_len = parsed[i].content_len;
+            rs[i].content_null = !parsed[i].content;
+            rs[i].reasoning = parsed[i].reasoning;
+            rs[i].reasoning_len = parsed[i].reasoning_len;
+            rs[i].tool_calls = parsed[i].calls;
+            rs[i].n_tool_calls = parsed[i].n_calls;
+            rs[i].made_tool_calls = parsed[i].n_calls > 0;
+        }
+        if (job->p.stream && job->parse) rs[i].made_tool_calls = tool_stream_n_calls(&job->ch[i].ts) > 0;
         if (job->meta.logprobs && !job->p.stream) {
             tps[i] = probs_view(job, &job->ch[i], 0, job->ch[i].n_probs, &tops[i]);
             rs[i].probs = tps[i];
@@ -302,6 +362,9 @@ static void job_finish(struct gen_job *job) {
         free(json);
     }
 done:
+    if (parsed)
+        for (int i = 0; i < n; i++) tool_parse_free(&parsed[i]);
+    free(parsed);
     if (tps)
         for (int i = 0; i < n; i++) {
             free(tps[i]);
@@ -430,6 +493,10 @@ static int job_tokenize(struct gen_job *job) {
         int rc = chat_prompt_render(&srv->chat, &p->chat, (int64_t)time(NULL), &chat, &len, why, sizeof why);
         if (rc < 0) return err_of_code(&job->err, rc == -ERR_NOMEM ? rc : -ERR_INVAL, "messages", why);
         text = chat;
+        const char *open = srv->tools.think_open; /* did the template open the reasoning block? */
+        size_t e = len;
+        while (e > 0 && (chat[e - 1] == ' ' || chat[e - 1] == '\n')) e--;
+        job->in_think = open && e >= strlen(open) && memcmp(chat + e - strlen(open), open, strlen(open)) == 0;
     }
     int rc = model_engine_tokenize(srv->engine, text, len, true, true, &job->prompt, &job->n_prompt);
     free(chat);
@@ -509,6 +576,38 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     job_start(job);
 }
 
+/* Chat: whether and how the output is read for reasoning and tool calls, and the calls' grammar
+ * (into p.grammar: "required" and a named tool from the start, "auto" lazily from the syntax's
+ * opener; a tool schema the converter refuses is a 400 then, and leaves "auto" unconstrained). */
+static int job_tools(struct gen_job *job, struct api_error *err) {
+    struct serving *srv = job->srv;
+    struct completion_params *p = &job->p;
+    if (p->endpoint != API_OAI_CHAT) return 0;
+    const struct tool_dialect *d = &srv->tools;
+    bool tools = p->tool_choice != TOOL_CHOICE_NONE;
+    bool extract = p->reasoning_format >= 0 ? p->reasoning_format > 0
+                   : !(srv->cfg->reasoning_format && strcmp(srv->cfg->reasoning_format, "none") == 0);
+    bool reasoning = extract && (d->think_open || d->format == TOOL_FORMAT_GPT_OSS);
+    job->parse = tools || reasoning;
+    job->topts = (struct tool_parse_opts){.dialect = d, .tools = tools, .reasoning = extract,
+                                          .in_think = job->in_think, .tool_defs = p->chat.tools};
+    if (!tools) return 0;
+    char where[128], why[160];
+    bool forced = p->tool_choice != TOOL_CHOICE_AUTO;
+    int rc = tool_grammar(d, p->chat.tools, p->tool_choice == TOOL_CHOICE_NAMED ? p->tool_name : NULL,
+                          p->parallel_tool_calls, !forced, job->in_think, &job->tool_gbnf, where, sizeof where, why,
+                          sizeof why);
+    if (rc == -ERR_NOMEM) return api_error_set(err, 500, "server_error", NULL, "out of memory");
+    if (rc < 0) {
+        if (!forced) return 0;
+        return api_error_set(err, 400, "invalid_request_error", where, "%s: %s", where, why);
+    }
+    p->grammar = job->tool_gbnf;
+    p->grammar_len = strlen(job->tool_gbnf);
+    snprintf(p->grammar_param, sizeof p->grammar_param, "tools");
+    return 0;
+}
+
 /* Loop thread: a prepared job (or its error) to the scheduler. */
 static void job_start(struct gen_job *job) {
     struct serving *srv = job->srv;
@@ -521,9 +620,15 @@ static void job_start(struct gen_job *job) {
         job_free(job);
         return;
     }
+    if ((rc = job_tools(job, &err)) < 0) {
+        respond_error(srv, req, &err);
+        job_free(job);
+        return;
+    }
     if (job->p.grammar) { /* compiled once per text (the engine's cache), refused with where it fails */
         char why[200];
         rc = model_engine_grammar_get(srv->engine, job->p.grammar, job->p.grammar_len, &job->grammar, why, sizeof why);
+        if (rc == -ERR_TOOBIG && job->p.tool_choice == TOOL_CHOICE_AUTO) rc = 0; /* "auto" then stays free */
         if (rc < 0) {
             api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
                           job->p.grammar_param, "%s: %s", job->p.grammar_param, why);
@@ -557,10 +662,14 @@ static void job_start(struct gen_job *job) {
             job_free(job);
             return;
         }
+        if (job->parse) tool_stream_init(&job->ch[i].ts, &job->topts);
+        if (job->parse && tool_format_needs_special(srv->tools.format))
+            model_engine_detok_set_special(job->ch[i].detok, true); /* its markers are control tokens */
     }
     /* logprobs without alternatives still need the chosen token's: ask the sampler for one */
     int32_t n_probs = p->want_logprobs || p->n_probs > 0 ? (p->n_probs > 0 ? p->n_probs : 1) : 0;
     job_sampling(job, n_probs);
+    if (job->grammar && job->tool_gbnf && job->p.tool_choice == TOOL_CHOICE_AUTO) job->sp.grammar_trigger = tool_format_trigger(srv->tools.format);
 
     api_random_id(job->id, sizeof job->id,
                   ep == API_OAI_CHAT ? "chatcmpl-" : ep == API_OAI_RESPONSES ? "resp_" : ep == API_ANTHROPIC ? "msg_" : "cmpl-",

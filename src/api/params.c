@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/json_schema.h"
+#include "api/tool_calls.h"
 #include "common/err.h"
 
 /* ---- errors ---- */
@@ -492,7 +493,8 @@ static int parse_chat_fields(struct parser *ps, struct completion_params *p) {
     c->messages = json_incref(json_object_get(ps->obj, "messages"));
     c->tools = json_incref(tools);
     c->kwargs = json_incref(kw);
-    return 0;
+    if (ps->tools_rendered) return 0;
+    return tool_params_parse((struct params_parser *)ps, p); /* tool_calls.h */
 }
 
 static void chat_fields_free(struct chat_request *c) {
@@ -557,7 +559,8 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
     const char *name;
     json_t *v;
     if (ps->tools_rendered) return 0; /* only the prompt is made: nothing constrains an output */
-    if ((v = field(ps, NAMES("tools"), &name)) && !json_empty(v)) return bad(ps, "tools", "tools is not supported");
+    if (ps->endpoint != API_OAI_CHAT && (v = field(ps, NAMES("tools"), &name)) && !json_empty(v))
+        return bad(ps, "tools", "tools is not supported on this endpoint: use /v1/chat/completions");
     if (ps->endpoint != API_OAI_COMPLETION) return 0;
     if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
         return bad(ps, "echo", "echo is not supported");

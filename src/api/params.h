@@ -72,7 +72,15 @@
  *                At most one of grammar, json_schema and response_format (400 otherwise). The
  *                schema forms become grammar text here; the grammar itself is compiled by the
  *                handler (a 400 naming grammar_param with the grammar's "LINE:COL: what").
- *   tools (non-empty): refused (400): uvlm cannot speak tool calls. Sampler options uvlm lacks
+ *   tools        chat only (elsewhere a non-empty tools is a 400): OpenAI function tools
+ *                [{"type": "function", "function": {"name", "description", "parameters"}}];
+ *                tool_choice "auto" (default with tools), "none", "required" or
+ *                {"type": "function", "function": {"name"}}; parallel_tool_calls (default true);
+ *                reasoning_format "auto" (reasoning blocks become reasoning_content), "none"
+ *                (left in the content), "deepseek"/"deepseek-legacy" (as auto); absent: the
+ *                server's --reasoning-format. Checked by
+ *                tool_params_parse (tool_calls.h). Tools with grammar, json_schema or a
+ *                response_format other than text are a 400. Sampler options uvlm lacks
  *                (mirostat, typical_p, ...) are ignored like unknown fields.
  *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
  *   cache_salt   a non-empty string (vLLM's): requests with different salts never share cached
@@ -197,6 +205,18 @@ struct completion_params {
     size_t grammar_len;
     char grammar_param[40];   /* the field it came from, for the grammar's 400: "grammar",
                                * "json_schema", "response_format", "response_format.json_schema.schema" */
+
+    /* chat tool calls and reasoning (tool_calls.h): how the output is read */
+    enum params_tool_choice {
+        TOOL_CHOICE_NONE = 0,     /* no tools, or "none": the output is text */
+        TOOL_CHOICE_AUTO,         /* calls when the model writes them (a lazy grammar) */
+        TOOL_CHOICE_REQUIRED,     /* one call or more, enforced */
+        TOOL_CHOICE_NAMED,        /* a call of tool_name, enforced */
+    } tool_choice;
+    const char *tool_name;    /* TOOL_CHOICE_NAMED: the function's name (arena) */
+    bool parallel_tool_calls; /* several calls may be made (default true) */
+    signed char reasoning_format; /* -1: not given (the server's --reasoning-format), 0: "none"
+                                   * (reasoning blocks stay in the content), 1: "auto" */
 
     struct params_arena *arena_;
     struct chat_messages chat_;  /* owns messages */

@@ -327,9 +327,20 @@ static json_t *chat_logprobs(const struct completion_result *r) {
 
 static json_t *chat_choice(const struct response_meta *meta, const struct completion_result *r,
                            const char *body_key, json_t *body) {
+    bool calls = r->made_tool_calls && (r->stop_type == STOP_TYPE_EOS || r->stop_type == STOP_TYPE_WORD);
     return json_pack("{s:i, s:o, s:o, s:o}", "index", (int)r->index, body_key, body,
                      "logprobs", meta->logprobs ? chat_logprobs(r) : json_null(),
-                     "finish_reason", finish_reason(r->stop_type));
+                     "finish_reason", calls ? json_string("tool_calls") : finish_reason(r->stop_type));
+}
+
+/* {id?, type?, function: {name?, arguments}}: the whole call, or a stream's news of one. */
+static json_t *tool_call_json(int index, const char *id, const char *name, const char *args, size_t args_len) {
+    json_t *fn = json_object();
+    if (name) fn = render_with(fn, "name", json_string(name));
+    fn = render_with(fn, "arguments", jstr(args ? args : "", args_len));
+    json_t *o = index >= 0 ? json_pack("{s:i}", "index", index) : json_object();
+    if (id) o = render_with(render_with(o, "id", json_string(id)), "type", json_string("function"));
+    return render_with(o, "function", fn);
 }
 
 char *render_oai_chat(const struct response_meta *meta, const struct completion_result *r,
@@ -337,7 +348,16 @@ char *render_oai_chat(const struct response_meta *meta, const struct completion_
     json_t *choices = json_array();
     for (size_t i = 0; choices && i < n; i++) {
         json_t *message = json_pack("{s:s, s:o}", "role", "assistant",
-                                    "content", jstr(r[i].text, r[i].text_len));
+                                    "content", r[i].content_null ? json_null() : jstr(r[i].text, r[i].text_len));
+        if (r[i].reasoning) message = render_with(message, "reasoning_content", jstr(r[i].reasoning, r[i].reasoning_len));
+        if (r[i].n_tool_calls) {
+            json_t *calls = json_array();
+            for (size_t k = 0; k < r[i].n_tool_calls; k++) {
+                const struct tool_call *c = &r[i].tool_calls[k];
+                calls = push(calls, tool_call_json(-1, c->id, c->name, c->args, c->args_len));
+            }
+            message = render_with(message, "tool_calls", calls);
+        }
         choices = push(choices, chat_choice(meta, &r[i], "message", message));
     }
     return dump(render_with(oai_object(meta, "chat.completion", choices), "usage", usage(r, n)));
@@ -347,8 +367,17 @@ char *render_oai_chat_chunk(const struct response_meta *meta, const struct compl
                             bool with_role) {
     json_t *delta = json_object();
     if (with_role) delta = render_with(delta, "role", json_string("assistant"));
+    if (r->reasoning_len > 0) delta = render_with(delta, "reasoning_content", jstr(r->reasoning, r->reasoning_len));
     if (r->text_len > 0) delta = render_with(delta, "content", jstr(r->text, r->text_len));
     else if (with_role) delta = render_with(delta, "content", json_null());
+    if (r->n_call_deltas) {
+        json_t *calls = json_array();
+        for (size_t k = 0; k < r->n_call_deltas; k++) {
+            const struct tool_call_delta *c = &r->call_deltas[k];
+            calls = push(calls, tool_call_json(c->index, c->id, c->name, c->args, c->args_len));
+        }
+        delta = render_with(delta, "tool_calls", calls);
+    }
     json_t *choices = push(json_array(), chat_choice(meta, r, "delta", delta));
     return dump(stream_usage_null(meta, oai_object(meta, "chat.completion.chunk", choices)));
 }

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "api/params.h"
+#include "api/tool_calls.h"
 
 /* Why a choice stopped; llama.cpp's stop_type strings "none", "eos", "limit", "word".
  * OpenAI's finish_reason: eos and word -> "stop", limit -> "length", none -> null. */
@@ -84,6 +85,16 @@ struct completion_result {
     struct completion_timings timings;
     const struct token_probs *probs; /* NULL or n_probs entries (when logprobs were asked for) */
     size_t n_probs;
+    /* chat, when the output was read for reasoning and tool calls (tool_calls.h): text is then
+     * the content (a chunk: its new bytes) */
+    bool content_null;        /* message.content is null (calls were made, no text) */
+    const char *reasoning;    /* reasoning_content (a chunk: new bytes), NULL: none */
+    size_t reasoning_len;
+    const struct tool_call *tool_calls;        /* the message's calls */
+    size_t n_tool_calls;
+    const struct tool_call_delta *call_deltas; /* a chunk's calls news */
+    size_t n_call_deltas;
+    bool made_tool_calls;     /* finish_reason "tool_calls" when it stopped by EOS or a stop word */
 };
 
 /* What every response of one request shares. */
@@ -129,14 +140,17 @@ char *render_oai_completion_chunk(const struct response_meta *meta,
 /* ---- OpenAI POST /v1/chat/completions ---- */
 
 /* {id, object: "chat.completion", created, model, [system_fingerprint,] choices: [{index,
- * message: {role: "assistant", content}, logprobs: null | {content: [{token, logprob, bytes,
+ * message: {role: "assistant", content[, reasoning_content][, tool_calls: [{id, type: "function",
+ * function: {name, arguments}}]]}, logprobs: null | {content: [{token, logprob, bytes,
  * top_logprobs: [{token, logprob, bytes}]}]}, finish_reason}], usage}. */
 char *render_oai_chat(const struct response_meta *meta, const struct completion_result *r,
                       size_t n);
 /* {id, object: "chat.completion.chunk", created, model, choices: [{index, delta, logprobs,
  * finish_reason}]}. delta holds "role": "assistant" when with_role (a choice's first chunk:
- * {"role": "assistant", "content": null} without text, as llama.cpp's server opens a stream) and
- * "content" when there is new text; the last chunk of a choice has its finish_reason and usually
+ * {"role": "assistant", "content": null} without text, as llama.cpp's server opens a stream),
+ * "content" when there is new text, "reasoning_content" when there is new reasoning, and
+ * "tool_calls": [{index, id, type: "function", function: {name, arguments: ""}}] when a call
+ * appears, then [{index, function: {arguments: fragment}}]; the last chunk of a choice has its finish_reason and usually
  * an empty delta {}. */
 char *render_oai_chat_chunk(const struct response_meta *meta, const struct completion_result *r,
                             bool with_role);

@@ -272,6 +272,10 @@ static int start_chat(struct serving *srv, const struct model_engine *e) {
         if (warn[0]) log_warn(lg, "%s", warn);
         if (srv->chat.jinja) log_info(lg, "chat template: %s's, run as jinja", src.origin);
         else log_info(lg, "chat template: %s", chat_prompt_kind(&srv->chat));
+        /* a forced family speaks its own syntax; a template shows its syntax by its markers */
+        tool_dialect_detect(src.forced ? NULL : src.text, src.forced ? 0 : src.len, srv->chat.family, &srv->tools);
+        log_info(lg, "tool calls: %s syntax%s%s", tool_format_name(srv->tools.format),
+                 srv->tools.think_open ? ", reasoning in " : "", srv->tools.think_open ? srv->tools.think_open : "");
     }
     free(file_text);
     return rc;

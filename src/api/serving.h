@@ -44,6 +44,7 @@
 #include "api/chat_prompt.h"
 #include "api/http.h"
 #include "api/router.h"
+#include "api/tool_calls.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -80,6 +81,7 @@ struct serving {
     struct model_engine *engine;  /* NULL until started */
     struct sched *sched;          /* NULL until started */
     struct chat_prompt chat;      /* how chats become prompts (after start) */
+    struct tool_dialect tools;    /* how the model writes tool calls and reasoning (after start) */
     int64_t created;              /* unix seconds of the start */
     uint64_t seed_state;          /* seeds for requests without one */
     size_t offload_bytes;         /* SERVING_OFFLOAD_BYTES (a test may lower it) */

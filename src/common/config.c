@@ -69,6 +69,9 @@ const struct config_setting config_settings[] = {
      "running the model's template; empty: run the template"},
     {"chat-template-file", 0, CONFIG_STR, F(chat_template_file), "", 0, 0, NULL,
      "run this Jinja chat template instead of the model's own (tokenizer.chat_template)"},
+    {"reasoning-format", 0, CONFIG_STR, F(reasoning_format), "auto", 0, 0, "auto|none",
+     "chat: reasoning blocks (<think>...</think> and the like) go to reasoning_content (auto) or stay in "
+     "the content (none); a request's reasoning_format overrides it"},
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},

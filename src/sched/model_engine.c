@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 _Static_assert(MODEL_ENGINE_MAX_BIAS == SAMPLER_MAX_BIAS, "the engine passes every bias to the sampler");
 _Static_assert(SCHED_MAX_PROBS <= SAMPLER_MAX_PROBS, "the sampler reports every alternative asked for");
@@ -218,11 +219,44 @@ int model_engine_grammar_get(struct model_engine *e, const char *text, size_t le
 
 void model_engine_grammar_release(struct model_engine_grammar *g) { grammar_unref((struct grammar *)g); }
 
-/* A choice's sampler, and its grammar state when the request has a grammar. */
+/* A choice's sampler, and its grammar state when the request has a grammar. A lazy grammar
+ * (grammar_trigger) waits in lazy, with the generated text's tail, until the trigger shows. */
 struct engine_sampler {
     struct sampler *s;
     struct grammar_state *g;
+    struct grammar *lazy;           /* a reference until triggered, then NULL */
+    const char *trigger;
+    size_t tail_len;
+    char tail[4 * MODEL_ENGINE_TRIGGER_MAX];
 };
+
+/* A lazy choice's new token: once the trigger is in the tail, the grammar starts there. */
+static void lazy_watch(struct model_engine *e, struct engine_sampler *es, int32_t tok) {
+    size_t len;
+    const char *piece = tokenizer_token_piece(e->tok, tok, tokenizer_is_control(e->tok, tok), &len);
+    size_t keep = MODEL_ENGINE_TRIGGER_MAX;
+    if (len > sizeof es->tail - keep) { /* a long piece: its end suffices, with the tail before it */
+        piece += len - (sizeof es->tail - keep);
+        len = sizeof es->tail - keep;
+    }
+    if (es->tail_len + len > sizeof es->tail) {
+        size_t drop = es->tail_len + len - sizeof es->tail;
+        memmove(es->tail, es->tail + drop, es->tail_len - drop);
+        es->tail_len -= drop;
+    }
+    memcpy(es->tail + es->tail_len, piece, len);
+    es->tail_len += len;
+    const char *m = memmem(es->tail, es->tail_len, es->trigger, strlen(es->trigger));
+    if (!m) return;
+    struct grammar *g = es->lazy;
+    es->lazy = NULL;
+    if (grammar_state_create(&es->g, g) == 0 &&
+        grammar_state_accept_bytes(es->g, m, es->tail_len - (size_t)(m - es->tail)) < 0) {
+        grammar_state_free(es->g); /* the text went another way: it stays free */
+        es->g = NULL;
+    }
+    grammar_unref(g);
+}
 
 /* One sampler per choice: the request's parameters with the choice's seed, the prompt's tail in
  * its penalty window. */
@@ -257,7 +291,13 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
     }
     for (int32_t i = n_prompt > window ? n_prompt - window : 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
     struct engine_sampler *es = calloc(1, sizeof *es);
-    if (!es || (rp->grammar && grammar_state_create(&es->g, (struct grammar *)rp->grammar) < 0)) {
+    bool lazy = rp->grammar && rp->grammar_trigger && strlen(rp->grammar_trigger) <= MODEL_ENGINE_TRIGGER_MAX;
+    if (es && lazy) {
+        es->lazy = (struct grammar *)rp->grammar;
+        grammar_ref(es->lazy);
+        es->trigger = rp->grammar_trigger;
+    }
+    if (!es || (rp->grammar && !lazy && grammar_state_create(&es->g, (struct grammar *)rp->grammar) < 0)) {
         free(es);
         sampler_destroy(s);
         return NULL;
@@ -292,6 +332,7 @@ static int32_t engine_sample(void *engine, void *sampler, const float *logits, i
                         : sampler_sample(es->s, logits, probs ? top : NULL, &n_top);
     if (sampler_last_nonfinite(es->s) > 0) return -ERR_NUMERIC; /* this sequence ends, alone */
     if (tok < 0) return tok;
+    if (es->lazy) lazy_watch(engine, es, tok);
     sampler_accept(es->s, tok);
     if (probs) { /* top[0..n_probs): the alternatives; the chosen token is among them or last */
         int32_t n_alt = n_top < n_probs ? n_top : n_probs;
@@ -313,6 +354,7 @@ static void engine_sampler_free(void *engine, void *sampler) {
     struct engine_sampler *es = sampler;
     if (!es) return;
     grammar_state_free(es->g);
+    if (es->lazy) grammar_unref(es->lazy);
     sampler_destroy(es->s);
     free(es);
 }
@@ -365,6 +407,8 @@ struct model_engine_detok *model_engine_detok_new(const struct model_engine *e) 
 void model_engine_detok_free(struct model_engine_detok *d) { free(d); }
 
 size_t model_engine_detok_buf_size(const struct model_engine *e) { return detok_buf_size(e->tok); }
+
+void model_engine_detok_set_special(struct model_engine_detok *d, bool special) { d->d.special = special; }
 
 int model_engine_detok_push(struct model_engine_detok *d, int32_t token, char *out, size_t cap) {
     return detok_push(&d->d, token, out, cap);

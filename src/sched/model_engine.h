@@ -136,7 +136,13 @@ struct model_engine_sampling {
     int32_t n_logit_bias;
     int32_t n_probs;          /* log-probs to report (the request's n_probs) */
     struct model_engine_grammar *grammar; /* NULL: none; the samplers take their own references */
+    const char *grammar_trigger; /* NULL: the grammar applies from the first token; else it applies
+                                  * once the generated text (control tokens as their text) holds
+                                  * this string (at most MODEL_ENGINE_TRIGGER_MAX bytes; static or
+                                  * outliving the request), matched from the string's start on. A
+                                  * text the grammar refuses there leaves the choice unconstrained. */
 };
+#define MODEL_ENGINE_TRIGGER_MAX 64
 
 /* --- text and tokens (the tokenizer; any thread) ------------------------------------------- */
 
@@ -168,6 +174,8 @@ struct model_engine_detok *model_engine_detok_new(const struct model_engine *e);
 void model_engine_detok_free(struct model_engine_detok *d);
 size_t model_engine_detok_buf_size(const struct model_engine *e);
 int model_engine_detok_push(struct model_engine_detok *d, int32_t token, char *out, size_t cap);
+/* Control tokens give their text from now on (a tool-call syntax whose markers are control tokens). */
+void model_engine_detok_set_special(struct model_engine_detok *d, bool special);
 int model_engine_detok_flush(struct model_engine_detok *d, char *out, size_t cap);
 
 #endif

@@ -312,7 +312,7 @@ static const struct reject_case rejects[] = {
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of"},
     /* output constraints */
-    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools"},
+    {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools[0].function"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": \"json\"}", "response_format"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "response_format.type"},
     {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}", "response_format.json_schema"},

@@ -1,9 +1,11 @@
 """Real client SDKs from npm (pinned in test/e2e/node/package.json, installed by scripts/install-deps
 with npm ci) against uvlm: the OpenAI Node SDK (chat stream, completion n=2, the Responses API),
-the Anthropic TypeScript SDK (messages, streaming, count_tokens, errors) and the Vercel AI SDK's
-OpenAI provider, whose default model calls /v1/responses."""
+the Anthropic TypeScript SDK (messages, streaming, count_tokens, errors), the Vercel AI SDK's
+OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK and
+LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -92,3 +94,40 @@ def test_ai_sdk_openai_default_model_generate_and_stream_text():
     assert g["usage"]["outputTokens"] == 8
     assert len(s["parts"]) >= 2 and "".join(s["parts"]) == s["text"] == g["text"]
     assert s["finishReason"] == "length" and s["usage"]["outputTokens"] == 8
+
+
+def qwen_tools_server_args(tmp_path):
+    """The shared qwen2 model with the Qwen2.5 template of tools.jsonl: the Hermes tool-call syntax."""
+    from conftest import shared_file
+    with open(shared_file("chat", "tools.jsonl"), encoding="utf-8") as f:
+        row = next(r for r in map(json.loads, f) if r["name"] == "Qwen-Qwen2.5-7B-Instruct.jinja")
+    path = tmp_path / "qwen.jinja"
+    path.write_text(row["template"], encoding="utf-8")
+    return ("--model", shared_file("models", "qwen2-q8_0.gguf"), "--chat-template-file", str(path))
+
+
+def test_openai_node_sdk_tool_calls_whole_and_streamed(tmp_path):
+    got = run_node("openai_tools.mjs", "openai", server_args=qwen_tools_server_args(tmp_path))
+    for choice in (got["whole"], got["streamed"]):
+        assert choice["finish_reason"] == "tool_calls", choice
+        calls = choice["message"]["tool_calls"]
+        assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
+        assert calls[0]["function"]["name"] == "get_weather"
+        args = json.loads(calls[0]["function"]["arguments"])
+        assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 8
+    # the same seed: the same call, streamed as an announcement then argument fragments
+    assert got["whole"]["message"]["tool_calls"][0]["function"] == got["streamed"]["message"]["tool_calls"][0]["function"]
+    d = got["deltas"]
+    assert d[0]["index"] == 0 and d[0]["function"]["name"] == "get_weather" and d[0]["id"]
+    assert len(d) >= 2 and all("id" not in x for x in d[1:])
+
+
+def test_langchain_js_bind_tools_and_structured_output(tmp_path):
+    got = run_node("langchain_tools.mjs", "@langchain/openai", server_args=qwen_tools_server_args(tmp_path))
+    calls = got["toolCalls"]
+    assert len(calls) == 1 and calls[0]["name"] == "get_weather", calls
+    assert isinstance(calls[0]["args"]["city"], str) and len(calls[0]["args"]["city"]) <= 8
+    for person in (got["viaTool"], got["viaDefault"]):
+        assert set(person) == {"name", "age"}, person
+        assert re.fullmatch("[a-z]{1,8}", person["name"]), person
+        assert isinstance(person["age"], int) and 0 <= person["age"] <= 120

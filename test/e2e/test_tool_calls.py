@@ -1,0 +1,182 @@
+"""Tool calls and reasoning through the real server: the shared random-weight qwen2 model with the
+Qwen2.5 template of ../shared/chat/tools.jsonl (Hermes <tool_call> syntax). With tool_choice
+"required" or a named tool every seeded generation is a call, whole and streamed, whose arguments
+validate against the tool's schema; "none" and "auto" answer text; the request fields' 400s; and
+reasoning_content under a template that opens the reasoning block (QwQ's)."""
+import json
+
+import pytest
+
+from conftest import Server, shared_file
+from serving_helpers import post, shared_model, stream, wait_ready
+from test_structured_output import validate
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 8},
+                   "unit": {"enum": ["celsius", "fahrenheit"]},
+                   "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city"],
+}
+SEARCH = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 10}}, "required": ["query"]}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "search", "description": "Search the web", "parameters": SEARCH}},
+]
+SCHEMA = {"get_weather": WEATHER, "search": SEARCH}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def template(tmp_path, name):
+    with open(shared_file("chat", "tools.jsonl"), encoding="utf-8") as f:
+        row = next(r for r in map(json.loads, f) if r["name"] == name)
+    path = tmp_path / name
+    path.write_text(row["template"], encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = template(tmp_path_factory.mktemp("tmpl"), "Qwen-Qwen2.5-7B-Instruct.jinja")
+    srv = wait_ready(Server(["--model", shared_model("qwen2-q8_0.gguf"), "--chat-template-file", path]))
+    assert "tool calls: hermes syntax" in srv.log()
+    yield srv
+    srv.stop()
+
+
+def check_call(call, names=SCHEMA):
+    assert call["id"].startswith("call_") and call["type"] == "function", call
+    name = call["function"]["name"]
+    assert name in names, call
+    args = json.loads(call["function"]["arguments"])
+    validate(args, SCHEMA[name], SCHEMA[name])
+
+
+def test_required_makes_valid_calls(qwen):
+    for seed in range(1, 13):
+        status, out = post(qwen, "/v1/chat/completions", {
+            "messages": ASK, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False,
+            "seed": seed, "temperature": 1.0, "max_tokens": 300})
+        assert status == 200, out
+        choice = out["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", choice
+        msg = choice["message"]
+        assert msg["content"] is None and len(msg["tool_calls"]) == 1, msg
+        check_call(msg["tool_calls"][0])
+
+
+def test_named_tool_is_the_one_called(qwen):
+    for seed in range(1, 5):
+        status, out = post(qwen, "/v1/chat/completions", {
+            "messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "search"}},
+            "seed": seed, "temperature": 1.0, "max_tokens": 300, "parallel_tool_calls": False})
+        assert status == 200, out
+        calls = out["choices"][0]["message"]["tool_calls"]
+        assert [c["function"]["name"] for c in calls] == ["search"]
+        check_call(calls[0], ["search"])
+
+
+def test_required_streams_openai_deltas(qwen):
+    for seed in range(1, 7):
+        events = stream(qwen, "/v1/chat/completions", {
+            "messages": ASK, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False,
+            "seed": seed, "temperature": 1.0, "max_tokens": 300})
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        calls, content, finish = {}, "", None
+        for ch in chunks:
+            c = ch["choices"][0]
+            d = c["delta"]
+            content += d.get("content") or ""
+            for tc in d.get("tool_calls", []):
+                if tc["index"] not in calls:  # the first news of a call: id, type and name
+                    assert tc["id"].startswith("call_") and tc["type"] == "function" and tc["function"]["name"], tc
+                    calls[tc["index"]] = {"id": tc["id"], "type": "function",
+                                          "function": {"name": tc["function"]["name"], "arguments": ""}}
+                else:
+                    assert "id" not in tc and "name" not in tc["function"], tc
+                calls[tc["index"]]["function"]["arguments"] += tc["function"]["arguments"]
+            finish = c["finish_reason"] or finish
+        assert finish == "tool_calls" and content == ""
+        assert list(calls) == [0]
+        check_call(calls[0])
+        # the same seed without streaming gives the same call
+        status, out = post(qwen, "/v1/chat/completions", {
+            "messages": ASK, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False,
+            "seed": seed, "temperature": 1.0, "max_tokens": 300})
+        whole = out["choices"][0]["message"]["tool_calls"][0]["function"]
+        assert whole == calls[0]["function"]
+
+
+def test_none_and_auto_answer(qwen):
+    status, out = post(qwen, "/v1/chat/completions", {"messages": ASK, "tools": TOOLS, "tool_choice": "none",
+                                                      "seed": 1, "max_tokens": 12})
+    assert status == 200, out
+    c = out["choices"][0]
+    assert isinstance(c["message"]["content"], str) and "tool_calls" not in c["message"]
+    assert c["finish_reason"] in ("stop", "length")
+    for seed in range(1, 4):
+        status, out = post(qwen, "/v1/chat/completions", {"messages": ASK, "tools": TOOLS, "seed": seed,
+                                                          "temperature": 1.0, "max_tokens": 40})
+        assert status == 200, out
+        m = out["choices"][0]["message"]
+        for call in m.get("tool_calls", []):
+            check_call(call)
+        assert isinstance(m["content"], str) or m.get("tool_calls")
+
+
+def test_tool_history_renders(qwen):
+    messages = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"},
+    ]
+    status, out = post(qwen, "/apply-template", {"messages": messages, "tools": TOOLS})
+    assert status == 200, out
+    assert "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>" in out["prompt"]
+    assert "<tool_response>\n{\"temp\": 21}\n</tool_response>" in out["prompt"]
+    status, out = post(qwen, "/v1/chat/completions", {"messages": messages, "tools": TOOLS, "max_tokens": 4, "seed": 1})
+    assert status == 200, out
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"tool_choice": "sometimes"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice.function.name"),
+    ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"not": {}}}}}}], "tool_choice": "required"}, "tools[0].function.parameters.properties.a.not"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"reasoning_format": "loud"}, "reasoning_format"),
+    ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+])
+def test_bad_tool_fields_are_400s_naming_them(qwen, extra, param):
+    body = dict({"messages": ASK, "tools": TOOLS}, **extra)
+    status, out = post(qwen, "/v1/chat/completions", body)
+    assert status == 400, out
+    assert out["error"]["param"] == param, out
+
+
+def test_reasoning_content_when_the_template_opens_the_block(tmp_path):
+    path = template(tmp_path, "Qwen-QwQ-32B.jinja")
+    srv = wait_ready(Server(["--model", shared_model("qwen2-q8_0.gguf"), "--chat-template-file", path]))
+    try:
+        body = {"messages": [{"role": "user", "content": "2 + 2?"}], "seed": 3, "temperature": 0, "max_tokens": 12}
+        status, auto = post(srv, "/v1/chat/completions", body)
+        assert status == 200, auto
+        status, raw = post(srv, "/v1/chat/completions", dict(body, reasoning_format="none"))
+        assert status == 200, raw
+        text = raw["choices"][0]["message"]["content"]
+        assert "reasoning_content" not in raw["choices"][0]["message"]
+        msg = auto["choices"][0]["message"]
+        if "</think>" in text:  # the model closed the block: the rest is the answer
+            before, after = text.split("</think>", 1)
+            assert msg["reasoning_content"] == before.strip() and msg["content"] == after.lstrip()
+        else:
+            assert msg["reasoning_content"] == text.strip() and msg["content"] == ""
+        # streamed: the same reasoning in delta.reasoning_content
+        events = stream(srv, "/v1/chat/completions", body)
+        got = "".join(json.loads(e)["choices"][0]["delta"].get("reasoning_content") or ""
+                      for e in events[:-1] if json.loads(e)["choices"])
+        assert got == msg["reasoning_content"]
+    finally:
+        srv.stop()
