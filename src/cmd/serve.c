@@ -8,9 +8,11 @@
 #include "cmd/cmd.h"
 #include "common/config.h"
 #include "common/err.h"
+#include "common/hugemem.h"
 #include "net/debug.h"
 #include "net/engine_driver.h"
 #include "net/server.h"
+#include "sampler/grammar.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +50,18 @@ static int check_model_file(const char *path, char *msg, size_t cap) {
     return rc;
 }
 
+/* The memory compiled grammars may keep (their masks, above all: n_vocab / 8 bytes each): 1/32
+ * of the memory available at startup, between 64 MiB and 1 GiB; the default where the kernel does
+ * not say. */
+static void size_grammar_budget(struct app *app) {
+    int64_t avail = hugemem_available(), bytes = avail > 0 ? avail / 32 : GRAMMAR_BUDGET_DEFAULT;
+    if (bytes < (64ll << 20)) bytes = 64ll << 20;
+    if (bytes > (1ll << 30)) bytes = 1ll << 30;
+    grammar_budget_set(bytes);
+    log_info(&app->log, "grammar caches: at most %lld MiB (%s)", (long long)(bytes >> 20),
+             avail > 0 ? "1/32 of the available memory" : "the default");
+}
+
 static int add_routes(struct router *r, struct app *app, struct serving *srv, struct engine_driver *drv) {
     int rc = serving_routes_add(r, srv); /* /health and every model endpoint */
     if (!rc && !app->cfg->no_webui) rc = webui_routes_add(r); /* the chat page at GET / */
@@ -71,6 +85,7 @@ int cmd_serve(int argc, char **argv) {
     uv_loop_init(&loop);
     struct app app;
     app_init(&app, &cfg, &loop);
+    size_grammar_budget(&app);
     struct router router;
     router_init(&router, &cfg.api_key, &cfg.cors_origin);
     app.on_request = serve_request;

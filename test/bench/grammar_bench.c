@@ -139,7 +139,8 @@ static int mask_case(const struct tokenizer *tok, const struct grammar_vocab *v,
     report(name, "cold run", cold, n_cold);
     report(name, "all runs", t, n);
     report(name, "2nd half", warm, n_warm);
-    printf("mask %-12s %d of %d generations complete\n", name, complete, runs);
+    printf("mask %-12s %d of %d generations complete; the grammar keeps %.1f MiB\n", name, complete, runs,
+           (double)grammar_memory(g) / (1 << 20));
     free(t);
     free(cold);
     free(warm);
