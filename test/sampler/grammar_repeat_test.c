@@ -7,6 +7,7 @@
 #include "common/err.h"
 #include "sampler/grammar.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,6 +285,53 @@ TEST(grammar_budget_fills_and_evicts) {
     grammar_unref(b);
     grammar_budget_get(&s2);
     CHECK_EQ_INT((int)s2.grammars, (int)s0.grammars - 2);
+    grammar_vocab_free(v);
+    for (int i = 0; i < N_EXTRA; i++) free(store[i]);
+}
+
+struct worker {
+    struct test_case *t;
+    struct grammar *g;
+    size_t words;
+    int done;
+};
+
+static void *work(void *p) {
+    struct worker *w = p;
+    uint64_t rng = (uint64_t)(uintptr_t)w->g;
+    w->done = drive(w->t, w->g, w->words, 400, &rng, INT64_MAX);
+    return NULL;
+}
+
+/* Two threads, two grammars, a budget they pass at every step: each evicts the other's masks
+ * (when it is not in a call) and its own, and neither's answers change (drive checks that every
+ * allowed token is accepted). */
+TEST(grammar_budget_shared_by_threads) {
+    enum { N_EXTRA = 3000 };
+    char *store[N_EXTRA];
+    struct grammar_vocab *v = letter_vocab(N_EXTRA, store);
+    CHECK(v);
+    size_t words = grammar_mask_words(v);
+    struct grammar *a = comp(v, "root ::= ([a-m] [a-z]{0,6} \" \"){0,60}\n"), *b = comp(v, "root ::= ([n-z] [a-z]{0,6} \".\"){0,60}\n");
+    CHECK(a && b);
+    struct grammar_budget_stats s0, s1;
+    grammar_budget_get(&s0);
+    grammar_budget_set(s0.used + (int64_t)(20 * words * 8));
+    struct worker wa = {t, a, words, 0}, wb = {t, b, words, 0};
+    pthread_t ta, tb;
+    CHECK(pthread_create(&ta, NULL, work, &wa) == 0);
+    CHECK(pthread_create(&tb, NULL, work, &wb) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    grammar_budget_set(GRAMMAR_BUDGET_DEFAULT);
+    grammar_budget_get(&s1);
+    CHECK_EQ_INT(wa.done, 400);
+    CHECK_EQ_INT(wb.done, 400);
+    CHECK(s1.evicted_masks > s0.evicted_masks);
+    CHECK_EQ_INT(in_lang(a, "abc dz "), 1);
+    CHECK_EQ_INT(in_lang(b, "nabcdef."), 1);
+    grammar_unref(a);
+    grammar_unref(b);
     grammar_vocab_free(v);
     for (int i = 0; i < N_EXTRA; i++) free(store[i]);
 }
