@@ -52,7 +52,8 @@ static int check_model_file(const char *path, char *msg, size_t cap) {
 
 /* The memory compiled grammars may keep (their masks, above all: n_vocab / 8 bytes each): 1/32
  * of the memory available at startup, between 64 MiB and 1 GiB; the default where the kernel does
- * not say. */
+ * not say. Set once listening (the first line of the log says where), before the loop runs a
+ * request. */
 static void size_grammar_budget(struct app *app) {
     int64_t avail = hugemem_available(), bytes = avail > 0 ? avail / 32 : GRAMMAR_BUDGET_DEFAULT;
     if (bytes < (64ll << 20)) bytes = 64ll << 20;
@@ -85,7 +86,6 @@ int cmd_serve(int argc, char **argv) {
     uv_loop_init(&loop);
     struct app app;
     app_init(&app, &cfg, &loop);
-    size_grammar_budget(&app);
     struct router router;
     router_init(&router, &cfg.api_key, &cfg.cors_origin);
     app.on_request = serve_request;
@@ -107,6 +107,7 @@ int cmd_serve(int argc, char **argv) {
     srv.driver = &drv;
     rc = add_routes(&router, &app, &srv, &drv);
     if (!rc) rc = app_start(&app);
+    if (!rc) size_grammar_budget(&app);
     if (!rc) uv_run(&loop, UV_RUN_DEFAULT);
     else app.exit_status = 1;
     engine_driver_close(&drv);
