@@ -8,9 +8,11 @@
 #include "cmd/cmd.h"
 #include "common/config.h"
 #include "common/err.h"
+#include "common/hugemem.h"
 #include "net/debug.h"
 #include "net/engine_driver.h"
 #include "net/server.h"
+#include "sampler/grammar.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +48,19 @@ static int check_model_file(const char *path, char *msg, size_t cap) {
     if (rc) snprintf(msg, cap, "not a regular file");
     close(fd);
     return rc;
+}
+
+/* The memory compiled grammars may keep (their masks, above all: n_vocab / 8 bytes each): 1/32
+ * of the memory available at startup, between 64 MiB and 1 GiB; the default where the kernel does
+ * not say. Set once listening (the first line of the log says where), before the loop runs a
+ * request. */
+static void size_grammar_budget(struct app *app) {
+    int64_t avail = hugemem_available(), bytes = avail > 0 ? avail / 32 : GRAMMAR_BUDGET_DEFAULT;
+    if (bytes < (64ll << 20)) bytes = 64ll << 20;
+    if (bytes > (1ll << 30)) bytes = 1ll << 30;
+    grammar_budget_set(bytes);
+    log_info(&app->log, "grammar caches: at most %lld MiB (%s)", (long long)(bytes >> 20),
+             avail > 0 ? "1/32 of the available memory" : "the default");
 }
 
 static int add_routes(struct router *r, struct app *app, struct serving *srv, struct engine_driver *drv) {
@@ -92,6 +107,7 @@ int cmd_serve(int argc, char **argv) {
     srv.driver = &drv;
     rc = add_routes(&router, &app, &srv, &drv);
     if (!rc) rc = app_start(&app);
+    if (!rc) size_grammar_budget(&app);
     if (!rc) uv_run(&loop, UV_RUN_DEFAULT);
     else app.exit_status = 1;
     engine_driver_close(&drv);

@@ -687,6 +687,7 @@ struct mslot {
     int32_t *ids;
     int32_t count;
     int32_t owner;       /* the configuration it belongs to, -1 */
+    uint64_t used;       /* budget_tick() of its last use */
 };
 
 struct mpool {
@@ -710,6 +711,11 @@ struct grammar {
     int32_t n_cls;
     int32_t *named;      /* control tokens the literals name */
     int32_t n_named, cap_named;
+    /* counted repetitions: a state of the k-th last optional copy of X in X{m,n} (X without
+     * calls) has twin[state], the same state in an X* compiled beside the copies, and
+     * twin_rem[state] = k iterations left, itself included. -1: no twin. */
+    int32_t *twin, *twin_rem;
+    int32_t n_twin, cap_twin, cap_twin_rem;
 
     /* the matcher's shared caches: everything below under mu */
     pthread_mutex_t mu;
@@ -726,7 +732,9 @@ struct grammar {
     int32_t *cf_mask;    /* mask slot, -1 */
     int32_t *cf_lslot;   /* local mask slot, -1 */
     int32_t *cf_local;   /* its local configuration, -1 until known */
-    int32_t n_cf, cap_cf, cap_cf_b, cap_cf_c, cap_cf_d, cap_cf_e, cap_cf_f, cap_cf_g;
+    int32_t *cf_twin;    /* its tops through twin[] (TWIN_UNKNOWN, TWIN_NONE), see twin_mask */
+    int32_t *cf_rem;     /* the fewest iterations left among its twinned tops */
+    int32_t n_cf, cap_cf, cap_cf_b, cap_cf_c, cap_cf_d, cap_cf_e, cap_cf_f, cap_cf_g, cap_cf_h, cap_cf_i;
     int32_t *tops;
     int32_t n_tops, cap_tops;
     uint64_t *cf_hash_key;
@@ -754,6 +762,12 @@ struct grammar {
     int32_t *walk_cf;    /* per trie depth */
     /* live states, so a flush can save and restore them */
     struct grammar_state *live;
+    /* the memory budget (see the budget section): bytes of the kept masks, bytes counted in
+     * budget_used, the last use; the registry of grammars, under budget_mu */
+    int64_t mask_bytes, accounted;
+    _Atomic uint64_t last_use;
+    bool registered;
+    struct grammar *reg_prev, *reg_next;
 };
 
 #define CF_UNKNOWN (-1)
@@ -762,6 +776,8 @@ struct grammar {
 #define CF_CTX 2        /* a pop left a local configuration's cut stack (CTX below its tops) */
 #define CTX (-2)        /* parent of a local configuration's tops: "whatever the stack holds" */
 #define MAX_STACKS 4096 /* tops per configuration (an ambiguous grammar's set can explode) */
+#define TWIN_UNKNOWN (-1)
+#define TWIN_NONE (-3)
 
 struct grammar_vocab {
     int32_t n_vocab;
@@ -782,7 +798,16 @@ struct grammar_vocab {
     int32_t n_eog;
     int32_t *control;
     int32_t n_control;
+    /* for twin_mask: per node the longest token of its subtree; per length r in 1..LEN_BITS the
+     * bitset of TEXT tokens of at most r bytes (lenle + (r - 1) * words); the TEXT tokens longer
+     * than LEN_BITS bytes, longest first */
+    uint16_t *nmax;
+    uint64_t *lenle;
+    int32_t *longer;
+    int32_t n_longer;
 };
+
+#define LEN_BITS 32 /* lengths with a kept bitset: n_vocab / 8 bytes each */
 
 struct grammar_state {
     struct grammar *g;
@@ -794,6 +819,22 @@ struct grammar_state {
     int32_t n_saved, cap_saved;
     struct grammar_state *prev, *next;
 };
+
+/* The process's budget for what compiled grammars keep (see grammar.h): the limit, the bytes
+ * counted, the registry of grammars (budget_mu guards the registry and the eviction), the clock
+ * of uses. */
+static pthread_mutex_t budget_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int64_t budget_limit = GRAMMAR_BUDGET_DEFAULT;
+static _Atomic int64_t budget_used;
+static _Atomic uint64_t budget_clock, budget_evicted, budget_released;
+static struct grammar *budget_registry;
+
+static uint64_t budget_tick(void) { return atomic_fetch_add_explicit(&budget_clock, 1, memory_order_relaxed) + 1; }
+
+/* Bytes a kept mask holds. */
+static int64_t slot_bytes(const struct grammar_vocab *v, const struct mslot *s) {
+    return (s->bits ? (int64_t)(grammar_mask_words(v) * sizeof *s->bits) : 0) + (s->ids ? (int64_t)s->count * 4 : 0);
+}
 
 /* ---- the compiler --------------------------------------------------------------------------- */
 
@@ -938,6 +979,47 @@ oom:
     return -1;
 }
 
+static int32_t build(struct compiler *c, int32_t nd, int32_t next, int inline_depth);
+
+/* twin[] and twin_rem[] cover states [0, n) (-1 for the new ones). 0 or -1 (error set). */
+static int twin_cover(struct compiler *c, int32_t n) {
+    struct grammar *g = c->g;
+    if (grow(&g->twin, &g->cap_twin, n, sizeof *g->twin) || grow(&g->twin_rem, &g->cap_twin_rem, n, sizeof *g->twin_rem)) {
+        c->err = -ERR_NOMEM;
+        return -1;
+    }
+    for (; g->n_twin < n; g->n_twin++) g->twin[g->n_twin] = g->twin_rem[g->n_twin] = -1;
+    return 0;
+}
+
+/* The optional copies of X{m,n} were built at block[i] (the i-th from the end: i + 1 iterations
+ * left), each a run of the same states up to the next copy's start: when X makes no calls and
+ * holds no twinned copies of its own, compile an X* beside them (unreachable from the start) and
+ * point every copy's state at its twin there. A configuration inside the copies then takes its
+ * short tokens' mask from its twin's (see twin_mask): one walk of the vocabulary serves all
+ * n - m positions of a string's maxLength. 0 or -1 (error set). */
+static int twin_copies(struct compiler *c, int32_t nd, int32_t next, const int32_t *block, int32_t n_opt, int inline_depth) {
+    struct grammar *g = c->g;
+    int32_t size = (n_opt > 1 ? block[1] : g->n_st) - block[0] - 1; /* the copy's states, not its SPLIT */
+    if (size <= 0 || twin_cover(c, g->n_st)) return c->err ? -1 : 0;
+    for (int32_t s = block[0]; s < block[0] + size; s++)
+        if (g->st[s].kind != PS_BYTE && g->st[s].kind != PS_SPLIT) return 0;
+        else if (g->twin[s] >= 0) return 0;
+    int32_t loop = new_state(c, PS_SPLIT, -1, next);
+    if (loop < 0) return -1;
+    int32_t t0 = g->n_st, body = build(c, nd, loop, inline_depth);
+    if (body < 0) return -1;
+    g->st[loop].out = body;
+    if (g->n_st - t0 != size) return 0; /* not the same shape: no twins (never seen; a guard) */
+    if (twin_cover(c, g->n_st)) return -1;
+    for (int32_t i = 0; i < n_opt; i++)
+        for (int32_t k = 0; k < size; k++) {
+            g->twin[block[i] + k] = t0 + k;
+            g->twin_rem[block[i] + k] = i + 1;
+        }
+    return 0;
+}
+
 /* State sequence matching node nd, then continuing at next. Returns its first state or -1. */
 static int32_t build(struct compiler *c, int32_t nd, int32_t next, int inline_depth) {
     const struct syntax *sx = c->sx;
@@ -987,12 +1069,19 @@ static int32_t build(struct compiler *c, int32_t nd, int32_t next, int inline_de
             if (body < 0) return -1;
             c->g->st[loop].out = body;
             cur = loop;
-        } else {
-            for (int32_t i = 0; i < x->max - x->min && cur >= 0; i++) {
-                int32_t body = build(c, x->a, cur, inline_depth);
-                if (body < 0) return -1;
-                cur = new_state(c, PS_SPLIT, body, next);
+        } else if (x->max > x->min) {
+            int32_t n_opt = x->max - x->min, *block = malloc((size_t)n_opt * sizeof *block);
+            if (!block) {
+                c->err = -ERR_NOMEM;
+                return -1;
             }
+            for (int32_t i = 0; i < n_opt && cur >= 0; i++) {
+                block[i] = c->g->n_st;
+                int32_t body = build(c, x->a, cur, inline_depth);
+                cur = body < 0 ? -1 : new_state(c, PS_SPLIT, body, next);
+            }
+            if (cur >= 0 && n_opt >= 2 && twin_copies(c, x->a, next, block, n_opt, inline_depth) < 0) cur = -1;
+            free(block);
         }
         for (int32_t i = 0; i < x->min && cur >= 0; i++) cur = build(c, x->a, cur, inline_depth);
         return cur;
@@ -1052,6 +1141,7 @@ static void cache_reset(struct grammar *g) {
     if (g->cf_ht) memset(g->cf_ht, 0, (size_t)g->cf_ht_cap * sizeof *g->cf_ht);
     g->full.n_used = g->full.next = 0;
     g->local.n_used = g->local.next = 0;
+    for (int32_t i = 0; g->full.s && i < GRAMMAR_MAX_MASKS; i++) g->full.s[i].owner = g->local.s[i].owner = -1;
     g->epoch++;
 }
 
@@ -1139,6 +1229,8 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, uint
         grow(&g->cf_hash_key, &g->cap_cf_e, c + 1, sizeof *g->cf_hash_key) ||
         grow(&g->cf_lslot, &g->cap_cf_f, c + 1, sizeof *g->cf_lslot) ||
         grow(&g->cf_local, &g->cap_cf_g, c + 1, sizeof *g->cf_local) ||
+        grow(&g->cf_twin, &g->cap_cf_h, c + 1, sizeof *g->cf_twin) ||
+        grow(&g->cf_rem, &g->cap_cf_i, c + 1, sizeof *g->cf_rem) ||
         grow(&g->tops, &g->cap_tops, (int64_t)g->n_tops + n, sizeof *g->tops) ||
         grow(&g->trans, &g->cap_trans, (int64_t)(c + 1) * g->n_cls, sizeof *g->trans))
         return CF_NOMEM;
@@ -1148,6 +1240,8 @@ static int32_t intern_cf(struct grammar *g, const int32_t *tops, int32_t n, uint
     g->cf_mask[c] = -1;
     g->cf_lslot[c] = -1;
     g->cf_local[c] = -1;
+    g->cf_twin[c] = TWIN_UNKNOWN;
+    g->cf_rem[c] = 0;
     g->cf_hash_key[c] = h;
     if (n) memcpy(g->tops + g->n_tops, tops, (size_t)n * sizeof *tops);
     g->n_tops += n;
@@ -1342,9 +1436,179 @@ static int maybe_flush(struct grammar *g) {
     return 0;
 }
 
+/* ---- the memory budget ---------------------------------------------------------------------- */
+
+/* Bytes g holds: its program, the matcher's tables (by capacity) and the kept masks. g's lock. */
+static int64_t grammar_bytes(const struct grammar *g) {
+    int64_t b = (int64_t)sizeof *g + (int64_t)g->cap_st * (int64_t)sizeof *g->st + (int64_t)g->cap_sets * (int64_t)sizeof *g->sets +
+                (int64_t)g->n_rules * 4 + (int64_t)g->cap_named * 4 + ((int64_t)g->cap_twin + g->cap_twin_rem) * 4;
+    b += (int64_t)g->cap_nd * (int64_t)sizeof *g->nd + (int64_t)g->cap_nd_depth * 2 + (int64_t)g->nd_ht_cap * 12;
+    b += ((int64_t)g->cap_cf + g->cap_cf_b + g->cap_cf_d + g->cap_cf_f + g->cap_cf_g + g->cap_cf_h + g->cap_cf_i) * 4 +
+         g->cap_cf_c + (int64_t)g->cap_cf_e * 8;
+    b += ((int64_t)g->cap_tops + g->cf_ht_cap + g->cap_trans + g->cap_work + g->cap_out) * 4 + (int64_t)g->vis_cap * 12;
+    if (g->full.s) { /* the slot tables, uncertain lists' heads, scratch and walk buffers */
+        int64_t words = (int64_t)grammar_mask_words(g->v), depth = g->v->max_depth + 2;
+        b += 2 * GRAMMAR_MAX_MASKS * (int64_t)sizeof(struct mslot) + GRAMMAR_MAX_MASKS * 16 + (words + 1) * 8 + depth * 9;
+    }
+    return b + g->mask_bytes;
+}
+
+/* Bring budget_used up to date with g. g's lock. */
+static void budget_account(struct grammar *g) {
+    int64_t now = grammar_bytes(g);
+    if (now != g->accounted) atomic_fetch_add(&budget_used, now - g->accounted);
+    g->accounted = now;
+}
+
+/* Forget kept mask i of pool p (local: with its uncertain subtrees) and free its memory. */
+static void slot_drop(struct grammar *g, struct mpool *p, int32_t *slot_of, int32_t i, bool local) {
+    struct mslot *s = &p->s[i];
+    if (s->owner >= 0) slot_of[s->owner] = -1;
+    s->owner = -1;
+    g->mask_bytes -= slot_bytes(g->v, s);
+    free(s->bits);
+    free(s->ids);
+    s->bits = NULL;
+    s->ids = NULL;
+    s->count = 0;
+    if (local) {
+        g->mask_bytes -= (int64_t)g->cap_lunc[i] * (int64_t)sizeof **g->lunc;
+        free(g->lunc[i]);
+        g->lunc[i] = NULL;
+        g->cap_lunc[i] = g->n_lunc[i] = 0;
+    }
+}
+
+struct victim {
+    uint64_t used;
+    int32_t slot;
+    bool local;
+};
+
+static int cmp_victim(const void *a, const void *b) {
+    uint64_t x = ((const struct victim *)a)->used, y = ((const struct victim *)b)->used;
+    return x < y ? -1 : x > y;
+}
+
+/* Drop g's kept masks, least recently used first, until budget_used is at most target (or g
+ * keeps none). g's lock. */
+static void evict_masks(struct grammar *g, int64_t target) {
+    if (!g->full.s) return;
+    struct victim *vs = malloc(2 * GRAMMAR_MAX_MASKS * sizeof *vs);
+    if (!vs) return;
+    int32_t n = 0;
+    for (int32_t i = 0; i < GRAMMAR_MAX_MASKS; i++) {
+        if (slot_bytes(g->v, &g->full.s[i])) vs[n++] = (struct victim){g->full.s[i].used, i, false};
+        if (slot_bytes(g->v, &g->local.s[i]) || g->cap_lunc[i]) vs[n++] = (struct victim){g->local.s[i].used, i, true};
+    }
+    qsort(vs, (size_t)n, sizeof *vs, cmp_victim);
+    for (int32_t k = 0; k < n && atomic_load(&budget_used) > target; k++) {
+        if (vs[k].local) slot_drop(g, &g->local, g->cf_lslot, vs[k].slot, true);
+        else slot_drop(g, &g->full, g->cf_mask, vs[k].slot, false);
+        budget_account(g);
+        atomic_fetch_add(&budget_evicted, 1);
+    }
+    free(vs);
+}
+
+/* Free the matcher's tables and every kept mask: the live states are saved first (as a flush
+ * does) and come back on their next use. g's lock. */
+static void release_tables(struct grammar *g) {
+    for (struct grammar_state *s = g->live; s; s = s->next)
+        if (save_state(s)) return;
+    for (int32_t i = 0; g->full.s && i < GRAMMAR_MAX_MASKS; i++) {
+        slot_drop(g, &g->full, g->cf_mask, i, false);
+        slot_drop(g, &g->local, g->cf_lslot, i, true);
+    }
+    void *tables[] = {g->nd, g->nd_depth, g->nd_key, g->nd_val, g->cf_off, g->cf_len, g->cf_complete, g->cf_mask,
+                      g->cf_lslot, g->cf_local, g->cf_twin, g->cf_rem, g->tops, g->cf_hash_key, g->cf_ht, g->trans,
+                      g->work, g->vis, g->vis_gen, g->out};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) free(tables[i]);
+    g->nd = NULL, g->nd_depth = NULL, g->nd_key = NULL, g->nd_val = NULL;
+    g->cf_off = g->cf_len = g->cf_mask = g->cf_lslot = g->cf_local = g->cf_twin = g->cf_rem = NULL;
+    g->cf_complete = NULL, g->tops = NULL, g->cf_hash_key = NULL, g->cf_ht = NULL, g->trans = NULL;
+    g->work = NULL, g->vis = NULL, g->vis_gen = NULL, g->out = NULL;
+    g->cap_nd = g->cap_nd_depth = g->nd_ht_cap = 0;
+    g->cap_cf = g->cap_cf_b = g->cap_cf_c = g->cap_cf_d = g->cap_cf_e = g->cap_cf_f = g->cap_cf_g = g->cap_cf_h = g->cap_cf_i = 0;
+    g->cap_tops = g->cf_ht_cap = g->cap_trans = g->cap_work = g->cap_out = g->vis_cap = 0;
+    g->n_work = g->n_out = g->n_vis = 0;
+    cache_reset(g);
+    atomic_fetch_add(&budget_released, 1);
+}
+
+static int cmp_last_use(const void *a, const void *b) {
+    uint64_t x = atomic_load(&(*(struct grammar *const *)a)->last_use), y = atomic_load(&(*(struct grammar *const *)b)->last_use);
+    return x < y ? -1 : x > y;
+}
+
+/* Over the budget: kept masks are dropped, the least recently used grammar's first and in it
+ * the least recently used first, down to three quarters of the budget (so that one new mask
+ * does not evict one old one per step); if the matchers' tables alone still pass that, they
+ * are released the same way. A grammar another thread is using is passed over. g's lock. */
+static void budget_enforce(struct grammar *g) {
+    budget_account(g);
+    int64_t limit = atomic_load(&budget_limit);
+    if (atomic_load(&budget_used) <= limit) return;
+    int64_t target = limit / 4 * 3;
+    pthread_mutex_lock(&budget_mu);
+    int32_t n = 0;
+    for (struct grammar *x = budget_registry; x; x = x->reg_next) n++;
+    struct grammar **by = malloc((size_t)(n ? n : 1) * sizeof *by);
+    if (by) {
+        n = 0;
+        for (struct grammar *x = budget_registry; x; x = x->reg_next) by[n++] = x;
+        qsort(by, (size_t)n, sizeof *by, cmp_last_use);
+        for (int phase = 0; phase < 2; phase++)
+            for (int32_t i = 0; i < n && atomic_load(&budget_used) > target; i++) {
+                struct grammar *x = by[i];
+                if (x != g && pthread_mutex_trylock(&x->mu)) continue;
+                if (phase == 0) evict_masks(x, target);
+                else release_tables(x);
+                budget_account(x);
+                if (x != g) pthread_mutex_unlock(&x->mu);
+            }
+        free(by);
+    }
+    pthread_mutex_unlock(&budget_mu);
+}
+
+static void budget_register(struct grammar *g) {
+    pthread_mutex_lock(&budget_mu);
+    g->reg_prev = NULL;
+    g->reg_next = budget_registry;
+    if (budget_registry) budget_registry->reg_prev = g;
+    budget_registry = g;
+    g->registered = true;
+    pthread_mutex_unlock(&budget_mu);
+}
+
+static void budget_unregister(struct grammar *g) {
+    if (!g->registered) return;
+    pthread_mutex_lock(&budget_mu);
+    if (g->reg_prev) g->reg_prev->reg_next = g->reg_next;
+    else budget_registry = g->reg_next;
+    if (g->reg_next) g->reg_next->reg_prev = g->reg_prev;
+    atomic_fetch_sub(&budget_used, g->accounted);
+    g->accounted = 0;
+    pthread_mutex_unlock(&budget_mu);
+}
+
+void grammar_budget_set(int64_t bytes) { atomic_store(&budget_limit, bytes > 0 ? bytes : 1); }
+
+void grammar_budget_get(struct grammar_budget_stats *out) {
+    pthread_mutex_lock(&budget_mu);
+    int32_t n = 0;
+    for (struct grammar *x = budget_registry; x; x = x->reg_next) n++;
+    pthread_mutex_unlock(&budget_mu);
+    *out = (struct grammar_budget_stats){.limit = atomic_load(&budget_limit), .used = atomic_load(&budget_used),
+                                         .evicted_masks = atomic_load(&budget_evicted),
+                                         .released = atomic_load(&budget_released), .grammars = n};
+}
+
 /* ---- compile -------------------------------------------------------------------------------- */
 
 static void grammar_destroy(struct grammar *g) {
+    budget_unregister(g);
     free(g->st);
     free(g->sets);
     free(g->rule_start);
@@ -1359,6 +1623,10 @@ static void grammar_destroy(struct grammar *g) {
     free(g->cf_mask);
     free(g->cf_lslot);
     free(g->cf_local);
+    free(g->cf_twin);
+    free(g->cf_rem);
+    free(g->twin);
+    free(g->twin_rem);
     for (int32_t i = 0; g->local.s && i < GRAMMAR_MAX_MASKS; i++) free(g->local.s[i].bits), free(g->local.s[i].ids);
     for (int32_t i = 0; g->full.s && i < GRAMMAR_MAX_MASKS; i++) free(g->full.s[i].bits), free(g->full.s[i].ids);
     free(g->local.s);
@@ -1467,7 +1735,7 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
         free(c.todo);
         c = (struct compiler){.g = g, .sx = &sx, .recursive = recursive, .no_inline = attempt == 1,
                               .max_states = attempt == 0 ? GRAMMAR_MAX_STATES / 4 : GRAMMAR_MAX_STATES};
-        g->n_st = g->n_sets = 0;
+        g->n_st = g->n_sets = g->n_twin = 0;
         for (int32_t r = 0; r < sx.n_rules; r++) g->rule_start[r] = -1;
         g->rule_start[root] = -2;
         if (grow(&c.todo, &c.cap_todo, 1, sizeof *c.todo)) {
@@ -1488,6 +1756,10 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
         rc = c.err;
         snprintf(why, why_len, c.err == -ERR_TOOBIG ? "the grammar compiles to more than %d states (lower repetition counts)"
                                                     : "out of memory compiling the grammar", GRAMMAR_MAX_STATES);
+        goto out;
+    }
+    if (twin_cover(&c, g->n_st)) {
+        rc = c.err;
         goto out;
     }
     g->root_start = g->rule_start[root];
@@ -1533,6 +1805,11 @@ out:
         grammar_destroy(g);
         return rc;
     }
+    atomic_store(&g->last_use, budget_tick());
+    budget_register(g);
+    pthread_mutex_lock(&g->mu);
+    budget_enforce(g);
+    pthread_mutex_unlock(&g->mu);
     *out = g;
     return 0;
 }
@@ -1544,6 +1821,13 @@ void grammar_unref(struct grammar *g) {
 }
 
 int32_t grammar_n_states(const struct grammar *g) { return g->n_st; }
+
+int64_t grammar_memory(struct grammar *g) {
+    pthread_mutex_lock(&g->mu);
+    int64_t b = grammar_bytes(g);
+    pthread_mutex_unlock(&g->mu);
+    return b;
+}
 
 /* ---- states --------------------------------------------------------------------------------- */
 
@@ -1665,8 +1949,19 @@ static int32_t pool_take(struct mpool *p, int32_t *slot_of) {
     return slot;
 }
 
-/* Keep the mask in bits (count tokens) in slot s: as ids when that is smaller. 0 or CF_NOMEM. */
-static int32_t slot_store(const struct grammar_vocab *v, struct mslot *s, const uint64_t *bits, int32_t count) {
+static int32_t slot_store_(const struct grammar_vocab *v, struct mslot *s, const uint64_t *bits, int32_t count);
+
+/* Keep the mask in bits (count tokens) in slot s of g: as ids when that is smaller, counted in
+ * g->mask_bytes. 0 or CF_NOMEM. */
+static int32_t slot_store(struct grammar *g, struct mslot *s, const uint64_t *bits, int32_t count) {
+    g->mask_bytes -= slot_bytes(g->v, s);
+    int32_t rc = slot_store_(g->v, s, bits, count);
+    g->mask_bytes += slot_bytes(g->v, s);
+    s->used = budget_tick();
+    return rc;
+}
+
+static int32_t slot_store_(const struct grammar_vocab *v, struct mslot *s, const uint64_t *bits, int32_t count) {
     size_t words = grammar_mask_words(v);
     free(s->ids);
     s->ids = NULL;
@@ -1697,7 +1992,9 @@ static void slot_expand(const struct grammar_vocab *v, const struct mslot *s, ui
 }
 
 static int add_uncertain(struct grammar *g, int32_t slot, int32_t node, int32_t parent) {
+    int32_t cap = g->cap_lunc[slot];
     if (grow(&g->lunc[slot], &g->cap_lunc[slot], (int64_t)g->n_lunc[slot] + 2, sizeof **g->lunc)) return CF_NOMEM;
+    g->mask_bytes += (int64_t)(g->cap_lunc[slot] - cap) * (int64_t)sizeof **g->lunc;
     g->lunc[slot][g->n_lunc[slot]++] = node;
     g->lunc[slot][g->n_lunc[slot]++] = parent;
     return 0;
@@ -1751,6 +2048,104 @@ static int32_t walk_trie(struct grammar *g, uint64_t *m, int32_t i0, int32_t i1,
     return 0;
 }
 
+/* The twin of configuration c into *out: its tops with each twinned state replaced by its twin
+ * (same parent), cf_rem[c] the fewest iterations left among them; TWIN_NONE when no top has a
+ * twin. 0 or an error. */
+static int32_t twin_cf(struct grammar *g, int32_t c, int32_t *out) {
+    if (g->cf_twin[c] != TWIN_UNKNOWN) {
+        *out = g->cf_twin[c];
+        return 0;
+    }
+    int32_t rem = INT32_MAX;
+    for (int32_t i = 0; i < g->cf_len[c]; i++) {
+        int32_t s = g->nd[g->tops[g->cf_off[c] + i]].state;
+        if (s < g->n_twin && g->twin[s] >= 0 && g->twin_rem[s] < rem) rem = g->twin_rem[s];
+    }
+    if (rem == INT32_MAX) {
+        *out = g->cf_twin[c] = TWIN_NONE;
+        return 0;
+    }
+    closure_begin(g);
+    for (int32_t i = 0; i < g->cf_len[c]; i++) {
+        int32_t n = g->tops[g->cf_off[c] + i], s = g->nd[n].state;
+        if (s < g->n_twin && g->twin[s] >= 0) n = intern_node(g, g->twin[s], g->nd[n].parent);
+        if (n < 0 || grow(&g->out, &g->cap_out, g->n_out + 1, sizeof *g->out)) return CF_NOMEM;
+        g->out[g->n_out++] = n;
+    }
+    int32_t t = finish_cf(g, g->cf_complete[c]);
+    if (t < 0) return t;
+    g->cf_twin[c] = t;
+    g->cf_rem[c] = rem;
+    *out = t;
+    return 0;
+}
+
+/* Marks the tokens of more than r bytes that configuration c accepts: a walk of the trie that
+ * skips every subtree whose tokens are all short. 0 or an error. */
+static int32_t walk_long(struct grammar *g, uint64_t *m, int32_t c, int32_t r) {
+    const struct grammar_vocab *v = g->v;
+    int32_t *at = g->walk_cf;
+    at[0] = c;
+    const uint8_t *nbyte = v->nbyte, *cls = g->cls;
+    const uint16_t *ndepth = v->ndepth, *nmax = v->nmax;
+    const int32_t *nskip = v->nskip;
+    int32_t ncls = g->n_cls, hard = 2 * g->soft_cf;
+    for (int32_t i = 0; i < v->n_nodes;) {
+        if (nmax[i] <= r) {
+            i = nskip[i];
+            continue;
+        }
+        int32_t d = ndepth[i];
+        int32_t k = cls[nbyte[i]];
+        int32_t nc = g->trans[(size_t)at[d - 1] * (size_t)ncls + (size_t)k];
+        if (nc == CF_UNKNOWN) {
+            if (g->n_cf > hard) return CF_NOMEM;
+            nc = step(g, at[d - 1], k);
+            if (nc < CF_DEAD) return nc;
+        }
+        if (nc == CF_DEAD) {
+            i = nskip[i];
+            continue;
+        }
+        at[d] = nc;
+        if (d > r) mark_node(v, m, i);
+        i++;
+    }
+    return 0;
+}
+
+static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out);
+static int32_t add_named_eog(struct grammar *g, int32_t c, uint64_t *m);
+static int32_t keep_mask(struct grammar *g, int32_t c, uint64_t *m, uint64_t *out);
+
+/* The mask of configuration c, which has twin t inside counted repetitions with at least r
+ * iterations left: a token of at most r bytes starts at most r iterations, so c accepts it
+ * exactly when t does (the copies and X* differ only past the count), and those come from t's
+ * mask (kept once for every position of the repetition); the longer ones from a walk of the
+ * trie that skips the subtrees of short tokens. Count or an error. */
+static int32_t twin_mask(struct grammar *g, int32_t c, int32_t t, uint64_t *out) {
+    const struct grammar_vocab *v = g->v;
+    size_t words = grammar_mask_words(v);
+    int32_t r = g->cf_rem[c];
+    int32_t rc = mask_of(g, t, out);
+    if (rc < 0) return rc;
+    uint64_t *m = g->scratch;
+    if (r <= LEN_BITS) {
+        const uint64_t *le = v->lenle + (size_t)(r - 1) * words;
+        for (size_t w = 0; w < words; w++) m[w] = out[w] & le[w];
+    } else {
+        memcpy(m, out, words * sizeof *m);
+        for (int32_t i = 0; i < v->n_longer && (int32_t)v->len[v->longer[i]] > r; i++)
+            m[v->longer[i] >> 6] &= ~(1ull << (v->longer[i] & 63));
+        for (int32_t i = 0; i < g->n_named; i++) m[g->named[i] >> 6] &= ~(1ull << (g->named[i] & 63));
+        for (int32_t i = 0; i < v->n_eog; i++) m[v->eog[i] >> 6] &= ~(1ull << (v->eog[i] & 63));
+    }
+    m[words] = 0;
+    if (r < v->max_depth && (rc = walk_long(g, m, c, r))) return rc;
+    if ((rc = add_named_eog(g, c, m)) < 0) return rc;
+    return keep_mask(g, c, m, out);
+}
+
 /* The local mask of local configuration l: one walk of the trie. A token is sure when the top
  * rule takes all its bytes. Where a subtree dies after the rule could have ended (CF_CTX) above
  * it, its tokens depend on the stacks below: the subtree is kept as uncertain (its node and its
@@ -1793,7 +2188,7 @@ static int32_t compute_local(struct grammar *g, int32_t l) {
         mark_node(v, m, i);
         i++;
     }
-    if (slot_store(v, &g->local.s[slot], m, finish_bits(v, m))) return CF_NOMEM;
+    if (slot_store(g, &g->local.s[slot], m, finish_bits(v, m))) return CF_NOMEM;
     g->local.s[slot].owner = l;
     g->cf_lslot[l] = slot;
     return slot;
@@ -1808,9 +2203,15 @@ static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out) {
     const struct grammar_vocab *v = g->v;
     size_t words = grammar_mask_words(v);
     if (g->cf_mask[c] >= 0) {
-        slot_expand(v, &g->full.s[g->cf_mask[c]], out);
-        return g->full.s[g->cf_mask[c]].count;
+        struct mslot *s = &g->full.s[g->cf_mask[c]];
+        s->used = budget_tick();
+        slot_expand(v, s, out);
+        return s->count;
     }
+    int32_t tw;
+    int32_t rc = twin_cf(g, c, &tw);
+    if (rc < 0) return rc;
+    if (tw >= 0) return twin_mask(g, c, tw, out);
     int32_t ls = -1;
     if (g->cf_len[c] > 0) {
         int32_t l = local_cf(g, c);
@@ -1818,6 +2219,7 @@ static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out) {
         ls = g->cf_lslot[l];
         if (ls < 0) ls = compute_local(g, l);
         if (ls < 0) return ls;
+        g->local.s[ls].used = budget_tick();
         if (g->n_lunc[ls] == 0 && g->n_named == 0 && !(g->cf_complete[c] & CF_COMPLETE)) {
             slot_expand(v, &g->local.s[ls], out);
             return g->local.s[ls].count;
@@ -1836,14 +2238,19 @@ static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out) {
                 if (pc < CF_DEAD) return pc;
                 last_parent = parent;
             }
-            if (pc >= 0) {
-                int32_t rc = walk_trie(g, m, node, v->nskip[node], pc);
-                if (rc) return rc;
-            }
+            if (pc >= 0 && (rc = walk_trie(g, m, node, v->nskip[node], pc))) return rc;
         }
     } else {
         memset(m, 0, words * sizeof *m);
     }
+    if ((rc = add_named_eog(g, c, m)) < 0) return rc;
+    return keep_mask(g, c, m, out);
+}
+
+/* The named control tokens c accepts, and the EOG tokens when c is complete, into m. 0 or an
+ * error. */
+static int32_t add_named_eog(struct grammar *g, int32_t c, uint64_t *m) {
+    const struct grammar_vocab *v = g->v;
     for (int32_t i = 0; i < g->n_named; i++) {
         int32_t t = g->named[i];
         int32_t nc = walk_bytes(g, c, (const uint8_t *)v->text + v->off[t], v->len[t]);
@@ -1852,12 +2259,19 @@ static int32_t mask_of(struct grammar *g, int32_t c, uint64_t *out) {
     }
     if (g->cf_complete[c] & CF_COMPLETE)
         for (int32_t i = 0; i < v->n_eog; i++) m[v->eog[i] >> 6] |= 1ull << (v->eog[i] & 63);
+    return 0;
+}
+
+/* Keep m (words + 1, the spare bit set or not) as configuration c's full mask and copy it to
+ * out. Count or an error. */
+static int32_t keep_mask(struct grammar *g, int32_t c, uint64_t *m, uint64_t *out) {
+    const struct grammar_vocab *v = g->v;
     int32_t count = finish_bits(v, m);
     int32_t slot = pool_take(&g->full, g->cf_mask);
-    if (slot_store(v, &g->full.s[slot], m, count)) return CF_NOMEM;
+    if (slot_store(g, &g->full.s[slot], m, count)) return CF_NOMEM;
     g->full.s[slot].owner = c;
     g->cf_mask[c] = slot;
-    memcpy(out, m, words * sizeof *out);
+    memcpy(out, m, grammar_mask_words(v) * sizeof *out);
     return count;
 }
 
@@ -1872,6 +2286,8 @@ int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow) {
             st->dead = true;
         }
     }
+    atomic_store_explicit(&g->last_use, budget_tick(), memory_order_relaxed);
+    budget_enforce(g);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
@@ -1906,6 +2322,7 @@ int grammar_state_accept(struct grammar_state *st, int32_t token) {
         default: rc = -ERR_INVAL;
         }
     }
+    budget_enforce(g);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
@@ -1915,6 +2332,7 @@ int grammar_state_accept_bytes(struct grammar_state *st, const char *bytes, size
     pthread_mutex_lock(&g->mu);
     int rc = state_ready(st);
     if (!rc) rc = accept_locked(st, (const uint8_t *)bytes, len);
+    budget_enforce(g);
     pthread_mutex_unlock(&g->mu);
     return rc;
 }
@@ -1944,6 +2362,52 @@ static int cmp_piece(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static const struct grammar_vocab *sort_len_vocab;
+static int cmp_len_desc(const void *a, const void *b) {
+    uint32_t x = sort_len_vocab->len[*(const int32_t *)a], y = sort_len_vocab->len[*(const int32_t *)b];
+    return x > y ? -1 : x < y;
+}
+
+/* nmax, lenle and longer (see struct grammar_vocab). 0 or -ERR_NOMEM. */
+static int length_index(struct grammar_vocab *v, int32_t n_text) {
+    static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+    size_t words = grammar_mask_words(v);
+    v->nmax = malloc(((size_t)v->n_nodes + 1) * sizeof *v->nmax);
+    v->lenle = calloc((size_t)LEN_BITS * words, sizeof *v->lenle);
+    v->longer = malloc(((size_t)n_text + 1) * sizeof *v->longer);
+    int32_t *path = malloc(((size_t)v->max_depth + 1) * sizeof *path);
+    if (!v->nmax || !v->lenle || !v->longer || !path) {
+        free(path);
+        return -ERR_NOMEM;
+    }
+    /* the deepest node of a subtree is a leaf, where a token ends */
+    int32_t depth = 0;
+    for (int32_t i = 0; i <= v->n_nodes; i++) {
+        int32_t d = i < v->n_nodes ? v->ndepth[i] : 0;
+        while (depth > 0 && v->ndepth[path[depth - 1]] >= d) {
+            int32_t x = path[--depth];
+            if (depth > 0 && v->nmax[x] > v->nmax[path[depth - 1]]) v->nmax[path[depth - 1]] = v->nmax[x];
+        }
+        if (i < v->n_nodes) {
+            v->nmax[i] = (uint16_t)d;
+            path[depth++] = i;
+        }
+    }
+    free(path);
+    for (int32_t i = 0; i < n_text; i++) {
+        int32_t t = v->sorted[i];
+        if (v->len[t] > LEN_BITS) v->longer[v->n_longer++] = t;
+        else v->lenle[(size_t)(v->len[t] - 1) * words + (size_t)(t >> 6)] |= 1ull << (t & 63);
+    }
+    for (size_t r = 1; r < LEN_BITS; r++)
+        for (size_t w = 0; w < words; w++) v->lenle[r * words + w] |= v->lenle[(r - 1) * words + w];
+    pthread_mutex_lock(&sort_mu);
+    sort_len_vocab = v;
+    qsort(v->longer, (size_t)v->n_longer, sizeof *v->longer, cmp_len_desc);
+    pthread_mutex_unlock(&sort_mu);
+    return 0;
+}
+
 void grammar_vocab_free(struct grammar_vocab *v) {
     if (!v) return;
     free(v->kind);
@@ -1959,6 +2423,9 @@ void grammar_vocab_free(struct grammar_vocab *v) {
     free(v->sorted);
     free(v->eog);
     free(v->control);
+    free(v->nmax);
+    free(v->lenle);
+    free(v->longer);
     free(v);
 }
 
@@ -2046,6 +2513,7 @@ int grammar_vocab_create(struct grammar_vocab **out, int32_t n_vocab, const char
     }
     /* ntok[i] was the index of the first token sorted at or after node i's creation; the
      * tokens ending at node i are exactly those before the next node's creation */
+    if (length_index(v, n_text)) goto oom;
     *out = v;
     return 0;
 oom:
@@ -2127,5 +2595,15 @@ int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, str
     c->e[slot] = (struct cache_entry){copy, len, g, ++c->clock};
     grammar_ref(g);
     *out = g;
+    /* over the memory budget: the least recently used others go (freed once no sequence uses them) */
+    while (c->n > 1 && atomic_load(&budget_used) > atomic_load(&budget_limit)) {
+        int32_t old = slot == 0 ? 1 : 0;
+        for (int32_t i = 0; i < c->n; i++)
+            if (i != slot && c->e[i].used < c->e[old].used) old = i;
+        free(c->e[old].text);
+        grammar_unref(c->e[old].g);
+        c->e[old] = c->e[--c->n];
+        if (slot == c->n) slot = old;
+    }
     return 0;
 }

@@ -24,10 +24,17 @@
  * every subtree whose prefix the grammar rejects. The walk is done for the configuration's top
  * positions alone (a "local" mask, shared by every stack those positions sit on); tokens that
  * run past the end of the top rule are then walked from the real stacks. Masks are kept (FIFO,
- * GRAMMAR_MAX_MASKS of each kind per grammar; as token ids when few tokens are allowed, as a
- * bitset otherwise) for the next time any sequence reaches that configuration. A configuration
- * the grammar has not seen costs one walk: 1-5 ms on a 151936-token vocabulary when most tokens
- * are allowed (inside a string), microseconds otherwise; a cached one the copy of its mask.
+ * GRAMMAR_MAX_MASKS of each kind per grammar, and within the process's memory budget below; as
+ * token ids when few tokens are allowed, as a bitset otherwise) for the next time any sequence
+ * reaches that configuration. A configuration the grammar has not seen costs one walk: 1-5 ms
+ * on a 151936-token vocabulary when most tokens are allowed (inside a string), microseconds
+ * otherwise; a cached one the copy of its mask.
+ * Counted repetitions: X{m,n} compiles to n copies of X, so a string's maxLength 40 is 40
+ * positions, each with its own mask. The optional copies of an X without rule calls each have a
+ * twin in an X* compiled beside them; a token of at most k bytes, k the iterations left, is
+ * accepted in a copy exactly when it is in the twin. So a copy's mask is its twin's (one walk
+ * for all the copies) cut to the tokens of at most k bytes (a kept bitset per length), plus a
+ * walk of the trie's long tokens alone (the subtrees whose tokens are all short skipped).
  * Compiled grammars are shared through struct grammar_cache (keyed by the grammar text, least
  * recently used evicted).
  *
@@ -63,6 +70,7 @@
 #define GRAMMAR_MAX_REPEAT 10000     /* m and n of {m,n} */
 #define GRAMMAR_MAX_MASKS 1024       /* kept masks per grammar, of each kind (n_vocab / 8 bytes each, allocated as used) */
 #define GRAMMAR_MAX_DEPTH 1024       /* nesting of recursive rules a sequence may reach */
+#define GRAMMAR_BUDGET_DEFAULT (256ll << 20) /* bytes, until grammar_budget_set */
 
 /* How a token takes part in matching (grammar_vocab_create's kinds). */
 enum grammar_token_kind {
@@ -98,6 +106,8 @@ void grammar_ref(struct grammar *g);
 void grammar_unref(struct grammar *g);
 /* Compiled positions (for the benchmark's report). */
 int32_t grammar_n_states(const struct grammar *g);
+/* Bytes g holds now (its program, matcher tables and kept masks), as the memory budget counts them. */
+int64_t grammar_memory(struct grammar *g);
 
 /* A state at the grammar's start (holds a reference to g). 0, -ERR_NOMEM. */
 int grammar_state_create(struct grammar_state **out, struct grammar *g);
@@ -118,11 +128,30 @@ int grammar_state_accept_bytes(struct grammar_state *st, const char *bytes, size
 /* Has root matched whole (may the sequence end here)? */
 bool grammar_state_complete(const struct grammar_state *st);
 
+/* The memory budget: one byte limit for everything the process's compiled grammars keep (their
+ * programs, the matchers' tables, the kept masks). Each mask or accept call brings the count up to
+ * date and, over the limit, drops kept masks down to three quarters of it: the least recently
+ * used grammar's first, and in it the least recently used mask first; if the tables alone still
+ * pass that, a grammar's tables are released too (its live states are saved and carry on). A
+ * grammar another thread is in is passed over; a call may pass the limit by what it allocates
+ * itself until it returns. grammar_cache_get also evicts compiled grammars while over the limit.
+ * Set once at startup (the server sizes it from the available memory and logs it). */
+struct grammar_budget_stats {
+    int64_t limit, used;    /* bytes */
+    uint64_t evicted_masks; /* masks dropped over the limit, since the start */
+    uint64_t released;      /* grammars' tables released over the limit, since the start */
+    int32_t grammars;       /* compiled grammars alive */
+};
+void grammar_budget_set(int64_t bytes);
+void grammar_budget_get(struct grammar_budget_stats *out);
+
 /* Compiled grammars by text, least recently used evicted beyond cap. Not thread-safe: one
  * thread (the server's loop) compiles and looks up. */
 int grammar_cache_create(struct grammar_cache **out, const struct grammar_vocab *v, int32_t cap);
 void grammar_cache_free(struct grammar_cache *c);
-/* A reference to the compiled text (the caller unrefs it): grammar_compile's returns. */
+/* A reference to the compiled text (the caller unrefs it): grammar_compile's returns. Over the
+ * memory budget, the least recently used other entries are dropped until it fits (or only this
+ * one is left). */
 int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, struct grammar **out, char *why,
                       size_t why_len);
 
