@@ -95,7 +95,7 @@ struct transformer_desc {
 
 struct model_hparams {
     enum model_arch arch;
-    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "mamba" */
+    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen35", "mamba" */
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;
