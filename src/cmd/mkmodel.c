@@ -1,13 +1,18 @@
-/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|mamba]
+/* mkmodel.c: ./uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|qwen35|mamba]
  *            [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N] [--n-ff N]
  *            [--type T] [--tied] [--ctx N] [--rope-base B] [--seed S] [--window N] (gemma3)
  *            [--d-inner N] [--d-state N] [--d-conv N] [--dt-rank N]   (these four: mamba)
+ *            [--d-state N] [--d-conv N] [--dt-rank N] [--n-group N] [--n-rot N] (qwen35)
  * Writes a GGUF model of the given shape with random weights and the tokenizer.* metadata of the
  * GGUF file V (a vocab-only file such as ../shared/vocab/ggml-vocab-llama-spm.gguf), laid out as
  * the architecture's files are: qwen2 with q/k/v biases, qwen3 with q/k head norms and heads of
  * --head-dim (attention.key_length; default n_embd / n_head), phi3 with the fused attn_qkv and
  * ffn_up (gate and up), gemma3 with q/k head norms, norms after the attention and the feed-forward
- * and a sliding window of --window positions (default 512) on all but every 6th layer. T is one of
+ * and a sliding window of --window positions (default 512) on all but every 6th layer, qwen35 with
+ * gated delta-net layers (--n-group q/k heads, --dt-rank v heads, all of --d-state dims, a conv of
+ * --d-conv taps; model/deltanet.h) and a gated attention layer (query and gate from attn_q, q/k head
+ * norms, rope on --n-rot dims) every 4th layer, each followed by post_attention_norm and the
+ * feed-forward. T is one of
  * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs, or q4_k_m (Q4_K,
  * with Q6_K for the output and attn_v matrices). Matrices are quantized from F32 by
  * quant_from_float. A matrix whose rows are not a multiple of the type's block falls back (the
@@ -35,7 +40,8 @@ struct mk {
     const char *arch;
     int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
     int32_t window; /* gemma3 */
-    int32_t d_inner, d_state, d_conv, dt_rank; /* mamba */
+    int32_t d_inner, d_state, d_conv, dt_rank; /* mamba; qwen35's delta nets (d_inner = dt_rank * d_state) */
+    int32_t n_group, n_rot; /* qwen35 */
     float rope_base;
     bool tied;
     enum ggml_type type;
@@ -51,12 +57,13 @@ static const struct { const char *name; enum ggml_type type; } type_names[] = {
 };
 
 static void mk_usage(FILE *out) {
-    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|mamba] [--n-embd 256]\n"
+    fprintf(out, "usage: uvlm mkmodel --out F --vocab V [--arch llama|qwen2|qwen3|phi3|gemma3|qwen35|mamba] [--n-embd 256]\n"
                  "         [--n-layer 4] [--n-head 8] [--n-head-kv 4] [--head-dim n_embd/n_head] [--n-ff 768]\n"
                  "         [--type f16] [--tied] [--ctx 4096]\n"
                  "         [--rope-base 10000] [--seed 1]\n"
                  "         gemma3: [--window 512] (its sliding window, on all but every 6th layer)\n"
                  "         mamba: [--d-inner 2*n_embd] [--d-state 16] [--d-conv 4] [--dt-rank n_embd/16]\n"
+                 "         qwen35: [--d-state 128] [--d-conv 4] [--dt-rank 16] [--n-group 16] [--n-rot head_dim/4]\n"
                  "  types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m\n");
 }
 
@@ -118,7 +125,38 @@ static int plan(const struct mk *mk, int32_t n_vocab, struct tensor_plan *p) {
         SSM("ssm_out.weight", di, e, 8 * s3 / sqrtf((float)di), false, 0);
 #undef SSM
     }
-    for (int32_t l = 0; l < mk->n_layer && !mamba; l++) {
+    bool qwen35 = !strcmp(mk->arch, "qwen35");
+    uint64_t ng = (uint64_t)mk->n_group, ch = (2 * ng + dr) * ds, vw = dr * ds;
+    for (int32_t l = 0; l < mk->n_layer && qwen35; l++) {
+        char nm[96];
+#define Q35(suffix, in, out, sc, f32, off) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); \
+        ADD(nm, in, out, sc); if (f32) p[n - 1].type = GGML_TYPE_F32; p[n - 1].offset = (off); } while (0)
+        Q35("attn_norm.weight", e, 1, 0, true, 0);
+        if ((l + 1) % 4) { /* a delta-net layer: decays of a few percent per token, beta near 1/2 */
+            Q35("attn_qkv.weight", e, ch, s3 / sqrtf((float)e), false, 0);
+            Q35("attn_gate.weight", e, vw, s3 / sqrtf((float)e), false, 0);
+            Q35("ssm_beta.weight", e, dr, s3 / sqrtf((float)e), false, 0);
+            Q35("ssm_alpha.weight", e, dr, s3 / sqrtf((float)e), false, 0);
+            Q35("ssm_conv1d.weight", dc, ch, s3 / sqrtf((float)dc), true, 0);
+            Q35("ssm_dt.bias", dr, 1, 1.0f, true, -3.0f);
+            Q35("ssm_a", dr, 1, 0.5f, true, -1.0f);
+            Q35("ssm_norm.weight", ds, 1, 0, true, 0);
+            Q35("ssm_out.weight", vw, e, s3 / sqrtf((float)vw), false, 0);
+        } else { /* gated attention: each head's query then its gate */
+            Q35("attn_q.weight", e, 2 * nq, s3 / sqrtf((float)e), false, 0);
+            Q35("attn_k.weight", e, nkv, s3 / sqrtf((float)e), false, 0);
+            Q35("attn_v.weight", e, nkv, s3 / sqrtf((float)e), false, 0);
+            Q35("attn_q_norm.weight", hd, 1, 0, true, 0);
+            Q35("attn_k_norm.weight", hd, 1, 0, true, 0);
+            Q35("attn_output.weight", nq, e, s3 / sqrtf((float)nq), false, 0);
+        }
+        Q35("post_attention_norm.weight", e, 1, 0, true, 0);
+        Q35("ffn_gate.weight", e, ff, s3 / sqrtf((float)e), false, 0);
+        Q35("ffn_up.weight", e, ff, s3 / sqrtf((float)e), false, 0);
+        Q35("ffn_down.weight", ff, e, s3 / sqrtf((float)ff), false, 0);
+#undef Q35
+    }
+    for (int32_t l = 0; l < mk->n_layer && !mamba && !qwen35; l++) {
         char nm[96];
 #define LAYER(suffix, in, out, sc) do { snprintf(nm, sizeof nm, "blk.%d.%s", (int)l, suffix); ADD(nm, in, out, sc); } while (0)
         bool phi3 = !strcmp(mk->arch, "phi3");
@@ -200,6 +238,8 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
         else if (!strcmp(a, "--d-state")) mk->d_state = atoi(v);
         else if (!strcmp(a, "--d-conv")) mk->d_conv = atoi(v);
         else if (!strcmp(a, "--dt-rank")) mk->dt_rank = atoi(v);
+        else if (!strcmp(a, "--n-group")) mk->n_group = atoi(v);
+        else if (!strcmp(a, "--n-rot")) mk->n_rot = atoi(v);
         else if (!strcmp(a, "--type")) {
             size_t k = 0;
             while (k < sizeof type_names / sizeof *type_names && strcmp(type_names[k].name, v)) k++;
@@ -210,14 +250,25 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
     }
     if (!strcmp(mk->arch, "mamba")) { /* defaults of the Mamba papers' shapes */
         if (mk->d_inner == 0) mk->d_inner = 2 * mk->n_embd;
+        if (mk->d_state == 0) mk->d_state = 16;
         if (mk->dt_rank == 0) mk->dt_rank = (mk->n_embd + 15) / 16;
         return *out && *vocab && mk->n_embd > 0 && mk->n_layer > 0 && mk->d_inner > 0 && mk->d_state > 0 &&
                mk->d_conv > 0 && mk->dt_rank > 0 && mk->n_ctx > 0 ? 0 : -1;
     }
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen35"};
     bool known = false;
     for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) known = known || !strcmp(mk->arch, archs[i]);
     if (mk->head_dim == 0 && mk->n_head > 0 && mk->n_embd % mk->n_head == 0) mk->head_dim = mk->n_embd / mk->n_head;
+    if (!strcmp(mk->arch, "qwen35")) { /* defaults of Qwen3.5's delta nets */
+        if (mk->d_state == 0) mk->d_state = 128;
+        if (mk->dt_rank == 0) mk->dt_rank = 16;
+        if (mk->n_group == 0) mk->n_group = mk->dt_rank;
+        if (mk->n_rot == 0) mk->n_rot = mk->head_dim / 4 / 2 * 2;
+        mk->d_inner = mk->dt_rank * mk->d_state;
+        if (mk->n_group <= 0 || mk->dt_rank % mk->n_group || mk->n_rot <= 0 || mk->n_rot > mk->head_dim ||
+            mk->n_rot % 2 || mk->d_conv <= 0 || mk->d_state <= 0)
+            return -1;
+    }
     bool ok = *out && *vocab && known && mk->n_embd > 0 && mk->n_layer > 0 && mk->n_head > 0 && mk->n_head_kv > 0 &&
               mk->n_head % mk->n_head_kv == 0 && mk->head_dim > 0 && mk->head_dim % 2 == 0 && mk->n_ff > 0 &&
               mk->n_ctx > 0 && mk->rope_base > 0 && mk->window >= 0;
@@ -226,7 +277,7 @@ static int parse(struct mk *mk, const char **out, const char **vocab, int argc, 
 
 int cmd_mkmodel(int argc, char **argv) {
     struct mk mk = {.arch = "llama", .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4, .n_ff = 768,
-                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1, .d_state = 16, .d_conv = 4,
+                    .n_ctx = 4096, .rope_base = 10000, .type = GGML_TYPE_F16, .rng = 1, .d_conv = 4,
                     .window = 512};
     const char *out = NULL, *vocab_path = NULL;
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -271,6 +322,15 @@ int cmd_mkmodel(int argc, char **argv) {
         gguf_writer_set_u32(&w, KEY("attention.head_count_kv"), (uint32_t)mk.n_head_kv);
         gguf_writer_set_f32(&w, KEY("rope.freq_base"), mk.rope_base);
         if (!strcmp(mk.arch, "gemma3")) gguf_writer_set_u32(&w, KEY("attention.sliding_window"), (uint32_t)mk.window);
+        if (!strcmp(mk.arch, "qwen35")) {
+            gguf_writer_set_u32(&w, KEY("ssm.conv_kernel"), (uint32_t)mk.d_conv);
+            gguf_writer_set_u32(&w, KEY("ssm.state_size"), (uint32_t)mk.d_state);
+            gguf_writer_set_u32(&w, KEY("ssm.group_count"), (uint32_t)mk.n_group);
+            gguf_writer_set_u32(&w, KEY("ssm.time_step_rank"), (uint32_t)mk.dt_rank);
+            gguf_writer_set_u32(&w, KEY("ssm.inner_size"), (uint32_t)mk.d_inner);
+            gguf_writer_set_u32(&w, KEY("full_attention_interval"), 4);
+            gguf_writer_set_u32(&w, KEY("rope.dimension_count"), (uint32_t)mk.n_rot);
+        }
         if (mk.head_dim * mk.n_head != mk.n_embd) {
             gguf_writer_set_u32(&w, KEY("attention.key_length"), (uint32_t)mk.head_dim);
             gguf_writer_set_u32(&w, KEY("attention.value_length"), (uint32_t)mk.head_dim);

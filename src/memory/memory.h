@@ -1,7 +1,8 @@
 /* memory.h: what a model remembers of each sequence, behind one interface with three
  * implementations: attention KV cells (memory/kv.c, optionally keeping only a sliding window of
  * each sequence), recurrent state (memory/recurrent.c), and a split of a model's layers over two
- * of those (memory/split.c: Gemma 3's full-attention and sliding-window layers).
+ * of those (memory/split.c: Gemma 3's full-attention and sliding-window layers; a hybrid's
+ * attention cells and recurrent states, e.g. Qwen3.5's).
  *
  * The serving engine only talks to this interface. Sequence ids are small integers
  * in [0, n_seq_max); a sequence "exists" in memory from the first batch placed for it until

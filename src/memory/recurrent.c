@@ -202,7 +202,8 @@ int recurrent_memory_create(struct memory **out, const struct recurrent_shape *s
                             int32_t n_cells, int32_t n_seq_max) {
     if (n_cells <= 0 || n_seq_max <= 0) return -ERR_INVAL;
     bool stored = shape && shape->n_layer > 0;
-    if (stored && (shape->d_conv < 1 || shape->d_inner <= 0 || shape->d_state <= 0)) return -ERR_INVAL;
+    if (stored && (shape->d_conv < 1 || shape->d_inner <= 0 || shape->d_state <= 0 || shape->ssm_floats < 0))
+        return -ERR_INVAL;
     struct recurrent_memory *r = calloc(1, sizeof *r);
     if (!r) return -ERR_NOMEM;
     r->base = (struct memory){.ops = &recurrent_ops, .n_seq_max = n_seq_max};

@@ -1,10 +1,13 @@
 /* recurrent.h: the recurrent implementation of memory.h — one fixed-size state per sequence.
  *
- * A recurrent model (Mamba) does not keep an entry per token: after position p, everything it
- * remembers of a sequence is a state of fixed size. Per sequence and per layer that is
+ * A recurrent model (Mamba, a hybrid's gated delta-net layers) does not keep an entry per token:
+ * after position p, everything it remembers of a sequence is a state of fixed size. Per sequence
+ * and per layer that is
  *   conv state: (d_conv - 1) x d_inner F32, the last d_conv-1 inputs of the causal convolution,
  *               row r (0 = oldest) is the conv input at position pos_max - (d_conv-2) + r;
- *   ssm state:  d_inner x d_state F32, the selective-scan state h, row i is channel i.
+ *   ssm state:  d_inner x d_state F32, the selective-scan state h, row i is channel i (Mamba);
+ *               or ssm_floats F32 of the model's own layout when set (a delta-net layer's
+ *               n_v_heads matrices of head_v_dim x head_k_dim, model/deltanet.h).
  * The pool holds n_cells such states ("cells"; one per sequence holding a state, live or cached),
  * sized once at creation: model_memory_create gives a mamba model min(n_cells, n_seq_max) states,
  * so the server's sequence budget sizes it (the bytes are n_cells * cell bytes, see
@@ -66,6 +69,7 @@ struct recurrent_shape {
     int32_t d_conv;   /* convolution kernel width (>= 1; the state keeps d_conv - 1 inputs) */
     int32_t d_inner;  /* channels */
     int32_t d_state;  /* SSM state size per channel */
+    int64_t ssm_floats; /* floats of one layer's ssm state when not d_inner * d_state; 0: that */
 };
 
 /* Read-only for everyone but recurrent.c; exposed so the forward pass can use the accessors. */
@@ -94,11 +98,11 @@ static inline int64_t recurrent_conv_floats(const struct recurrent_shape *s) {
     return (int64_t)(s->d_conv - 1) * s->d_inner;
 }
 static inline int64_t recurrent_ssm_floats(const struct recurrent_shape *s) {
-    return (int64_t)s->d_inner * s->d_state;
+    return s->ssm_floats > 0 ? s->ssm_floats : (int64_t)s->d_inner * s->d_state;
 }
 
 /* The state of seq (which must hold a cell, i.e. be in the last reserved batch) in a layer:
- * conv: [d_conv-1][d_inner], ssm: [d_inner][d_state]. */
+ * conv: [d_conv-1][d_inner], ssm: [d_inner][d_state] (or ssm_floats). */
 float *recurrent_conv_state(struct recurrent_memory *r, int32_t seq, int32_t layer);
 float *recurrent_ssm_state(struct recurrent_memory *r, int32_t seq, int32_t layer);
 

@@ -186,9 +186,11 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
                        5 * (uint64_t)s->n_layer;
         }
     }
-    if (s->n_recurrent_layers > 0) {
-        out->n_states = cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq ? cfg->recurrent_states : n_seq;
+    if (s->n_recurrent_layers > 0) { /* a hybrid (attention layers too) keeps a state per sequence id */
+        bool own_budget = s->n_attn_layers == 0 && cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq;
+        out->n_states = own_budget ? cfg->recurrent_states : n_seq;
         out->kv += (uint64_t)out->n_states * s->state_bytes;
+        if (s->n_attn_layers > 0) out->kv += 5 * (uint64_t)s->n_layer; /* the split's layer map */
     }
     uint64_t T = cfg->batch_tokens > 0 ? (uint64_t)cfg->batch_tokens : 512;
     uint64_t O = min_u64((uint64_t)n_seq, T);

@@ -33,7 +33,7 @@ struct footprint_config {
     int32_t batch_tokens;     /* most tokens per step */
     int32_t n_seq_max;        /* sequence ids */
     int32_t max_seq_tokens;   /* per-sequence limit below the model's context (0: none) */
-    int32_t recurrent_states; /* recurrent layers' states (0: one per sequence id) */
+    int32_t recurrent_states; /* a recurrent model's states (0: one per sequence id; a hybrid always has that) */
 };
 
 /* The shape as the metadata gives it. Per-layer values (head_count_kv, feed_forward_length may

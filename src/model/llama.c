@@ -2,7 +2,9 @@
  * model.c describes (struct transformer_desc and the layers' tensors, model/model.h). A model
  * with sliding-window layers (Gemma 3's local layers) keeps them in a windowed pool of their own
  * (memory/split.h: the full-attention layers in the first half, the windowed ones in the second,
- * each attended through its own attention ctx).
+ * each attended through its own attention ctx). A hybrid (qwen35) has gated delta-net layers in
+ * place of some attentions (model/deltanet.h), their recurrent states in its split's second half;
+ * its attention is gated (tf.attn_gate: x += Wo · (attn(q, k, v) * sigmoid(gate))).
  *
  * Per layer, the steps in brackets where the description or the layer's tensors have them:
  *   q, k, v = Wq·norm(x) [+ bq],  Wk·norm(x) [+ bk],  Wv·norm(x) [+ bv]
@@ -25,11 +27,13 @@
  */
 #include "model/arch.h"
 #include "model/attention.h"
+#include "model/deltanet.h"
 #include "common/err.h"
 #include "math/matmul.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
 #include "memory/kv.h"
+#include "memory/recurrent.h"
 #include "memory/split.h"
 
 #include <math.h>
@@ -41,6 +45,7 @@ struct forward_scratch {
     struct compute *c;  /* the compute threads (owned) */
     struct attn_ctx *attn; /* attention's buffers (owned; borrows c) */
     struct attn_ctx *attn_win; /* the sliding-window layers' (their window), or NULL */
+    struct deltanet_ctx *dn; /* a hybrid's delta-net layers' buffers (owned; borrows c), or NULL */
     int32_t window;     /* of the sliding-window layers (one for all of them), 0: none */
     int64_t window_n_ctx; /* most cells a sequence holds in their pool: window + max_tokens */
     float *gelu;        /* [65536] tf.act == FFN_GELU_TANH: GELU of every F16 input, rounded to F16 */
@@ -49,6 +54,8 @@ struct forward_scratch {
     float *x;           /* [T][n_embd] residual stream */
     float *xn;          /* [T][n_embd] normalized input of a block */
     float *q;           /* [T][n_head * head_dim] queries, roped, F16-exact */
+    float *qg;          /* [T][2 * n_head * head_dim] tf.attn_gate: each head's query then gate, or NULL */
+    float *ag;          /* [T][n_head * head_dim] tf.attn_gate: the gates, or NULL */
     float *k;           /* [T][n_head_kv * head_dim] keys, roped (then stored to the cells) */
     float *v;           /* [T][n_head_kv * head_dim] values (then stored to the cells) */
     float *att;         /* [T][n_head * head_dim] attention output, heads side by side */
@@ -74,9 +81,10 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
     if (s) {
         attn_ctx_destroy(s->attn);
         attn_ctx_destroy(s->attn_win);
+        deltanet_ctx_destroy(s->dn);
         if (s->c) compute_destroy(s->c);
         void *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->tmp, s->gate, s->up, s->rope_cos, s->rope_sin, s->xo,
-                        s->gelu};
+                        s->gelu, s->qg, s->ag};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         free(s);
     }
@@ -86,7 +94,7 @@ static void llama_forward_ctx_destroy(struct forward_ctx *fc) {
 
 static size_t llama_forward_ctx_bytes(const struct forward_ctx *fc) {
     return fc->s->bytes + compute_scratch_bytes(fc->s->c) + attn_ctx_bytes(fc->s->attn) +
-           (fc->s->attn_win ? attn_ctx_bytes(fc->s->attn_win) : 0);
+           (fc->s->attn_win ? attn_ctx_bytes(fc->s->attn_win) : 0) + (fc->s->dn ? deltanet_ctx_bytes(fc->s->dn) : 0);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -147,6 +155,10 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     s->rope_sin = scratch_alloc(s, n_angles, sizeof(float), &ok);
     s->rope_rows = (int64_t)T;
     s->xo = scratch_alloc(s, (size_t)c.max_outputs * E, sizeof(float), &ok);
+    if (hp->tf.attn_gate) {
+        s->qg = scratch_alloc(s, T * 2 * nq, sizeof(float), &ok);
+        s->ag = scratch_alloc(s, T * nq, sizeof(float), &ok);
+    }
     if (hp->tf.act == FFN_GELU_TANH) {
         s->gelu = scratch_alloc(s, 1 << 16, sizeof(float), &ok);
         for (uint32_t h = 0; ok && h < 1 << 16; h++)
@@ -157,6 +169,7 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
     int rc = ok ? 0 : -ERR_NOMEM;
     if (rc == 0) { /* matmuls of up to max_tokens rows, of inputs up to the widest matrix's */
         int64_t max_in = max64(max64(hp->n_embd, hp->n_ff), (int64_t)nq);
+        if (hp->tf.dn.d_conv > 0) max_in = max64(max_in, deltanet_v_width(&hp->tf.dn));
         rc = compute_create(&s->c, c.n_threads, max64(c.max_tokens, c.max_outputs), max_in);
     }
     if (rc == 0) {
@@ -169,6 +182,7 @@ static int llama_forward_ctx_create(struct forward_ctx **out, const struct model
         s->window_n_ctx = (int64_t)window + c.max_tokens < c.n_ctx ? (int64_t)window + c.max_tokens : c.n_ctx;
         rc = attn_ctx_create(&s->attn_win, &ap, c.max_tokens, s->window_n_ctx, c.reference, s->c);
     }
+    if (rc == 0 && hp->tf.dn.d_conv > 0) rc = deltanet_ctx_create(&s->dn, hp, c.max_tokens, s->c);
     if (rc < 0) {
         llama_forward_ctx_destroy(fc);
         return rc;
@@ -419,12 +433,27 @@ static void mm_multi(struct forward_scratch *s, int n, const struct model_weight
 struct pools {
     struct kv_memory *kv[2];
     int32_t n_layer[2];
+    struct recurrent_memory *rec; /* a hybrid's delta-net layers' states (its split's second half), or NULL */
 };
 
 /* mem as the model needs it: one KV pool, or a split of a full-attention and a windowed pool
  * (llama_memory_create's); -ERR_INVAL otherwise. */
 static int get_pools(const struct model *m, const struct forward_scratch *s, struct memory *mem, struct pools *p) {
     *p = (struct pools){0};
+    if (s->dn) { /* a hybrid: attention cells first, the delta-net layers' states second */
+        p->kv[0] = kv_from_memory(split_half(mem, 0));
+        p->rec = recurrent_from_memory(split_half(mem, 1));
+        if (!p->kv[0] || !p->rec) return -ERR_INVAL;
+        int32_t n_rec = 0;
+        for (int32_t l = 0; l < m->hp.n_layer; l++) {
+            int h = split_layer_half(mem, l);
+            if (h != (int)m->layers[l].recurrent) return -ERR_INVAL;
+            if (h) n_rec++;
+            else p->n_layer[0]++;
+        }
+        struct recurrent_shape want = deltanet_state_shape(&m->hp.tf.dn, n_rec);
+        return memcmp(&p->rec->shape, &want, sizeof want) == 0 ? 0 : -ERR_INVAL;
+    }
     if (s->window == 0) {
         p->kv[0] = kv_from_memory(mem);
         p->n_layer[0] = m->hp.n_layer;
@@ -459,6 +488,8 @@ static int check_batch(const struct model *m, const struct forward_ctx *fc, cons
         if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) return -ERR_INVAL;
     int rc = check_pool(p->kv[0], p->n_layer[0], fc->cfg.n_ctx, b);
     if (rc == 0 && p->kv[1]) rc = check_pool(p->kv[1], p->n_layer[1], fc->s->window_n_ctx, b);
+    for (int32_t i = 0; rc == 0 && p->rec && i < b->n_tokens; i++) /* every sequence's state reserved */
+        if (p->rec->seq_cell[b->seq[i]] < 0 || b->pos[i] > p->rec->seq_pos_max[b->seq[i]]) rc = -ERR_STATE;
     return rc;
 }
 
@@ -480,6 +511,20 @@ static void embed(const struct model *m, const struct batch *b, float *x) {
 
 static void add_rows(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* tf.attn_gate: wq's rows give each head's query then its gate; q and gate apart. */
+static void split_query_gate(const struct model_hparams *hp, const float *qg, float *q, float *gate, int64_t n) {
+    int64_t hd = hp->head_dim;
+    for (int64_t r = 0; r < n * hp->n_head; r++) {
+        memcpy(q + r * hd, qg + 2 * r * hd, (size_t)hd * sizeof(float));
+        memcpy(gate + r * hd, qg + (2 * r + 1) * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+/* x *= sigmoid(gate), element by element (the gated attention's output). */
+static void gate_rows(float *x, const float *gate, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] *= 1.0f / (1.0f + expf(-gate[i]));
 }
 
 static int llama_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
@@ -505,19 +550,26 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         /* the layer's pool, and its index there */
         bool win = L->window > 0;
         struct kv_memory *kv = pools.kv[win];
-        int32_t kl = pools.kv[1] ? split_layer_index(mem, l) : l;
-        /* attention: q, k, v = W·norm(x) + bias; head norms, rope; K and V to the batch's cells */
+        int32_t kl = pools.kv[1] || pools.rec ? split_layer_index(mem, l) : l;
         rmsnorm(s, hp, s->x, s->xn, L->attn_norm, n);
-        mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
-                 (float *const[]){s->q, s->k, s->v});
-        add_bias(s->q, L->bq, L->wq.n_out, n);
-        add_bias(s->k, L->bk, nkv, n);
-        add_bias(s->v, L->bv, nkv, n);
-        qk_post(s->c, hp, s, kv, L, kl, n);
-        attn_layer(win ? s->attn_win : s->attn, win ? &ap_win : &ap, kl, s->q, s->att);
-        mm(s, &L->wo, s->att, n, s->tmp);
-        if (L->attn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->attn_post_norm, n);
-        add_rows(s->x, s->tmp, n * E);
+        if (L->recurrent) { /* a hybrid's delta-net layer (deltanet.h) */
+            deltanet_layer(s->dn, m, L, pools.rec, kl, b, s->xn, s->tmp, s->reference);
+            add_rows(s->x, s->tmp, n * E);
+        } else {
+            /* attention: q, k, v = W·norm(x) + bias; head norms, rope; K and V to the batch's cells */
+            mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
+                     (float *const[]){s->qg ? s->qg : s->q, s->k, s->v});
+            if (s->qg) split_query_gate(hp, s->qg, s->q, s->ag, n);
+            add_bias(s->q, L->bq, L->wq.n_out, n);
+            add_bias(s->k, L->bk, nkv, n);
+            add_bias(s->v, L->bv, nkv, n);
+            qk_post(s->c, hp, s, kv, L, kl, n);
+            attn_layer(win ? s->attn_win : s->attn, win ? &ap_win : &ap, kl, s->q, s->att);
+            if (s->ag) gate_rows(s->att, s->ag, n * hp->n_head * hp->head_dim);
+            mm(s, &L->wo, s->att, n, s->tmp);
+            if (L->attn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->attn_post_norm, n);
+            add_rows(s->x, s->tmp, n * E);
+        }
 
         /* feed-forward: Wdown · (act(Wgate·norm(x)) * Wup·norm(x)) */
         rmsnorm(s, hp, s->x, s->xn, L->ffn_norm, n);
@@ -542,6 +594,27 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
     return 0;
 }
 
+/* A hybrid's memory (memory/split.h): the attention layers' KV pool of n_cells, counted, and the
+ * delta-net layers' states, one per sequence id (a state is the same size however long the
+ * sequence: n_seq_max of them never run short). */
+static int hybrid_memory_create(const struct model *m, const struct kv_shape *shape, int64_t n_cells,
+                                int32_t n_seq_max, struct memory **out) {
+    uint8_t *half = malloc((size_t)m->hp.n_layer);
+    if (!half) return -ERR_NOMEM;
+    int32_t n_rec = 0;
+    for (int32_t l = 0; l < m->hp.n_layer; l++) n_rec += half[l] = m->layers[l].recurrent;
+    struct kv_shape attn = *shape;
+    attn.n_layer = m->hp.n_layer - n_rec;
+    struct recurrent_shape rs = deltanet_state_shape(&m->hp.tf.dn, n_rec);
+    struct memory *first = NULL, *second = NULL;
+    int rc = kv_memory_create(&first, &attn, n_cells, n_seq_max);
+    if (rc == 0) rc = recurrent_memory_create(&second, &rs, n_seq_max, n_seq_max);
+    if (rc == 0) rc = split_memory_create(out, first, second, m->hp.n_layer, half);
+    else memory_destroy(first);
+    free(half);
+    return rc;
+}
+
 /* One KV pool; with sliding-window layers a split (memory/split.h): the full-attention layers'
  * pool of n_cells, counted, and the windowed layers' pool, a window per sequence and a batch
  * (kv_window_cells). */
@@ -551,6 +624,7 @@ static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n
     int32_t window = model_window(m);
     if (window < 0) return -ERR_UNSUPPORTED;
     struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv};
+    if (m->hp.tf.dn.d_conv > 0) return hybrid_memory_create(m, &shape, n_cells, n_seq_max, out);
     if (window == 0) return kv_memory_create(out, &shape, n_cells, n_seq_max);
     uint8_t *half = malloc((size_t)m->hp.n_layer);
     if (!half) return -ERR_NOMEM;

@@ -34,6 +34,7 @@ static const struct arch_info archs[] = {
     {"qwen3", MODEL_ARCH_QWEN3, &llama_impl, ROPE_NEOX, false,   true,   false,  false},
     {"phi3",  MODEL_ARCH_PHI3,  &llama_impl, ROPE_NEOX, false,   false,  true,   true},
     {"gemma3", MODEL_ARCH_GEMMA3, &llama_impl, ROPE_NEOX, false, true,   true,   false},
+    {"qwen35", MODEL_ARCH_QWEN35, &llama_impl, ROPE_NEOX, false, true,   false,  false},
     {"mamba", MODEL_ARCH_MAMBA, &mamba_impl, ROPE_NORM, false,   false,  false,  false},
 };
 
@@ -153,6 +154,46 @@ static int gemma3_desc(const struct gguf_file *f, struct model_hparams *hp, char
     return 0;
 }
 
+/* Qwen3.5 (the reference's qwen35 graph): gated delta-net layers (ssm.*: model/deltanet.h) and,
+ * every few layers, gated full attention: wq gives each head's query and gate, q/k head norms,
+ * the interleaved multi-section rope (rope.dimension_sections) on rope.dimension_count dims. A
+ * text token's position is the same in the t, h and w sections, so that rope is NEOX rope at the
+ * position wherever every rotated pair falls in one of them; a pair in the fourth section (which
+ * turns by another position) is refused. */
+static int qwen35_desc(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
+    const char *n = hp->arch_name;
+    struct transformer_desc *tf = &hp->tf;
+    tf->attn_gate = true;
+    tf->dn = (struct delta_net_desc){
+        .d_conv = (int32_t)arch_int(f, n, "ssm.conv_kernel", -1),
+        .n_k_heads = (int32_t)arch_int(f, n, "ssm.group_count", -1),
+        .n_v_heads = (int32_t)arch_int(f, n, "ssm.time_step_rank", -1),
+        .head_dim = (int32_t)arch_int(f, n, "ssm.state_size", -1),
+    };
+    int64_t inner = arch_int(f, n, "ssm.inner_size", -1);
+    const struct delta_net_desc *dn = &tf->dn;
+    if (dn->d_conv < 1 || dn->d_conv > 64 || dn->n_k_heads < 1 || dn->n_v_heads < 1 || dn->head_dim < 1 ||
+        dn->head_dim > 1024 || dn->n_v_heads % dn->n_k_heads || inner != (int64_t)dn->n_v_heads * dn->head_dim)
+        return fail(why, why_len, -ERR_FORMAT, "%s: ssm.conv_kernel, group_count, time_step_rank, state_size and "
+                    "inner_size (= time_step_rank x state_size) must describe the delta-net heads", n);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", n);
+    const struct gguf_array *sec = gguf_get_arr(f, key);
+    if (sec && sec->n >= 3) {
+        int64_t s[4] = {0, 0, 0, 0}, sum = 0;
+        for (uint64_t i = 0; i < 4 && i < sec->n; i++) sum += s[i] = gguf_arr_int(sec, i);
+        for (int32_t p = 0; sum > 0 && p < hp->n_rot / 2; p++) {
+            int64_t sector = p % sum;
+            bool text = (sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) ||
+                        (sector % 3 == 2 && sector < 3 * s[2]);
+            if (!text)
+                return fail(why, why_len, -ERR_UNSUPPORTED, "%s: rope pair %d in the fourth rope section is not "
+                            "supported", n, (int)p);
+        }
+    }
+    return 0;
+}
+
 static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, char *why, size_t why_len) {
     struct gguf_str a = gguf_get_str(f, "general.architecture");
     if (!a.ptr) return fail(why, why_len, -ERR_FORMAT, "general.architecture is missing");
@@ -161,7 +202,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         if (gguf_str_eq(a, archs[i].name)) ai = &archs[i];
     if (!ai)
         return fail(why, why_len, -ERR_UNSUPPORTED,
-                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3, mamba)",
+                    "architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, phi3, gemma3, qwen35, mamba)",
                     (int)(a.len > 64 ? 64 : a.len), a.ptr);
     const char *n = ai->name;
     if (ai->impl->load) { /* the family reads its own hyperparameters */
@@ -212,6 +253,7 @@ static int read_hparams(const struct gguf_file *f, struct model_hparams *hp, cha
         return fail(why, why_len, -ERR_FORMAT, "%s: rms epsilon and rope base must be positive", n);
     int rc = read_rope_scaling(f, n, &tf->rope[0], why, why_len);
     if (rc == 0 && ai->arch == MODEL_ARCH_GEMMA3) rc = gemma3_desc(f, hp, why, why_len);
+    if (rc == 0 && ai->arch == MODEL_ARCH_QWEN35) rc = qwen35_desc(f, hp, why, why_len);
     return rc;
 }
 
@@ -240,7 +282,7 @@ static int get_qkv(struct loader *ld, struct model_layer *L, int32_t i, struct m
     }
     int rc;
     snprintf(name, sizeof name, "blk.%d.attn_q.weight", (int)i);
-    if ((rc = get_matrix(ld, &L->wq, name, e, nq, false)) < 0) return rc;
+    if ((rc = get_matrix(ld, &L->wq, name, e, hp->tf.attn_gate ? 2 * nq : nq, false)) < 0) return rc;
     snprintf(name, sizeof name, "blk.%d.attn_k.weight", (int)i);
     if ((rc = get_matrix(ld, &L->wk, name, e, nkv, false)) < 0) return rc;
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", (int)i);
@@ -263,6 +305,54 @@ static int get_gate_up(struct loader *ld, struct model_layer *L, int32_t i, cons
     if ((rc = get_matrix(ld, &L->w_up, name, hp->n_embd, hp->n_ff, false)) < 0) return rc;
     snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", (int)i);
     return get_matrix(ld, &L->w_gate, name, hp->n_embd, hp->n_ff, false);
+}
+
+/* Is layer i of a qwen35 model a delta-net layer? attention.recurrent_layers when the file has
+ * it, else all but every full_attention_interval-th (4 by default). */
+static bool qwen35_recurrent(const struct gguf_file *f, const char *n, int32_t i) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", n);
+    const struct gguf_kv *kv = gguf_find_kv(f, key);
+    if (kv && kv->type == GGUF_ARRAY && kv->v.arr.type == GGUF_BOOL && (uint64_t)i < kv->v.arr.n)
+        return gguf_arr_int(&kv->v.arr, (uint64_t)i) != 0;
+    int64_t interval = arch_int(f, n, "full_attention_interval", 4);
+    return interval > 0 && (i + 1) % interval != 0;
+}
+
+/* A qwen35 layer: a delta-net or a gated attention, then the FFN after post_attention_norm. */
+static int qwen35_layer(struct loader *ld, struct model_hparams *hp, struct model_layer *L, int32_t i) {
+    int64_t e = hp->n_embd, nq = (int64_t)hp->n_head * hp->head_dim;
+    const struct delta_net_desc *dn = &hp->tf.dn;
+    int64_t ch = (int64_t)(2 * dn->n_k_heads + dn->n_v_heads) * dn->head_dim, vw = (int64_t)dn->n_v_heads * dn->head_dim;
+    char name[96];
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
+    L->recurrent = qwen35_recurrent(ld->f, hp->arch_name, i);
+    if ((rc = get_vector(ld, &L->attn_norm, NAME("attn_norm.weight"), e, false)) < 0 ||
+        (rc = get_vector(ld, &L->ffn_norm, NAME("post_attention_norm.weight"), e, false)) < 0 ||
+        (rc = get_gate_up(ld, L, i, hp)) < 0 ||
+        (rc = get_matrix(ld, &L->w_down, NAME("ffn_down.weight"), hp->n_ff, e, false)) < 0)
+        return rc;
+    if (!L->recurrent) {
+        if ((rc = get_qkv(ld, L, i, hp)) < 0 ||
+            (rc = get_matrix(ld, &L->wo, NAME("attn_output.weight"), nq, e, false)) < 0 ||
+            (rc = get_vector(ld, &L->q_norm, NAME("attn_q_norm.weight"), hp->head_dim, false)) < 0 ||
+            (rc = get_vector(ld, &L->k_norm, NAME("attn_k_norm.weight"), hp->head_dim, false)) < 0)
+            return rc;
+        return 0;
+    }
+    if ((rc = get_matrix(ld, &L->w_qkv, NAME("attn_qkv.weight"), e, ch, false)) < 0 ||
+        (rc = get_matrix(ld, &L->w_z, NAME("attn_gate.weight"), e, vw, false)) < 0 ||
+        (rc = get_matrix(ld, &L->w_beta, NAME("ssm_beta.weight"), e, dn->n_v_heads, false)) < 0 ||
+        (rc = get_matrix(ld, &L->w_alpha, NAME("ssm_alpha.weight"), e, dn->n_v_heads, false)) < 0 ||
+        (rc = get_matrix(ld, &L->ssm_out, NAME("ssm_out.weight"), vw, e, false)) < 0 ||
+        (rc = get_vector(ld, &L->conv_w, NAME("ssm_conv1d.weight"), ch * dn->d_conv, false)) < 0 ||
+        (rc = get_vector(ld, &L->dt_bias, NAME("ssm_dt.bias"), dn->n_v_heads, false)) < 0 ||
+        (rc = get_vector(ld, &L->ssm_a, NAME("ssm_a"), dn->n_v_heads, false)) < 0 ||
+        (rc = get_vector(ld, &L->ssm_norm, NAME("ssm_norm.weight"), dn->head_dim, false)) < 0)
+        return rc;
+#undef NAME
+    return 0;
 }
 
 static int load_weights(struct model *m, char *why, size_t why_len) {
@@ -296,6 +386,10 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     if (!m->layers) return fail(why, why_len, -ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < hp->n_layer; i++) {
         struct model_layer *L = &m->layers[i];
+        if (hp->arch == MODEL_ARCH_QWEN35) {
+            if ((rc = qwen35_layer(&ld, hp, L, i)) < 0) return rc;
+            continue;
+        }
         char name[96];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, (int)i), name)
         if ((rc = get_vector(&ld, &L->attn_norm, NAME("attn_norm.weight"), e, false)) < 0 ||
@@ -353,7 +447,8 @@ static int serving_layout(struct model *m, char *why, size_t why_len) {
     int rc = rewrite_x16(m, &m->output, why, why_len);
     for (int32_t i = 0; rc == 0 && i < m->hp.n_layer; i++) {
         struct model_layer *L = &m->layers[i];
-        struct model_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        struct model_weight *w[] = {&L->wq,    &L->wk,  &L->wv,     &L->wo,      &L->w_gate, &L->w_up,
+                                    &L->w_down, &L->w_qkv, &L->w_z, &L->w_beta, &L->w_alpha, &L->ssm_out};
         for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_x16(m, w[k], why, why_len);
     }
     if (m->output.data == m->token_embd.data) m->token_embd = m->output; /* tied (or one tensor named twice) */

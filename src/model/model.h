@@ -1,5 +1,5 @@
-/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3, phi3 and gemma3, and
- * mamba) and its forward pass.
+/* model.h: a GGUF model (the transformer families llama, qwen2, qwen3, phi3 and gemma3, the
+ * hybrid qwen35, and mamba) and its forward pass.
  *
  * model_load reads the file and every hyperparameter from its metadata (nothing is guessed from
  * the file name): widths, layers, heads and kv heads (GQA/MQA), RMSNorm epsilon, tied or separate
@@ -12,7 +12,8 @@
  * The forward pass turns a batch (common/batch.h) into logits. Everything it needs is sized once
  * in a struct forward_ctx (one per engine, created for a maximum batch and context), so
  * model_forward never allocates. The memory (KV cells for the transformers, recurrent states for
- * mamba) comes from model_memory_create, so the caller never picks the memory kind itself.
+ * mamba, both for a hybrid: memory/split.h) comes from model_memory_create, so the caller never
+ * picks the memory kind itself.
  *
  * Per call, the caller first places the batch in memory, then runs the forward pass:
  *
@@ -44,7 +45,8 @@
 struct arch_impl;
 
 enum model_arch {
-    MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3
+    MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_PHI3, MODEL_ARCH_MAMBA, MODEL_ARCH_GEMMA3,
+    MODEL_ARCH_QWEN35
 };
 enum rope_type { ROPE_NORM, ROPE_NEOX }; /* rotate pairs (2i, 2i+1) / pairs (i, i + n_rot/2) */
 enum ffn_act { FFN_SILU, FFN_GELU_TANH }; /* the gated feed-forward's act(gate) * up */
@@ -59,6 +61,16 @@ struct rope_desc {
 };
 
 enum { ROPE_DESC_MAX = 2 };
+
+/* The gated delta-net layers of a hybrid (qwen35's ssm.* metadata; model/deltanet.h): q/k heads,
+ * v heads (v head h reads q/k head h % n_k_heads), all of head_dim, and the conv's taps.
+ * d_conv == 0: the model has none. */
+struct delta_net_desc {
+    int32_t d_conv;     /* ssm.conv_kernel */
+    int32_t n_k_heads;  /* ssm.group_count */
+    int32_t n_v_heads;  /* ssm.time_step_rank */
+    int32_t head_dim;   /* ssm.state_size (ssm.inner_size = n_v_heads * head_dim) */
+};
 
 /* What the one transformer forward pass (model/llama.c) computes for an architecture, filled by
  * model.c from general.architecture, the metadata and the tensors the file has. The per-layer
@@ -76,11 +88,14 @@ struct transformer_desc {
     bool qk_norm;        /* per-head RMS norms of q and k before rope (attn_q_norm, attn_k_norm) */
     bool fused_qkv;      /* the file holds q, k, v as one attn_qkv: wq/wk/wv are its row ranges */
     bool fused_gate_up;  /* the file's ffn_up holds gate then up: w_gate/w_up are its halves */
+    bool attn_gate;      /* wq gives each head's query then its gate (2 x head_dim rows per head);
+                          * the attention's output is multiplied by sigmoid(gate) (qwen35) */
+    struct delta_net_desc dn; /* the layers with model_layer.recurrent set */
 };
 
 struct model_hparams {
     enum model_arch arch;
-    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "mamba" */
+    const char *arch_name;    /* general.architecture: "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen35", "mamba" */
     int32_t n_vocab;
     int32_t n_embd;
     int32_t n_layer;
@@ -114,6 +129,16 @@ struct model_layer {
     const float *ffn_norm;                  /* [n_embd] */
     struct model_weight w_gate, w_up, w_down;
     const float *ffn_post_norm;             /* [n_embd] norm of the feed-forward's output, or NULL */
+    /* A gated delta-net layer (tf.dn, model/deltanet.h) in place of the attention: its state is
+     * in the recurrent half of the model's memory. Then wq..k_norm are unset, and these are: */
+    bool recurrent;
+    struct model_weight w_qkv;              /* n_embd -> conv channels (q, k, v) */
+    struct model_weight w_z;                /* n_embd -> n_v_heads * head_dim (attn_gate) */
+    struct model_weight w_beta, w_alpha;    /* n_embd -> n_v_heads */
+    struct model_weight ssm_out;            /* n_v_heads * head_dim -> n_embd */
+    const float *conv_w;                    /* [channels][d_conv], oldest input's tap first */
+    const float *dt_bias, *ssm_a;           /* [n_v_heads] */
+    const float *ssm_norm;                  /* [head_dim] */
 };
 
 struct model {

@@ -58,6 +58,8 @@ TEST(footprint_matches_what_loading_allocates) {
     check_model(t, "models/mamba-spm-q8_0.gguf", 4096, 512);
     check_model(t, "models/gemma3-q8_0.gguf", 4096, 512); /* its windowed layers' pool: 64 x 32 + 512 cells */
     check_model(t, "models/gemma3-q8_0.gguf", 1000, 64);
+    check_model(t, "models/qwen35-q8_0.gguf", 4096, 512); /* KV cells and a state per sequence id */
+    check_model(t, "models/qwen35-q8_0.gguf", 1000, 64);
 }
 
 TEST(footprint_reads_the_shapes_of_other_families) {

@@ -191,6 +191,7 @@ TEST(golden_llama32_rope_q8_0) { run_golden(t, "llama32-rope-q8_0", 0.03, 2); }
 TEST(golden_gemma3_q8_0) { run_golden(t, "gemma3-q8_0", 0.03, 2); }
 TEST(golden_qwen3_q8_0) { run_golden(t, "qwen3-q8_0", 0.03, 2); }
 TEST(golden_phi3_q8_0) { run_golden(t, "phi3-q8_0", 0.03, 2); }
+TEST(golden_qwen35_q8_0) { run_golden(t, "qwen35-q8_0", 0.03, 2); }
 
 /* The serving path (reference mode off: SIMD kernels, the Q4_K integer GEMM and the low-bit
  * types' 4-token kernels for prompts, sgemm for the other types' prompts (kquants: IQ4_NL);
@@ -206,3 +207,4 @@ TEST(golden_llama32_rope_q8_0_serving) { run_golden_mode(t, "llama32-rope-q8_0",
 TEST(golden_gemma3_q8_0_serving) { run_golden_mode(t, "gemma3-q8_0", 0.03, 2, false); }
 TEST(golden_qwen3_q8_0_serving) { run_golden_mode(t, "qwen3-q8_0", 0.03, 2, false); }
 TEST(golden_phi3_q8_0_serving) { run_golden_mode(t, "phi3-q8_0", 0.03, 2, false); }
+TEST(golden_qwen35_q8_0_serving) { run_golden_mode(t, "qwen35-q8_0", 0.03, 2, false); }

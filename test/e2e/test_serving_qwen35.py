@@ -1,0 +1,110 @@
+"""Serving a hybrid model (../shared/models/qwen35-q8_0.gguf: three gated delta-net layers with a
+recurrent state per sequence, one gated attention layer with KV cells, in one split memory):
+concurrent greedy requests, n choices, the prompt cache and preemption each give what the request
+gives alone, and Qwen3.5's chat template (../shared/chat) serves it through /v1/chat/completions.
+
+Steps stay under 32 tokens (--batch-tokens 24), as in test_serving_engine.py: below that every
+row is computed alone, so "together == alone" checks the scheduler and the memory, not the
+rounding of the matmuls."""
+import json
+import os
+
+import pytest
+
+from conftest import Server, shared_file
+from serving_helpers import greedy, metrics, post, run_concurrently, shared_model, wait_ready
+
+MODEL = "qwen35-q8_0.gguf"
+PROMPTS = ["The quick brown fox jumps over the lazy dog " * k + str(k) for k in (1, 2, 3, 4, 5, 6)]
+
+
+def serve(*args):
+    return wait_ready(Server(["-m", shared_model(MODEL), "--batch-tokens", "24", *args]))
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = serve("--kv-tokens", "2048")
+    yield s
+    s.check_clean_exit()
+
+
+def test_props_and_memory(srv):
+    status, props = srv.json("GET", "/props")
+    assert status == 200 and props["model"] == MODEL
+    assert metrics(srv)["uvlm_kv_cells_capacity"] == 2048  # the attention layer's cells are counted
+
+
+def test_six_concurrent_and_n_choices_equal_alone(srv):
+    reqs = [greedy(p, n_predict=24, cache_prompt=False, ignore_eos=True) for p in PROMPTS]
+    alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
+    together = run_concurrently([lambda r=r: post(srv, "/completion", r)[1]["content"] for r in reqs])
+    assert together == alone and len(set(alone)) > 1
+    status, body = post(srv, "/completion", dict(reqs[2], n=3))
+    assert status == 200 and [c["content"] for c in body] == [alone[2]] * 3
+
+
+def test_prompt_cache_exact_and_whole_prefix(srv):
+    _, tok = post(srv, "/tokenize", {"content": PROMPTS[1], "add_special": True})
+    prompt = tok["tokens"]
+    req = greedy(prompt, n_predict=8, ignore_eos=True, n_probs=1)
+    _, fresh = post(srv, "/completion", dict(req, cache_prompt=False))
+    _, first = post(srv, "/completion", req)
+    _, again = post(srv, "/completion", req)
+    assert first["content"] == fresh["content"] == again["content"]
+    # the state before the prompt's last token is kept: the same prompt again runs one token
+    assert again["tokens_cached"] == len(prompt) - 1
+    # a cached sequence whose whole content the new prompt extends is reused
+    generated = [p["id"] for p in first["completion_probabilities"]]
+    follow = prompt + generated[:7] + prompt[1:6]
+    _, cached = post(srv, "/completion", greedy(follow, n_predict=8, ignore_eos=True))
+    _, alone = post(srv, "/completion", greedy(follow, n_predict=8, ignore_eos=True, cache_prompt=False))
+    assert cached["tokens_cached"] >= len(prompt) and alone["tokens_cached"] == 0
+    assert cached["content"] == alone["content"]
+
+
+def test_preemption_keeps_outputs():
+    # 6 sequences of ~60-90 tokens each on 256 cells: some are saved (cells and states) and restored
+    srv = serve("--kv-tokens", "256")
+    try:
+        reqs = [greedy(p, n_predict=40, cache_prompt=False, ignore_eos=True) for p in PROMPTS]
+        alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
+        assert metrics(srv)["uvlm_preemptions_total"] == 0
+        together = run_concurrently([lambda r=r: post(srv, "/completion", r) for r in reqs])
+        assert [s for s, _ in together] == [200] * len(reqs), together
+        assert metrics(srv)["uvlm_preemptions_total"] > 0
+        assert [b["content"] for _, b in together] == alone
+        m = metrics(srv)
+        assert m["uvlm_preempted_sequences"] == 0 and m["uvlm_kv_cells_used"] == 0
+    finally:
+        srv.check_clean_exit()
+
+
+def qwen35_template():
+    with open(shared_file("chat", "tools.jsonl")) as f:
+        for line in f:
+            t = json.loads(line)
+            if t["name"] == "Qwen3.5-4B.jinja":
+                return t
+    pytest.fail("Qwen3.5-4B.jinja is missing from ../shared/chat/tools.jsonl")
+
+
+def test_chat_completion_through_the_qwen35_template(tmp_path):
+    t = qwen35_template()
+    conv = [c for c in t["conversations"] if not c.get("tools")][0]
+    path = os.path.join(str(tmp_path), "qwen35.jinja")
+    with open(path, "w") as f:
+        f.write(t["template"])
+    srv = serve("--kv-tokens", "1024", "--chat-template-file", path)
+    try:
+        status, chat = post(srv, "/v1/chat/completions",
+                            {"messages": conv["messages"], "max_tokens": 6, "temperature": 0})
+        assert status == 200, chat
+        status, tok = post(srv, "/tokenize", {"content": conv["expected"], "add_special": True,
+                                              "parse_special": True})
+        assert status == 200
+        assert chat["usage"]["prompt_tokens"] == len(tok["tokens"])
+        _, raw = post(srv, "/completion", greedy(tok["tokens"], n_predict=6, cache_prompt=False))
+        assert chat["choices"][0]["message"]["content"] == raw["content"]
+    finally:
+        srv.check_clean_exit()
