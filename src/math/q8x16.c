@@ -557,12 +557,19 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
 _Static_assert(K6_QL + K6_QH + K6_SC + 2 * Q8X16_ROWS == K6_SB, "q6kx16 super-block size");
 /* Tokens per pass over a group (each holds two integer chains beside 8 level registers). */
 #define K6_TOKEN_TILE 4
-/* Super-blocks (3360 bytes each) fetched ahead of use. */
-#define K6_PREFETCH_SB 2
+/* Super-blocks (3360 bytes each) fetched ahead of use, into L2: fetched into L1 (T0) a decode
+ * step streams at half the speed (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
+#define K6_PREFETCH_SB 4
+
+/* Where GGUF's ql word o (bytes 4o..4o+3, o = 16h + 8b + k) and qh word o (o = 8h + k) of a row
+ * go: in the order the kernel's lane k reads them (k6_group_tile), so it streams its super-block
+ * front to back. */
+static int k6_ql_at(int o) { return 4 * (o % 8) + 2 * (o / 16) + (o / 8) % 2; }
+static int k6_qh_at(int o) { return 2 * (o % 8) + o / 8; }
 
 struct k6_parts {
-    uint8_t *ql;  /* [32 words][16 rows][4 bytes]: word k of row l = GGUF ql[4k .. 4k + 3] */
-    uint8_t *qh;  /* [16 words][16 rows][4 bytes]: the same for qh */
+    uint8_t *ql;  /* [32 words][16 rows][4 bytes]: word k6_ql_at(o) of row l = GGUF ql[4o .. 4o + 3] */
+    uint8_t *qh;  /* [16 words][16 rows][4 bytes]: the same for qh (k6_qh_at) */
     int8_t *sc;   /* [16][16]: scale s of row l at s * 16 + l */
     uint16_t *d;  /* [16] */
 };
@@ -581,8 +588,8 @@ static void pack_q6k_block(void *w, int64_t nb, int64_t g, int64_t i, const uint
         const block_q6_K *b = (const block_q6_K *)(rows + l * rb) + i;
         p.d[l] = b->d;
         for (int s = 0; s < QK_K / 16; s++) p.sc[s * Q8X16_ROWS + l] = b->scales[s];
-        put_words(p.ql, l, b->ql, QK_K / 8);
-        put_words(p.qh, l, b->qh, QK_K / 16);
+        for (int o = 0; o < QK_K / 8; o++) memcpy(p.ql + k6_ql_at(o) * 64 + l * 4, b->ql + 4 * o, 4);
+        for (int o = 0; o < QK_K / 16; o++) memcpy(p.qh + k6_qh_at(o) * 64 + l * 4, b->qh + 4 * o, 4);
     }
 }
 
@@ -599,8 +606,8 @@ static block_q6_K k6_block(const void *w, int64_t n_in, int64_t n_out, int64_t r
     const int l = (int)(r % Q8X16_ROWS);
     block_q6_K b = {.d = p.d[l]};
     for (int s = 0; s < QK_K / 16; s++) b.scales[s] = p.sc[s * Q8X16_ROWS + l];
-    for (int k = 0; k < QK_K / 8; k++) memcpy(b.ql + 4 * k, p.ql + k * 64 + l * 4, 4);
-    for (int k = 0; k < QK_K / 16; k++) memcpy(b.qh + 4 * k, p.qh + k * 64 + l * 4, 4);
+    for (int o = 0; o < QK_K / 8; o++) memcpy(b.ql + 4 * o, p.ql + k6_ql_at(o) * 64 + l * 4, 4);
+    for (int o = 0; o < QK_K / 16; o++) memcpy(b.qh + 4 * o, p.qh + k6_qh_at(o) * 64 + l * 4, 4);
     return b;
 }
 
@@ -637,7 +644,7 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
          * nobody reads; a prefetch never faults) */
         const char *pf = (const char *)p.ql + K6_PREFETCH_SB * K6_SB;
 #pragma GCC unroll 53
-        for (size_t off = 0; off < K6_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+        for (size_t off = 0; off < K6_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
         /* scale s of the 16 rows as int32 lanes [scale, 0] */
         __m512i scv[QK_K / 16];
 #pragma GCC unroll 16
@@ -664,9 +671,9 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
             __m512i lv[8];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m512i a = _mm512_loadu_si512(p.ql + (size_t)(16 * h + k) * 64);
-                const __m512i b = _mm512_loadu_si512(p.ql + (size_t)(16 * h + 8 + k) * 64);
-                const __m512i hb = _mm512_loadu_si512(p.qh + (size_t)(8 * h + k) * 64);
+                const __m512i a = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + k) * 64);
+                const __m512i b = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + 8 + k) * 64);
+                const __m512i hb = _mm512_loadu_si512(p.qh + (size_t)k6_qh_at(8 * h + k) * 64);
                 /* (a & 0x0F) | (hi & 0x30): ternary 0xEC = (A & C) | B, B already masked */
                 lv[4 * h + 0] = _mm512_ternarylogic_epi32(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30), m4, 0xEC);
                 lv[4 * h + 1] = _mm512_ternarylogic_epi32(b, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30), m4, 0xEC);

@@ -323,10 +323,11 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     return 0;
 }
 
-/* model_options.serving_layout: each Q8_0, Q5_0, Q4_K and Q6_K matrix the forward pass multiplies
- * by (the output once when it is the embedding too; not when that is Q4_K or Q6_K) rewritten in
- * place into q8x16.h's layouts. A tensor not on a 32-byte boundary (general.alignment below 32)
- * keeps the file's layout. */
+/* model_options.serving_layout: each Q8_0, Q5_0 and Q4_K matrix the forward pass multiplies by
+ * (the output once when it is the embedding too; not when that is Q4_K) rewritten in place into
+ * q8x16.h's layouts. Q6_K stays as the file has it: its layout streams a decode step no faster
+ * than the GGUF kernels (see q8x16.h). A tensor not on a 32-byte boundary (general.alignment
+ * below 32) keeps the file's layout. */
 static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
     int rc;
     if ((uintptr_t)w->data % 32) return 0;
@@ -340,9 +341,6 @@ static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_
     } else if (w->type == GGML_TYPE_Q4_K && w->data != m->token_embd.data) { /* no row lookup in Q4_K's */
         rc = q4kx16_repack((void *)w->data, w->n_in, w->n_out);
         to = UVLM_TYPE_Q4_K_X16;
-    } else if (w->type == GGML_TYPE_Q6_K && w->data != m->token_embd.data) { /* nor in Q6_K's */
-        rc = q6kx16_repack((void *)w->data, w->n_in, w->n_out);
-        to = UVLM_TYPE_Q6_K_X16;
     } else {
         return 0;
     }

@@ -373,11 +373,11 @@ TEST(model_serving_layout_refuses_reference_contexts) {
     teardown(&g);
 }
 
-/* Q4_K and Q6_K in the serving layouts (math/q8x16.h's Q4_K_X16, Q6_K_X16) change no number:
- * models written by mkmodel as q4_k, tied (the output is the embedding: kept GGUF, as the lookup
- * reads it) and untied, and as q4_k_m (Q6_K output, and attn_v and ffn_down of layer 1), give
- * bit-identical logits loaded for serving and as the file has them, over a prompt and three
- * decode steps on 2 threads. */
+/* Q4_K in the serving layout (math/q8x16.h's Q4_K_X16) changes no number: models written by
+ * mkmodel as q4_k, tied (the output is the embedding: kept GGUF, as the lookup reads it) and
+ * untied, and as q4_k_m (its Q6_K output, and attn_v and ffn_down of layer 1, beside the
+ * rewritten Q4_K), give bit-identical logits loaded for serving and as the file has them, over a
+ * prompt and three decode steps on 2 threads. */
 static void q4_k_layouts_agree(struct test_case *t, const char *type, bool tied) {
     SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
     char path[] = "/tmp/uvlm-q4k-XXXXXX";
@@ -415,7 +415,6 @@ static void q4_k_layouts_agree(struct test_case *t, const char *type, bool tied)
         }
     }
     if (q8x16_supported()) CHECK(f[0].m && f[0].m->serving_layout); /* something was rewritten */
-    if (q8x16_supported() && !strcmp(type, "q4_k_m")) CHECK(f[0].m && f[0].m->output.type == UVLM_TYPE_Q6_K_X16);
     if (logits[0] && logits[1]) {
         CHECK(max_diff(logits[0], logits[1], V * 4) == 0);
         CHECK(max_diff(logits[0], logits[0] + V, V) > 0); /* the steps do differ */
