@@ -252,11 +252,11 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
     }
 }
 
-/* Whether prompt i of prompt_order takes all the budget the others leave, not chunk_cap: the last
- * one. Decodes and the prompts before it (new ones first: a short request's whole prompt) come
- * first; with the rest the prompt read longest fills the step, so a long prompt read beside
- * streaming requests keeps steps as full as alone and does not pay each step's fixed cost on
- * small chunks (scripts/bench.d/50-serving, fairness). */
+/* Whether prompt i of prompt_order takes all the budget the decodes and the prompts before it
+ * leave, not chunk_cap: the last one, served most recently (a long prompt being read when short
+ * requests arrive: their whole prompts go first). Beside streaming requests its steps then stay
+ * as full as alone instead of paying each step's fixed cost on small chunks
+ * (scripts/bench.d/50-serving, fairness). */
 static bool fills_rest(const struct sched *s, int32_t i) { return i == s->n_prompt - 1; }
 
 /* Fill the batch: every decode (round-robin when they exceed the batch), then prompt chunks. */
