@@ -14,7 +14,8 @@
  * norms, rope on --n-rot dims) every 4th layer, each followed by post_attention_norm and the
  * feed-forward. T is one of
  * f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs, or q4_k_m (Q4_K,
- * with Q6_K for the output and attn_v matrices). Matrices are quantized from F32 by
+ * with Q6_K for the output and, in the first and last eighth of the layers and every third
+ * between, attn_v and ffn_down: the reference's mix). Matrices are quantized from F32 by
  * quant_from_float. A matrix whose rows are not a multiple of the type's block falls back (the
  * 256-element types: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, q2_k / q3_k / iq4_xs -> iq4_nl),
  * as the reference's quantizer does.
@@ -75,10 +76,21 @@ static float uniform(uint64_t *s) {
     return (float)((*s * 0x2545F4914F6CDD1Du) >> 40) * 0x1.0p-23f - 1.0f;
 }
 
+/* Whether layer i of n gets the Q4_K_M mix's Q6_K attn_v and ffn_down: the first and last eighth
+ * of the layers and every third one between (TinyLlama's 22 layers: 10 of them), the layers the
+ * reference's quantizer gives more bits, so that a Q4_K_M file here reads the bytes theirs do. */
+static bool q4_k_m_more_bits(int i, int n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
 /* The type a matrix gets: the requested one, the Q4_K_M exceptions, and the block fallbacks. */
 static enum ggml_type matrix_type(const struct mk *mk, const char *name, uint64_t n_in) {
     enum ggml_type t = mk->type;
-    if (mk->q4_k_m && (strstr(name, "attn_v") || !strcmp(name, "output.weight"))) t = GGML_TYPE_Q6_K;
+    int layer = -1;
+    if (mk->q4_k_m && sscanf(name, "blk.%d.", &layer) == 1 && (strstr(name, "attn_v") || strstr(name, "ffn_down")) &&
+        q4_k_m_more_bits(layer, mk->n_layer))
+        t = GGML_TYPE_Q6_K;
+    if (mk->q4_k_m && !strcmp(name, "output.weight")) t = GGML_TYPE_Q6_K;
     if (ggml_row_size(t, n_in) == 0) {
         t = t == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 : t == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1
           : t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_IQ4_XS ? GGML_TYPE_IQ4_NL : GGML_TYPE_Q8_0;

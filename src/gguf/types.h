@@ -51,6 +51,7 @@ enum ggml_type {
     UVLM_TYPE_Q8_0_X16 = GGML_TYPE_COUNT + 1,
     UVLM_TYPE_Q5_0_X16 = GGML_TYPE_COUNT + 2,
     UVLM_TYPE_Q4_K_X16 = GGML_TYPE_COUNT + 3, /* the same for Q4_K (rows of Q4_K's size exactly) */
+    UVLM_TYPE_Q6_K_X16 = GGML_TYPE_COUNT + 4, /* and for Q6_K (rows of Q6_K's size exactly) */
 };
 
 struct ggml_type_info {

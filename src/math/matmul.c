@@ -88,9 +88,15 @@ typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t 
 static x16_rows_fn x16_kernel(enum ggml_type t) {
     return t == UVLM_TYPE_Q8_0_X16 ? q8x16_rows : t == UVLM_TYPE_Q5_0_X16 ? q5x16_rows : NULL;
 }
-/* Any of q8x16.h's layouts (Q4_K_X16 runs q4kx16_rows on the Q8_K activations as they are). */
-static bool is_x16(enum ggml_type t) { return x16_kernel(t) || t == UVLM_TYPE_Q4_K_X16; }
-static enum ggml_type x16_xtype(enum ggml_type t) { return t == UVLM_TYPE_Q4_K_X16 ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0; }
+/* The K-quant layouts of q8x16.h: their kernel on the Q8_K activations as they are (NULL otherwise). */
+typedef void (*kx16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                             size_t xq_stride, int64_t n_tok, float *y);
+static kx16_rows_fn kx16_kernel(enum ggml_type t) {
+    return t == UVLM_TYPE_Q4_K_X16 ? q4kx16_rows : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows : NULL;
+}
+/* Any of q8x16.h's layouts. */
+static bool is_x16(enum ggml_type t) { return x16_kernel(t) || kx16_kernel(t); }
+static enum ggml_type x16_xtype(enum ggml_type t) { return kx16_kernel(t) ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0; }
 
 /* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
 static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
@@ -216,7 +222,7 @@ struct mat_desc {
     quant_vec_dot4_fn dot4;
     quant_vec_dotr_fn dotr;
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
-    bool k4x16;      /* Q4_K_X16: q4kx16_rows on the job's xq instead */
+    kx16_rows_fn kx16; /* Q4_K_X16 / Q6_K_X16: q8x16.h's kernel on the job's xq instead */
 };
 
 struct matmul_job {
@@ -280,8 +286,8 @@ static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int6
         d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
         return;
     }
-    if (d->k4x16) {
-        q4kx16_rows(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->n_tok, d->y);
+    if (d->kx16) {
+        d->kx16(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->n_tok, d->y);
         return;
     }
     const uint8_t *w = d->w;
@@ -586,7 +592,7 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
             j->x16_acts = true;
-        } else if ((d->k4x16 = types[m] == UVLM_TYPE_Q4_K_X16)) {
+        } else if ((d->kx16 = kx16_kernel(types[m]))) {
             ASSERT(j->xtype == GGML_TYPE_Q8_K);
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
@@ -736,8 +742,9 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
     ASSERT(n_mats >= 1 && n_mats <= MATMUL_MULTI_MAX);
     if (n_tok <= 0) return;
     /* The q8x16.h layouts take one activation type at every token count (Q8_0, then its blocks
-     * made from them; Q4_K_X16: Q8_K): all in those layouts of one activation type (SmolLM2's
-     * Q5_0_X16 Q/K beside its Q8_0_X16 V), the matrices share one dispatch for prompts too. */
+     * made from them; Q4_K_X16, Q6_K_X16: Q8_K): all in those layouts of one activation type
+     * (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V, TinyLlama's Q4_K_X16 Q/K beside its Q6_K_X16
+     * V), the matrices share one dispatch for prompts too. */
     bool same = true, all_x16 = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
     enum ggml_type xtype = is_x16(types[0]) ? x16_xtype(types[0]) : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {

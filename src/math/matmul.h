@@ -32,10 +32,11 @@
  *       q8x16's order, not the reference's. Matrices in these layouts share one dispatch in
  *       matmul_multi_types at every token count (Q4_K_M's Q5_0 Q/K beside its Q8_0 V). Faster
  *       than the GGUF layouts at every batch size (see q8x16.h for the commands that show it).
- *   UVLM_TYPE_Q4_K_X16 (Q4_K rewritten the same way): q4kx16_rows on the Q8_K activations, at
- *       every token count, exactly the numbers of GGUF Q4_K on every path here (dot_q4_K's
- *       order). Shares a dispatch with Q6_K (one activation type: TinyLlama Q4_K_M's Q/K/V) on
- *       decode steps, not with the Q8_0-activation layouts above.
+ *   UVLM_TYPE_Q4_K_X16 and UVLM_TYPE_Q6_K_X16 (Q4_K / Q6_K rewritten the same way):
+ *       q4kx16_rows / q6kx16_rows on the Q8_K activations, at every token count, exactly the
+ *       numbers of GGUF Q4_K / Q6_K on every path here (dot_q4_K's, dot_q6_K's order). The two
+ *       share a dispatch at every token count (one activation type: TinyLlama Q4_K_M's Q/K/V),
+ *       and with GGUF Q6_K on decode steps, not with the Q8_0-activation layouts above.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by

@@ -1,4 +1,5 @@
-/* q8x16.c: Q8_0 and Q5_0 rows interleaved by 16 and their products on AVX-512 VNNI (q8x16.h).
+/* q8x16.c: Q8_0, Q5_0, Q4_K and Q6_K rows interleaved by 16 and their products on AVX-512 VNNI
+ * (q8x16.h). The K-quants' kernels are described at their sections below.
  *
  * Kernel: a group of 16 rows against up to TOKEN_TILE tokens at a time. Per block, the group's
  * 512 level bytes are 8 registers, loaded once for all the tile's tokens; per token, 8 vpdpbusd
@@ -541,4 +542,193 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
+}
+
+/* ---- Q6_K ------------------------------------------------------------------------------- */
+
+/* A group's super-block i (16 rows of 256 elements, 3360 bytes: 16 GGUF super-blocks) in four
+ * parts (see q8x16.h): 2048 bytes of ql, 1024 of qh, 256 of scales, 32 of d. 3360 is 52.5 * 64,
+ * so consecutive super-blocks alternate between a 64-byte boundary and 32 bytes past one; in the
+ * second case d comes first and the other parts' 64-byte loads stay aligned. */
+#define K6_QL 2048
+#define K6_QH 1024
+#define K6_SC 256
+#define K6_SB (Q8X16_ROWS * sizeof(block_q6_K))
+_Static_assert(K6_QL + K6_QH + K6_SC + 2 * Q8X16_ROWS == K6_SB, "q6kx16 super-block size");
+/* Tokens per pass over a group (each holds two integer chains beside 8 level registers). */
+#define K6_TOKEN_TILE 4
+/* Super-blocks (3360 bytes each) fetched ahead of use, into L2: fetched into L1 (T0) a decode
+ * step streams at half the speed (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
+#define K6_PREFETCH_SB 4
+
+/* Where GGUF's ql word o (bytes 4o..4o+3, o = 16h + 8b + k) and qh word o (o = 8h + k) of a row
+ * go: in the order the kernel's lane k reads them (k6_group_tile), so it streams its super-block
+ * front to back. */
+static int k6_ql_at(int o) { return 4 * (o % 8) + 2 * (o / 16) + (o / 8) % 2; }
+static int k6_qh_at(int o) { return 2 * (o % 8) + o / 8; }
+
+struct k6_parts {
+    uint8_t *ql;  /* [32 words][16 rows][4 bytes]: word k6_ql_at(o) of row l = GGUF ql[4o .. 4o + 3] */
+    uint8_t *qh;  /* [16 words][16 rows][4 bytes]: the same for qh (k6_qh_at) */
+    int8_t *sc;   /* [16][16]: scale s of row l at s * 16 + l */
+    uint16_t *d;  /* [16] */
+};
+
+static struct k6_parts k6_sb(const void *w, int64_t nb, int64_t g, int64_t i) {
+    uint8_t *b = (uint8_t *)w + ((size_t)g * (size_t)nb + (size_t)i) * K6_SB;
+    int ahead = (uintptr_t)b % 64 == 32;
+    uint8_t *q = b + 32 * ahead;
+    return (struct k6_parts){.ql = q, .qh = q + K6_QL, .sc = (int8_t *)(q + K6_QL + K6_QH),
+                             .d = (uint16_t *)(ahead ? b : q + K6_QL + K6_QH + K6_SC)};
+}
+
+static void pack_q6k_block(void *w, int64_t nb, int64_t g, int64_t i, const uint8_t *rows, size_t rb) {
+    struct k6_parts p = k6_sb(w, nb, g, i);
+    for (int l = 0; l < Q8X16_ROWS; l++) {
+        const block_q6_K *b = (const block_q6_K *)(rows + l * rb) + i;
+        p.d[l] = b->d;
+        for (int s = 0; s < QK_K / 16; s++) p.sc[s * Q8X16_ROWS + l] = b->scales[s];
+        for (int o = 0; o < QK_K / 8; o++) memcpy(p.ql + k6_ql_at(o) * 64 + l * 4, b->ql + 4 * o, 4);
+        for (int o = 0; o < QK_K / 16; o++) memcpy(p.qh + k6_qh_at(o) * 64 + l * 4, b->qh + 4 * o, 4);
+    }
+}
+
+int q6kx16_repack(void *w, int64_t n_in, int64_t n_out) {
+    return repack_groups(w, n_in / QK_K, sizeof(block_q6_K), n_out, pack_q6k_block);
+}
+
+/* Super-block i of row r as GGUF holds it (from either layout). */
+static block_q6_K k6_block(const void *w, int64_t n_in, int64_t n_out, int64_t r, int64_t i) {
+    const int64_t nb = n_in / QK_K;
+    if (r >= n_out / Q8X16_ROWS * Q8X16_ROWS)
+        return ((const block_q6_K *)((const uint8_t *)w + (size_t)r * (size_t)nb * sizeof(block_q6_K)))[i];
+    struct k6_parts p = k6_sb(w, nb, r / Q8X16_ROWS, i);
+    const int l = (int)(r % Q8X16_ROWS);
+    block_q6_K b = {.d = p.d[l]};
+    for (int s = 0; s < QK_K / 16; s++) b.scales[s] = p.sc[s * Q8X16_ROWS + l];
+    for (int o = 0; o < QK_K / 8; o++) memcpy(b.ql + 4 * o, p.ql + k6_ql_at(o) * 64 + l * 4, 4);
+    for (int o = 0; o < QK_K / 16; o++) memcpy(b.qh + 4 * o, p.qh + k6_qh_at(o) * 64 + l * 4, 4);
+    return b;
+}
+
+float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq) {
+    /* the row back in GGUF's layout, dotted by quant.c's scalar kernel: its order by construction */
+    const int64_t nb = n_in / QK_K;
+    block_q6_K *row = malloc((size_t)nb * sizeof *row);
+    ASSERT(row);
+    for (int64_t i = 0; i < nb; i++) row[i] = k6_block(w, n_in, n_out, r, i);
+    float v = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q6_K)(n_in, row, xq);
+    free(row);
+    return v;
+}
+
+/* Group g (16 rows from row 16g) against tokens [0, nt) of the Q8_K rows xq (xq_stride bytes
+ * apart): y[t * n_out + l], in dot_q6_K's order (quant.c): per row 8 float lanes, lane k the
+ * integer sum over groups j of scale[2j + k/4] * (levels . activations of the 4-element word
+ * 8j + k), lane_k = fma(d_w * d_x, (float)sum, lane_k) super-block after super-block, then
+ * fold8. Here vector k holds lane k of the 16 rows. Per super-block and lane: the 8 words'
+ * levels of the 16 rows (unsigned, q + 32, from ql's nibbles and qh's 2-bit fields) decoded once
+ * for the tile's tokens; per token, each word's vpdpbusd starts at -32 * (the sum of its 4
+ * activations), so its lanes end as the products of the signed levels (|.| <= 4 * 32 * 128, an
+ * int16), which vpdpwssd multiplies by the row's scale (int32 lanes [scale, 0]). */
+AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t nb, const void *w, int64_t g,
+                                                                       const uint8_t *xq, size_t xq_stride,
+                                                                       float *y, int64_t n_out, const int nt) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+    __m512 acc[K6_TOKEN_TILE][8];
+    for (int t = 0; t < nt; t++)
+        for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct k6_parts p = k6_sb(w, nb, g, i);
+        /* K6_PREFETCH_SB super-blocks ahead (past the matrix's end near its last group: lines
+         * nobody reads; a prefetch never faults) */
+        const char *pf = (const char *)p.ql + K6_PREFETCH_SB * K6_SB;
+#pragma GCC unroll 53
+        for (size_t off = 0; off < K6_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
+        /* scale s of the 16 rows as int32 lanes [scale, 0] */
+        __m512i scv[QK_K / 16];
+#pragma GCC unroll 16
+        for (int s = 0; s < QK_K / 16; s++)
+            scv[s] = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * s))));
+        /* per token: -32 * (the sum of each word's 4 activations), and d_w * d_x of the 16 rows */
+        int32_t neg[K6_TOKEN_TILE][QK_K / 4];
+        __m512 dwx[K6_TOKEN_TILE];
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c32, _mm512_loadu_si512(x->qs + 64 * m));
+                _mm512_storeu_si512(neg[t] + 16 * m, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+            }
+            dwx[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x->d));
+        }
+#pragma GCC unroll 1
+        for (int k = 0; k < 8; k++) {
+            /* word 8j + k of the super-block (elements 32j + 4k .. +3): in half h = j / 4, with
+             * jj = j % 4, the low (jj < 2) or high nibbles of ql word 16h + 8(jj % 2) + k and
+             * bits 2jj, 2jj + 1 of qh word 8h + k */
+            __m512i lv[8];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m512i a = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + k) * 64);
+                const __m512i b = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + 8 + k) * 64);
+                const __m512i hb = _mm512_loadu_si512(p.qh + (size_t)k6_qh_at(8 * h + k) * 64);
+                /* (a & 0x0F) | (hi & 0x30): ternary 0xEC = (A & C) | B, B already masked */
+                lv[4 * h + 0] = _mm512_ternarylogic_epi32(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30), m4, 0xEC);
+                lv[4 * h + 1] = _mm512_ternarylogic_epi32(b, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30), m4, 0xEC);
+                lv[4 * h + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), _mm512_and_si512(hb, m30), m4, 0xEC);
+                lv[4 * h + 3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4),
+                                                          _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30), m4, 0xEC);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].qs;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j += 2) { /* exact integer sums: the order does not matter */
+                    int32_t x0, x1;
+                    memcpy(&x0, xs + 4 * (8 * j + k), 4);
+                    memcpy(&x1, xs + 4 * (8 * j + 8 + k), 4);
+                    const __m512i p0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(neg[t][8 * j + k]), lv[j], _mm512_set1_epi32(x0));
+                    const __m512i p1 =
+                        _mm512_dpbusd_epi32(_mm512_set1_epi32(neg[t][8 * j + 8 + k]), lv[j + 1], _mm512_set1_epi32(x1));
+                    s0 = _mm512_dpwssd_epi32(s0, p0, scv[2 * j + k / 4]);
+                    s1 = _mm512_dpwssd_epi32(s1, p1, scv[2 * j + 2 + k / 4]);
+                }
+                acc[t][k] = _mm512_fmadd_ps(dwx[t], _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[t][k]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) { /* fold8: (l0 + l4) + (l2 + l6), (l1 + l5) + (l3 + l7) */
+        __m512 s[4];
+        for (int k = 0; k < 4; k++) s[k] = _mm512_add_ps(acc[t][k], acc[t][k + 4]);
+        _mm512_storeu_ps(y + t * n_out, _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
+    }
+}
+
+AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                        size_t xq_stride, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += K6_TOKEN_TILE) {
+        const int64_t nt = n_tok - t0 < K6_TOKEN_TILE ? n_tok - t0 : K6_TOKEN_TILE;
+        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
+            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+            switch (nt) {
+            case 1: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
+            case 2: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
+            case 3: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
+            default: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+            }
+        }
+    }
+    /* the tail rows are GGUF rows: the type's own kernel, whose numbers are dot_q6_K's */
+    const size_t rb = (size_t)nb * sizeof(block_q6_K);
+    quant_vec_dot_fn dot = quant_get_vec_dot(simd_level_best(), GGML_TYPE_Q6_K);
+    for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * n_out + r] = dot(n_in, (const uint8_t *)w + (size_t)r * rb, (const uint8_t *)xq + (size_t)t * xq_stride);
 }

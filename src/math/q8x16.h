@@ -1,6 +1,6 @@
-/* q8x16.h: Q8_0, Q5_0 and Q4_K matrices interleaved by 16 rows, the serving engine's layouts for
- * those weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them as
- * the weight types UVLM_TYPE_Q8_0_X16, UVLM_TYPE_Q5_0_X16 and UVLM_TYPE_Q4_K_X16 of gguf/types.h).
+/* q8x16.h: Q8_0, Q5_0, Q4_K and Q6_K matrices interleaved by 16 rows, the serving engine's layouts
+ * for those weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them
+ * as the weight types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16 and _Q6_K_X16 of gguf/types.h).
  *
  * Why: in GGUF's Q8_0 a row's 32-element blocks lie one after the other, so a SIMD dot spreads one
  * block over 8 integer lanes and pays a float conversion and a multiply-add per block and token for
@@ -103,5 +103,24 @@ void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t
                  int64_t n_tok, float *y);
 /* Row r . one token's Q8_K row by scalar code, in the order above (tests; the tail rows). */
 float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
+
+/* Q6_K (UVLM_TYPE_Q6_K_X16): 16 rows side by side per 256-element super-block, 3360 bytes (16 GGUF
+ * super-blocks) in four parts: 2048 bytes of ql, byte k * 64 + l * 4 + m = the GGUF byte
+ * ql[4k + m] of row l; 1024 bytes of qh, byte k * 64 + l * 4 + m = qh[4k + m] of row l; 256 bytes
+ * of scales, byte s * 16 + l = scales[s] of row l; the rows' d (16 fp16). d comes first, before
+ * ql, where the super-block starts 32 bytes past a 64-byte boundary (every other super-block:
+ * 3360 = 52.5 * 64). Activations: the matmul's Q8_K rows as they are. Numbers: quant.c's
+ * dot_q6_K order exactly (per row 8 float lanes over the super-blocks, then fold8), the order of
+ * every Q6_K kernel of the serving path: rewriting changes no number, only speed. With the
+ * weights in L2 it computes faster than the GGUF kernels, but a decode step streaming them from
+ * memory runs no faster, so the model loader does not use it (build/bench/kernels --small-batch
+ * --type q6_kx16 / q6_k --threads 1). No row lookup (a tied embedding cannot be in it). The
+ * layout depends on the address mod 64: rewrite in place, never move the bytes. */
+int q6kx16_repack(void *w, int64_t n_in, int64_t n_out);
+/* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
+void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
+                 int64_t n_tok, float *y);
+/* Row r . one token's Q8_K row by scalar code, in the order above (tests). */
+float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
 
 #endif

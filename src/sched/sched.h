@@ -4,7 +4,9 @@
  * step, which tokens go into the next forward pass:
  *   - every generating sequence gets one decode token per step;
  *   - sequences still reading their prompt get chunks (at most config.chunk_tokens each while
- *     others wait), round-robin, up to the step's token budget (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
+ *     others wait, except the last in the step's order, which takes what the budget has left:
+ *     a long prompt read beside streaming requests fills each step as it would alone),
+ *     round-robin, up to the step's token budget (config.batch_tokens); a newly admitted prompt goes first once, so a short request that
  *     arrives while a long prompt is being read gets its prompt into the very next step; a sequence
  *     that waited `starve_steps` steps goes before new ones, so nothing starves; every choice
  *     is a pure function of the arrival order and the step times reported to
@@ -141,7 +143,7 @@ struct sched_config {
     int32_t n_ctx;            /* the model's context: most tokens (prompt + generated) per sequence */
     int32_t max_seq_tokens;   /* a lower per-sequence limit than n_ctx (0: n_ctx) */
     int32_t batch_tokens;     /* token budget per step (--batch-tokens, 512) */
-    int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait (128) */
+    int32_t chunk_tokens;     /* most prompt tokens per sequence per step while others wait, but for the step's last prompt (128) */
     double max_step_ms;       /* step time target while others wait (--max-step-ms, 100) */
     double solo_step_ms;      /* step time target of a prompt alone (--solo-step-ms, 100; 0: none) */
     int32_t max_queue;        /* requests waiting for admission, beyond: -ERR_BUSY (--max-queue, 64) */

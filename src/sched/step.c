@@ -252,6 +252,13 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
     }
 }
 
+/* Whether prompt i of prompt_order takes all the budget the decodes and the prompts before it
+ * leave, not chunk_cap: the last one, served most recently (a long prompt being read when short
+ * requests arrive: their whole prompts go first). Beside streaming requests its steps then stay
+ * as full as alone instead of paying each step's fixed cost on small chunks
+ * (scripts/bench.d/50-serving, fairness). */
+static bool fills_rest(const struct sched *s, int32_t i) { return i == s->n_prompt - 1; }
+
 /* Fill the batch: every decode (round-robin when they exceed the batch), then prompt chunks. */
 static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     struct sched_step *st = &s->step;
@@ -275,7 +282,7 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     for (int32_t i = 0; i < s->n_prompt && left > 0; i++) {
         const struct seq *q = &s->seqs[s->prompt_order[i]];
         int32_t n = q->n_tokens - q->n_past;
-        if (n > chunk_cap) n = chunk_cap;
+        if (n > chunk_cap && !fills_rest(s, i)) n = chunk_cap;
         if (n > left) n = left;
         /* a chunk stops at the checkpoint: the copy is taken when the step completes */
         if (q->checkpoint_at > q->n_past && q->n_past + n > q->checkpoint_at) n = q->checkpoint_at - q->n_past;
@@ -379,7 +386,9 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     int32_t cap = 0;
     for (int32_t i = 0; i < s->n_prompt && cap < *prompt_cap; i++) {
         const struct seq *q = &s->seqs[s->prompt_order[i]];
-        int32_t chunk = q->n_tokens - q->n_past < *chunk_cap ? q->n_tokens - q->n_past : *chunk_cap;
+        int32_t chunk = q->n_tokens - q->n_past;
+        if (chunk > *chunk_cap && !fills_rest(s, i)) chunk = *chunk_cap;
+        if (chunk > *prompt_cap - cap) chunk = *prompt_cap - cap;
         int32_t fit = step_cost_tokens_within(&s->cost, target_ms, rows, attn, q->n_past);
         if (fit < chunk) { /* the budget ends inside this chunk (fit is at least 1: check it) */
             if (fit > 1 || step_cost_predict_ms(&s->cost, rows + 1, attn + q->n_past + 1) <= target_ms) cap += fit;

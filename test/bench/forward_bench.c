@@ -26,7 +26,8 @@
  *                                                  machine; the context is N)
  * The model is loaded as the server loads it (model_options.serving_layout); --gguf-layout keeps
  * Q8_0 and Q5_0 matrices as the file has them (the reference's order, for comparison).
- * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T tg64_d512 T weights_mb M" or
+ * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T tg64_d512 T weights_mb M
+ * layer_mmac A" (A: millions of multiply-adds of a prompt token in the layers' matrices) or
  * "bandwidth G".
  */
 #include "common/err.h"
@@ -45,6 +46,18 @@ static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Multiply-adds of a prompt token in the layers' matrices (a prompt's one row of logits aside):
+ * pp512 x this over the CPU's int8 peak is the share of the peak the prompt reaches. */
+static double layer_macs(const struct model *m) {
+    double macs = 0;
+    for (int32_t i = 0; i < m->hp.n_layer; i++) {
+        const struct model_layer *L = &m->layers[i];
+        const struct model_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t k = 0; k < sizeof w / sizeof *w; k++) macs += (double)w[k]->n_in * (double)w[k]->n_out;
+    }
+    return macs;
 }
 
 static double now(void) {
@@ -316,8 +329,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "forward failed: %s\n", err_str(rc));
         return 1;
     }
-    printf("pp512 %.1f tg64 %.2f tg64_d512 %.2f weights_mb %.1f\n", pp_best, tg_best, d512_best,
-           m->weight_bytes / 1e6);
+    printf("pp512 %.1f tg64 %.2f tg64_d512 %.2f weights_mb %.1f layer_mmac %.1f\n", pp_best, tg_best, d512_best,
+           m->weight_bytes / 1e6, layer_macs(m) / 1e6);
     batch_free(&b);
     forward_ctx_destroy(fc);
     memory_destroy(mem);

@@ -6,15 +6,19 @@
  *
  *   build/bench/kernels [--threads N] [--quick]
  *   build/bench/kernels --small-batch [--threads N]
- *       [--type q8_0|q4_k|q6_k|q5_0|q2_k|q3_k|iq4_nl|iq4_xs|q8_0x16|q5_0x16|q4_kx16]
+ *       [--type q8_0|q4_k|q6_k|q5_0|q2_k|q3_k|iq4_nl|iq4_xs|q8_0x16|q5_0x16|q4_kx16|q6_kx16]
  *       only the decode-step case: matmuls of 1/2/4/8/16 tokens on SmolLM2-135M's shapes
  *       (576x576, 576x192, 576x1536, 1536x576, 576x49152) and TinyLlama-1.1B's (2048x2048,
  *       2048x5632, 5632x2048; the 256-element types' rows fit only those and 1536), weights cycled
  *       through enough copies (about 64 MB per shape) that they come from L3 or memory as a
  *       model's layers do; prints
  *       the best wall and CPU microseconds per matmul (CPU time: robust on a busy machine with
- *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16: the serving layouts of
+ *       --threads 1) and int8 GMAC/s. q8_0x16 / q5_0x16 / q4_kx16 / q6_kx16: the serving layouts of
  *       math/q8x16.h (shapes whose rows are not whole blocks of the type print n/a).
+ *   build/bench/kernels --vnni-peak [--threads N]
+ *       the int8 peak of this CPU: vpdpbusd (512-bit) throughput on N threads, in GMAC/s
+ *       ("vnni_peak G ... per_cpu_second C": C per second of one core's CPU time, robust to a
+ *       busy machine), what scripts/bench.d/40-forward divides the prompt speed by.
  *   build/bench/kernels --prompt-paths
  *       the K-quant and low-bit types' prompts of 256 tokens through the vector kernels and
  *       through dequantize + sgemm (matmul_path MATMUL_VEC / MATMUL_BLAS), one thread, CPU time:
@@ -127,12 +131,60 @@ static int prompt_paths(void) {
     return 0;
 }
 
+/* --vnni-peak: this CPU's int8 peak, what the prompt kernels (q8x16.h, gemm_q8.h) work toward:
+ * each thread runs VNNI_CHAINS independent chains of 512-bit vpdpbusd (64 byte products each),
+ * enough to cover the instruction's latency, so only its throughput counts. */
+#define VNNI_CHAINS 12
+#define VNNI_ITERS 20000000
+struct vnni { const int32_t *in; int64_t sink[64]; };
+
+__attribute__((target("avx512f,avx512vnni"))) static void vnni_chains(void *arg, int64_t i0, int64_t i1) {
+    struct vnni *v = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        const __m512i a = _mm512_set1_epi32(v->in[0]), b = _mm512_set1_epi32(v->in[1]); /* unknown to the compiler */
+        __m512i acc[VNNI_CHAINS];
+        for (int k = 0; k < VNNI_CHAINS; k++) acc[k] = _mm512_set1_epi32(k);
+        for (int64_t it = 0; it < VNNI_ITERS; it++)
+#pragma GCC unroll 12
+            for (int k = 0; k < VNNI_CHAINS; k++) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+        __m512i s = acc[0];
+        for (int k = 1; k < VNNI_CHAINS; k++) s = _mm512_add_epi32(s, acc[k]);
+        v->sink[i % 64] += _mm512_reduce_add_epi32(s);
+    }
+}
+
+static int vnni_peak(int n_threads) {
+    if (!simd_level_supported(SIMD_AVX512)) {
+        printf("vnni_peak n/a: no AVX-512 VNNI\n");
+        return 0;
+    }
+    struct compute *c;
+    if (compute_create(&c, n_threads, 1, 1) < 0) return 1;
+    static volatile int32_t in[2] = {0x01020304, 0x05060708};
+    struct vnni v = {.in = (const int32_t *)in};
+    double best = 1e9, best_cpu = 1e9;
+    for (int rep = 0; rep < 3; rep++) { /* one item per thread; best of three against a busy machine */
+        double t0 = now(), c0 = cpu_now();
+        compute_parallel_for(c, n_threads, vnni_chains, &v);
+        double dt = now() - t0, dc = cpu_now() - c0;
+        if (dt < best) best = dt;
+        if (dc < best_cpu) best_cpu = dc;
+    }
+    double macs = (double)n_threads * VNNI_ITERS * VNNI_CHAINS * 64;
+    /* per CPU second: what one core gives while it runs, robust to other work on the machine */
+    printf("vnni_peak %.1f GMAC/s (%d threads) per_cpu_second %.1f GMAC\n", macs / best / 1e9, n_threads,
+           macs / best_cpu / 1e9);
+    compute_destroy(c);
+    return 0;
+}
+
 /* --small-batch: see the top of the file. */
 static int small_batch(int n_threads, enum ggml_type ty) {
     /* the serving layouts: quantized as their GGUF type, then each copy rewritten */
     enum ggml_type file_ty = ty == UVLM_TYPE_Q8_0_X16   ? GGML_TYPE_Q8_0
                              : ty == UVLM_TYPE_Q5_0_X16 ? GGML_TYPE_Q5_0
                              : ty == UVLM_TYPE_Q4_K_X16 ? GGML_TYPE_Q4_K
+                             : ty == UVLM_TYPE_Q6_K_X16 ? GGML_TYPE_Q6_K
                                                         : ty;
     static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152},
                                     {2048, 2048}, {2048, 5632}, {5632, 2048}};
@@ -145,7 +197,8 @@ static int small_batch(int n_threads, enum ggml_type ty) {
            ty == file_ty                ? ggml_type_info(ty)->name
            : ty == UVLM_TYPE_Q8_0_X16 ? "q8_0x16"
            : ty == UVLM_TYPE_Q5_0_X16 ? "q5_0x16"
-                                      : "q4_kx16",
+           : ty == UVLM_TYPE_Q4_K_X16 ? "q4_kx16"
+                                      : "q6_kx16",
            n_threads);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int n_in = shapes[s][0], n_out = shapes[s][1];
@@ -164,7 +217,8 @@ static int small_batch(int n_threads, enum ggml_type ty) {
         for (int i = 0; ty != file_ty && i < copies; i++)
             if ((ty == UVLM_TYPE_Q8_0_X16   ? q8x16_repack
                  : ty == UVLM_TYPE_Q5_0_X16 ? q5x16_repack
-                                            : q4kx16_repack)(w + bytes * i, n_in, n_out) < 0)
+                 : ty == UVLM_TYPE_Q4_K_X16 ? q4kx16_repack
+                                            : q6kx16_repack)(w + bytes * i, n_in, n_out) < 0)
                 return 1;
         free(wf);
         printf("  %5dx%-5d", n_in, n_out);
@@ -193,23 +247,26 @@ static int small_batch(int n_threads, enum ggml_type ty) {
 
 int main(int argc, char **argv) {
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int quick = 0, small = 0, paths = 0;
+    int quick = 0, small = 0, paths = 0, peak = 0;
     enum ggml_type small_type = GGML_TYPE_Q8_0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--small-batch")) small = 1;
         else if (!strcmp(argv[i], "--prompt-paths")) paths = 1;
+        else if (!strcmp(argv[i], "--vnni-peak")) peak = 1;
         else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
             const char *t = argv[++i];
             small_type = !strcmp(t, "q4_k") ? GGML_TYPE_Q4_K : !strcmp(t, "q6_k") ? GGML_TYPE_Q6_K
                        : !strcmp(t, "q5_0") ? GGML_TYPE_Q5_0 : !strcmp(t, "q8_0x16") ? UVLM_TYPE_Q8_0_X16
                        : !strcmp(t, "q5_0x16") ? UVLM_TYPE_Q5_0_X16 : !strcmp(t, "q4_kx16") ? UVLM_TYPE_Q4_K_X16
+                       : !strcmp(t, "q6_kx16") ? UVLM_TYPE_Q6_K_X16
                        : !strcmp(t, "q2_k") ? GGML_TYPE_Q2_K : !strcmp(t, "q3_k") ? GGML_TYPE_Q3_K
                        : !strcmp(t, "iq4_nl") ? GGML_TYPE_IQ4_NL : !strcmp(t, "iq4_xs") ? GGML_TYPE_IQ4_XS
                        : GGML_TYPE_Q8_0;
         }
     }
+    if (peak) return vnni_peak(n_threads);
     if (small) return small_batch(n_threads, small_type);
     if (paths) return prompt_paths();
     const char *core = getenv("OPENBLAS_CORETYPE");

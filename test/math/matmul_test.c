@@ -303,7 +303,9 @@ TEST(matmul_q8_0_gemm_equals_single_dots) {
  * (SmolLM2's Q5_0 Q/K beside its Q8_0 V, prompts included) and beside Q5_0 / Q4_0 on their Q8_0
  * activations; Q4_K's layout alone, beside Q6_K on their Q8_K activations (TinyLlama Q4_K_M's
  * Q/K/V), beside GGUF types and beside the other layouts (whose Q8_0 activations it does not
- * share); at token counts on and off the vector path, on 1 to 3 threads. */
+ * share); Q6_K's layout alone, beside Q4_K's (TinyLlama Q4_K_M's Q/K/V in the serving layouts),
+ * beside GGUF Q6_K / Q4_K and beside Q8_0's layout; at token counts on and off the vector path,
+ * on 1 to 3 threads. */
 TEST(matmul_multi_equals_separate_matmuls) {
     enum { N_IN = 512, MAX_TOK = 40, N_MATS = 3 };
     static const enum ggml_type mixes[][N_MATS] = {
@@ -318,7 +320,10 @@ TEST(matmul_multi_equals_separate_matmuls) {
         {UVLM_TYPE_Q5_0_X16, GGML_TYPE_Q8_0, GGML_TYPE_Q5_0},
         {UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q4_K_X16},
         {UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q4_K_X16, GGML_TYPE_Q6_K}, {UVLM_TYPE_Q4_K_X16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K},
-        {UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q8_0_X16, UVLM_TYPE_Q5_0_X16}};
+        {UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q8_0_X16, UVLM_TYPE_Q5_0_X16},
+        {UVLM_TYPE_Q6_K_X16, UVLM_TYPE_Q6_K_X16, UVLM_TYPE_Q6_K_X16},
+        {UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q4_K_X16, UVLM_TYPE_Q6_K_X16}, {UVLM_TYPE_Q6_K_X16, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K},
+        {UVLM_TYPE_Q6_K_X16, UVLM_TYPE_Q8_0_X16, GGML_TYPE_Q6_K}};
     static const int n_outs[N_MATS] = {70, 33, 131};
     static float wf[N_IN * 131], x[MAX_TOK * N_IN], y[N_MATS][MAX_TOK * 131], want[MAX_TOK * 131];
     static uint8_t w[N_MATS][131 * N_IN * 4];
@@ -330,8 +335,9 @@ TEST(matmul_multi_equals_separate_matmuls) {
             const enum ggml_type *ty = mixes[k];
             bool uniform = ty[0] == ty[1] && ty[1] == ty[2], x16 = false;
             for (int m = 0; m < N_MATS; m++)
-                x16 = x16 || ty[m] == UVLM_TYPE_Q8_0_X16 || ty[m] == UVLM_TYPE_Q5_0_X16 || ty[m] == UVLM_TYPE_Q4_K_X16;
-            if (x16 && !q8x16_supported()) continue; /* the loader keeps Q8_0 / Q5_0 / Q4_K as they are there */
+                x16 = x16 || ty[m] == UVLM_TYPE_Q8_0_X16 || ty[m] == UVLM_TYPE_Q5_0_X16 || ty[m] == UVLM_TYPE_Q4_K_X16 ||
+                      ty[m] == UVLM_TYPE_Q6_K_X16;
+            if (x16 && !q8x16_supported()) continue; /* the loader keeps Q8_0 / Q5_0 / Q4_K / Q6_K as they are there */
             struct matmul_out outs[N_MATS];
             for (int m = 0; m < N_MATS; m++) {
                 for (int i = 0; i < N_IN * n_outs[m]; i++) wf[i] = nrand();
@@ -344,6 +350,9 @@ TEST(matmul_multi_equals_separate_matmuls) {
                 } else if (ty[m] == UVLM_TYPE_Q4_K_X16) {
                     quant_from_float(GGML_TYPE_Q4_K, wf, w[m], (int64_t)N_IN * n_outs[m]);
                     CHECK_EQ_INT(q4kx16_repack(w[m], N_IN, n_outs[m]), 0);
+                } else if (ty[m] == UVLM_TYPE_Q6_K_X16) {
+                    quant_from_float(GGML_TYPE_Q6_K, wf, w[m], (int64_t)N_IN * n_outs[m]);
+                    CHECK_EQ_INT(q6kx16_repack(w[m], N_IN, n_outs[m]), 0);
                 } else {
                     quant_from_float(ty[m], wf, w[m], (int64_t)N_IN * n_outs[m]);
                 }

@@ -1,7 +1,7 @@
-/* Tests of math/q8x16.h (Q8_0, Q5_0 and Q4_K rows interleaved by 16): the rewritten matrix holds
- * the same numbers, the kernels compute exactly their documented order at every token count and
- * for the tail rows, and matmul gives every token the same numbers whatever its batch (Q4_K: the
- * very numbers of the GGUF matrix). */
+/* Tests of math/q8x16.h (Q8_0, Q5_0, Q4_K and Q6_K rows interleaved by 16): the rewritten matrix
+ * holds the same numbers, the kernels compute exactly their documented order at every token count
+ * and for the tail rows, and matmul gives every token the same numbers whatever its batch (Q4_K,
+ * Q6_K: the very numbers of the GGUF matrix). */
 #include "test.h"
 #include "math/blocks.h"
 #include "math/kernels.h"
@@ -39,6 +39,7 @@ static int make_pair_type(struct pair *p, enum ggml_type type, int64_t n_in, int
     free(wf);
     return type == GGML_TYPE_Q5_0   ? q5x16_repack(p->x16, n_in, n_out)
            : type == GGML_TYPE_Q4_K ? q4kx16_repack(p->x16, n_in, n_out)
+           : type == GGML_TYPE_Q6_K ? q6kx16_repack(p->x16, n_in, n_out)
                                     : q8x16_repack(p->x16, n_in, n_out);
 }
 
@@ -290,12 +291,108 @@ TEST(matmul_q4_k_x16_equals_gguf_q4_k) {
     CHECK_EQ_INT(bad, 0);
 }
 
+/* ---- Q6_K ---- */
+
+/* q6kx16_rows against the GGUF matrix's scalar dot_q6_K (quant.c) bit for bit, and
+ * q6kx16_dot_ref likewise: every token count from 1 to 40 (whole token tiles and every
+ * remainder), row ranges of whole groups and the tail rows, 3 and 5 super-blocks a row (a group's
+ * super-blocks on both alignments, the group itself at either), nothing written outside the
+ * range; levels of -32 and activations of -127 occur (the products' int16 bound), and scales of
+ * both signs. */
+TEST(q6kx16_rows_equal_the_gguf_numbers) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    enum { MAX_IN = 1280, N_OUT = 53, MAX_TOK = 40 };
+    static float x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
+    static uint8_t xq[MAX_TOK * MAX_IN * 2];
+    quant_vec_dot_fn gguf_dot = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q6_K);
+    int bad_kernel = 0, bad_ref = 0, bad_outside = 0, extreme_levels = 0, extreme_x = 0, neg_scales = 0, pos_scales = 0;
+    static const int64_t n_ins[] = {768, MAX_IN};
+    for (size_t ni = 0; ni < sizeof n_ins / sizeof *n_ins; ni++) {
+        const int64_t n_in = n_ins[ni];
+        const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, (uint64_t)n_in), row = ggml_row_size(GGML_TYPE_Q6_K, (uint64_t)n_in);
+        for (int64_t i = 0; i < MAX_TOK * n_in; i++) x[i] = nrand() * (float)(1 + i % 5);
+        for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_K, x + t * n_in, xq + t * xq_stride, n_in);
+        for (int t = 0; t < MAX_TOK; t++) {
+            const block_q8_K *b = (const block_q8_K *)(xq + t * xq_stride);
+            for (int64_t i = 0; i < n_in / QK_K; i++)
+                for (int e = 0; e < QK_K; e++) extreme_x += b[i].qs[e] <= -127;
+        }
+        for (size_t offset = 0; offset <= 32; offset += 32) {
+            struct pair p;
+            CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q6_K, n_in, N_OUT, offset), 0);
+            for (int64_t r = 0; r < N_OUT; r++) {
+                const block_q6_K *b = (const block_q6_K *)((const uint8_t *)p.gguf + (size_t)r * row);
+                for (int64_t i = 0; i < n_in / QK_K; i++) {
+                    for (int e = 0; e < 32; e++) /* level -32: element e of each half's first 32 */
+                        extreme_levels += (b[i].ql[e] & 0xF) == 0 && (b[i].qh[e] & 3) == 0;
+                    for (int s = 0; s < QK_K / 16; s++) neg_scales += b[i].scales[s] < 0, pos_scales += b[i].scales[s] > 0;
+                }
+                for (int t = 0; t < MAX_TOK; t++) {
+                    want[t * N_OUT + r] = gguf_dot(n_in, (const uint8_t *)p.gguf + (size_t)r * row, xq + t * xq_stride);
+                    bad_ref += q6kx16_dot_ref(n_in, N_OUT, p.x16, r, xq + t * xq_stride) != want[t * N_OUT + r];
+                }
+            }
+            static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {48, N_OUT}};
+            for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
+                for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
+                    int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                    for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
+                    q6kx16_rows(n_in, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
+                    for (int t = 0; t < MAX_TOK; t++)
+                        for (int64_t r = 0; r < N_OUT; r++) {
+                            float got = y[t * N_OUT + r];
+                            if (t >= n_tok || r < r0 || r >= r1) bad_outside += !isnan(got);
+                            else bad_kernel += got != want[t * N_OUT + r];
+                        }
+                }
+            free_pair(&p);
+        }
+    }
+    CHECK_EQ_INT(bad_ref, 0);
+    CHECK_EQ_INT(bad_kernel, 0);
+    CHECK_EQ_INT(bad_outside, 0);
+    CHECK(extreme_levels > 0);
+    CHECK(extreme_x > 0);
+    CHECK(neg_scales > 0 && pos_scales > 0);
+}
+
+/* matmul on Q6_K's layout gives exactly the GGUF Q6_K matrix's numbers at every token count from
+ * 1 to 40 and a prompt's 75, on 1 to 3 threads (201 rows: a tail row; rows of 1 KB and shorter,
+ * where the GGUF path takes its multi-row kernel, and of 22 super-blocks, where it does not). */
+TEST(matmul_q6_k_x16_equals_gguf_q6_k) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q6_K as it is");
+    enum { MAX_IN = 5632, N_OUT = 201, MAX_TOK = 75 };
+    static float x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
+    for (int i = 0; i < MAX_TOK * MAX_IN; i++) x[i] = nrand();
+    int bad = 0, runs = 0;
+    static const int64_t n_ins[] = {512, MAX_IN};
+    for (size_t ni = 0; ni < sizeof n_ins / sizeof *n_ins; ni++) {
+        struct pair p;
+        CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q6_K, n_ins[ni], N_OUT, 32), 0);
+        for (int nt = 1; nt <= 3; nt++) {
+            struct compute *c;
+            CHECK_EQ_INT(compute_create(&c, nt, MAX_TOK, MAX_IN), 0);
+            for (int n_tok = 1; n_tok <= MAX_TOK; n_tok = n_tok < 40 ? n_tok + 1 : MAX_TOK + (n_tok == MAX_TOK)) {
+                matmul(c, UVLM_TYPE_Q6_K_X16, p.x16, n_ins[ni], N_OUT, x, n_tok, y);
+                matmul(c, GGML_TYPE_Q6_K, p.gguf, n_ins[ni], N_OUT, x, n_tok, want);
+                bad += memcmp(y, want, sizeof(float) * (size_t)(n_tok * N_OUT)) != 0;
+                runs++;
+            }
+            compute_destroy(c);
+        }
+        free_pair(&p);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(runs, 2 * 3 * 41);
+}
+
 /* matmul_multi on a serving layout with a matrix of no rows beside one of 48 (a decode step's
  * split into groups): the empty one gets no work item, the other its matmul's numbers. */
 TEST(matmul_multi_x16_with_a_matrix_of_no_rows) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: the loader keeps Q8_0 / Q4_K as they are");
     enum { N_IN = 256, N_OUT = 48 };
-    static const enum ggml_type types[][2] = {{GGML_TYPE_Q8_0, UVLM_TYPE_Q8_0_X16}, {GGML_TYPE_Q4_K, UVLM_TYPE_Q4_K_X16}};
+    static const enum ggml_type types[][2] = {{GGML_TYPE_Q8_0, UVLM_TYPE_Q8_0_X16}, {GGML_TYPE_Q4_K, UVLM_TYPE_Q4_K_X16},
+                                              {GGML_TYPE_Q6_K, UVLM_TYPE_Q6_K_X16}};
     static float x[N_IN], y[N_OUT], want[N_OUT], none[1];
     for (int i = 0; i < N_IN; i++) x[i] = nrand();
     struct compute *c;

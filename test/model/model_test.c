@@ -375,16 +375,17 @@ TEST(model_serving_layout_refuses_reference_contexts) {
 
 /* Q4_K in the serving layout (math/q8x16.h's Q4_K_X16) changes no number: models written by
  * mkmodel as q4_k, tied (the output is the embedding: kept GGUF, as the lookup reads it) and
- * untied, give bit-identical logits loaded for serving and as the file has them, over a prompt
- * and three decode steps on 2 threads. */
-static void q4_k_layouts_agree(struct test_case *t, bool tied) {
+ * untied, and as q4_k_m (its Q6_K output, and attn_v and ffn_down of layer 1, beside the
+ * rewritten Q4_K), give bit-identical logits loaded for serving and as the file has them, over a
+ * prompt and three decode steps on 2 threads. */
+static void q4_k_layouts_agree(struct test_case *t, const char *type, bool tied) {
     SHARED(vocab, "vocab/ggml-vocab-llama-spm.gguf");
     char path[] = "/tmp/uvlm-q4k-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     if (fd < 0) return;
     close(fd);
-    char *argv[16] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--type", "q4_k",
+    char *argv[16] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--type", (char *)type,
                       "--n-layer", "2", "--n-embd", "256", "--n-ff", "512"};
     int argc = 13;
     if (tied) argv[argc++] = "--tied";
@@ -425,8 +426,9 @@ static void q4_k_layouts_agree(struct test_case *t, bool tied) {
     unlink(path);
 }
 
-TEST(model_q4_k_serving_layout_changes_no_number_untied) { q4_k_layouts_agree(t, false); }
-TEST(model_q4_k_serving_layout_changes_no_number_tied) { q4_k_layouts_agree(t, true); }
+TEST(model_q4_k_serving_layout_changes_no_number_untied) { q4_k_layouts_agree(t, "q4_k", false); }
+TEST(model_q4_k_serving_layout_changes_no_number_tied) { q4_k_layouts_agree(t, "q4_k", true); }
+TEST(model_q4_k_m_serving_layout_changes_no_number) { q4_k_layouts_agree(t, "q4_k_m", false); }
 
 /* A forward context whose n_ctx is below head_dim (kjv-tiny: 32): a decode step's direct
  * attention rounds the query through F16 scratch whose rows must hold head_dim halfs (under

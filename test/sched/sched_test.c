@@ -227,6 +227,62 @@ TEST(sched_long_prompt_is_chunked_and_a_short_one_goes_first) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
+/* Beside streaming requests a long prompt fills what the step's budget leaves, not chunk_tokens:
+ * after the decodes and a newcomer's whole prompt, the last prompt in the order takes the rest;
+ * prompts before it keep chunk_tokens. */
+TEST(sched_a_long_prompt_fills_the_budget_beside_decodes) {
+    struct fx f;
+    struct sched_config c = base_config(); /* batch_tokens 64, chunk_tokens 16 */
+    c.n_ctx = 1024;
+    CHECK_EQ_INT(fx_init(&f, 2048, 8, MEM_KV, &c), 0);
+    int32_t dp[4], lp[300], lp2[300], sp[5];
+    fake_prompt(dp, 4, 11, VOCAB);
+    fake_prompt(lp, 300, 12, VOCAB);
+    fake_prompt(lp2, 300, 13, VOCAB);
+    fake_prompt(sp, 5, 14, VOCAB);
+    struct recorder rd, rl, rl2, rs;
+    struct sched_req *hd, *hl, *hl2, *hs;
+    struct sched_request qd = request(dp, 4, 50), ql = request(lp, 300, 1), ql2 = request(lp2, 300, 1),
+                         qs = request(sp, 5, 4);
+    CHECK_EQ_INT(submit(&f, &rd, &qd, &hd), 0);
+    struct sched_step *step;
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 4); /* its prompt; it decodes from now on */
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    CHECK_EQ_INT(submit(&f, &rl, &ql, &hl), 0);
+    for (int k = 0; k < 2; k++) { /* a decode + 63 prompt tokens, not 16 */
+        CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
+        const struct batch *b = sched_step_batch(step);
+        CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hd, 0)), 1);
+        CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hl, 0)), 63);
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 5);
+    }
+    /* a newcomer: its whole prompt goes first, the long prompt fills the rest */
+    CHECK_EQ_INT(submit(&f, &rs, &qs, &hs), 0);
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
+    const struct batch *b = sched_step_batch(step);
+    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hs, 0)), 5);
+    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hl, 0)), 58);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    CHECK_EQ_INT(rs.n_tokens[0], 1);
+    /* a second long prompt: the one before the last keeps chunk_tokens */
+    CHECK_EQ_INT(submit(&f, &rl2, &ql2, &hl2), 0);
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
+    b = sched_step_batch(step);
+    int32_t n1 = tokens_of_seq(b, sched_req_seq(hl, 0)), n2 = tokens_of_seq(b, sched_req_seq(hl2, 0));
+    CHECK_EQ_INT(n1 + n2, 62); /* two decodes */
+    CHECK(n1 == 16 || n2 == 16);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    fake_run(f.s, &f.now, 5, 1000);
+    CHECK_EQ_INT(rl.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(rl2.done[0], 1 + SCHED_STOP_LIMIT);
+    CHECK_EQ_INT(rd.n_tokens[0], 50);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
 /* Requests arriving at given steps; returns a hash of every step's batch and fills outputs. */
 #define MIX_N 6
 static uint64_t run_mix(int64_t cells, int kind, bool recompute, struct recorder *out, int64_t *preemptions) {
