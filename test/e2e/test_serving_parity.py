@@ -184,7 +184,7 @@ def test_slots_show_a_live_sequence(srv):
         s = live[0]
         assert s["is_processing"] is True and s["n_ctx"] == 200 and s["id"] >= 0 and s["id_task"] >= 1
         assert s["next_token"]["n_decoded"] >= 1 and s["next_token"]["n_remain"] == 150 - s["n_decoded"]
-        assert s["state"] == "generating" and s["n_prompt_tokens_processed"] == s["n_prompt_tokens"]
+        assert s["state"] == "generate" and s["n_prompt_tokens_processed"] == s["n_prompt_tokens"]
         for _ in events:
             pass
     finally:
