@@ -13,6 +13,11 @@
  * possible start, never reaches a streaming client. A chat output is read for reasoning and tool
  * calls (tool_calls.h) when the request has tools or the template a reasoning block: whole at the
  * end, or fed to a tool_stream whose deltas become the chunks.
+ *
+ * A batch of prompts (params.h: prompt as an array of prompts) is one job with one part per
+ * prompt: each part is a scheduler request of its own (they run at once, like separate
+ * requests), its choices are job->ch[part->base ..], and the response holds them all in index
+ * order, or a stream interleaves their chunks, each with its index.
  */
 #include "api/anthropic.h"
 #include "api/errors.h"
@@ -39,11 +44,31 @@ struct gen_choice {
     struct model_engine_detok *detok;
     struct sched_token_probs *probs;/* per generated token when logprobs were asked for */
     int32_t n_probs, cap_probs, probs_sent;
+    int32_t *ids;                   /* the generated ids (native: return_tokens or a stream) */
+    int32_t n_ids, cap_ids, ids_sent;
     int32_t n_tokens;               /* generated so far */
+    int32_t id_slot;                /* its sequence when it last produced a token */
+    bool has_new_line;              /* a "\n" was generated */
     bool done, role_sent;
     bool truncated;                 /* stopped by the context limit (llama.cpp's `truncated`) */
     enum stop_type stop;
     struct sched_counts counts;
+};
+
+struct gen_job;
+
+/* One prompt of the request: the scheduler request that runs it (the sink's owner). */
+struct gen_part {
+    struct gen_job *job;
+    struct sched_req *handle;       /* NULL once it ended */
+    int32_t *prompt;                /* its token ids (owned) */
+    size_t n_prompt;
+    int32_t base;                   /* its choice 0 is job->ch[base] */
+    int32_t n_done;                 /* choices done */
+    char *text;                     /* the prompt's text as the model reads it, made when first needed */
+    size_t text_len;
+    struct sched_token_probs *pprobs; /* echo with logprobs: prompt tokens 1.. (n_prompt - 1) */
+    bool want_pprobs;               /* asked the scheduler for them */
 };
 
 struct gen_job {
@@ -52,16 +77,19 @@ struct gen_job {
     enum api_endpoint ep;
     int prepare_rc;                 /* job_prepare's outcome: 0, or an error described in err */
     struct api_error err;
-    struct sched_req *handle;       /* NULL once the scheduler request ended */
     struct completion_params p;
     struct model_engine_sampling sp;
-    struct model_engine_bias *bias;
+    struct model_engine_bias *bias; /* logit_bias, its texts' tokens included */
+    size_t n_bias;
     struct model_engine_grammar *grammar; /* the request's compiled grammar (a reference), or NULL */
     bool parse;                     /* chat: the output is read for reasoning and tool calls */
     bool in_think;                  /* the prompt opened the reasoning block */
     struct tool_parse_opts topts;   /* how (points into srv and p) */
     char *tool_gbnf;                /* the tool calls' grammar text, or NULL */
-    int32_t *prompt;
+    struct gen_part *parts;         /* one per prompt (chat and the typed APIs: one) */
+    int32_t n_parts;
+    int32_t n_choices;              /* n_parts x p.n: every choice of every part */
+    int32_t *prompt;                /* parts[0]'s prompt (owned by it) */
     size_t n_prompt;
     struct gen_choice *ch;
     int n_done;
@@ -76,15 +104,21 @@ struct gen_job {
 static void job_free(struct gen_job *job) {
     if (!job) return;
     if (job->ch)
-        for (int i = 0; i < job->p.n; i++) {
+        for (int i = 0; i < job->n_choices; i++) {
             stream_text_free(&job->ch[i].st);
             tool_stream_free(&job->ch[i].ts);
             model_engine_detok_free(job->ch[i].detok);
             free(job->ch[i].probs);
+            free(job->ch[i].ids);
         }
+    for (int32_t k = 0; job->parts && k < job->n_parts; k++) {
+        free(job->parts[k].prompt);
+        free(job->parts[k].text);
+        free(job->parts[k].pprobs);
+    }
+    free(job->parts);
     free(job->ch);
     free(job->piece);
-    free(job->prompt);
     free(job->bias);
     free(job->tool_gbnf);
     if (job->grammar) model_engine_grammar_release(job->grammar);
@@ -119,10 +153,9 @@ static enum stop_type stop_type_of(enum sched_stop r) {
     return STOP_TYPE_LIMIT;
 }
 
-/* render.h's token_probs for tokens [from, to) of a choice; the caller frees *tops and the result. */
-static struct token_probs *probs_view(const struct gen_job *job, const struct gen_choice *c, int32_t from,
-                                      int32_t to, struct token_logprob **tops) {
-    int32_t n = to - from;
+/* render.h's token_probs for src[0..n); the caller frees *tops and the result. */
+static struct token_probs *probs_of(const struct gen_job *job, const struct sched_token_probs *src, int32_t n,
+                                    struct token_logprob **tops) {
     *tops = NULL;
     if (n <= 0) return NULL;
     struct token_probs *tp = calloc((size_t)n, sizeof *tp);
@@ -134,7 +167,7 @@ static struct token_probs *probs_view(const struct gen_job *job, const struct ge
     }
     const struct model_engine *e = job->srv->engine;
     for (int32_t i = 0; i < n; i++) {
-        const struct sched_token_probs *sp = &c->probs[from + i];
+        const struct sched_token_probs *sp = &src[i];
         struct token_logprob *t = top + (size_t)i * SCHED_MAX_PROBS;
         tp[i].chosen.id = sp->token;
         tp[i].chosen.piece = model_engine_token_piece(e, sp->token, false, &tp[i].chosen.piece_len);
@@ -152,6 +185,64 @@ static struct token_probs *probs_view(const struct gen_job *job, const struct ge
     return tp;
 }
 
+/* The same for tokens [from, to) of a choice. */
+static struct token_probs *probs_view(const struct gen_job *job, const struct gen_choice *c, int32_t from,
+                                      int32_t to, struct token_logprob **tops) {
+    return probs_of(job, c->probs + from, to - from, tops);
+}
+
+/* echo with logprobs: the part's prompt tokens as token_probs, the first without a logprob
+ * (render.h: prompt_probs); the caller frees *tops and the result. */
+static struct token_probs *prompt_view(const struct gen_job *job, const struct gen_part *part,
+                                       struct token_logprob **tops) {
+    *tops = NULL;
+    if (part->want_pprobs && !part->pprobs) return NULL; /* they could not be kept */
+    struct sched_token_probs *all = calloc(part->n_prompt, sizeof *all);
+    if (!all) return NULL;
+    all[0].token = part->prompt[0];
+    if (part->pprobs) memcpy(all + 1, part->pprobs, (part->n_prompt - 1) * sizeof *all);
+    struct token_probs *tp = probs_of(job, all, (int32_t)part->n_prompt, tops);
+    free(all);
+    return tp;
+}
+
+static struct gen_part *part_of(const struct gen_job *job, int i) { return &job->parts[i / job->p.n]; }
+
+/* The part's prompt as text: the pieces of its tokens joined (control tokens as their text),
+ * what llama.cpp's "prompt" shows; made once. NULL when out of memory. */
+static const char *part_text(const struct gen_job *job, struct gen_part *part, size_t *len) {
+    if (!part->text) {
+        const struct model_engine *e = job->srv->engine;
+        size_t cap = 1, n = 0, k;
+        for (size_t t = 0; t < part->n_prompt; t++) {
+            model_engine_token_piece(e, part->prompt[t], true, &k);
+            cap += k;
+        }
+        if (!(part->text = malloc(cap))) return NULL;
+        for (size_t t = 0; t < part->n_prompt; t++) {
+            const char *piece = model_engine_token_piece(e, part->prompt[t], true, &k);
+            memcpy(part->text + n, piece, k);
+            n += k;
+        }
+        part->text[n] = '\0';
+        part->text_len = n;
+    }
+    *len = part->text_len;
+    return part->text;
+}
+
+/* What echo puts before a completion: the prompt's text as it was given (token prompts: their
+ * pieces). NULL when out of memory. */
+static const char *echo_text(const struct gen_job *job, struct gen_part *part, size_t *len) {
+    const struct completion_params *p = &job->p;
+    const struct completion_prompt *given = &p->prompts[part - job->parts];
+    if (given->text) {
+        *len = given->text_len;
+        return given->text;
+    }
+    return part_text(job, part, len);
+}
+
 static void result_of(const struct gen_job *job, int i, struct completion_result *r) {
     const struct gen_choice *c = &job->ch[i];
     *r = (struct completion_result){
@@ -159,15 +250,18 @@ static void result_of(const struct gen_job *job, int i, struct completion_result
         .text = c->st.text ? c->st.text : "",
         .text_len = c->st.len,
         .tokens_predicted = c->counts.n_generated,
-        .tokens_evaluated = c->counts.n_prompt ? c->counts.n_prompt : (int32_t)job->n_prompt,
+        .tokens_evaluated = c->counts.n_prompt ? c->counts.n_prompt : (int32_t)part_of(job, i)->n_prompt,
         .tokens_cached = c->counts.n_cached,
         .stop_type = c->done ? c->stop : STOP_TYPE_NONE,
         .stopping_word = c->stop == STOP_TYPE_WORD ? c->st.stopping_word : NULL,
         .truncated = c->done && c->truncated,
-        .timings = {.prompt_n = c->counts.n_prompt - c->counts.n_cached,
+        .timings = {.cache_n = c->counts.n_cached,
+                    .prompt_n = c->counts.n_prompt - c->counts.n_cached,
                     .prompt_ms = c->counts.prompt_ms,
                     .predicted_n = c->counts.n_generated,
                     .predicted_ms = c->counts.predicted_ms},
+        .id_slot = c->id_slot,
+        .has_new_line = c->has_new_line,
     };
 }
 
@@ -180,6 +274,10 @@ static char *render_chunk(struct gen_job *job, int i, const char *text, size_t n
     r.text_len = n;
     r.text_offset = offset;
     r.tokens_predicted = c->done ? c->counts.n_generated : c->n_tokens;
+    r.tokens = c->ids + c->ids_sent; /* the ids generated since the last chunk */
+    r.n_tokens = (size_t)(c->n_ids - c->ids_sent);
+    c->ids_sent = c->n_ids;
+    if (c->done && job->p.endpoint == API_COMPLETION) r.prompt = part_text(job, part_of(job, i), &r.prompt_len);
     struct token_logprob *tops = NULL;
     struct token_probs *tp = job->meta.logprobs ? probs_view(job, c, pfrom, pto, &tops) : NULL;
     r.probs = tp;
@@ -231,6 +329,23 @@ static void stream_send(struct gen_job *job, char *json) {
     }
     if (http_sse_send(job->req, json, strlen(json)) < 0) job->dead = true;
     free(json);
+}
+
+/* echo in a stream: each choice of the part opens with the prompt's text (and, with logprobs,
+ * its tokens' logprobs). */
+static void send_echo(struct gen_job *job, struct gen_part *part) {
+    for (int32_t i = part->base; i < part->base + job->p.n; i++) {
+        struct completion_result r;
+        result_of(job, i, &r);
+        r.text = echo_text(job, part, &r.text_len);
+        struct token_logprob *ptops = NULL;
+        struct token_probs *pp = job->meta.logprobs ? prompt_view(job, part, &ptops) : NULL;
+        r.prompt_probs = pp;
+        r.n_prompt_probs = pp ? part->n_prompt : 0;
+        if (r.text) stream_send(job, render_oai_completion_chunk(&job->meta, &r));
+        free(pp);
+        free(ptops);
+    }
 }
 
 /* --- the typed event streams of /v1/responses and /v1/messages (one choice each) ----------- */
@@ -307,13 +422,16 @@ static void stream_progress(struct gen_job *job, int i) {
 /* All choices are done: the whole response, or the end of the stream. Frees the job. */
 static void job_finish(struct gen_job *job) {
     struct serving *srv = job->srv;
-    int n = job->p.n;
+    int n = job->n_choices;
     struct completion_result *rs = calloc((size_t)n, sizeof *rs);
     struct token_probs **tps = calloc((size_t)n, sizeof *tps);
     struct token_logprob **tops = calloc((size_t)n, sizeof *tops);
     /* chat read for reasoning and calls, whole: each choice's parse (its strings) */
     struct tool_parse *parsed = job->parse && !job->p.stream ? calloc((size_t)n, sizeof *parsed) : NULL;
-    if (!rs || !tps || !tops || (job->parse && !job->p.stream && !parsed)) {
+    char **echoed = calloc((size_t)n, sizeof *echoed);
+    struct token_probs **pps = calloc((size_t)n, sizeof *pps);
+    struct token_logprob **ptops = calloc((size_t)n, sizeof *ptops);
+    if (!rs || !tps || !tops || !echoed || !pps || !ptops || (job->parse && !job->p.stream && !parsed)) {
         if (job->p.stream) http_sse_end(job->req);
         else respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
         goto done;
@@ -331,6 +449,30 @@ static void job_finish(struct gen_job *job) {
             rs[i].made_tool_calls = parsed[i].n_calls > 0;
         }
         if (job->p.stream && job->parse) rs[i].made_tool_calls = tool_stream_n_calls(&job->ch[i].ts) > 0;
+        if (job->p.endpoint == API_COMPLETION && !job->p.stream) {
+            struct gen_choice *c = &job->ch[i];
+            rs[i].tokens = c->ids;
+            rs[i].n_tokens = job->p.return_tokens ? (size_t)c->n_ids : 0;
+            rs[i].prompt = part_text(job, part_of(job, i), &rs[i].prompt_len);
+        }
+        if (job->p.echo && !job->p.stream) { /* the prompt as it was given, then the completion */
+            size_t plen;
+            const char *pt = echo_text(job, part_of(job, i), &plen);
+            if (pt && (echoed[i] = malloc(plen + rs[i].text_len + 1))) {
+                memcpy(echoed[i], pt, plen);
+                memcpy(echoed[i] + plen, rs[i].text, rs[i].text_len);
+                rs[i].text = echoed[i];
+                rs[i].text_len += plen;
+            }
+        }
+        if (job->p.echo && job->meta.logprobs && !job->p.stream) {
+            rs[i].prompt_probs = pps[i] = prompt_view(job, part_of(job, i), &ptops[i]);
+            rs[i].n_prompt_probs = pps[i] ? part_of(job, i)->n_prompt : 0;
+            if (!pps[i]) {
+                respond_err_code(srv, job->req, -ERR_NOMEM, NULL, "out of memory");
+                goto done;
+            }
+        }
         if (job->meta.logprobs && !job->p.stream) {
             tps[i] = probs_view(job, &job->ch[i], 0, job->ch[i].n_probs, &tops[i]);
             rs[i].probs = tps[i];
@@ -365,7 +507,15 @@ done:
     if (parsed)
         for (int i = 0; i < n; i++) tool_parse_free(&parsed[i]);
     free(parsed);
-    if (tps)
+    for (int i = 0; echoed && i < n; i++) free(echoed[i]);
+    for (int i = 0; pps && ptops && i < n; i++) {
+        free(pps[i]);
+        free(ptops[i]);
+    }
+    free(echoed);
+    free(pps);
+    free(ptops);
+    if (tps && tops)
         for (int i = 0; i < n; i++) {
             free(tps[i]);
             free(tops[i]);
@@ -378,11 +528,29 @@ done:
 
 /* --- the scheduler's sink ------------------------------------------------------------------ */
 
-static bool gen_on_token(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *probs) {
-    struct gen_job *job = owner;
+/* Keep a generated id (native: return_tokens, or a stream's "tokens"). */
+static bool keep_id(struct gen_choice *c, int32_t token) {
+    if (c->n_ids == c->cap_ids) {
+        int32_t cap = c->cap_ids ? c->cap_ids * 2 : 16;
+        int32_t *t = realloc(c->ids, sizeof *t * (size_t)cap);
+        if (!t) return false;
+        c->ids = t;
+        c->cap_ids = cap;
+    }
+    c->ids[c->n_ids++] = token;
+    return true;
+}
+
+static bool gen_on_token(void *owner, int32_t choice_in_part, int32_t token, const struct sched_token_probs *probs) {
+    struct gen_part *part = owner;
+    struct gen_job *job = part->job;
+    int32_t choice = part->base + choice_in_part;
     struct gen_choice *c = &job->ch[choice];
     if (job->dead) return false;
     c->n_tokens++;
+    c->id_slot = sched_req_seq(part->handle, choice_in_part);
+    if (job->p.endpoint == API_COMPLETION && (job->p.return_tokens || job->p.stream) && !keep_id(c, token))
+        return false;
     if (probs && job->meta.logprobs) {
         if (c->n_probs == c->cap_probs) {
             int32_t cap = c->cap_probs ? c->cap_probs * 2 : 16;
@@ -394,13 +562,16 @@ static bool gen_on_token(void *owner, int32_t choice, int32_t token, const struc
         c->probs[c->n_probs++] = *probs;
     }
     int k = model_engine_detok_push(c->detok, token, job->piece, job->piece_cap);
+    if (k > 0 && memchr(job->piece, '\n', (size_t)k)) c->has_new_line = true;
     if (k > 0 && stream_text_append(&c->st, job->piece, (size_t)k) < 0) return false;
     if (job->p.stream && !c->st.stopped) stream_progress(job, choice);
     return !c->st.stopped && !job->dead;
 }
 
-static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *counts) {
-    struct gen_job *job = owner;
+static void gen_on_done(void *owner, int32_t choice_in_part, enum sched_stop reason, const struct sched_counts *counts) {
+    struct gen_part *part = owner;
+    struct gen_job *job = part->job;
+    int32_t choice = part->base + choice_in_part;
     struct gen_choice *c = &job->ch[choice];
     if (reason != SCHED_STOP_WORD) { /* the held bytes of an incomplete character */
         int k = model_engine_detok_flush(c->detok, job->piece, job->piece_cap);
@@ -411,15 +582,24 @@ static void gen_on_done(void *owner, int32_t choice, enum sched_stop reason, con
     c->truncated = reason == SCHED_STOP_CONTEXT;
     c->counts = *counts;
     if (job->p.stream) stream_progress(job, choice);
-    if (++job->n_done == job->p.n) {
-        job->handle = NULL; /* the scheduler request has ended */
-        job_finish(job);
-    }
+    if (++part->n_done == job->p.n) part->handle = NULL; /* its scheduler request has ended */
+    if (++job->n_done == job->n_choices) job_finish(job);
+}
+
+/* Cancel the parts still running (marks: safe inside a sink callback). */
+static void cancel_parts(struct gen_job *job) {
+    for (int32_t k = 0; k < job->n_parts; k++)
+        if (job->parts[k].handle) {
+            sched_cancel_deferred(job->srv->sched, job->parts[k].handle);
+            job->parts[k].handle = NULL;
+        }
 }
 
 static void gen_on_error(void *owner, int err) {
-    struct gen_job *job = owner;
-    job->handle = NULL;
+    struct gen_part *part = owner;
+    struct gen_job *job = part->job;
+    part->handle = NULL;
+    cancel_parts(job); /* one prompt failed: so does the request */
     char msg[128];
     snprintf(msg, sizeof msg, "generation failed: %s", err_str(err));
     if (job->p.stream) {
@@ -435,7 +615,17 @@ static void gen_on_error(void *owner, int err) {
     job_free(job);
 }
 
-static const struct sched_sink gen_sink = {gen_on_token, gen_on_done, gen_on_error};
+/* echo with logprobs: the prompt's logprobs, before the first token. */
+static void gen_on_prompt_probs(void *owner, const struct sched_token_probs *probs, int32_t n) {
+    struct gen_part *part = owner;
+    struct gen_job *job = part->job;
+    if ((part->pprobs = malloc(sizeof *part->pprobs * (size_t)(n > 0 ? n : 1))))
+        memcpy(part->pprobs, probs, sizeof *part->pprobs * (size_t)n);
+    else job->dead = job->p.stream; /* a response without them would lie: a stream ends */
+    if (job->p.stream) send_echo(job, part);
+}
+
+static const struct sched_sink gen_sink = {gen_on_token, gen_on_done, gen_on_error, gen_on_prompt_probs};
 
 /* The connection died; gen_cancel_cb follows, maybe some loop iterations later (the server paces
  * them). Take the request out of the scheduler at once (a mark: no step built from now on holds its
@@ -444,16 +634,15 @@ static const struct sched_sink gen_sink = {gen_on_token, gen_on_done, gen_on_err
 static void gen_abort_cb(struct http_request *req, void *data) {
     struct gen_job *job = data;
     struct serving *srv = job->srv;
-    if (!job->handle) return;
-    sched_cancel_deferred(srv->sched, job->handle);
-    job->handle = NULL;
+    cancel_parts(job);
     if (srv->kick) srv->kick(srv->driver); /* the sweep frees its cells: waiting work may fit */
 }
 
 static void gen_cancel_cb(struct http_request *req, void *data) {
     struct gen_job *job = data;
     struct serving *srv = job->srv;
-    if (job->handle) sched_cancel(srv->sched, job->handle);
+    for (int32_t k = 0; k < job->n_parts; k++)
+        if (job->parts[k].handle) sched_cancel(srv->sched, job->parts[k].handle);
     serving_count(srv, 499);
     job_free(job);
     if (srv->kick) srv->kick(srv->driver);
@@ -474,34 +663,84 @@ static int err_of_code(struct api_error *err, int code, const char *param, const
     return code;
 }
 
-/* The prompt as token ids into job->prompt. 0, or an error described in job->err. */
+/* One prompt as token ids into part. 0, or an error described in job->err. */
+static int part_tokenize(struct gen_job *job, struct gen_part *part, const char *text, size_t len,
+                         const int32_t *tokens, size_t n_tokens) {
+    if (tokens) {
+        part->prompt = malloc(sizeof *part->prompt * (n_tokens ? n_tokens : 1));
+        if (!part->prompt) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
+        memcpy(part->prompt, tokens, sizeof *part->prompt * n_tokens);
+        part->n_prompt = n_tokens;
+        return 0;
+    }
+    int rc = model_engine_tokenize(job->srv->engine, text, len, true, true, &part->prompt, &part->n_prompt);
+    if (rc < 0) return err_of_code(&job->err, rc, "prompt", "tokenization failed");
+    if (part->n_prompt == 0) return err_of_code(&job->err, -ERR_INVAL, "prompt", "the prompt has no tokens");
+    return 0;
+}
+
+/* Every prompt as token ids into job->parts (job->prompt: the first). 0, or an error described
+ * in job->err. */
 static int job_tokenize(struct gen_job *job) {
     struct serving *srv = job->srv;
     struct completion_params *p = &job->p;
-    if (p->prompt_tokens) {
-        job->prompt = malloc(sizeof *job->prompt * (p->n_prompt_tokens ? p->n_prompt_tokens : 1));
-        if (!job->prompt) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
-        memcpy(job->prompt, p->prompt_tokens, sizeof *job->prompt * p->n_prompt_tokens);
-        job->n_prompt = p->n_prompt_tokens;
-        return 0;
-    }
-    char *chat = NULL;
-    const char *text = p->prompt_text;
-    size_t len = p->prompt_text_len;
-    if (p->chat.messages) { /* chat, Responses and Anthropic messages alike */
-        char why[256];
-        int rc = chat_prompt_render(&srv->chat, &p->chat, (int64_t)time(NULL), &chat, &len, why, sizeof why);
+    job->n_parts = p->n_prompts > 1 ? (int32_t)p->n_prompts : 1;
+    job->parts = calloc((size_t)job->n_parts, sizeof *job->parts);
+    if (!job->parts) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
+    int rc = 0;
+    if (p->n_prompts > 1) {
+        for (int32_t k = 0; rc == 0 && k < job->n_parts; k++)
+            rc = part_tokenize(job, &job->parts[k], p->prompts[k].text, p->prompts[k].text_len, p->prompts[k].tokens,
+                               p->prompts[k].n_tokens);
+    } else if (p->chat.messages) { /* chat, Responses and Anthropic messages alike */
+        char why[256], *chat = NULL;
+        size_t len;
+        rc = chat_prompt_render(&srv->chat, &p->chat, (int64_t)time(NULL), &chat, &len, why, sizeof why);
         if (rc < 0) return err_of_code(&job->err, rc == -ERR_NOMEM ? rc : -ERR_INVAL, "messages", why);
-        text = chat;
         const char *open = srv->tools.think_open; /* did the template open the reasoning block? */
         size_t e = len;
         while (e > 0 && (chat[e - 1] == ' ' || chat[e - 1] == '\n')) e--;
         job->in_think = open && e >= strlen(open) && memcmp(chat + e - strlen(open), open, strlen(open)) == 0;
+        rc = part_tokenize(job, &job->parts[0], chat, len, NULL, 0);
+        free(chat);
+    } else {
+        rc = part_tokenize(job, &job->parts[0], p->prompt_text, p->prompt_text_len, p->prompt_tokens,
+                           p->n_prompt_tokens);
     }
-    int rc = model_engine_tokenize(srv->engine, text, len, true, true, &job->prompt, &job->n_prompt);
-    free(chat);
-    if (rc < 0) return err_of_code(&job->err, rc, "prompt", "tokenization failed");
-    if (job->n_prompt == 0) return err_of_code(&job->err, -ERR_INVAL, "prompt", "the prompt has no tokens");
+    job->prompt = job->parts[0].prompt;
+    job->n_prompt = job->parts[0].n_prompt;
+    return rc;
+}
+
+/* logit_bias with its texts' tokens (each token of a text gets its bias) into job->bias. 0, or
+ * an error described in job->err. */
+static int job_bias(struct gen_job *job) {
+    const struct completion_params *p = &job->p;
+    size_t n = p->n_logit_bias;
+    job->bias = malloc(sizeof *job->bias * (n + 1));
+    if (!job->bias) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) job->bias[i] = (struct model_engine_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
+    for (size_t t = 0; t < p->n_logit_bias_text; t++) {
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        int rc = model_engine_tokenize(job->srv->engine, p->logit_bias_text[t].text, p->logit_bias_text[t].len, false,
+                                       false, &ids, &n_ids);
+        if (rc < 0) return err_of_code(&job->err, rc, "logit_bias", "tokenization failed");
+        struct model_engine_bias *grown = n + n_ids > MODEL_ENGINE_MAX_BIAS ? NULL
+                                          : realloc(job->bias, sizeof *job->bias * (n + n_ids + 1));
+        if (!grown) {
+            free(ids);
+            if (n + n_ids <= MODEL_ENGINE_MAX_BIAS) return err_of_code(&job->err, -ERR_NOMEM, NULL, "out of memory");
+            api_error_set(&job->err, 400, "invalid_request_error", "logit_bias",
+                          "logit_bias: more than %d tokens biased (texts count each of their tokens)",
+                          MODEL_ENGINE_MAX_BIAS);
+            return -ERR_INVAL;
+        }
+        job->bias = grown;
+        for (size_t k = 0; k < n_ids; k++) job->bias[n++] = (struct model_engine_bias){ids[k], p->logit_bias_text[t].bias};
+        free(ids);
+    }
+    job->n_bias = n;
     return 0;
 }
 
@@ -516,14 +755,12 @@ static void job_sampling(struct gen_job *job, int32_t n_probs) {
         .repeat_last_n = p->repeat_last_n,
         .presence_penalty = p->presence_penalty,
         .frequency_penalty = p->frequency_penalty,
-        .logit_bias = job->bias,
-        .n_logit_bias = job->bias ? (int32_t)p->n_logit_bias : 0,
+        .logit_bias = job->n_bias ? job->bias : NULL,
+        .n_logit_bias = (int32_t)job->n_bias,
         .n_probs = n_probs,
+        .post_sampling_probs = p->post_sampling_probs,
         .grammar = job->grammar,
     };
-    if (job->bias)
-        for (size_t i = 0; i < p->n_logit_bias; i++)
-            job->bias[i] = (struct model_engine_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
 }
 
 /* Parse the body, check its token ids, tokenize the prompt: job->prepare_rc and job->err. On the
@@ -535,9 +772,11 @@ static void job_prepare(void *data) {
     struct params_limits lim = PARAMS_LIMITS_DEFAULT;
     lim.max_n = (int32_t)srv->cfg->max_n;
     lim.max_logit_bias = MODEL_ENGINE_MAX_BIAS;
+    lim.defaults = &srv->defaults;
     int rc = completion_params_parse(&job->p, job->ep, job->req->body, job->req->body_len, &lim, &job->err);
     if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &job->err);
     if (rc == 0) rc = job_tokenize(job);
+    if (rc == 0) rc = job_bias(job);
     job->prepare_rc = rc;
 }
 
@@ -639,22 +878,24 @@ static void job_start(struct gen_job *job) {
     }
     const struct completion_params *p = &job->p;
     int32_t max_prompt = sched_max_prompt_tokens(srv->sched);
-    if (job->n_prompt > (size_t)max_prompt) {
-        api_error_exceed_context(&err, (int32_t)job->n_prompt, max_prompt);
-        respond_error(srv, req, &err);
-        job_free(job);
-        return;
-    }
-    job->ch = calloc((size_t)p->n, sizeof *job->ch);
+    for (int32_t k = 0; k < job->n_parts; k++)
+        if (job->parts[k].n_prompt > (size_t)max_prompt) { /* n_ctx: the context, one left to generate */
+            api_error_exceed_context(&err, (int32_t)job->parts[k].n_prompt, srv->engine->n_ctx);
+            respond_error(srv, req, &err);
+            job_free(job);
+            return;
+        }
+    job->n_choices = job->n_parts * p->n;
+    job->ch = calloc((size_t)job->n_choices, sizeof *job->ch);
     job->piece_cap = model_engine_detok_buf_size(srv->engine);
     job->piece = malloc(job->piece_cap);
-    job->bias = p->n_logit_bias ? calloc(p->n_logit_bias, sizeof *job->bias) : NULL;
-    if (!job->ch || !job->piece || (p->n_logit_bias && !job->bias)) {
+    if (!job->ch || !job->piece) {
         respond_err_code(srv, req, -ERR_NOMEM, NULL, "out of memory");
         job_free(job);
         return;
     }
-    for (int i = 0; i < p->n; i++) {
+    for (int i = 0; i < job->n_choices; i++) {
+        job->ch[i].id_slot = -1;
         stream_text_init(&job->ch[i].st, p->stop, p->n_stop);
         job->ch[i].detok = model_engine_detok_new(srv->engine);
         if (!job->ch[i].detok) {
@@ -679,24 +920,37 @@ static void job_start(struct gen_job *job) {
         .created = (int64_t)time(NULL),
         .model = p->model ? p->model : srv->model_name,
         .system_fingerprint = srv->fingerprint,
-        .n_choices = p->n,
+        .n_choices = job->n_choices,
         .logprobs = n_probs > 0,
         .include_usage = p->include_usage,
+        .params = ep == API_COMPLETION || ep == API_OAI_COMPLETION ? p : NULL,
+        .n_ctx = srv->engine->n_ctx,
+        .n_per_prompt = job->n_parts > 1 ? p->n : 0,
     };
-    struct sched_request sr = {
-        .prompt = job->prompt,
-        .n_prompt = (int32_t)job->n_prompt,
-        .n_predict = p->n_predict,
-        .n_choices = p->n,
-        .seed = p->seed_random ? next_seed(srv) : p->seed,
-        .n_probs = n_probs,
-        .cache_prompt = p->cache_prompt,
-        .cache_partition = serving_cache_partition(srv, req, p->cache_salt, p->cache_salt_len),
-        .ignore_eos = p->ignore_eos,
-        .sampler_params = &job->sp,
-    };
-    rc = sched_submit(srv->sched, &sr, &gen_sink, job, serving_now_ms(), &job->handle);
-    if (rc < 0) {
+    uint64_t seed = p->seed_random ? next_seed(srv) : p->seed;
+    rc = 0;
+    for (int32_t k = 0; rc == 0 && k < job->n_parts; k++) {
+        struct gen_part *part = &job->parts[k];
+        part->job = job;
+        part->base = k * p->n;
+        struct sched_request sr = {
+            .prompt = part->prompt,
+            .n_prompt = (int32_t)part->n_prompt,
+            .n_predict = p->n_predict,
+            .n_choices = p->n,
+            .seed = seed, /* every prompt of a batch samples as if it came alone */
+            .n_probs = n_probs,
+            .cache_prompt = p->cache_prompt,
+            .cache_partition = serving_cache_partition(srv, req, p->cache_salt, p->cache_salt_len),
+            .ignore_eos = p->ignore_eos,
+            .sampler_params = &job->sp,
+            .prompt_logprobs = part->want_pprobs = p->echo && n_probs > 0 && part->n_prompt >= 2,
+        };
+        rc = sched_submit(srv->sched, &sr, &gen_sink, part, serving_now_ms(), &part->handle);
+    }
+    if (rc < 0) { /* the parts submitted before never ran: no callback came for them */
+        for (int32_t k = 0; k < job->n_parts; k++)
+            if (job->parts[k].handle) sched_cancel(srv->sched, job->parts[k].handle);
         if (rc == -ERR_BUSY) {
             http_add_header(req, "Retry-After", "1");
             respond_err_code(srv, req, rc, NULL, "the server is busy: too many requests wait for memory");
@@ -712,15 +966,26 @@ static void job_start(struct gen_job *job) {
     else http_on_cancel(req, gen_cancel_cb, job);
     if (rc == 0) http_on_abort(req, gen_abort_cb);
     if (rc == 0 && p->stream && typed_stream(job)) typed_open(job);
-    for (int i = 0; rc == 0 && p->stream && ep == API_OAI_CHAT && i < p->n; i++) /* role-only chunks first */
+    for (int i = 0; rc == 0 && p->stream && ep == API_OAI_CHAT && i < job->n_choices; i++) /* role-only chunks first */
         stream_send(job, render_chunk(job, i, "", 0, 0, 0, 0));
+    for (int32_t k = 0; rc == 0 && p->stream && p->echo && k < job->n_parts; k++) /* echo: the prompt first */
+        if (!job->parts[k].want_pprobs) send_echo(job, &job->parts[k]); /* else with its logprobs */
     if (rc < 0) { /* the stream could not start: the request is finished (dead) unless -ERR_STATE */
-        sched_cancel(srv->sched, job->handle);
+        for (int32_t k = 0; k < job->n_parts; k++) sched_cancel(srv->sched, job->parts[k].handle);
         job_free(job);
         if (rc == -ERR_STATE) respond_err_code(srv, req, rc, NULL, "the event stream could not start");
         else serving_count(srv, 499);
     }
     if (srv->kick) srv->kick(srv->driver);
+}
+
+void serving_gen_slot(const void *owner, int32_t choice, struct slot_info *out) {
+    const struct gen_part *part = owner;
+    const struct gen_job *job = part->job;
+    out->params = &job->p;
+    out->n_predict = job->p.n_predict;
+    out->index = part->base + choice;
+    out->has_new_line = job->ch && job->ch[part->base + choice].has_new_line;
 }
 
 void serving_completion_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION); }

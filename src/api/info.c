@@ -20,19 +20,10 @@
 #include <string.h>
 #include <time.h>
 
-/* Send a jansson value (stolen) as the 200 body. */
 static void respond_api_error(struct serving *srv, struct http_request *req, const struct api_error *err) {
     char *json = api_error_render(err);
     serving_respond_json(srv, req, err->status, json ? json : "{}");
     free(json);
-}
-
-static void respond_value(struct serving *srv, struct http_request *req, json_t *v) {
-    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
-    json_decref(v);
-    if (text) serving_respond_json(srv, req, 200, text);
-    else serving_respond_json(srv, req, 500, "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}");
-    free(text);
 }
 
 /* GET /health: 503 {"status":"loading"} until the engine has started, 503 {"status":"draining"}
@@ -121,17 +112,44 @@ void serving_model_handle(struct http_request *req, void *data) {
     free(json);
 }
 
+/* The text of a special token, NUL-terminated, into buf ("" when there is none). */
+static const char *special_text(const struct model_engine *e, int which, char *buf, size_t cap) {
+    size_t len;
+    bool added;
+    const char *t = model_engine_special_text(e, which, &len, &added);
+    snprintf(buf, cap, "%.*s", (int)len, t);
+    return buf;
+}
+
 void serving_props_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
     const struct model_engine *e = srv->engine;
-    json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
-                          "model", srv->model_name, "model_path", srv->model_path, "n_ctx", e->n_ctx,
-                          "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
-                          "n_vocab", e->n_vocab, "chat_template", chat_prompt_kind(&srv->chat),
-                          "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,
-                          "max_n", (int)srv->cfg->max_n);
-    respond_value(srv, req, v);
+    struct completion_params d;
+    completion_params_defaults_with(&d, API_COMPLETION, &srv->defaults);
+    /* the sequences that fit at full context, as llama.cpp's slots each hold one (--parallel overrides) */
+    int64_t fit = e->n_ctx > 0 ? e->kv_tokens / e->n_ctx : 1;
+    if (fit > e->n_seq_max) fit = e->n_seq_max;
+    char bos[64], eos[64];
+    struct props_info pi = {
+        .model_path = srv->model_path,
+        .model_alias = srv->model_name,
+        .total_slots = (int32_t)(srv->cfg->parallel > 0 ? srv->cfg->parallel : fit > 0 ? fit : 1),
+        .chat_template_text = srv->chat_template_text ? srv->chat_template_text : "",
+        .bos_token = special_text(e, 0, bos, sizeof bos),
+        .eos_token = special_text(e, 1, eos, sizeof eos),
+        .batch_tokens = srv->cfg->batch_tokens,
+        .n_ctx = e->n_ctx,
+        .kv_tokens = e->kv_tokens,
+        .max_n = (int32_t)srv->cfg->max_n,
+        .n_vocab = e->n_vocab,
+        .chat_template = chat_prompt_kind(&srv->chat),
+        .build_info = "uvlm " __DATE__,
+        .defaults = &d,
+    };
+    char *json = render_props(&pi);
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
 }
 
 void serving_slots_handle(struct http_request *req, void *data) {
@@ -139,21 +157,27 @@ void serving_slots_handle(struct http_request *req, void *data) {
     if (serving_not_ready(srv, req)) return;
     int32_t n = sched_slots(srv->sched, NULL, 0);
     struct sched_slot *slots = calloc((size_t)n + 1, sizeof *slots);
-    if (!slots) {
-        serving_respond_json(srv, req, 500, "{}");
-        return;
-    }
-    n = sched_slots(srv->sched, slots, n);
-    json_t *arr = json_array();
-    for (int32_t i = 0; i < n; i++) {
-        const struct sched_slot *s = &slots[i];
-        json_array_append_new(arr, json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:I}", "id", (json_int_t)s->request_id,
-                                             "choice", s->choice, "seq", s->seq, "state",
-                                             sched_seq_state_str(s->state), "n_prompt", s->n_prompt,
-                                             "n_generated", s->n_generated, "cells", (json_int_t)s->cells));
+    struct slot_info *info = calloc((size_t)n + 1, sizeof *info);
+    char *json = NULL;
+    if (slots && info) {
+        n = sched_slots(srv->sched, slots, n);
+        for (int32_t i = 0; i < n; i++) {
+            const struct sched_slot *s = &slots[i];
+            info[i] = (struct slot_info){
+                .id = s->seq, .id_task = s->request_id, .n_ctx = srv->engine->n_ctx,
+                .index = s->choice, .state = sched_seq_state_str(s->state),
+                .is_processing = s->state != SCHED_QUEUED && s->state != SCHED_PREEMPTED,
+                .n_prompt_tokens = s->n_prompt,
+                .n_prompt_tokens_processed = s->n_prompt_done,
+                .n_decoded = s->n_generated, .n_predict = -1, .n_cells = s->cells};
+            if (s->owner) serving_gen_slot(s->owner, s->choice, &info[i]);
+        }
+        json = render_slots(info, (size_t)n);
     }
     free(slots);
-    respond_value(srv, req, arr);
+    free(info);
+    serving_respond_json(srv, req, json ? 200 : 500, json ? json : "{}");
+    free(json);
 }
 
 /* --- /metrics (Prometheus text exposition) -------------------------------------------------- */
@@ -351,10 +375,23 @@ static char *detokenize_compute(struct serving *srv, const struct http_request *
         detokenize_params_free(&p);
         return error_json(&err, status);
     }
-    char *buf = NULL;
-    int64_t n = model_engine_detokenize(srv->engine, p.tokens, p.n_tokens, false, true, &buf);
+    /* the pieces as they are, joined, as the reference does: a first piece keeps its leading
+     * space (decoding a whole sequence would drop it), control tokens give their text */
+    size_t cap = 1, n = 0;
+    for (size_t i = 0; i < p.n_tokens; i++) {
+        size_t len;
+        model_engine_token_piece(srv->engine, p.tokens[i], true, &len);
+        cap += len;
+    }
+    char *buf = malloc(cap);
+    for (size_t i = 0; buf && i < p.n_tokens; i++) {
+        size_t len;
+        const char *piece = model_engine_token_piece(srv->engine, p.tokens[i], true, &len);
+        memcpy(buf + n, piece, len);
+        n += len;
+    }
     *status = 200;
-    char *json = n >= 0 ? render_detokenize(buf, (size_t)n) : NULL;
+    char *json = buf ? render_detokenize(buf, n) : NULL;
     free(buf);
     detokenize_params_free(&p);
     return json;

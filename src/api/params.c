@@ -240,28 +240,55 @@ static int token_array(struct parser *ps, const json_t *a, const char *param,
     return 0;
 }
 
+/* One prompt of the batch: a string or an array of token ids, into p's prompt fields. */
+static int batch_prompt(struct parser *ps, struct completion_params *p, const json_t *v, const char *param) {
+    if (json_is_string(v)) return prompt_text(ps, p, v, param);
+    if (json_is_array(v) && json_is_number(json_array_get(v, 0))) /* token ids (a bad one is named) */
+        return token_array(ps, v, param, &p->prompt_tokens, &p->n_prompt_tokens);
+    if (!json_is_array(v) || !all_integers(v))
+        return bad(ps, param, "expected a string or an array of token ids (mixed text and token prompts "
+                   "are not supported), got %s", json_type_name(v));
+    if (json_array_size(v) == 0) return bad(ps, param, "must not be empty");
+    return token_array(ps, v, param, &p->prompt_tokens, &p->n_prompt_tokens);
+}
+
 static int parse_prompt(struct parser *ps, struct completion_params *p) {
     const char *name;
     json_t *v = field(ps, NAMES("prompt"), &name);
+    int rc = 0;
     if (!v) return bad(ps, "prompt", "required");
-    if (json_is_string(v)) return prompt_text(ps, p, v, "prompt");
-    if (!json_is_array(v))
-        return bad(ps, "prompt", "expected a string or an array of token ids, got %s",
+    if (json_is_string(v)) rc = prompt_text(ps, p, v, "prompt");
+    else if (!json_is_array(v))
+        return bad(ps, "prompt", "expected a string, an array of token ids or an array of prompts, got %s",
                    json_type_name(v));
-    size_t n = json_array_size(v);
-    if (n == 0) return bad(ps, "prompt", "must not be empty");
-    if (all_integers(v))
-        return token_array(ps, v, "prompt", &p->prompt_tokens, &p->n_prompt_tokens);
-    json_t *first = json_array_get(v, 0);
-    if (n == 1 && json_is_string(first)) return prompt_text(ps, p, first, "prompt[0]");
-    if (n == 1 && json_is_array(first)) {
-        if (json_array_size(first) == 0) return bad(ps, "prompt[0]", "must not be empty");
-        return token_array(ps, first, "prompt[0]", &p->prompt_tokens, &p->n_prompt_tokens);
+    else if (json_array_size(v) == 0) return bad(ps, "prompt", "must not be empty");
+    else if (all_integers(v) || json_is_number(json_array_get(v, 0))) /* token ids (a bad one is named) */
+        rc = token_array(ps, v, "prompt", &p->prompt_tokens, &p->n_prompt_tokens);
+    else {
+        size_t n = json_array_size(v);
+        if (n > ps->lim->max_prompts)
+            return bad(ps, "prompt", "too many prompts: %zu, at most %zu", n, ps->lim->max_prompts);
+        struct completion_prompt *all = arena_alloc(ps->arena, n * sizeof *all);
+        if (!all) return nomem(ps);
+        for (size_t i = 0; i < n; i++) {
+            char where[PARAM_SIZE];
+            if ((rc = batch_prompt(ps, p, json_array_get(v, i), param_fmt(where, "prompt[%zu]", i))) < 0) return rc;
+            all[i] = (struct completion_prompt){p->prompt_text, p->prompt_text_len, p->prompt_tokens, p->n_prompt_tokens};
+            p->prompt_text = NULL, p->prompt_text_len = 0, p->prompt_tokens = NULL, p->n_prompt_tokens = 0;
+        }
+        p->prompt_text = all[0].text, p->prompt_text_len = all[0].text_len;
+        p->prompt_tokens = all[0].tokens, p->n_prompt_tokens = all[0].n_tokens;
+        p->prompts = all;
+        p->n_prompts = n;
+        return 0;
     }
-    if (json_is_string(first) || json_is_array(first))
-        return bad(ps, "prompt", "batches of several prompts and mixed text/token prompts are not "
-                   "supported: send one request per prompt (n gives several choices)");
-    return token_array(ps, v, "prompt", &p->prompt_tokens, &p->n_prompt_tokens);
+    if (rc < 0) return rc;
+    struct completion_prompt *one = arena_alloc(ps->arena, sizeof *one);
+    if (!one) return nomem(ps);
+    *one = (struct completion_prompt){p->prompt_text, p->prompt_text_len, p->prompt_tokens, p->n_prompt_tokens};
+    p->prompts = one;
+    p->n_prompts = 1;
+    return 0;
 }
 
 /* ---- stop ---- */
@@ -376,36 +403,52 @@ static int parse_logit_bias(struct parser *ps, struct completion_params *p) {
         return bad(ps, "logit_bias", "too many entries: %zu, at most %zu", n,
                    ps->lim->max_logit_bias);
     struct logit_bias *lb = arena_alloc(ps->arena, n * sizeof *lb);
-    if (!lb) return nomem(ps);
+    struct logit_bias_text *lt = arena_alloc(ps->arena, n * sizeof *lt);
+    if (!lb || !lt) return nomem(ps);
     char where[PARAM_SIZE];
-    size_t i = 0;
+    size_t i = 0, n_ids = 0, n_text = 0;
+    int rc;
     if (json_is_array(v)) {
         json_t *pair;
         json_array_foreach(v, i, pair) {
             param_fmt(where, "logit_bias[%zu]", i);
             long long id;
             if (!json_is_array(pair) || json_array_size(pair) != 2)
-                return bad(ps, where, "expected a pair [token id, bias]");
-            if (as_integer(json_array_get(pair, 0), &id) < 0 || id < 0 || id > INT32_MAX)
-                return bad(ps, where, "expected a token id (an integer >= 0) first");
-            lb[i].token = (int32_t)id;
-            int rc = bias_value(ps, json_array_get(pair, 1), where, &lb[i].bias);
-            if (rc < 0) return rc;
+                return bad(ps, where, "expected a pair [token id or text, bias]");
+            json_t *key = json_array_get(pair, 0);
+            if (json_is_string(key) && json_string_length(key) > 0) { /* text: its tokens */
+                lt[n_text] = (struct logit_bias_text){.len = json_string_length(key)};
+                if (!(lt[n_text].text = arena_strndup(ps->arena, json_string_value(key), lt[n_text].len)))
+                    return nomem(ps);
+                if ((rc = bias_value(ps, json_array_get(pair, 1), where, &lt[n_text++].bias)) < 0) return rc;
+                continue;
+            }
+            if (as_integer(key, &id) < 0 || id < 0 || id > INT32_MAX)
+                return bad(ps, where, "expected a token id (an integer >= 0) or a non-empty text first");
+            lb[n_ids].token = (int32_t)id;
+            if ((rc = bias_value(ps, json_array_get(pair, 1), where, &lb[n_ids++].bias)) < 0) return rc;
         }
     } else {
         const char *key;
         json_t *b;
         json_object_foreach(v, key, b) {
             param_fmt(where, "logit_bias.%s", key);
-            if (parse_id_key(key, &lb[i].token) < 0)
-                return bad(ps, where, "keys must be token ids (decimal integers >= 0)");
-            int rc = bias_value(ps, b, where, &lb[i].bias);
-            if (rc < 0) return rc;
-            i++;
+            if (parse_id_key(key, &lb[n_ids].token) == 0) {
+                if ((rc = bias_value(ps, b, where, &lb[n_ids++].bias)) < 0) return rc;
+                continue;
+            }
+            const char *digits = key + (key[0] == '-');
+            if (!*key || (*digits && strspn(digits, "0123456789") == strlen(digits))) /* "-3", "99999999999" */
+                return bad(ps, where, "keys must be token ids (decimal integers in [0, %d]) or texts", INT32_MAX);
+            lt[n_text] = (struct logit_bias_text){.len = strlen(key)};
+            if (!(lt[n_text].text = arena_strndup(ps->arena, key, lt[n_text].len))) return nomem(ps);
+            if ((rc = bias_value(ps, b, where, &lt[n_text++].bias)) < 0) return rc;
         }
     }
     p->logit_bias = lb;
-    return merge_biases(ps, lb, n, bias_limit(ps), &p->n_logit_bias);
+    p->logit_bias_text = n_text ? lt : NULL;
+    p->n_logit_bias_text = n_text;
+    return merge_biases(ps, lb, n_ids, bias_limit(ps), &p->n_logit_bias);
 }
 
 /* ---- chat messages ---- */
@@ -515,6 +558,11 @@ static int parse_logprobs(struct parser *ps, struct completion_params *p) {
         p->want_logprobs = p->n_probs > 0;
         return rc;
     case API_OAI_COMPLETION:
+        if (field(ps, NAMES("n_probs"), &name)) { /* llama.cpp's form, answered in its shape */
+            rc = get_int(ps, NAMES("n_probs"), 0, ps->lim->max_n_probs, &p->n_probs);
+            p->want_logprobs = p->logprobs_content = p->n_probs > 0;
+            return rc;
+        }
         if (!field(ps, NAMES("logprobs"), &name)) return 0;
         p->want_logprobs = true;
         return get_int(ps, NAMES("logprobs"), 0, ps->lim->max_n_probs, &p->n_probs);
@@ -533,8 +581,8 @@ static int parse_logprobs(struct parser *ps, struct completion_params *p) {
 static int parse_seed(struct parser *ps, struct completion_params *p) {
     const char *name;
     json_t *v = field(ps, NAMES("seed"), &name);
+    if (!v) return 0; /* the server's default */
     p->seed_random = true;
-    if (!v) return 0;
     long long s;
     if (as_integer(v, &s) < 0) return bad(ps, "seed", "expected an integer, got %s", json_type_name(v));
     if (s < -1 || s > (long long)UINT32_MAX)
@@ -562,8 +610,6 @@ static int refuse_unsupported(struct parser *ps, const struct completion_params 
     if (ps->endpoint != API_OAI_CHAT && (v = field(ps, NAMES("tools"), &name)) && !json_empty(v))
         return bad(ps, "tools", "tools is not supported on this endpoint: use /v1/chat/completions");
     if (ps->endpoint != API_OAI_COMPLETION) return 0;
-    if ((v = field(ps, NAMES("echo"), &name)) && !json_is_false(v))
-        return bad(ps, "echo", "echo is not supported");
     if ((v = field(ps, NAMES("suffix"), &name)) &&
         !(json_is_string(v) && json_string_length(v) == 0))
         return bad(ps, "suffix", "suffix is not supported");
@@ -665,10 +711,51 @@ void completion_params_defaults(struct completion_params *p, enum api_endpoint e
     p->n = 1;
 }
 
+/* return_tokens, post_sampling_probs, response_fields (native), echo (/v1/completions). */
+static int parse_native_fields(struct parser *ps, struct completion_params *p) {
+    int rc;
+    if (ps->endpoint == API_OAI_COMPLETION) return get_bool(ps, NAMES("echo"), &p->echo);
+    if (ps->endpoint != API_COMPLETION) return 0;
+    if ((rc = get_bool(ps, NAMES("return_tokens"), &p->return_tokens)) < 0 ||
+        (rc = get_bool(ps, NAMES("post_sampling_probs"), &p->post_sampling_probs)) < 0)
+        return rc;
+    const char *name;
+    json_t *v = field(ps, NAMES("response_fields"), &name);
+    if (!v) return 0;
+    if (!json_is_array(v)) return bad(ps, "response_fields", "expected an array of strings, got %s", json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n > ps->lim->max_response_fields)
+        return bad(ps, "response_fields", "too many fields: %zu, at most %zu", n, ps->lim->max_response_fields);
+    const char **fields = arena_alloc(ps->arena, (n ? n : 1) * sizeof *fields);
+    if (!fields) return nomem(ps);
+    for (size_t i = 0; i < n; i++) {
+        json_t *f = json_array_get(v, i);
+        char where[PARAM_SIZE];
+        if (!json_is_string(f))
+            return bad(ps, param_fmt(where, "response_fields[%zu]", i), "expected a string, got %s", json_type_name(f));
+        if (!(fields[i] = arena_strndup(ps->arena, json_string_value(f), json_string_length(f)))) return nomem(ps);
+    }
+    p->response_fields = fields;
+    p->n_response_fields = n;
+    return 0;
+}
+
+void completion_params_defaults_with(struct completion_params *p, enum api_endpoint endpoint,
+                                     const struct params_defaults *d) {
+    completion_params_defaults(p, endpoint);
+    if (!d) return;
+    p->seed_random = d->seed < 0 || d->seed >= (int64_t)UINT32_MAX; /* llama.cpp's "default seed" too */
+    p->seed = p->seed_random ? 0 : (uint32_t)d->seed;
+    p->temperature = d->temperature;
+    p->top_k = d->top_k;
+    p->top_p = d->top_p;
+    p->n_predict = d->n_predict;
+}
+
 static int parse_completion(struct parser *ps, struct completion_params *p) {
     bool native = ps->endpoint == API_COMPLETION;
     int rc = 0;
-    completion_params_defaults(p, ps->endpoint);
+    completion_params_defaults_with(p, ps->endpoint, ps->lim->defaults);
 
     if (ps->endpoint == API_OAI_CHAT) {
         rc = parse_messages(ps, p, json_object_get(ps->obj, "messages"));
@@ -696,6 +783,7 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
         (rc = get_bool(ps, NAMES("cache_prompt"), &p->cache_prompt)) < 0 ||
         (rc = get_bool(ps, NAMES("ignore_eos"), &p->ignore_eos)) < 0 ||
         (rc = parse_logit_bias(ps, p)) < 0 ||
+        (rc = parse_native_fields(ps, p)) < 0 ||
         (rc = get_int(ps, n_names, 1, ps->lim->max_n, &p->n)) < 0 ||
         (rc = refuse_unsupported(ps, p)) < 0 ||
         (rc = parse_constraint(ps, p)) < 0)
@@ -859,12 +947,12 @@ static int completion_fn(struct parser *ps, void *out) {
     int rc;
     switch (ps->endpoint) {
     case API_OAI_RESPONSES:
-        completion_params_defaults(p, ps->endpoint);
+        completion_params_defaults_with(p, ps->endpoint, ps->lim->defaults);
         rc = responses_params_fill((struct params_parser *)ps, p);
         break;
     case API_ANTHROPIC:
     case API_ANTHROPIC_COUNT:
-        completion_params_defaults(p, ps->endpoint);
+        completion_params_defaults_with(p, ps->endpoint, ps->lim->defaults);
         rc = anthropic_params_fill((struct params_parser *)ps, p);
         break;
     default: rc = parse_completion(ps, p);
@@ -905,7 +993,13 @@ static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *
 
 int completion_params_check_tokens(const struct completion_params *p, int32_t n_vocab,
                                    struct api_error *err) {
-    int rc = check_ids(p->prompt_tokens, p->n_prompt_tokens, n_vocab, "prompt", err);
+    int rc = 0;
+    if (p->n_prompts > 1)
+        for (size_t i = 0; rc == 0 && i < p->n_prompts; i++) {
+            char where[PARAM_SIZE];
+            rc = check_ids(p->prompts[i].tokens, p->prompts[i].n_tokens, n_vocab, param_fmt(where, "prompt[%zu]", i), err);
+        }
+    else rc = check_ids(p->prompt_tokens, p->n_prompt_tokens, n_vocab, "prompt", err);
     for (size_t i = 0; rc == 0 && i < p->n_logit_bias; i++)
         if (p->logit_bias[i].token >= n_vocab)
             rc = api_error_set(err, 400, "invalid_request_error", "logit_bias",

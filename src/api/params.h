@@ -39,20 +39,34 @@
  *   ignore_eos false, n 1.
  *
  * Forms accepted and how they map:
- *   prompt       a string; an array of token ids; an array holding exactly one string or one
- *                array of token ids (OpenAI's batch form with one prompt). Batches of several
- *                prompts and llama.cpp's mixed string/token arrays are refused (400, "prompt"):
- *                send one request per prompt, or use n for several choices of one prompt.
+ *   prompt       a string; an array of token ids; an array of prompts, each a string or an
+ *                array of token ids (a batch: 1..max_prompts of them, each run as a request of
+ *                its own, all at once; one result per prompt and choice, "index" = prompt * n +
+ *                choice). llama.cpp's mixed string/token arrays ([12, "text", 34]) are refused
+ *                (400, "prompt").
  *   n_predict    native name; max_tokens (both APIs) and max_completion_tokens (chat) are aliases.
  *   n            n_cmpl is an alias (native); 1..limits.max_n.
  *   stop         a string or an array of strings, non-empty, at most max_stop of at most
  *                max_stop_bytes bytes each.
  *   logit_bias   [[id, bias], ...] or {"id": bias, ...}; bias a finite number or false (= never
- *                sample the token: -INFINITY). Token ids as text ("15043") are accepted in the
- *                object form only; llama.cpp's string pieces ([["Hello", -1]]) are refused.
+ *                sample the token: -INFINITY). A key that is not a decimal id is text
+ *                ([["Hello", -1]], {"Hello": -1}, llama.cpp's form): every token of the text
+ *                (tokenized without BOS) gets the bias, in logit_bias_text for the handler, which
+ *                has the tokenizer.
  *   n_probs      native; OpenAI chat: logprobs (bool) + top_logprobs (0..max_n_probs);
  *                OpenAI completions: logprobs (integer 0..max_n_probs). Either way the result
  *                is want_logprobs + n_probs (top-N alternatives per generated token).
+ *                /v1/completions answers with OpenAI's legacy shape (tokens, token_logprobs,
+ *                top_logprobs, text_offset) for "logprobs", with llama.cpp's {"content": [...]}
+ *                for "n_probs" (logprobs_content).
+ *   return_tokens, post_sampling_probs, response_fields (native): the generated ids in
+ *                "tokens"; probabilities after the sampling chain ("prob", "top_probs") instead
+ *                of log-probabilities; only these fields of the response (a "/" path picks a
+ *                nested one: "generation_settings/n_predict", named by its path).
+ *   echo (/v1/completions): the prompt's text before the completion's, and with logprobs the
+ *                prompt tokens' log-probabilities before the generated ones (the first token's
+ *                is null: nothing precedes it; the scheduler keeps them, n_prompt - 1 entries:
+ *                bounded by the context).
  *   messages     chat only, required, 1..max_messages: [{role, content}], role one of system,
  *                user, assistant, developer, tool; content required except for assistant turns
  *                (null: empty); the conversion (a string, or text parts joined with "\n";
@@ -82,7 +96,7 @@
  *                tool_params_parse (tool_calls.h). Tools with grammar, json_schema or a
  *                response_format other than text are a 400. Sampler options uvlm lacks
  *                (mirostat, typical_p, ...) are ignored like unknown fields.
- *   echo: true, best_of != n, suffix: refused on /v1/completions (not supported).
+ *   best_of != n, suffix: refused on /v1/completions (not supported).
  *   cache_salt   a non-empty string (vLLM's): requests with different salts never share cached
  *                prompt cells (serving.h: the cache partition); null or absent: no salt.
  *   model, user and other unknown fields: ignored (model is kept for echoing back).
@@ -130,6 +144,18 @@ int api_error_set(struct api_error *err, int status, const char *type, const cha
  * type exceed_context_size_error, message and the two counts. Returns -ERR_TOOBIG. */
 int api_error_exceed_context(struct api_error *err, int32_t n_prompt_tokens, int32_t n_ctx);
 
+/* The server's defaults for fields a request omits (--seed, --temp, --top-k, --top-p,
+ * --n-predict); PARAMS_DEFAULTS_BUILTIN are the llama.cpp server's listed above. */
+struct params_defaults {
+    int64_t seed;             /* -1: a random seed per request */
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    int32_t n_predict;
+};
+#define PARAMS_DEFAULTS_BUILTIN { .seed = -1, .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, \
+    .n_predict = -1 }
+
 /* Bounds the parser enforces, from the server's configuration. */
 struct params_limits {
     int32_t max_n;            /* --max-n: n / n_cmpl at most this (default 16) */
@@ -140,14 +166,32 @@ struct params_limits {
     size_t max_prompt_tokens; /* token-id prompt length, and /detokenize input (default 1 Mi) */
     size_t max_logit_bias;    /* logit_bias entries (default 4096) */
     size_t max_messages;      /* chat messages (default 1024) */
+    size_t max_prompts;       /* prompts of a batch (default 32) */
+    size_t max_response_fields; /* response_fields entries (default 64) */
+    const struct params_defaults *defaults; /* NULL: PARAMS_DEFAULTS_BUILTIN */
 };
 #define PARAMS_LIMITS_DEFAULT { .max_n = 16, .max_n_probs = 20, .max_stop = 16, \
     .max_stop_bytes = 256, .max_prompt_bytes = 1u << 20, .max_prompt_tokens = 1u << 20, \
-    .max_logit_bias = 4096, .max_messages = 1024 }
+    .max_logit_bias = 4096, .max_messages = 1024, .max_prompts = 32, .max_response_fields = 64 }
 
 struct logit_bias {
     int32_t token;
     float bias;               /* -INFINITY: the token is never sampled */
+};
+
+/* A logit_bias key that is text: each of its tokens gets bias. */
+struct logit_bias_text {
+    const char *text;         /* NUL-terminated, len bytes, not empty */
+    size_t len;
+    float bias;
+};
+
+/* One prompt of a batch: text (tokens NULL) or token ids. */
+struct completion_prompt {
+    const char *text;
+    size_t text_len;
+    const int32_t *tokens;
+    size_t n_tokens;
 };
 
 struct params_arena;          /* private: where a parsed struct's strings and arrays live */
@@ -162,6 +206,9 @@ struct completion_params {
     size_t prompt_text_len;
     const int32_t *prompt_tokens; /* token ids, checked by completion_params_check_tokens */
     size_t n_prompt_tokens;
+    const struct completion_prompt *prompts; /* API_COMPLETION, API_OAI_COMPLETION: n_prompts
+                                              * (>= 1) prompts; prompts[0] is the prompt above */
+    size_t n_prompts;
     const struct chat_message *messages; /* chat_template.h's: ready for chat_template_apply */
     size_t n_messages;
     struct chat_request chat;     /* chat: the request as a chat template renders it
@@ -193,6 +240,15 @@ struct completion_params {
     const struct logit_bias *logit_bias; /* one per token, in token order (duplicates summed);
                                           * ids checked like the prompt's */
     size_t n_logit_bias;
+    const struct logit_bias_text *logit_bias_text; /* keys that are text, in request order */
+    size_t n_logit_bias_text;
+
+    bool return_tokens;       /* native: "tokens" holds the generated ids */
+    bool post_sampling_probs; /* native: probabilities after the sampling chain */
+    bool logprobs_content;    /* /v1/completions: logprobs in llama.cpp's {"content": [...]} shape */
+    bool echo;                /* /v1/completions: the prompt (and its logprobs) first */
+    const char *const *response_fields; /* native: only these fields ("a/b": nested), or NULL */
+    size_t n_response_fields;
 
     int32_t n;                /* choices: 1..max_n */
     const char *model;        /* as the client named it, or NULL */
@@ -222,8 +278,11 @@ struct completion_params {
     struct chat_messages chat_;  /* owns messages */
 };
 
-/* The defaults every request starts from (the list at the top); GET /props reports them. */
+/* The defaults every request starts from (the list at the top, with the server's d over them;
+ * d NULL: none); GET /props reports them. */
 void completion_params_defaults(struct completion_params *p, enum api_endpoint endpoint);
+void completion_params_defaults_with(struct completion_params *p, enum api_endpoint endpoint,
+                                     const struct params_defaults *d);
 
 /* Parse and validate a request body (need not be NUL-terminated). 0 on success; -ERR_INVAL with
  * err filled on bad input; -ERR_NOMEM (err filled with a 500) when memory runs out. */

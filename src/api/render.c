@@ -183,22 +183,42 @@ static json_t *native_token(const struct token_logprob *t) {
                      "logprob", finite_logprob(t->logprob));
 }
 
-/* [token(chosen) + {top_logprobs: [token(alternative), ...]}, ...] for every generated token:
+/* {id, token, bytes, prob}: post_sampling_probs' form. */
+static json_t *native_token_prob(const struct token_logprob *t) {
+    return json_pack("{s:i, s:o, s:o, s:f}", "id", (int)t->id,
+                     "token", jstr(t->piece, t->piece_len),
+                     "bytes", bytes_array(t->piece, t->piece_len),
+                     "prob", isfinite(t->logprob) ? exp((double)t->logprob) : 0.0);
+}
+
+/* [token(chosen) + {top_key: [token(alternative), ...]}, ...] for every generated token:
  * the native and the chat shapes differ only in how one token is written. */
-static json_t *probs_array(const struct completion_result *r,
-                           json_t *(*token)(const struct token_logprob *)) {
+static json_t *probs_array_as(const struct completion_result *r,
+                              json_t *(*token)(const struct token_logprob *), const char *top_key) {
     json_t *all = json_array();
     for (size_t i = 0; all && i < r->n_probs; i++) {
         const struct token_probs *tp = &r->probs[i];
         json_t *top = json_array();
         for (size_t k = 0; top && k < tp->n_top; k++) top = push(top, token(&tp->top[k]));
-        all = push(all, render_with(token(&tp->chosen), "top_logprobs", top));
+        all = push(all, render_with(token(&tp->chosen), top_key, top));
     }
     return all;
 }
 
+static json_t *probs_array(const struct completion_result *r,
+                           json_t *(*token)(const struct token_logprob *)) {
+    return probs_array_as(r, token, "top_logprobs");
+}
+
+static json_t *token_ids(const int32_t *ids, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) a = push(a, json_integer(ids[i]));
+    return a;
+}
+
 static json_t *native_timings(const struct completion_timings *t) {
-    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+                     "cache_n", (int)t->cache_n,
                      "prompt_n", (int)t->prompt_n,
                      "prompt_ms", finite_ms(t->prompt_ms),
                      "prompt_per_token_ms", per_token_ms(t->prompt_n, t->prompt_ms),
@@ -209,25 +229,60 @@ static json_t *native_timings(const struct completion_timings *t) {
                      "predicted_per_second", per_second(t->predicted_n, t->predicted_ms));
 }
 
+static json_t *generation_params(const struct completion_params *d);
+
+/* Only the fields of paths ("a/b": o.a.b), each named by its path; o is consumed. */
+static json_t *pick_fields(json_t *o, const char *const *paths, size_t n) {
+    json_t *out = o ? json_object() : NULL;
+    for (size_t i = 0; out && i < n; i++) {
+        const json_t *v = o;
+        const char *p = paths[i];
+        while (v && *p) {
+            const char *slash = strchr(p, '/');
+            size_t len = slash ? (size_t)(slash - p) : strlen(p);
+            v = json_is_object(v) ? json_object_getn(v, p, len) : NULL;
+            p += len + (slash ? 1 : 0);
+        }
+        if (v && paths[i][0]) out = render_with(out, paths[i], json_deep_copy(v));
+    }
+    json_decref(o);
+    return out;
+}
+
 static json_t *native_object(const struct response_meta *meta, const struct completion_result *r) {
-    json_t *o = json_pack("{s:o}", "content", jstr(r->text, r->text_len));
-    if (meta->n_choices > 1) o = render_with(o, "index", json_integer(r->index));
+    const struct completion_params *rp = meta->params;
+    json_t *o = json_pack("{s:i, s:o}", "index", (int)r->index, "content", jstr(r->text, r->text_len));
+    if (rp) o = render_with(o, "tokens", token_ids(r->tokens, r->n_tokens));
     if (r->stop_type == STOP_TYPE_NONE) {
         o = render_with(o, "stop", json_false());
+        if (rp) o = render_with(o, "id_slot", json_integer(r->id_slot));
         o = render_with(o, "tokens_predicted", json_integer(r->tokens_predicted));
         o = render_with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
     } else {
-        o = render_with(o, "model", jcstr(meta->model));
+        if (rp) o = render_with(o, "id_slot", json_integer(r->id_slot));
         o = render_with(o, "stop", json_true());
+        o = render_with(o, "model", jcstr(meta->model));
         o = render_with(o, "tokens_predicted", json_integer(r->tokens_predicted));
         o = render_with(o, "tokens_evaluated", json_integer(r->tokens_evaluated));
-        o = render_with(o, "tokens_cached", json_integer(r->tokens_cached));
+        if (rp) {
+            json_t *gs = generation_params(rp);
+            gs = render_with(gs, "n_ctx", json_integer(meta->n_ctx));
+            o = render_with(o, "generation_settings", gs);
+            o = render_with(o, "prompt", jstr(r->prompt, r->prompt_len));
+            o = render_with(o, "has_new_line", json_boolean(r->has_new_line));
+        }
+        o = render_with(o, "truncated", json_boolean(r->truncated));
         o = render_with(o, "stop_type", json_string(stop_type_name(r->stop_type)));
         o = render_with(o, "stopping_word", jcstr(r->stop_type == STOP_TYPE_WORD ? r->stopping_word : ""));
-        o = render_with(o, "truncated", json_boolean(r->truncated));
+        o = render_with(o, "tokens_cached", json_integer(r->tokens_cached));
         o = render_with(o, "timings", native_timings(&r->timings));
     }
-    if (meta->logprobs) o = render_with(o, "completion_probabilities", probs_array(r, native_token));
+    if (meta->logprobs)
+        o = render_with(o, "completion_probabilities", rp && rp->post_sampling_probs
+                                                          ? probs_array_as(r, native_token_prob, "top_probs")
+                                                          : probs_array(r, native_token));
+    if (rp && rp->n_response_fields && r->stop_type != STOP_TYPE_NONE)
+        o = pick_fields(o, rp->response_fields, rp->n_response_fields);
     return o;
 }
 
@@ -253,10 +308,15 @@ static json_t *oai_object(const struct response_meta *meta, const char *object, 
     return render_with(o, "choices", choices);
 }
 
-static json_t *usage(const struct completion_result *r, size_t n) {
-    json_int_t prompt = n ? r[0].tokens_evaluated : 0, cached = n ? r[0].tokens_cached : 0;
-    json_int_t completion = 0;
-    for (size_t i = 0; i < n; i++) completion += r[i].tokens_predicted;
+static json_t *usage_of(const struct completion_result *r, size_t n, int32_t per_prompt) {
+    json_int_t prompt = 0, cached = 0, completion = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || (per_prompt > 0 && r[i].index % per_prompt == 0)) { /* each prompt once */
+            prompt += r[i].tokens_evaluated;
+            cached += r[i].tokens_cached;
+        }
+        completion += r[i].tokens_predicted;
+    }
     return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", prompt,
                      "completion_tokens", completion, "total_tokens", prompt + completion,
                      "prompt_tokens_details", "cached_tokens", cached);
@@ -267,12 +327,18 @@ static json_t *usage(const struct completion_result *r, size_t n) {
 static json_t *legacy_logprobs(const struct completion_result *r) {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = r->text_offset;
-    for (size_t i = 0; i < r->n_probs; i++) {
-        const struct token_probs *tp = &r->probs[i];
+    for (size_t j = 0; j < r->n_prompt_probs + r->n_probs; j++) {
+        bool prompt = j < r->n_prompt_probs;
+        const struct token_probs *tp = prompt ? &r->prompt_probs[j] : &r->probs[j - r->n_prompt_probs];
         tokens = push(tokens, jstr(tp->chosen.piece, tp->chosen.piece_len));
-        lps = push(lps, json_real(finite_logprob(tp->chosen.logprob)));
         offs = push(offs, json_integer((json_int_t)off));
         off += tp->chosen.piece_len;
+        if (prompt && j == 0) { /* the first prompt token: nothing before it to predict it */
+            lps = push(lps, json_null());
+            tops = push(tops, json_null());
+            continue;
+        }
+        lps = push(lps, json_real(finite_logprob(tp->chosen.logprob)));
         json_t *top = json_object();
         for (size_t k = 0; top && k < tp->n_top; k++) {
             json_t *key = jstr(tp->top[k].piece, tp->top[k].piece_len);
@@ -289,11 +355,15 @@ static json_t *legacy_logprobs(const struct completion_result *r) {
                      "top_logprobs", tops, "text_offset", offs);
 }
 
+static json_t *content_logprobs(const struct completion_result *r);
+
 static json_t *oai_completion_choice(const struct response_meta *meta,
                                      const struct completion_result *r) {
+    json_t *lp = !meta->logprobs ? json_null()
+                 : meta->params && meta->params->logprobs_content ? content_logprobs(r)
+                                                                  : legacy_logprobs(r);
     return json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(r->text, r->text_len),
-                     "index", (int)r->index,
-                     "logprobs", meta->logprobs ? legacy_logprobs(r) : json_null(),
+                     "index", (int)r->index, "logprobs", lp,
                      "finish_reason", finish_reason(r->stop_type));
 }
 
@@ -301,7 +371,7 @@ char *render_oai_completion(const struct response_meta *meta, const struct compl
                             size_t n) {
     json_t *choices = json_array();
     for (size_t i = 0; choices && i < n; i++) choices = push(choices, oai_completion_choice(meta, &r[i]));
-    return dump(render_with(oai_object(meta, "text_completion", choices), "usage", usage(r, n)));
+    return dump(render_with(oai_object(meta, "text_completion", choices), "usage", usage_of(r, n, meta->n_per_prompt)));
 }
 
 static json_t *stream_usage_null(const struct response_meta *meta, json_t *o) {
@@ -323,6 +393,12 @@ static json_t *chat_token(const struct token_logprob *t) {
 
 static json_t *chat_logprobs(const struct completion_result *r) {
     return json_pack("{s:o}", "content", probs_array(r, chat_token));
+}
+
+/* /v1/completions asked the llama.cpp way (n_probs): {content: [{id, token, bytes, logprob,
+ * top_logprobs}]}, its server's shape. */
+static json_t *content_logprobs(const struct completion_result *r) {
+    return json_pack("{s:o}", "content", probs_array(r, native_token));
 }
 
 static json_t *chat_choice(const struct response_meta *meta, const struct completion_result *r,
@@ -360,7 +436,7 @@ char *render_oai_chat(const struct response_meta *meta, const struct completion_
         }
         choices = push(choices, chat_choice(meta, &r[i], "message", message));
     }
-    return dump(render_with(oai_object(meta, "chat.completion", choices), "usage", usage(r, n)));
+    return dump(render_with(oai_object(meta, "chat.completion", choices), "usage", usage_of(r, n, meta->n_per_prompt)));
 }
 
 char *render_oai_chat_chunk(const struct response_meta *meta, const struct completion_result *r,
@@ -385,7 +461,7 @@ char *render_oai_chat_chunk(const struct response_meta *meta, const struct compl
 char *render_oai_usage_chunk(const struct response_meta *meta, const struct completion_result *r,
                              size_t n, bool chat) {
     json_t *o = oai_object(meta, chat ? "chat.completion.chunk" : "text_completion", json_array());
-    return dump(render_with(o, "usage", usage(r, n)));
+    return dump(render_with(o, "usage", usage_of(r, n, meta->n_per_prompt)));
 }
 
 /* ---- tokens, models, errors ---- */
@@ -426,44 +502,85 @@ char *render_model(const struct model_info *m) {
     return dump(model_object(m));
 }
 
-static json_t *default_params(const struct completion_params *d) {
-    return json_pack("{s:i, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:I, s:i, s:b, s:b, s:b, s:i}",
-                     "n_predict", (int)d->n_predict, "temperature", (double)d->temperature,
-                     "top_k", (int)d->top_k, "top_p", (double)d->top_p, "min_p", (double)d->min_p,
-                     "repeat_penalty", (double)d->repeat_penalty,
-                     "repeat_last_n", (int)d->repeat_last_n,
-                     "presence_penalty", (double)d->presence_penalty,
-                     "frequency_penalty", (double)d->frequency_penalty,
-                     "seed", (json_int_t)(d->seed_random ? UINT32_MAX : d->seed),
-                     "n_probs", (int)d->n_probs, "cache_prompt", d->cache_prompt,
-                     "ignore_eos", d->ignore_eos, "stream", d->stream, "n", (int)d->n);
+/* The sampling chain (sampler/sampler.h), in llama.cpp's sampler names. */
+static json_t *sampler_names(void) {
+    return json_pack("[s, s, s, s, s]", "penalties", "top_k", "top_p", "min_p", "temperature");
+}
+
+/* A request's settings in the llama.cpp server's generation_settings / params shape. */
+static json_t *generation_params(const struct completion_params *d) {
+    json_t *stop = json_array();
+    for (size_t i = 0; stop && i < d->n_stop; i++) stop = push(stop, jcstr(d->stop[i]));
+    json_t *bias = json_array();
+    for (size_t i = 0; bias && i < d->n_logit_bias; i++) /* a ban: the reference's lowest float */
+        bias = push(bias, json_pack("{s:f, s:i}", "bias", isfinite(d->logit_bias[i].bias) ? (double)d->logit_bias[i].bias
+                                                                                           : -3.4028234663852886e38,
+                                    "token", (int)d->logit_bias[i].token));
+    json_t *o = json_pack("{s:i, s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}",
+                          "n_predict", (int)d->n_predict, "max_tokens", (int)d->n_predict,
+                          "seed", (json_int_t)(d->seed_random ? UINT32_MAX : d->seed),
+                          "temperature", (double)d->temperature, "top_k", (int)d->top_k,
+                          "top_p", (double)d->top_p, "min_p", (double)d->min_p, "typical_p", 1.0,
+                          "repeat_last_n", (int)d->repeat_last_n,
+                          "repeat_penalty", (double)d->repeat_penalty,
+                          "presence_penalty", (double)d->presence_penalty,
+                          "frequency_penalty", (double)d->frequency_penalty);
+    o = render_with(o, "stop", stop);
+    o = render_with(o, "logit_bias", bias);
+    o = render_with(o, "grammar", jstr(d->grammar, d->grammar_len));
+    o = render_with(o, "n_probs", json_integer(d->n_probs));
+    o = render_with(o, "min_keep", json_integer(0));
+    o = render_with(o, "n_keep", json_integer(0));
+    o = render_with(o, "cache_prompt", json_boolean(d->cache_prompt));
+    o = render_with(o, "ignore_eos", json_boolean(d->ignore_eos));
+    o = render_with(o, "stream", json_boolean(d->stream));
+    o = render_with(o, "n", json_integer(d->n));
+    o = render_with(o, "post_sampling_probs", json_boolean(d->post_sampling_probs));
+    return render_with(o, "samplers", sampler_names());
 }
 
 char *render_props(const struct props_info *pi) {
-    json_t *settings = json_pack("{s:i, s:o}", "n_ctx", (int)pi->n_ctx,
-                                 "params", default_params(pi->defaults));
-    json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:i, s:i, s:o, s:o, s:{s:b, s:b}}",
-                          "default_generation_settings", settings,
+    json_t *settings = json_pack("{s:i, s:i, s:i, s:b, s:b, s:o, s:s, s:{s:b, s:b, s:i, s:i, s:s}}",
+                                 "id", 0, "id_task", -1, "n_ctx", (int)pi->n_ctx, "speculative", 0,
+                                 "is_processing", 0, "params", generation_params(pi->defaults), "prompt", "",
+                                 "next_token", "has_next_token", 1, "has_new_line", 0,
+                                 "n_remain", (int)pi->defaults->n_predict, "n_decoded", 0, "stopping_word", "");
+    json_t *o = json_pack("{s:o, s:i, s:o, s:o, s:o, s:i, s:I, s:I, s:i, s:i}",
+                          "default_generation_settings", settings, "total_slots", (int)pi->total_slots,
+                          "model", jcstr(pi->model_alias),
                           "model_path", jcstr(pi->model_path), "model_alias", jcstr(pi->model_alias),
                           "n_ctx", (int)pi->n_ctx, "kv_tokens", (json_int_t)pi->kv_tokens,
-                          "max_n", (int)pi->max_n, "n_vocab", (int)pi->n_vocab,
-                          "chat_template", jcstr(pi->chat_template),
-                          "build_info", jcstr(pi->build_info),
-                          "modalities", "vision", 0, "audio", 0);
+                          "batch_tokens", (json_int_t)pi->batch_tokens,
+                          "max_n", (int)pi->max_n, "n_vocab", (int)pi->n_vocab);
+    o = render_with(o, "chat_template", jcstr(pi->chat_template_text));
+    o = render_with(o, "chat_template_kind", jcstr(pi->chat_template));
+    o = render_with(o, "bos_token", jcstr(pi->bos_token));
+    o = render_with(o, "eos_token", jcstr(pi->eos_token));
+    o = render_with(o, "build_info", jcstr(pi->build_info));
+    o = render_with(o, "modalities", json_pack("{s:b, s:b}", "vision", 0, "audio", 0));
     return dump(o);
 }
 
 char *render_slots(const struct slot_info *s, size_t n) {
     json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        a = push(a, json_pack("{s:I, s:I, s:i, s:o, s:b, s:i, s:i, s:i, s:i, s:I}",
-                              "id", (json_int_t)s[i].id, "id_task", (json_int_t)s[i].id_task,
-                              "index", (int)s[i].index, "state", jcstr(s[i].state),
-                              "is_processing", s[i].is_processing,
-                              "n_prompt_tokens", (int)s[i].n_prompt_tokens,
-                              "n_prompt_tokens_processed", (int)s[i].n_prompt_tokens_processed,
-                              "n_decoded", (int)s[i].n_decoded, "n_predict", (int)s[i].n_predict,
-                              "n_cells", (json_int_t)s[i].n_cells));
+    for (size_t i = 0; a && i < n; i++) {
+        int32_t remain = s[i].n_predict < 0 ? -1 : s[i].n_predict - s[i].n_decoded;
+        json_t *o = json_pack("{s:I, s:I, s:i, s:b, s:b}", "id", (json_int_t)s[i].id,
+                              "id_task", (json_int_t)s[i].id_task, "n_ctx", (int)s[i].n_ctx,
+                              "speculative", 0, "is_processing", s[i].is_processing);
+        if (s[i].params) o = render_with(o, "params", generation_params(s[i].params));
+        o = render_with(o, "next_token", json_pack("{s:b, s:b, s:i, s:i}", "has_next_token", s[i].is_processing,
+                                                   "has_new_line", s[i].has_new_line, "n_remain", (int)remain,
+                                                   "n_decoded", (int)s[i].n_decoded));
+        o = render_with(o, "index", json_integer(s[i].index));
+        o = render_with(o, "state", jcstr(s[i].state));
+        o = render_with(o, "n_prompt_tokens", json_integer(s[i].n_prompt_tokens));
+        o = render_with(o, "n_prompt_tokens_processed", json_integer(s[i].n_prompt_tokens_processed));
+        o = render_with(o, "n_decoded", json_integer(s[i].n_decoded));
+        o = render_with(o, "n_predict", json_integer(s[i].n_predict));
+        o = render_with(o, "n_cells", json_integer(s[i].n_cells));
+        a = push(a, o);
+    }
     return dump(a);
 }
 

@@ -59,6 +59,7 @@ struct token_probs {
 };
 
 struct completion_timings {
+    int32_t cache_n;          /* prompt tokens reused from the cache */
     int32_t prompt_n;         /* prompt tokens evaluated (not cached) */
     double prompt_ms;
     int32_t predicted_n;      /* tokens generated */
@@ -95,6 +96,17 @@ struct completion_result {
     const struct tool_call_delta *call_deltas; /* a chunk's calls news */
     size_t n_call_deltas;
     bool made_tool_calls;     /* finish_reason "tool_calls" when it stopped by EOS or a stop word */
+    /* native (meta->params set): */
+    const int32_t *tokens;    /* the generated ids of text (return_tokens), n_tokens of them */
+    size_t n_tokens;
+    int32_t id_slot;          /* the sequence that generated it (-1: none any more) */
+    bool has_new_line;        /* the text generated so far holds a "\n" */
+    const char *prompt;       /* final response: the prompt's text as the model read it */
+    size_t prompt_len;
+    /* /v1/completions with echo and logprobs: the prompt's tokens, before probs; the first has no
+     * logprob (null), n_prompt_probs entries */
+    const struct token_probs *prompt_probs;
+    size_t n_prompt_probs;
 };
 
 /* What every response of one request shares. */
@@ -106,22 +118,34 @@ struct response_meta {
     int32_t n_choices;        /* the request's n: the native API adds "index" when > 1 */
     bool logprobs;            /* the request asked for logprobs: render them (null otherwise) */
     bool include_usage;       /* OpenAI streams: every chunk carries "usage": null */
+    const struct completion_params *params; /* the request (native: generation_settings,
+                                             * return_tokens, post_sampling_probs,
+                                             * response_fields; /v1/completions: the logprobs
+                                             * shape), or NULL: none of these */
+    int32_t n_ctx;            /* generation_settings.n_ctx */
+    int32_t n_per_prompt;     /* choices per prompt when a batch has several prompts (usage
+                               * counts each prompt once); 0: all choices share one prompt */
 };
 
 /* ---- llama.cpp native POST /completion ---- */
 
-/* The final response: n == 1 gives one object; n > 1 an array of objects each with "index".
- * Object: content, index (n > 1), model, stop: true, tokens_predicted, tokens_evaluated,
- * tokens_cached, stop_type, stopping_word, truncated, timings{prompt_n, prompt_ms,
- * prompt_per_token_ms, prompt_per_second, predicted_n, predicted_ms, predicted_per_token_ms,
- * predicted_per_second}, completion_probabilities (meta->logprobs):
- * [{id, token, bytes, logprob, top_logprobs: [{id, token, bytes, logprob}]}]. */
+/* The final response: meta->n_choices == 1 gives one object; more an array of objects.
+ * Object: index, content, tokens, id_slot, stop: true, model, tokens_predicted,
+ * tokens_evaluated, generation_settings (the request's sampling settings, as /props'
+ * default_generation_settings.params, with n_ctx), prompt, has_new_line, truncated, stop_type,
+ * stopping_word, tokens_cached, timings{cache_n, prompt_n, prompt_ms, prompt_per_token_ms,
+ * prompt_per_second, predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second},
+ * completion_probabilities (meta->logprobs): [{id, token, bytes, logprob, top_logprobs: [{id,
+ * token, bytes, logprob}]}] (post_sampling_probs: prob and top_probs: [{id, token, bytes,
+ * prob}]). The fields from tokens to prompt and has_new_line need meta->params; "tokens" is
+ * empty unless return_tokens. With response_fields, only those (a path "a/b" named as is). */
 char *render_completion(const struct response_meta *meta, const struct completion_result *r,
                         size_t n);
 
-/* A stream event. While generating (stop_type NONE): {content, index, stop: false,
- * tokens_predicted, tokens_evaluated[, completion_probabilities]}; the last event of a choice
- * (stop_type set) is the final object above with stop: true and content the last new text. */
+/* A stream event. While generating (stop_type NONE): {index, content, tokens, stop: false,
+ * id_slot, tokens_predicted, tokens_evaluated[, completion_probabilities]} (tokens: this
+ * event's ids, always); the last event of a choice (stop_type set) is the final object above
+ * with stop: true, content the last new text and tokens its ids. */
 char *render_completion_chunk(const struct response_meta *meta, const struct completion_result *r);
 
 /* ---- OpenAI POST /v1/completions ---- */
@@ -129,8 +153,10 @@ char *render_completion_chunk(const struct response_meta *meta, const struct com
 /* {id, object: "text_completion", created, model, [system_fingerprint,] choices: [{text, index,
  * logprobs: null | {tokens, token_logprobs, top_logprobs: [{piece: logprob}], text_offset},
  * finish_reason}], usage: {prompt_tokens, completion_tokens, total_tokens,
- * prompt_tokens_details: {cached_tokens}}}. The prompt is counted once (it is evaluated once for
- * all n choices); completion_tokens sums the choices. */
+ * prompt_tokens_details: {cached_tokens}}}. logprobs is {content: [...]} (the chat shape, with
+ * ids) instead when params->logprobs_content. With prompt_probs (echo) the prompt's tokens come
+ * first, the first with a null logprob and null alternatives. A prompt is counted once (it is
+ * evaluated once for its n choices); completion_tokens sums the choices. */
 char *render_oai_completion(const struct response_meta *meta, const struct completion_result *r,
                             size_t n);
 /* One choice's chunk: the same object with one choice (finish_reason null until the last). */
@@ -194,26 +220,37 @@ char *render_model(const struct model_info *m);
 /* GET /props: what the server runs, in the shape llama.cpp's web UI and clients read. */
 struct props_info {
     const char *model_path;
+    int32_t total_slots;      /* the sequences that fit at full context (or --parallel) */
+    const char *chat_template_text; /* the template's text ("" when there is none) */
+    const char *bos_token, *eos_token; /* their text ("" when the vocabulary has none) */
+    int64_t batch_tokens;
     const char *model_alias;  /* the name responses report (meta.model) */
     int32_t n_ctx;            /* the longest sequence: the model's context or --max-seq-tokens */
     int64_t kv_tokens;        /* --kv-tokens: KV cells for all sequences together */
     int32_t max_n;            /* --max-n */
     int32_t n_vocab;
-    const char *chat_template;/* "jinja" (the model's template runs), or the native family ("chatml", ...) */
+    const char *chat_template;/* its kind: "jinja" (the template runs), or the native family ("chatml", ...) */
     const char *build_info;
     const struct completion_params *defaults; /* completion_params_defaults(&d, API_COMPLETION) */
 };
 
-/* {default_generation_settings: {n_ctx, params: {n_predict, temperature, top_k, top_p, min_p,
- * repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed (4294967295 = random,
- * as llama.cpp), n_probs, cache_prompt, ignore_eos, stream, n}}, model_path, model_alias, n_ctx,
- * kv_tokens, max_n, n_vocab, chat_template, build_info, modalities: {vision: false,
- * audio: false}}. */
+/* {default_generation_settings: {id: 0, id_task: -1, n_ctx, speculative: false,
+ * is_processing: false, params: {n_predict, max_tokens, temperature, top_k, top_p, min_p,
+ * typical_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed
+ * (4294967295 = random, as llama.cpp), stop, logit_bias, grammar, n_probs, min_keep, n_keep,
+ * cache_prompt, ignore_eos, stream, n, post_sampling_probs, samplers}, prompt: "",
+ * next_token: {has_next_token, has_new_line, n_remain, n_decoded, stopping_word}}, total_slots,
+ * model, model_path, model_alias, n_ctx, kv_tokens, batch_tokens, max_n, n_vocab,
+ * chat_template (the text), chat_template_kind ("jinja" or the native family), bos_token,
+ * eos_token, build_info, modalities: {vision: false, audio: false}}. */
 char *render_props(const struct props_info *pi);
 
 /* GET /slots: one entry per live sequence. No prompt or output text (like /health?detail=1). */
 struct slot_info {
-    int64_t id;               /* sequence id */
+    int64_t id;               /* sequence id (-1: none now) */
+    int32_t n_ctx;
+    const struct completion_params *params; /* the request's, or NULL: omitted */
+    bool has_new_line;        /* its text so far holds a "\n" */
     int64_t id_task;          /* the request it serves */
     int32_t index;            /* its choice index within the request */
     const char *state;        /* "queued", "prefill", "generating", "preempted", ... */
@@ -225,8 +262,9 @@ struct slot_info {
     int64_t n_cells;          /* KV cells it holds (shared prefix cells counted for each holder) */
 };
 
-/* [{id, id_task, index, state, is_processing, n_prompt_tokens, n_prompt_tokens_processed,
- * n_decoded, n_predict, n_cells}, ...] */
+/* [{id, id_task, n_ctx, speculative: false, is_processing, params (as /props'),
+ * next_token: {has_next_token, has_new_line, n_remain, n_decoded}, index, state,
+ * n_prompt_tokens, n_prompt_tokens_processed, n_decoded, n_predict, n_cells}, ...] */
 char *render_slots(const struct slot_info *s, size_t n);
 
 /* The error body of a struct api_error: {"error": {"code", "message", "type", "param":

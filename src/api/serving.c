@@ -123,6 +123,7 @@ int serving_routes_add(struct router *r, struct serving *srv) {
         unsigned flags;
     } routes[] = {
         {"GET", "/health", serving_health_handle, ROUTE_PUBLIC},
+        {"GET", "/v1/health", serving_health_handle, ROUTE_PUBLIC},
         {"POST", "/completion", serving_completion_handle, 0},
         {"POST", "/completions", serving_completion_handle, 0},
         {"POST", "/v1/completions", serving_oai_completion_handle, 0},
@@ -173,6 +174,9 @@ void serving_init(struct serving *srv, const struct config *cfg, const struct lo
     srv->log = log;
     srv->seed_state = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
     srv->offload_bytes = SERVING_OFFLOAD_BYTES;
+    srv->defaults = (struct params_defaults){.seed = cfg->seed, .temperature = (float)cfg->temp,
+                                             .top_k = (int32_t)cfg->top_k, .top_p = (float)cfg->top_p,
+                                             .n_predict = (int32_t)cfg->n_predict};
     if (*cfg->model) snprintf(srv->model_path, sizeof srv->model_path, "%s", cfg->model);
     else default_model_path(srv->model_path, sizeof srv->model_path);
 }
@@ -185,6 +189,8 @@ void serving_free(struct serving *srv) {
     model_engine_free(srv->loaded);
     srv->engine = srv->loaded = NULL;
     chat_prompt_free(&srv->chat);
+    free(srv->chat_template_text);
+    srv->chat_template_text = NULL;
 }
 
 /* --- serving_ops ----------------------------------------------------------------------------- */
@@ -266,6 +272,7 @@ static int start_chat(struct serving *srv, const struct model_engine *e) {
     }
     free(bos_s);
     free(eos_s);
+    if (rc == 0 && src.text && !(srv->chat_template_text = strndup(src.text, src.len))) rc = -ERR_NOMEM;
     if (rc < 0) {
         log_error(lg, "%s%s", src.forced ? "--chat-template: " : "chat template: ", rc == -ERR_NOMEM ? "out of memory" : why);
     } else {
@@ -302,6 +309,7 @@ static int ops_start(void *engine, int load_rc) {
     sched_config_default(&sc);
     sc.n_ctx = e->n_ctx;
     sc.max_seq_tokens = (int32_t)cfg->max_seq_tokens;
+    sc.max_outputs = e->max_outputs;
     sc.batch_tokens = (int32_t)cfg->batch_tokens;
     sc.max_step_ms = (double)cfg->max_step_ms;
     sc.solo_step_ms = (double)cfg->solo_step_ms;

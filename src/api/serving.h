@@ -43,6 +43,7 @@
 
 #include "api/chat_prompt.h"
 #include "api/http.h"
+#include "api/params.h"
 #include "api/router.h"
 #include "api/tool_calls.h"
 #include "common/config.h"
@@ -82,6 +83,9 @@ struct serving {
     struct sched *sched;          /* NULL until started */
     struct chat_prompt chat;      /* how chats become prompts (after start) */
     struct tool_dialect tools;    /* how the model writes tool calls and reasoning (after start) */
+    char *chat_template_text;     /* the template's text as /props reports it (--chat-template-file's,
+                                   * else the model's), or NULL when there is none; owned */
+    struct params_defaults defaults; /* --seed, --temp, ...: what requests that omit them get */
     int64_t created;              /* unix seconds of the start */
     uint64_t seed_state;          /* seeds for requests without one */
     size_t offload_bytes;         /* SERVING_OFFLOAD_BYTES (a test may lower it) */
@@ -124,7 +128,7 @@ void serving_free(struct serving *srv);
 /* Milliseconds on the monotonic clock the scheduler is driven with. */
 double serving_now_ms(void);
 
-/* Register /health (with ?detail=1 and stall detection), /completion, /v1/completions,
+/* Register /health (and /v1/health; with ?detail=1 and stall detection), /completion, /v1/completions,
  * /v1/chat/completions, /v1/responses, /v1/messages (+ /count_tokens, ROUTE_ANTHROPIC),
  * /v1/models (+ /{id}), /props, /slots, /metrics, /tokenize, /detokenize and /apply-template.
  * 0 or router_add's error. */
@@ -153,6 +157,11 @@ bool serving_not_ready(struct serving *srv, struct http_request *req);
  * (the configuration, the engine's tokenizer and chat family). */
 typedef char *(*serving_compute_fn)(struct serving *srv, const struct http_request *req, int *status);
 void serving_respond_computed(struct serving *srv, struct http_request *req, serving_compute_fn compute);
+
+/* /slots: what the completion request behind a scheduler owner (sched_slot.owner: generate.c's)
+ * asked for, and whether its choice `choice` has generated a new line. */
+struct slot_info;
+void serving_gen_slot(const void *owner, int32_t choice, struct slot_info *out);
 
 /* The route handlers (data: struct serving *). */
 void serving_completion_handle(struct http_request *req, void *data);    /* POST /completion */

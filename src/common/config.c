@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,12 @@ const struct config_setting config_settings[] = {
      "often; 0: the kernel's default)"},
     {"max-seq-tokens", 0, CONFIG_INT, F(max_seq_tokens), "0", 0, 1LL << 24, NULL,
      "most tokens (prompt + generated) per sequence, below the model's context (0: the context)"},
+    {"ctx-size", 'c', CONFIG_INT, F(ctx_size), "0", 0, 1LL << 24, NULL,
+     "llama-server's name of max-seq-tokens: most tokens per sequence (0: the context); giving both "
+     "with different values is an error"},
+    {"parallel", 0, CONFIG_INT, F(parallel), "0", 0, 1 << 20, NULL,
+     "what /props reports as total_slots, for clients that size their concurrency by it (llama-server's "
+     "-np; uvlm admits by memory, not by slots; 0: the sequences that fit at full context in kv-tokens)"},
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,
      "recurrent (Mamba) models: sequence states held at once, live or cached; more requests "
      "take turns (0: one per sequence id, the larger of 64 and 4 x max-n)"},
@@ -75,6 +82,18 @@ const struct config_setting config_settings[] = {
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},
+    /* what a request that omits them gets */
+    {"seed", 's', CONFIG_INT, F(seed), "-1", -1, 4294967295LL, NULL,
+     "sampling seed of requests without one (-1: a random seed per request)"},
+    {"temp", 0, CONFIG_FLOAT, F(temp), "0.8", 0, 100, NULL,
+     "temperature of requests without one (0: greedy)"},
+    {"top-k", 0, CONFIG_INT, F(top_k), "40", 0, (1LL << 31) - 1, NULL,
+     "top_k of requests without one (0: off)"},
+    {"top-p", 0, CONFIG_FLOAT, F(top_p), "0.95", 0, 1, NULL,
+     "top_p of requests without one (1: off)"},
+    {"n-predict", 'n', CONFIG_INT, F(n_predict), "-1", -1, (1LL << 31) - 1, NULL,
+     "most tokens generated for requests that set no n_predict / max_tokens (-1: until the end of "
+     "generation or the context)"},
     {"api-key", 0, CONFIG_LIST, F(api_key), "", 0, 0, NULL,
      "require this key (Authorization: Bearer KEY or X-Api-Key: KEY); repeat or comma-separate "
      "for several; /health never needs it; an empty or blank value is refused"},
@@ -228,6 +247,19 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
         }
         *(long long *)field = n;
         return 0;
+    case CONFIG_FLOAT: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x)) goto bad;
+        if (x < (double)s->min || x > (double)s->max) {
+            fail(msg, msglen, "%s: value '%s' for %s out of range [%lld, %lld]", source_names[src], v, s->name,
+                 s->min, s->max);
+            return -ERR_INVAL;
+        }
+        *(double *)field = x;
+        return 0;
+    }
     case CONFIG_BOOL:
         if (parse_bool(v, (bool *)field)) goto bad;
         return 0;
@@ -357,6 +389,46 @@ static int load_file(struct config *cfg, struct load_state *st, const char *path
     return rc;
 }
 
+/* llama-server's flags: the spellings that mean a uvlm setting, and the reasons uvlm refuses the
+ * others, so that a command line written for it fails with what to change. */
+static const struct { const char *flag, *setting; } llama_spellings[] = {
+    {"-np", "parallel"}, {"--temperature", "temp"}, {"--predict", "n-predict"},
+};
+static const struct { const char *flags, *why; } llama_refused[] = {
+    {" -ngl --n-gpu-layers --gpu-layers -sm --split-mode -ts --tensor-split -mg --main-gpu -dev --device ",
+     "uvlm runs on the CPU, there is no GPU to offload to (drop the flag)"},
+    {" -fa --flash-attn ", "not needed, uvlm's attention has no alternative to switch on (drop the flag)"},
+    {" --mlock --no-mmap --mmap -lm --load-mode ", "not supported, uvlm maps the model file and keeps it in "
+     "memory by itself (drop the flag)"},
+    {" -cb --cont-batching -nocb --no-cont-batching ", "not needed, uvlm always batches continuously (drop the flag)"},
+    {" --metrics --slots --no-slots ", "not needed, /metrics and /slots are always served (drop the flag)"},
+    {" --jinja --no-jinja ", "not needed, the model's chat template runs as Jinja by default (--chat-template NAME "
+     "picks a built-in format instead)"},
+    {" -b --batch-size -ub --ubatch-size ", "use --batch-tokens (most tokens per step)"},
+    {" -tb --threads-batch ", "use --threads (one pool computes prompts and generation)"},
+    {" -ctk --cache-type-k -ctv --cache-type-v ", "not supported, the KV cache keeps the model's own precision"},
+    {" -hf -hfr --hf-repo -hff --hf-file -mu --model-url ", "not supported, uvlm loads a local GGUF file "
+     "(--model PATH)"},
+    {" -v --verbose --log-verbose -lv --verbosity --log-verbosity --log-disable ", "use --log-level "
+     "(debug, info, warn, error, off)"},
+    {" --embedding --embeddings --reranking --rerank --lora --lora-scaled -md --model-draft --mmproj ",
+     "not supported by uvlm"},
+};
+
+/* The setting a llama-server spelling means, or NULL; *why gets the reason for one uvlm refuses. */
+static const struct config_setting *llama_flag(const char *flag, size_t len, const char **why) {
+    char padded[72];
+    *why = NULL;
+    if (len + 3 > sizeof padded) return NULL;
+    for (size_t i = 0; i < sizeof llama_spellings / sizeof *llama_spellings; i++)
+        if (strlen(llama_spellings[i].flag) == len && !strncmp(llama_spellings[i].flag, flag, len))
+            return find(llama_spellings[i].setting, strlen(llama_spellings[i].setting));
+    snprintf(padded, sizeof padded, " %.*s ", (int)len, flag);
+    for (size_t i = 0; i < sizeof llama_refused / sizeof *llama_refused; i++)
+        if (strstr(llama_refused[i].flags, padded)) *why = llama_refused[i].why;
+    return NULL;
+}
+
 /* One pass over argv; with apply=0 only --config and --help are looked at (and every flag is
  * checked to exist), with apply=1 the values are set. */
 static int scan_flags(struct config *cfg, struct load_state *st, int argc, char **argv, int apply,
@@ -367,21 +439,32 @@ static int scan_flags(struct config *cfg, struct load_state *st, int argc, char 
         const char *v = NULL;
         char shown[128];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return CONFIG_HELP;
+        const char *why = NULL;
         if (a[0] == '-' && a[1] == '-') {
             const char *name = a + 2, *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             s = find(name, len);
+            if (!s) s = llama_flag(a, len + 2, &why);
             if (eq) v = eq + 1;
             snprintf(shown, sizeof shown, "--%.*s", (int)len, name);
         } else if (a[0] == '-' && a[1] && !a[2]) {
             s = find_alias(a[1]);
+            if (!s) s = llama_flag(a, 2, &why);
             snprintf(shown, sizeof shown, "%s", a);
+        } else if (a[0] == '-' && isalpha((unsigned char)a[1])) { /* llama-server's -ngl, -np, ... */
+            s = llama_flag(a, strlen(a), &why);
+            snprintf(shown, sizeof shown, "%.100s", a);
+            if (!s && !why) {
+                fail(msg, msglen, "unknown flag '%s'", shown);
+                return -ERR_INVAL;
+            }
         } else {
             fail(msg, msglen, "unexpected argument '%s'", a);
             return -ERR_INVAL;
         }
         if (!s) {
-            fail(msg, msglen, "unknown flag '%s'", shown);
+            if (why) fail(msg, msglen, "'%s' is a llama-server flag uvlm does not take: %s", shown, why);
+            else fail(msg, msglen, "unknown flag '%s'", shown);
             return -ERR_INVAL;
         }
         if (!v) {
@@ -445,7 +528,16 @@ int config_load(struct config *cfg, int argc, char **argv, char **env, char *msg
             return rc;
         }
     }
-    return scan_flags(cfg, &st, argc, argv, 1, &config_path, msg, msglen);
+    if ((rc = scan_flags(cfg, &st, argc, argv, 1, &config_path, msg, msglen))) return rc;
+    if (cfg->ctx_size) { /* llama-server's name of the per-sequence limit */
+        if (cfg->max_seq_tokens && cfg->max_seq_tokens != cfg->ctx_size) {
+            fail(msg, msglen, "ctx-size %lld and max-seq-tokens %lld disagree: they are one setting, give one",
+                 cfg->ctx_size, cfg->max_seq_tokens);
+            return -ERR_INVAL;
+        }
+        cfg->max_seq_tokens = cfg->ctx_size;
+    }
+    return 0;
 }
 
 void config_free(struct config *cfg) {
@@ -456,7 +548,7 @@ void config_free(struct config *cfg) {
 }
 
 void config_usage(FILE *out, const char *prog) {
-    static const char *const type_names[] = {"STR", "N", "SIZE", "TIME", "[BOOL]", "LIST"};
+    static const char *const type_names[] = {"STR", "N", "SIZE", "TIME", "[BOOL]", "LIST", "X"};
     fprintf(out, "usage: %s [serve] [FLAGS]\n\n"
                  "Every flag is also a config-file key (--config FILE, `key = value`) and an environment\n"
                  "variable UVLM_KEY. Precedence: flags > environment > config file > defaults.\n"
@@ -523,7 +615,8 @@ void config_usage_markdown(FILE *out) {
                 else fputc(*p, out);
             }
             break;
-        case CONFIG_INT: fprintf(out, "%lld..%lld", s->min, s->max); break;
+        case CONFIG_INT:
+        case CONFIG_FLOAT: fprintf(out, "%lld..%lld", s->min, s->max); break;
         case CONFIG_SIZE:
         case CONFIG_MS:
             fmt_amount(lo, sizeof lo, s->min, s->type);

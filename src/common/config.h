@@ -10,10 +10,17 @@
  * The file: one `NAME = value` per line, '#' or ';' starts a comment line, blank lines are
  * skipped; a line longer than 4095 bytes is an error naming the file and line.
  *
- * Value types: STR (optionally one of `choices` "a|b|c"), INT (with min/max), SIZE (bytes, with
+ * Value types: STR (optionally one of `choices` "a|b|c"), INT (with min/max), FLOAT (a finite
+ * decimal number within min/max), SIZE (bytes, with
  * an optional k/M/G suffix, binary), MS (a duration stored in milliseconds: "30s", "500ms",
  * "2m", a bare number is seconds), BOOL (true/false/1/0/yes/no/on/off; a bare flag means true),
  * LIST (up to CONFIG_LIST_MAX strings).
+ *
+ * Flags of llama.cpp's llama-server that mean a uvlm setting are read as it (-np: --parallel,
+ * --temperature: --temp, --predict: --n-predict); the ones uvlm has no use for are refused with
+ * the reason (-ngl: there is no GPU; -fa: attention needs no switch; ...), so that a command line
+ * written for llama-server fails with a message saying what to drop. --ctx-size is
+ * --max-seq-tokens under llama-server's name: giving both with different values is an error.
  *
  * To add a setting: add a field to struct config and one row to the table in config.c (its
  * default is text, parsed and validated like any other value). --help prints the table.
@@ -55,6 +62,12 @@ struct config {
     long long solo_step_ms, compute_yield_us;
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
+    long long ctx_size;         /* llama-server's -c: resolved into max_seq_tokens by config_load */
+    long long parallel;         /* what /props reports as total_slots (0: computed) */
+    /* defaults of the requests that omit them (params.h: struct params_defaults) */
+    long long seed;             /* -1: random */
+    double temp, top_p;
+    long long top_k, n_predict;
     const char *chat_template;
     const char *chat_template_file;
     const char *reasoning_format; /* "auto" or "none": the chat requests' default */
@@ -88,7 +101,7 @@ struct config {
     size_t n_owned, cap_owned;
 };
 
-enum config_type { CONFIG_STR, CONFIG_INT, CONFIG_SIZE, CONFIG_MS, CONFIG_BOOL, CONFIG_LIST };
+enum config_type { CONFIG_STR, CONFIG_INT, CONFIG_SIZE, CONFIG_MS, CONFIG_BOOL, CONFIG_LIST, CONFIG_FLOAT };
 
 struct config_setting {
     const char *name;    /* flag/file key; env is UVLM_ + upper(name) */
@@ -96,7 +109,7 @@ struct config_setting {
     enum config_type type;
     size_t offset;       /* of the field in struct config */
     const char *def;     /* default, as text */
-    long long min, max;  /* INT/SIZE/MS range */
+    long long min, max;  /* INT/SIZE/MS/FLOAT range */
     const char *choices; /* STR: "a|b|c" or NULL */
     const char *help;
 };

@@ -245,6 +245,32 @@ static void report_probs(struct sampler *s, int32_t chosen, struct sampler_prob 
     *n_out = k;
 }
 
+/* post_sampling: the top of the n candidates drawn from (cand[0..n), the sum of their weights
+ * exp((l - mx) / temperature)); every candidate not among them has a smaller probability. */
+static void report_post(struct sampler *s, int32_t n, float mx, double sum, int32_t chosen,
+                        struct sampler_prob *probs, int32_t *n_out) {
+    int32_t k = s->p.n_probs < n ? s->p.n_probs : n;
+    bool have_chosen = false;
+    for (int32_t i = 0; i < k; i++) { /* a selection: k <= SAMPLER_MAX_PROBS */
+        int32_t best = i;
+        for (int32_t j = i + 1; j < n; j++)
+            if (cand_cmp(&s->sc->cand[j], &s->sc->cand[best]) < 0) best = j;
+        struct cand t = s->sc->cand[i];
+        s->sc->cand[i] = s->sc->cand[best];
+        s->sc->cand[best] = t;
+        double w = exp(((double)s->sc->cand[i].logit - mx) / s->p.temperature);
+        probs[i] = (struct sampler_prob){s->sc->cand[i].id, sum > 0 ? (float)log(w / sum) : -INFINITY};
+        have_chosen |= s->sc->cand[i].id == chosen;
+    }
+    for (int32_t j = k; !have_chosen && j < n; j++)
+        if (s->sc->cand[j].id == chosen) {
+            double w = exp(((double)s->sc->cand[j].logit - mx) / s->p.temperature);
+            probs[k++] = (struct sampler_prob){chosen, sum > 0 ? (float)log(w / sum) : -INFINITY};
+            have_chosen = true;
+        }
+    *n_out = k;
+}
+
 int32_t sampler_last_nonfinite(const struct sampler *s) { return s->n_nonfinite; }
 
 int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_prob *probs, int32_t *n_out) {
@@ -308,9 +334,16 @@ int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint
                 break;
             }
         }
+        if (probs && n_out && p->n_probs > 0 && p->post_sampling) {
+            report_post(s, n, mx, sum, chosen, probs, n_out);
+            return chosen;
+        }
     }
     if (probs && n_out) {
-        if (p->n_probs > 0) report_probs(s, chosen, probs, n_out);
+        if (p->n_probs > 0 && p->post_sampling) { /* greedy: the chosen token is certain */
+            probs[0] = (struct sampler_prob){chosen, 0.0f};
+            *n_out = 1;
+        } else if (p->n_probs > 0) report_probs(s, chosen, probs, n_out);
         else *n_out = 0;
     }
     return chosen;

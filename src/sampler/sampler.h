@@ -21,6 +21,9 @@
  * Reported log-probs (n_probs > 0): the n_probs most likely tokens of the distribution after
  * step 2 at temperature 1 over the whole vocabulary (what the model says, with the request's
  * bias and penalties; independent of truncation and temperature), plus the chosen token's.
+ * With post_sampling, instead those of the distribution the token was drawn from: the
+ * candidates left after top_k, top_p and min_p at the temperature (greedy: the chosen token
+ * alone, probability 1), at most n_probs of them, most probable first.
  *
  *   struct sampler *s;
  *   sampler_create(&s, n_vocab, 256, NULL);           // NULL: its own scratch
@@ -33,6 +36,7 @@
 #ifndef UVLM_SAMPLER_H
 #define UVLM_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct sampler_bias {
@@ -52,6 +56,7 @@ struct sampler_params {
     const struct sampler_bias *logit_bias; /* copied by sampler_reset (at most SAMPLER_MAX_BIAS) */
     int32_t n_logit_bias;
     int32_t n_probs;         /* log-probs to report, <= SAMPLER_MAX_PROBS */
+    bool post_sampling;      /* report them after truncation and temperature (see above) */
     uint64_t seed;
 };
 

@@ -8,6 +8,7 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     }
     /* A step has at most one output row per sequence (its last prompt chunk or decode token). */
     int32_t max_outputs = cfg->n_seq_max < cfg->batch_tokens ? cfg->n_seq_max : cfg->batch_tokens;
+    e->max_outputs = max_outputs;
     rc = forward_ctx_create(&e->fc, e->model,
                             &(struct forward_config){.max_tokens = cfg->batch_tokens,
                                                      .max_outputs = max_outputs,
@@ -279,6 +281,7 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
         .logit_bias = rp->n_logit_bias ? bias : NULL,
         .n_logit_bias = rp->n_logit_bias,
         .n_probs = rp->n_probs,
+        .post_sampling = rp->post_sampling_probs,
         .seed = seed,
     };
     /* the penalty window never outgrows the context (-1: the whole context) */
@@ -350,6 +353,34 @@ static int32_t engine_sample(void *engine, void *sampler, const float *logits, i
     return tok;
 }
 
+/* A plain log-softmax of one row: token's logprob and the n_probs most likely (ties: the lower
+ * id first, as the sampler ranks them). */
+static void engine_token_logprobs(void *engine, const float *logits, int32_t token, int32_t n_probs,
+                                  struct sched_token_probs *probs) {
+    const struct model_engine *e = engine;
+    int32_t nv = e->n_vocab, k = n_probs < SCHED_MAX_PROBS ? n_probs : SCHED_MAX_PROBS, n_top = 0;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < nv; i++)
+        if (logits[i] > mx) mx = logits[i];
+    if (!isfinite(mx)) mx = 0;
+    double sum = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        sum += exp((double)logits[i] - mx);
+        if (k <= 0 || (n_top == k && !(logits[i] > logits[probs->top_token[k - 1]]))) continue;
+        int32_t j = n_top < k ? n_top++ : k - 1; /* insert, dropping the last when full */
+        while (j > 0 && logits[i] > logits[probs->top_token[j - 1]]) {
+            probs->top_token[j] = probs->top_token[j - 1];
+            j--;
+        }
+        probs->top_token[j] = i;
+    }
+    double lse = sum > 0 ? mx + log(sum) : mx;
+    probs->token = token;
+    probs->logprob = (float)(logits[token] - lse);
+    probs->n_top = n_top;
+    for (int32_t j = 0; j < n_top; j++) probs->top_logprob[j] = (float)(logits[probs->top_token[j]] - lse);
+}
+
 static void engine_sampler_free(void *engine, void *sampler) {
     struct engine_sampler *es = sampler;
     if (!es) return;
@@ -366,6 +397,7 @@ const struct sched_engine_ops model_engine_ops = {
     .sampler_create = engine_sampler_create,
     .sample = engine_sample,
     .sampler_free = engine_sampler_free,
+    .token_logprobs = engine_token_logprobs,
 };
 
 /* --- text and tokens -------------------------------------------------------------------------- */

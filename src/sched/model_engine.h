@@ -70,6 +70,7 @@ struct model_engine {
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
     int64_t kv_tokens;
     int32_t n_seq_max;
+    int32_t max_outputs;    /* logits rows per forward (sched_config.max_outputs) */
     char tokenizer_warning[256]; /* "" or what tokenizer_load warned about */
     struct grammar_vocab *gvocab;  /* the vocabulary's trie for grammars (sampler/grammar.h) */
     struct grammar_cache *grammars;/* compiled grammars by text (loop thread) */
@@ -135,6 +136,7 @@ struct model_engine_sampling {
     const struct model_engine_bias *logit_bias; /* at most MODEL_ENGINE_MAX_BIAS, ids in the vocabulary */
     int32_t n_logit_bias;
     int32_t n_probs;          /* log-probs to report (the request's n_probs) */
+    bool post_sampling_probs; /* of the distribution drawn from (sampler.h: post_sampling) */
     struct model_engine_grammar *grammar; /* NULL: none; the samplers take their own references */
     const char *grammar_trigger; /* NULL: the grammar applies from the first token; else it applies
                                   * once the generated text (control tokens as their text) holds

@@ -90,6 +90,7 @@ void sched_req_free(struct sched *s, struct sched_req *r) {
     for (int32_t c = 0; c < r->n_choices; c++)
         if (r->samplers[c]) s->ops->sampler_free(s->engine, r->samplers[c]);
     free(r->samplers); /* one allocation starting with samplers holds seqs and prompt too */
+    free(r->pprobs);
     if (r->state == REQ_ACTIVE) s->n_active_reqs--;
     *r = (struct sched_req){.state = REQ_FREE, .next = s->free_reqs};
     s->free_reqs = r;
@@ -144,6 +145,8 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
     if (in->n_prompt < 1 || !in->prompt || n_choices < 1 || n_choices > s->cfg.max_n ||
         in->n_probs < 0 || in->n_probs > SCHED_MAX_PROBS)
         return -ERR_INVAL;
+    if (in->prompt_logprobs && (!s->ops->token_logprobs || !sink->on_prompt_probs || in->n_prompt < 2))
+        return -ERR_INVAL;
     for (int32_t i = 0; i < in->n_prompt; i++)
         if (in->prompt[i] < 0 || in->prompt[i] >= s->n_vocab) return -ERR_INVAL;
     if (n_choices > s->n_seq || in->n_prompt > sched_max_prompt_tokens(s)) return -ERR_TOOBIG;
@@ -164,6 +167,11 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
     int32_t *seqs = (int32_t *)(void *)(block + (size_t)n_choices * sizeof(void *));
     int32_t *prompt = seqs + n_choices;
     memcpy(prompt, in->prompt, (size_t)in->n_prompt * sizeof *prompt);
+    struct sched_token_probs *pprobs = NULL; /* bounded: n_prompt is below the context */
+    if (in->prompt_logprobs && !(pprobs = calloc((size_t)in->n_prompt - 1, sizeof *pprobs))) {
+        free(block);
+        return -ERR_NOMEM;
+    }
     for (int32_t c = 0; c < n_choices; c++) {
         seqs[c] = -1;
         samplers[c] = s->ops->sampler_create(s->engine, in->sampler_params, in->seed + (uint64_t)c,
@@ -171,6 +179,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         if (!samplers[c]) {
             for (int32_t k = 0; k < c; k++) s->ops->sampler_free(s->engine, samplers[k]);
             free(block);
+            free(pprobs);
             return -ERR_NOMEM;
         }
     }
@@ -182,7 +191,8 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         .sched = s, .state = REQ_QUEUED, .id = ++s->next_req_id, .owner = owner, .sink = *sink,
         .prompt = prompt,
         .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
-        .n_probs = in->n_probs, .cache_prompt = in->cache_prompt, .ignore_eos = in->ignore_eos,
+        .n_probs = in->n_probs, .cache_prompt = in->cache_prompt && !in->prompt_logprobs,
+        .ignore_eos = in->ignore_eos, .prompt_logprobs = in->prompt_logprobs, .pprobs = pprobs,
         .partition = in->cache_partition, .t_submit = now_ms,
         .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };
@@ -301,7 +311,7 @@ int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max) 
         if (r->cancelled) continue; /* sched_cancel_deferred: gone, freed at the next sweep */
         if (n < max)
             out[n] = (struct sched_slot){.request_id = r->id, .seq = -1, .state = SCHED_QUEUED,
-                                         .n_prompt = r->n_prompt};
+                                         .n_prompt = r->n_prompt, .owner = r->owner};
         n++;
     }
     for (int32_t i = 0; i < s->n_seq; i++) {
@@ -315,7 +325,8 @@ int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max) 
             out[n] = (struct sched_slot){
                 .request_id = q->req->id, .choice = q->choice, .seq = q->in_memory ? i : -1,
                 .state = st, .n_prompt = q->req->n_prompt,
-                .n_generated = generated > 0 ? generated : 0, .cells = q->cells};
+                .n_generated = generated > 0 ? generated : 0, .cells = q->cells, .owner = q->req->owner,
+                .n_prompt_done = q->n_past < q->req->n_prompt ? q->n_past : q->req->n_prompt};
         }
         n++;
     }
@@ -350,9 +361,10 @@ int sched_create(struct sched **out, const struct sched_config *cfg, struct memo
     s->prompt_order = calloc((size_t)s->n_seq, sizeof *s->prompt_order);
     s->step.entries = calloc((size_t)s->n_seq, sizeof *s->step.entries);
     s->step.samples = calloc((size_t)s->n_seq, sizeof *s->step.samples);
+    s->step.prows = calloc((size_t)cfg->batch_tokens, sizeof *s->step.prows);
     s->live_flags = calloc((size_t)s->n_seq, sizeof *s->live_flags);
     if (!s->live_flags || !s->seqs || !s->tokens_pool || !s->reqs || !s->decode_order || !s->prompt_order ||
-        !s->step.entries || !s->step.samples || batch_init(&s->step.batch, cfg->batch_tokens) != 0) {
+        !s->step.entries || !s->step.samples || !s->step.prows || batch_init(&s->step.batch, cfg->batch_tokens) != 0) {
         sched_destroy(s);
         return -ERR_NOMEM;
     }
@@ -381,6 +393,7 @@ void sched_destroy(struct sched *s) {
     batch_free(&s->step.batch);
     free(s->step.entries);
     free(s->step.samples);
+    free(s->step.prows);
     free(s->live_flags);
     free(s->decode_order);
     free(s->prompt_order);

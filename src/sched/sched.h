@@ -155,6 +155,8 @@ struct sched_config {
     bool preempt_recompute;   /* drop and recompute preempted sequences instead of saving (false) */
     int32_t timeslice_steps;  /* memory with fixed-size sequences: a waiter gets a cell after this
                                * many steps, and a sequence keeps one at least this long (16; 0: off) */
+    int32_t max_outputs;      /* most logits rows a step's forward gives (the engine's; 0:
+                               * batch_tokens): bounds the prompt rows of prompt_logprobs */
 };
 
 /* Fill defaults; n_ctx must still be set. */
@@ -189,6 +191,11 @@ struct sched_engine_ops {
     int32_t (*sample)(void *engine, void *sampler, const float *logits, int32_t n_probs,
                       struct sched_token_probs *probs);
     void (*sampler_free)(void *engine, void *sampler);
+    /* The model's log-probability of `token` under one row of logits (a plain log-softmax: no
+     * sampler), and the n_probs most likely tokens, into probs (token = the one given). Worker
+     * thread. NULL: the engine cannot, and requests with prompt_logprobs are refused. */
+    void (*token_logprobs)(void *engine, const float *logits, int32_t token, int32_t n_probs,
+                           struct sched_token_probs *probs);
 };
 
 enum sched_stop {
@@ -216,6 +223,10 @@ struct sched_sink {
     void (*on_done)(void *owner, int32_t choice, enum sched_stop reason, const struct sched_counts *counts);
     /* The whole request failed (-ERR_x): no more callbacks for it. */
     void (*on_error)(void *owner, int err);
+    /* prompt_logprobs: probs[i] is prompt token i + 1's, given the tokens before it (n =
+     * n_prompt - 1 entries, valid during the call); once, before the request's first on_token
+     * or on_done. May be NULL when the request never asks. */
+    void (*on_prompt_probs)(void *owner, const struct sched_token_probs *probs, int32_t n);
 };
 
 struct sched_request {
@@ -229,6 +240,10 @@ struct sched_request {
     uint64_t cache_partition;/* cells are shared only with requests of the same partition (live
                               * or cached); its n choices share as always */
     bool ignore_eos;         /* keep generating through end-of-generation tokens */
+    bool prompt_logprobs;    /* every prompt token's logprob (with n_probs alternatives) for
+                              * sink.on_prompt_probs: the whole prompt is computed (no cached
+                              * prefix; cache_prompt is ignored) with a logits row per position,
+                              * so its chunks are bounded by config.max_outputs; n_prompt >= 2 */
     const void *sampler_params; /* passed to engine_ops.sampler_create during sched_submit */
 };
 
@@ -241,7 +256,8 @@ void sched_destroy(struct sched *s);
 
 /* Queue a request (now_ms: for stall detection, work that just arrived is not stalled).
  * 0 and *handle, or: -ERR_INVAL (empty prompt, token id out of vocabulary,
- * n_choices or n_probs out of range), -ERR_TOOBIG (prompt longer than sched_max_prompt_tokens,
+ * n_choices or n_probs out of range, prompt_logprobs without the engine's token_logprobs or the
+ * sink's on_prompt_probs, or with a one-token prompt), -ERR_TOOBIG (prompt longer than sched_max_prompt_tokens,
  * or more choices than sequence ids), -ERR_BUSY (config.max_queue requests already wait),
  * -ERR_NOMEM. No callback is made for a failed submit. */
 int sched_submit(struct sched *s, const struct sched_request *req, const struct sched_sink *sink,
@@ -367,7 +383,9 @@ struct sched_slot {
     int32_t seq;          /* memory sequence id, -1 when none */
     enum sched_seq_state state;
     int32_t n_prompt, n_generated;
+    int32_t n_prompt_done;/* prompt tokens in its memory so far (cached ones included) */
     int64_t cells;        /* cells held after the last step */
+    void *owner;          /* the request's sink owner (sched_submit's), for the caller's details */
 };
 /* Fill up to max slots (queued requests first, then sequences by id); returns how many exist. */
 int32_t sched_slots(const struct sched *s, struct sched_slot *out, int32_t max);

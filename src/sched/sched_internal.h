@@ -56,6 +56,9 @@ struct sched_req {
     int32_t *prompt;
     int32_t n_prompt, n_predict, n_choices, n_probs;
     bool cache_prompt, ignore_eos;
+    bool prompt_logprobs;   /* request.prompt_logprobs: pprobs[i] is prompt token i + 1's */
+    bool pprobs_sent;       /* sink.on_prompt_probs was called */
+    struct sched_token_probs *pprobs; /* [n_prompt - 1], written by the steps' compute */
     uint64_t partition;     /* request.cache_partition */
     void **samplers;        /* [n_choices] */
     int32_t *seqs;          /* [n_choices] memory ids while ACTIVE, -1 once ended */
@@ -74,6 +77,13 @@ struct step_entry {
     int32_t seq;
     int32_t n_new;          /* tokens of this sequence in the batch */
     int32_t first_sample, n_samples;
+};
+
+/* A prompt position whose logits row gives the next prompt token's logprob (prompt_logprobs). */
+struct step_prompt_row {
+    int32_t row;
+    struct sched_req *req;
+    int32_t pos;            /* the row predicts prompt[pos + 1] into req->pprobs[pos] */
 };
 
 struct step_sample {
@@ -102,6 +112,8 @@ struct sched_step {
     int32_t n_entries;
     struct step_sample *samples;
     int32_t n_samples;
+    struct step_prompt_row *prows; /* [batch capacity] */
+    int32_t n_prows;
     int32_t n_prompt_tokens, n_decode_tokens;
     int32_t n_prompt_tails; /* of the decode tokens, prompts' last tokens (counted as prompt) */
     int64_t number;

@@ -16,6 +16,11 @@
 
 /* ---------------------------------------------------------------- admission */
 
+/* Does this sequence still read prompt positions whose rows give prompt logprobs? */
+static bool wants_prompt_rows(const struct seq *q) {
+    return q->req->prompt_logprobs && !q->req->pprobs_sent && q->n_past < q->req->n_prompt - 1;
+}
+
 /* Admit the queue's head if its prompt fits; false when it has to wait. */
 static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     int32_t src = -1;
@@ -99,7 +104,8 @@ static bool resume_one(struct sched *s, int32_t id) {
         return true;
     }
     q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
-    int32_t shared = sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
+    /* a prompt whose rows are still wanted is computed whole */
+    int32_t shared = wants_prompt_rows(q) ? 0 : sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
     q->n_past = shared;
     if (sched_cache_make_room(s, 0)) {
         resumed(s, q);
@@ -244,11 +250,15 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
     struct seq *q = &s->seqs[id];
     struct step_entry *e = &st->entries[st->n_entries++];
     *e = (struct step_entry){.seq = id, .n_new = n};
+    bool rows = wants_prompt_rows(q);
     for (int32_t k = 0; k < n; k++) {
         int32_t pos = q->n_past + k;
         bool last = pos == q->n_tokens - 1;
-        batch_add(&st->batch, q->tokens[pos], pos, id, last);
+        bool prow = rows && pos < q->req->n_prompt - 1;
+        batch_add(&st->batch, q->tokens[pos], pos, id, last || prow);
         if (last) add_samples(s, e, st->batch.n_outputs - 1);
+        else if (prow)
+            st->prows[st->n_prows++] = (struct step_prompt_row){st->batch.n_outputs - 1, q->req, pos};
     }
 }
 
@@ -263,7 +273,7 @@ static bool fills_rest(const struct sched *s, int32_t i) { return i == s->n_prom
 static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     struct sched_step *st = &s->step;
     batch_clear(&st->batch);
-    st->n_entries = st->n_samples = 0;
+    st->n_entries = st->n_samples = st->n_prows = 0;
     /* with more decodes than the batch holds, prompts still get a few tokens: they rotate too */
     int32_t decode_cap = st->batch.capacity;
     if (s->n_prompt > 0 && prompt_cap > 0) {
@@ -286,6 +296,13 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
         if (n > left) n = left;
         /* a chunk stops at the checkpoint: the copy is taken when the step completes */
         if (q->checkpoint_at > q->n_past && q->n_past + n > q->checkpoint_at) n = q->checkpoint_at - q->n_past;
+        if (wants_prompt_rows(q)) { /* a row per token: within the rows the forward gives, one
+                                     * kept for each prompt after it */
+            int32_t max_out = s->cfg.max_outputs > 0 ? s->cfg.max_outputs : st->batch.capacity;
+            int32_t room = max_out - st->batch.n_outputs - (s->n_prompt - i - 1);
+            if (n > room) n = room;
+            if (n < 1) continue;
+        }
         add_tokens(s, s->prompt_order[i], n);
         left -= n;
     }
@@ -516,6 +533,12 @@ void sched_step_compute(struct sched *s, struct sched_step *st) {
         sm->out.n_top = 0;
         sm->out.token = s->ops->sample(s->engine, sm->sampler, row, sm->n_probs, &sm->out);
     }
+    /* the request's pprobs: the loop thread reads them only after the step completes */
+    for (int32_t i = 0; i < st->n_prows; i++) {
+        const struct step_prompt_row *pr = &st->prows[i];
+        const float *row = logits + (size_t)pr->row * (size_t)s->n_vocab;
+        s->ops->token_logprobs(s->engine, row, pr->req->prompt[pr->pos + 1], pr->req->n_probs, &pr->req->pprobs[pr->pos]);
+    }
 }
 
 /* ---------------------------------------------------------------- completion */
@@ -676,6 +699,11 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
         st->next_entry++;
         served++;
         struct sched_req *r = q->req;
+        if (r->prompt_logprobs && !r->pprobs_sent) { /* every prompt row has been computed */
+            r->pprobs_sent = true;
+            r->sink.on_prompt_probs(r->owner, r->pprobs, r->n_prompt - 1);
+            if (r->cancelled) continue;
+        }
         if (!r->forked && r->n_predict != 0) fork_choices(s, r);
         for (int32_t k = 0; k < e->n_samples; k++) {
             const struct step_sample *sm = &st->samples[e->first_sample + k];

@@ -91,7 +91,7 @@ TEST(generate_long_prompt_exceeds_the_context) {
     json_t *body = json_loads(f.body, 0, NULL);
     json_t *err = json_object_get(body, "error");
     CHECK_EQ_STR(jstr(err, "type"), "exceed_context_size_error");
-    CHECK(jint(err, "n_ctx") > 0 && jint(err, "n_ctx") <= 16);
+    CHECK_EQ_INT(jint(err, "n_ctx"), 16); /* the context itself */
     CHECK(jint(err, "n_prompt_tokens") > 16);
     json_decref(body);
     fake_http_free(&f);
@@ -312,6 +312,47 @@ TEST(generate_large_bodies_are_prepared_off_the_loop) {
     bool counted = false;
     for (int i = 0; i < fs.srv.metrics.n_status; i++) counted |= fs.srv.metrics.status[i] == 499;
     CHECK(counted);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}
+
+/* A batch of prompts with echo and logprobs (an evaluation harness's likelihood request): one
+ * choice per prompt, each the prompt's text with every prompt token's logprob but the first. */
+TEST(generate_batch_echo_gives_each_prompts_logprobs) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    struct fake_http f;
+    fake_http_init(&f, "POST", "/v1/completions",
+                   "{\"prompt\":[\"" PROMPT "\",\"In the beginning God\"],\"max_tokens\":0,\"echo\":true,"
+                   "\"logprobs\":2,\"temperature\":0}");
+    CHECK_EQ_INT(fake_serving_request(&fs, &f), 0);
+    CHECK_EQ_INT(f.status, 200);
+    json_t *body = json_loads(f.body, 0, NULL);
+    json_t *choices = json_object_get(body, "choices");
+    CHECK_EQ_INT(json_array_size(choices), 2);
+    static const char *const texts[] = {PROMPT, "In the beginning God"};
+    long long prompt_tokens = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *c = json_array_get(choices, i);
+        CHECK_EQ_INT(jint(c, "index"), (long long)i);
+        CHECK_EQ_STR(jstr(c, "text"), texts[i]);
+        int32_t *ids;
+        size_t n;
+        CHECK_EQ_INT(model_engine_tokenize(fs.srv.engine, texts[i], strlen(texts[i]), true, true, &ids, &n), 0);
+        free(ids);
+        prompt_tokens += (long long)n;
+        json_t *lp = json_object_get(c, "logprobs");
+        json_t *lps = json_object_get(lp, "token_logprobs");
+        CHECK_EQ_INT(json_array_size(lps), n);
+        CHECK(json_is_null(json_array_get(lps, 0)));
+        for (size_t k = 1; k < n; k++) {
+            CHECK(json_real_value(json_array_get(lps, k)) <= 0);
+            CHECK_EQ_INT(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), k)), 2);
+        }
+    }
+    CHECK_EQ_INT(jint(json_object_get(body, "usage"), "prompt_tokens"), prompt_tokens);
+    CHECK_EQ_INT(jint(json_object_get(body, "usage"), "completion_tokens"), 0);
+    json_decref(body);
     fake_http_free(&f);
     fake_serving_close(&fs);
 }

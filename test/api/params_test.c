@@ -205,6 +205,90 @@ TEST(params_seed_forms) {
     completion_params_free(&p);
 }
 
+TEST(params_server_defaults_fill_what_a_request_omits) {
+    struct completion_params p;
+    struct api_error err;
+    struct params_defaults d = {.seed = 7, .temperature = 0.0f, .top_k = 1, .top_p = 0.5f, .n_predict = 5};
+    struct params_limits lim = PARAMS_LIMITS_DEFAULT;
+    lim.defaults = &d;
+    const char *body = "{\"prompt\": \"x\"}";
+    CHECK_EQ_INT(completion_params_parse(&p, API_COMPLETION, body, strlen(body), &lim, &err), 0);
+    CHECK(!p.seed_random && p.seed == 7 && p.temperature == 0.0f && p.top_k == 1 && p.top_p == 0.5f);
+    CHECK_EQ_INT(p.n_predict, 5);
+    CHECK(p.min_p == 0.05f); /* what the server does not set stays llama.cpp's */
+    completion_params_free(&p);
+    body = "{\"prompt\": \"x\", \"seed\": -1, \"temperature\": 1, \"max_tokens\": 9, \"top_k\": 3}";
+    CHECK_EQ_INT(completion_params_parse(&p, API_OAI_COMPLETION, body, strlen(body), &lim, &err), 0);
+    CHECK(p.seed_random && p.temperature == 1.0f && p.top_k == 3 && p.top_p == 0.5f);
+    CHECK_EQ_INT(p.n_predict, 9);
+    completion_params_free(&p);
+    d.seed = -1;
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}";
+    CHECK_EQ_INT(completion_params_parse(&p, API_OAI_CHAT, body, strlen(body), &lim, &err), 0);
+    CHECK(p.seed_random && p.n_predict == 5 && p.temperature == 0.0f);
+    completion_params_free(&p);
+}
+
+TEST(params_batch_of_prompts) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, "{\"prompt\": [\"ab\", [5, 6, 7], \"c\"], \"n\": 2}", &err), 0);
+    CHECK_EQ_INT(p.n_prompts, 3);
+    CHECK_EQ_STR(p.prompts[0].text, "ab");
+    CHECK(p.prompts[1].text == NULL && p.prompts[1].n_tokens == 3 && p.prompts[1].tokens[2] == 7);
+    CHECK_EQ_STR(p.prompts[2].text, "c");
+    CHECK_EQ_STR(p.prompt_text, "ab"); /* the first, as a single prompt is */
+    CHECK(completion_params_check_tokens(&p, 7, &err) < 0);
+    CHECK_EQ_STR(err.param, "prompt[1][2]");
+    CHECK_EQ_INT(completion_params_check_tokens(&p, 8, &err), 0);
+    completion_params_free(&p);
+    /* one prompt, in every form, is a batch of one */
+    const char *ones[] = {"{\"prompt\": \"ab\"}", "{\"prompt\": [\"ab\"]}", "{\"prompt\": [1, 2]}",
+                          "{\"prompt\": [[1, 2]]}"};
+    for (size_t i = 0; i < sizeof ones / sizeof *ones; i++) {
+        CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, ones[i], &err), 0);
+        CHECK_EQ_INT(p.n_prompts, 1);
+        CHECK(p.prompts[0].text == p.prompt_text && p.prompts[0].tokens == p.prompt_tokens);
+        completion_params_free(&p);
+    }
+}
+
+TEST(params_llama_cpp_native_fields) {
+    struct completion_params p;
+    struct api_error err;
+    const char *body = "{\"prompt\": \"x\", \"return_tokens\": true, \"post_sampling_probs\": true,"
+                       " \"response_fields\": [\"content\", \"generation_settings/n_predict\"],"
+                       " \"logit_bias\": [[\" Hello\", -1.5], [3, 2], [\"x\", false]]}";
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, body, &err), 0);
+    CHECK(p.return_tokens && p.post_sampling_probs);
+    CHECK_EQ_INT(p.n_response_fields, 2);
+    CHECK_EQ_STR(p.response_fields[1], "generation_settings/n_predict");
+    CHECK_EQ_INT(p.n_logit_bias, 1);
+    CHECK(p.logit_bias[0].token == 3 && p.logit_bias[0].bias == 2.0f);
+    CHECK_EQ_INT(p.n_logit_bias_text, 2);
+    CHECK_EQ_STR(p.logit_bias_text[0].text, " Hello");
+    CHECK(p.logit_bias_text[0].bias == -1.5f && p.logit_bias_text[1].bias == -INFINITY);
+    completion_params_free(&p);
+    /* the object form: ids and texts side by side */
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"12\": 1, \"Hi\": -2}}", &err), 0);
+    CHECK(p.n_logit_bias == 1 && p.n_logit_bias_text == 1 && p.logit_bias_text[0].len == 2);
+    completion_params_free(&p);
+    /* /v1/completions: echo, and the logprobs shape follows the field asked with */
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 2}", &err), 0);
+    CHECK(p.echo && p.want_logprobs && !p.logprobs_content && p.n_probs == 2);
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\", \"n_probs\": 3}", &err), 0);
+    CHECK(p.want_logprobs && p.logprobs_content && p.n_probs == 3);
+    completion_params_free(&p);
+    /* the native endpoint ignores echo, /v1/completions the native-only fields */
+    CHECK_EQ_INT(parse(&p, API_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", &err), 0);
+    CHECK(!p.echo);
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_OAI_COMPLETION, "{\"prompt\": \"x\", \"return_tokens\": true}", &err), 0);
+    CHECK(!p.return_tokens);
+    completion_params_free(&p);
+}
+
 TEST(params_integral_reals_accepted) {
     struct completion_params p;
     struct api_error err;
@@ -234,9 +318,6 @@ static const struct reject_case rejects[] = {
     {API_COMPLETION, "{\"prompt\": [1, 2.5]}", "prompt[1]"},
     {API_COMPLETION, "{\"prompt\": [1, 4294967296]}", "prompt[1]"},
     {API_COMPLETION, "{\"prompt\": [1, \"x\"]}", "prompt[1]"},
-    {API_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt"},
-    {API_COMPLETION, "{\"prompt\": [\"a\", 5]}", "prompt"},
-    {API_OAI_COMPLETION, "{\"prompt\": [[1], [2]]}", "prompt"},
     {API_OAI_COMPLETION, "{\"prompt\": [[]]}", "prompt[0]"},
     {API_OAI_COMPLETION, "{\"prompt\": [\"\"]}", "prompt[0]"},
     {API_OAI_COMPLETION, "{\"prompt\": [[1, true]]}", "prompt[0][1]"},
@@ -287,11 +368,9 @@ static const struct reject_case rejects[] = {
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": 5}", "logit_bias"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[1]]}", "logit_bias[0]"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[1, 2], 3]}", "logit_bias[1]"},
-    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[\"Hello\", -1]]}", "logit_bias[0]"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[-1, 1]]}", "logit_bias[0]"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[1, true]]}", "logit_bias[0]"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[1, \"1\"]]}", "logit_bias[0]"},
-    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias.abc"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"-3\": 1}}", "logit_bias.-3"},
     {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}", "logit_bias.99999999999"},
     /* duplicates are summed, and the sum must stay in range (two FLT_MAX entries: inf) */
@@ -308,7 +387,22 @@ static const struct reject_case rejects[] = {
     {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 3}", "top_logprobs"},
     {API_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 30}", "top_logprobs"},
     /* unsupported on /v1/completions */
-    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo"},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", "echo"},
+    /* batches, llama.cpp's fields */
+    {API_COMPLETION, "{\"prompt\": [\"a\", 5]}", "prompt[1]"},
+    {API_COMPLETION, "{\"prompt\": [5, \"a\"]}", "prompt[1]"},
+    {API_COMPLETION, "{\"prompt\": [\"a\", [1, \"b\"]]}", "prompt[1][1]"},
+    {API_COMPLETION, "{\"prompt\": [\"a\", []]}", "prompt[1]"},
+    {API_COMPLETION, "{\"prompt\": [\"a\", \"\"]}", "prompt[1]"},
+    {API_COMPLETION, "{\"prompt\": [\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\"]}", "prompt"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"return_tokens\": 1}", "return_tokens"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"post_sampling_probs\": \"yes\"}", "post_sampling_probs"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"response_fields\": \"content\"}", "response_fields"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"response_fields\": [\"content\", 3]}", "response_fields[1]"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[\"\", -1]]}", "logit_bias[0]"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [[\"Hello\", \"-1\"]]}", "logit_bias[0]"},
+    {API_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"\": 1}}", "logit_bias."},
+    {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"n_probs\": 21}", "n_probs"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"end\"}", "suffix"},
     {API_OAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of"},
     /* output constraints */

@@ -65,7 +65,9 @@ TEST(render_native_final_fields) {
     json_t *j = load(render_completion(&meta1, &r, 1));
     CHECK(json_is_object(j));
     CHECK_EQ_STR(sget(j, "content"), " unto him");
-    CHECK(json_object_get(j, "index") == NULL);            /* n == 1: no index */
+    CHECK_EQ_INT(iget(j, "index"), 0);                     /* always, as llama.cpp */
+    CHECK(json_object_get(j, "generation_settings") == NULL); /* no meta->params: none of these */
+    CHECK(json_object_get(j, "tokens") == NULL);
     CHECK_EQ_STR(sget(j, "model"), "kjv-tiny");
     CHECK(json_is_true(json_object_get(j, "stop")));
     CHECK(json_is_integer(json_object_get(j, "tokens_predicted")));
@@ -604,7 +606,9 @@ TEST(render_props_fields) {
     completion_params_defaults(&d, API_COMPLETION);
     struct props_info pi = {.model_path = "models/kjv-tiny-q8_0.gguf", .model_alias = "kjv-tiny",
                             .n_ctx = 1024, .kv_tokens = 8192, .max_n = 16, .n_vocab = 32000,
-                            .chat_template = "chatml", .build_info = "uvlm test", .defaults = &d};
+                            .chat_template = "chatml", .build_info = "uvlm test", .defaults = &d,
+                            .total_slots = 8, .chat_template_text = "{{ messages }}", .bos_token = "<s>",
+                            .eos_token = "</s>", .batch_tokens = 512};
     json_t *j = load(render_props(&pi));
     CHECK(j != NULL);
     json_t *dgs = json_object_get(j, "default_generation_settings");
@@ -626,7 +630,16 @@ TEST(render_props_fields) {
     CHECK_EQ_INT(iget(j, "kv_tokens"), 8192);
     CHECK_EQ_INT(iget(j, "max_n"), 16);
     CHECK_EQ_INT(iget(j, "n_vocab"), 32000);
-    CHECK_EQ_STR(sget(j, "chat_template"), "chatml");
+    CHECK_EQ_STR(sget(j, "chat_template"), "{{ messages }}");
+    CHECK_EQ_STR(sget(j, "chat_template_kind"), "chatml");
+    CHECK_EQ_INT(iget(j, "total_slots"), 8);
+    CHECK_EQ_STR(sget(j, "bos_token"), "<s>");
+    CHECK_EQ_STR(sget(j, "eos_token"), "</s>");
+    CHECK_EQ_INT(iget(dgs, "id_task"), -1);
+    CHECK(json_is_false(json_object_get(dgs, "is_processing")));
+    CHECK_EQ_INT(iget(json_object_get(dgs, "next_token"), "n_remain"), -1);
+    CHECK_EQ_INT(iget(params, "max_tokens"), -1);
+    CHECK(json_is_array(json_object_get(params, "stop")) && json_is_array(json_object_get(params, "samplers")));
     CHECK_EQ_STR(sget(j, "build_info"), "uvlm test");
     CHECK(json_is_false(json_object_get(json_object_get(j, "modalities"), "vision")));
     json_decref(j);
@@ -636,10 +649,14 @@ TEST(render_slots_fields) {
     struct slot_info sl[2] = {
         {.id = 3, .id_task = 9, .index = 0, .state = "prefill", .is_processing = true,
          .n_prompt_tokens = 3000, .n_prompt_tokens_processed = 512, .n_decoded = 0,
-         .n_predict = 64, .n_cells = 512},
+         .n_predict = 64, .n_cells = 512, .n_ctx = 4096, .has_new_line = true},
         {.id = 4, .id_task = 10, .index = 1, .state = "queued", .n_prompt_tokens = 12,
          .n_predict = -1},
     };
+    struct completion_params d;
+    completion_params_defaults(&d, API_COMPLETION);
+    d.n_predict = 64;
+    sl[0].params = &d;
     json_t *j = load(render_slots(sl, 2));
     CHECK(json_is_array(j));
     CHECK_EQ_INT(json_array_size(j), 2);
@@ -657,9 +674,139 @@ TEST(render_slots_fields) {
     CHECK_EQ_STR(sget(b, "state"), "queued");
     CHECK(json_is_false(json_object_get(b, "is_processing")));
     CHECK(json_object_get(a, "prompt") == NULL && json_object_get(a, "content") == NULL);
+    /* llama.cpp's shape */
+    CHECK_EQ_INT(iget(a, "n_ctx"), 4096);
+    CHECK(json_is_false(json_object_get(a, "speculative")));
+    CHECK_EQ_INT(iget(json_object_get(a, "params"), "n_predict"), 64);
+    json_t *nt = json_object_get(a, "next_token");
+    CHECK(json_is_true(json_object_get(nt, "has_next_token")) && json_is_true(json_object_get(nt, "has_new_line")));
+    CHECK_EQ_INT(iget(nt, "n_remain"), 64);
+    CHECK(json_object_get(b, "params") == NULL);
+    CHECK_EQ_INT(iget(json_object_get(b, "next_token"), "n_remain"), -1);
     json_decref(j);
 
     j = load(render_slots(NULL, 0));
     CHECK(json_is_array(j) && json_array_size(j) == 0);
+    json_decref(j);
+}
+
+TEST(render_native_llama_cpp_fields) {
+    struct completion_params d;
+    completion_params_defaults(&d, API_COMPLETION);
+    d.n_predict = 5;
+    d.return_tokens = true;
+    struct response_meta m = meta1;
+    m.params = &d;
+    m.n_ctx = 256;
+    struct completion_result r = finished(" unto him\n", STOP_TYPE_LIMIT);
+    const int32_t ids[] = {100, 200, 13};
+    r.tokens = ids;
+    r.n_tokens = 3;
+    r.id_slot = 2;
+    r.has_new_line = true;
+    r.prompt = "<s> And God said";
+    r.prompt_len = strlen(r.prompt);
+    r.timings.cache_n = 4;
+    json_t *j = load(render_completion(&m, &r, 1));
+    CHECK(j != NULL);
+    CHECK_EQ_INT(iget(j, "index"), 0);
+    json_t *toks = json_object_get(j, "tokens");
+    CHECK(json_array_size(toks) == 3 && json_integer_value(json_array_get(toks, 2)) == 13);
+    CHECK_EQ_INT(iget(j, "id_slot"), 2);
+    CHECK(json_is_true(json_object_get(j, "has_new_line")));
+    CHECK_EQ_STR(sget(j, "prompt"), "<s> And God said");
+    json_t *gs = json_object_get(j, "generation_settings");
+    CHECK_EQ_INT(iget(gs, "n_predict"), 5);
+    CHECK_EQ_INT(iget(gs, "n_ctx"), 256);
+    CHECK_EQ_INT(iget(json_object_get(j, "timings"), "cache_n"), 4);
+    json_decref(j);
+
+    /* a stream chunk: its ids, no settings */
+    r.stop_type = STOP_TYPE_NONE;
+    j = load(render_completion_chunk(&m, &r));
+    CHECK(json_is_false(json_object_get(j, "stop")) && json_array_size(json_object_get(j, "tokens")) == 3);
+    CHECK(json_object_get(j, "generation_settings") == NULL && json_object_get(j, "prompt") == NULL);
+    CHECK_EQ_INT(iget(j, "id_slot"), 2);
+    json_decref(j);
+
+    /* response_fields: those only, a nested one named by its path, a missing one left out */
+    const char *fields[] = {"content", "generation_settings/n_predict", "timings/nope", "tokens_cached"};
+    d.response_fields = fields;
+    d.n_response_fields = 4;
+    r.stop_type = STOP_TYPE_EOS;
+    j = load(render_completion(&m, &r, 1));
+    CHECK_EQ_INT(json_object_size(j), 3);
+    CHECK_EQ_STR(sget(j, "content"), " unto him\n");
+    CHECK_EQ_INT(iget(j, "generation_settings/n_predict"), 5);
+    CHECK_EQ_INT(iget(j, "tokens_cached"), 4);
+    json_decref(j);
+    d.n_response_fields = 0;
+
+    /* post_sampling_probs: prob and top_probs */
+    d.post_sampling_probs = true;
+    m.logprobs = true;
+    r.probs = probs3;
+    r.n_probs = 3;
+    j = load(render_completion(&m, &r, 1));
+    json_t *p0 = json_array_get(json_object_get(j, "completion_probabilities"), 0);
+    CHECK(close_to(rget(p0, "prob"), exp(-0.25)) && json_object_get(p0, "logprob") == NULL);
+    json_t *top = json_object_get(p0, "top_probs");
+    CHECK(json_array_size(top) == 2 && close_to(rget(json_array_get(top, 1), "prob"), exp(-2.0)));
+    CHECK(json_object_get(p0, "top_logprobs") == NULL);
+    json_decref(j);
+}
+
+TEST(render_oai_completion_echo_and_content_logprobs) {
+    struct completion_params d;
+    completion_params_defaults(&d, API_OAI_COMPLETION);
+    struct response_meta m = meta1;
+    m.params = &d;
+    m.logprobs = true;
+    struct completion_result r = finished("Gen unto him", STOP_TYPE_LIMIT);
+    r.probs = probs3;
+    r.n_probs = 2;
+    static const struct token_probs prompt[] = {
+        {{1, "", 0, 0}, NULL, 0}, {{7, "Gen", 3, -4.0f}, &alts[0], 2},
+    };
+    r.prompt_probs = prompt;
+    r.n_prompt_probs = 2;
+    json_t *j = load(render_oai_completion(&m, &r, 1));
+    json_t *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+    json_t *lps = json_object_get(lp, "token_logprobs"), *tops = json_object_get(lp, "top_logprobs");
+    CHECK_EQ_INT(json_array_size(lps), 4);
+    CHECK(json_is_null(json_array_get(lps, 0)) && json_is_null(json_array_get(tops, 0)));
+    CHECK(close_to(json_real_value(json_array_get(lps, 1)), -4.0));
+    CHECK(close_to(json_real_value(json_array_get(lps, 2)), -0.25));
+    json_t *offs = json_object_get(lp, "text_offset");
+    CHECK(json_integer_value(json_array_get(offs, 2)) == 3 && json_integer_value(json_array_get(offs, 3)) == 8);
+    CHECK_EQ_STR(json_string_value(json_array_get(json_object_get(lp, "tokens"), 1)), "Gen");
+    json_decref(j);
+
+    /* asked with n_probs: llama.cpp's content shape */
+    d.logprobs_content = true;
+    r.n_prompt_probs = 0;
+    j = load(render_oai_completion(&m, &r, 1));
+    lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+    json_t *content = json_object_get(lp, "content");
+    CHECK(json_array_size(content) == 2 && json_object_size(lp) == 1);
+    CHECK_EQ_INT(iget(json_array_get(content, 0), "id"), 100);
+    CHECK_EQ_INT(json_array_size(json_object_get(json_array_get(content, 0), "top_logprobs")), 2);
+    json_decref(j);
+}
+
+TEST(render_usage_counts_each_prompt_of_a_batch) {
+    struct response_meta m = meta1;
+    m.n_choices = 4;
+    m.n_per_prompt = 2;
+    struct completion_result r[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = finished("x", STOP_TYPE_EOS);
+        r[i].index = i;
+        r[i].tokens_evaluated = i < 2 ? 10 : 7;
+    }
+    json_t *j = load(render_oai_completion(&m, r, 4));
+    json_t *u = json_object_get(j, "usage");
+    CHECK_EQ_INT(iget(u, "prompt_tokens"), 17);
+    CHECK_EQ_INT(iget(u, "completion_tokens"), 20);
     json_decref(j);
 }

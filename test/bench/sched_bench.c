@@ -35,7 +35,7 @@ static int32_t sample(void *e, void *sampler, const float *logits, int32_t n_pro
     return (int32_t)(*s % VOCAB);
 }
 static void sampler_free(void *e, void *s) { free(s); }
-static const struct sched_engine_ops ops = {forward, n_vocab, is_eog, sampler_create, sample, sampler_free};
+static const struct sched_engine_ops ops = {forward, n_vocab, is_eog, sampler_create, sample, sampler_free, NULL};
 
 static double now_us(void) {
     struct timespec ts;
@@ -46,7 +46,7 @@ static double now_us(void) {
 static bool on_token(void *o, int32_t c, int32_t t, const struct sched_token_probs *p) { return true; }
 static void on_done(void *o, int32_t c, enum sched_stop r, const struct sched_counts *k) { ++*(int *)o; }
 static void on_error(void *o, int err) { ++*(int *)o; }
-static const struct sched_sink sink = {on_token, on_done, on_error};
+static const struct sched_sink sink = {on_token, on_done, on_error, NULL};
 
 /* n_seqs requests of a 200-token prompt (the first 150 shared) generating 64 tokens each. */
 static int run(int32_t n_seqs, int64_t n_cells) {
@@ -160,7 +160,7 @@ static bool sim_token(void *o, int32_t c, int32_t t, const struct sched_token_pr
 static void sim_done(void *o, int32_t c, enum sched_stop r, const struct sched_counts *k) {
     ((struct sim_owner *)o)->done = true;
 }
-static const struct sched_sink sim_sink = {sim_token, sim_done, on_error};
+static const struct sched_sink sim_sink = {sim_token, sim_done, on_error, NULL};
 
 static int fairness_sim(void) {
     static struct engine eng;

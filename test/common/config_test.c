@@ -113,6 +113,54 @@ TEST(config_errors_name_the_key) {
     config_free(&cfg);
 }
 
+TEST(config_request_defaults_and_llama_server_names) {
+    struct config cfg;
+    char msg[256];
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 0), 0);
+    CHECK(cfg.seed == -1 && cfg.temp == 0.8 && cfg.top_k == 40 && cfg.top_p == 0.95 && cfg.n_predict == -1);
+    CHECK(cfg.ctx_size == 0 && cfg.parallel == 0 && cfg.max_seq_tokens == 0);
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 13, "-s", "42", "--temperature", "0.25", "--top-k", "7", "--top-p=0.5",
+                      "-n", "-1", "-c", "512", "-np", "4"), 0);
+    CHECK(cfg.seed == 42 && cfg.temp == 0.25 && cfg.top_k == 7 && cfg.top_p == 0.5 && cfg.n_predict == -1);
+    CHECK_EQ_INT(cfg.max_seq_tokens, 512); /* --ctx-size is the per-sequence limit */
+    CHECK_EQ_INT(cfg.parallel, 4);
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 4, "--ctx-size", "512", "--max-seq-tokens", "512"), 0);
+    config_free(&cfg);
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 4, "--ctx-size", "512", "--max-seq-tokens", "256"), -ERR_INVAL);
+    CHECK(strstr(msg, "ctx-size") && strstr(msg, "max-seq-tokens"));
+    config_free(&cfg);
+    char *env[] = {"UVLM_TEMP=0", "UVLM_N_PREDICT=9", NULL};
+    CHECK_EQ_INT(load(&cfg, env, msg, 0), 0);
+    CHECK(cfg.temp == 0 && cfg.n_predict == 9);
+    config_free(&cfg);
+    static const struct { const char *flag, *named; } bad[] = {
+        {"--temp", "temp"}, {"--top-p", "top-p"}, {"--seed", "seed"},
+    };
+    static const char *const values[] = {"nan", "1.5", "-2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, bad[i].flag, values[i]), -ERR_INVAL);
+        CHECK(strstr(msg, bad[i].named) != NULL);
+        config_free(&cfg);
+    }
+    /* llama-server flags uvlm has no use for: refused with why, whatever their form */
+    static const struct { const char *flag, *says; } refused[] = {
+        {"-ngl", "GPU"}, {"--n-gpu-layers", "GPU"}, {"--gpu-layers=99", "GPU"}, {"-fa", "not needed"},
+        {"--flash-attn", "not needed"}, {"--mlock", "not supported"}, {"--no-mmap", "not supported"},
+        {"-cb", "continuously"}, {"-b", "--batch-tokens"}, {"-ub", "--batch-tokens"}, {"--jinja", "Jinja"},
+        {"-hf", "--model"}, {"-v", "--log-level"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        CHECK_EQ_INT(load(&cfg, NULL, msg, 2, refused[i].flag, "1"), -ERR_INVAL);
+        CHECK(strstr(msg, "llama-server") && strstr(msg, refused[i].says));
+        config_free(&cfg);
+    }
+    CHECK_EQ_INT(load(&cfg, NULL, msg, 1, "-nope"), -ERR_INVAL);
+    CHECK(strstr(msg, "unknown flag '-nope'") && !strstr(msg, "llama-server"));
+    config_free(&cfg);
+}
+
 TEST(config_blank_api_key_is_refused_from_every_source) {
     struct config cfg;
     char msg[256], path[64];

@@ -13,7 +13,7 @@ from serving_helpers import post, shared_model, wait_ready
 
 TOL = 0.03  # quantized models' bar (../shared/README.md)
 
-# model, how the server renders its chat template (/props: "jinja" runs the file's own template,
+# model, how the server renders its chat template (/props chat_template_kind: "jinja" runs the file's own template,
 # a family name formats natively), and the prompt it renders for one user turn
 CHATML = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 FAMILIES = [
@@ -65,7 +65,7 @@ def test_family_serves_the_reference_greedy_and_its_chat_template(name, family, 
         check_greedy(srv, cases[-1])  # ~600 tokens: two prompt batches, positions where rope scaling shows
 
         status, props = srv.json("GET", "/props")
-        assert status == 200 and props["chat_template"] == family
+        assert status == 200 and props["chat_template_kind"] == family
         messages = [{"role": "user", "content": "Hi"}]
         status, rendered = post(srv, "/apply-template", {"messages": messages})
         assert status == 200 and rendered["prompt"] == chat_prompt

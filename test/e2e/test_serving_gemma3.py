@@ -51,7 +51,7 @@ def chat_and_raw(srv):
 def test_chat_completion_goes_through_the_models_template(srv):
     # the file's own template, run as Jinja
     status, props = srv.json("GET", "/props")
-    assert status == 200 and props["chat_template"] == "jinja"
+    assert status == 200 and props["chat_template_kind"] == "jinja"
     chat, n_prompt, raw = chat_and_raw(srv)
     assert chat["usage"]["prompt_tokens"] == n_prompt
     assert chat["choices"][0]["message"]["content"] == raw["content"]
@@ -61,7 +61,7 @@ def test_native_gemma4_family_makes_the_same_prompt():
     srv = serve("--kv-tokens", "512", "--chat-template", "gemma4")
     try:
         status, props = srv.json("GET", "/props")
-        assert status == 200 and props["chat_template"] == "gemma4"
+        assert status == 200 and props["chat_template_kind"] == "gemma4"
         chat, n_prompt, raw = chat_and_raw(srv)
         assert chat["usage"]["prompt_tokens"] == n_prompt
         assert chat["choices"][0]["message"]["content"] == raw["content"]

@@ -352,3 +352,42 @@ TEST(sampler_masked_chooses_only_allowed_tokens) {
     CHECK_EQ_INT(sampler_sample_masked(s, l, allow, NULL, NULL), 150);
     sampler_destroy(s);
 }
+
+TEST(sampler_post_sampling_probs_are_the_truncated_distribution) {
+    /* logits 3, 2, 1, 0, -1 at temperature 0.5 and top_k 3: the draw is among ids 0..2 with
+     * weights e^6, e^4, e^2 */
+    float l[5] = {3, 2, 1, 0, -1};
+    struct sampler *s = make(t, 5, &(struct sampler_params){.temperature = 0.5f, .top_k = 3, .n_probs = 5,
+                                                            .post_sampling = true, .seed = 3});
+    CHECK(s);
+    struct sampler_prob p[SAMPLER_MAX_PROBS + 1];
+    int32_t n = 0;
+    int32_t tok = sampler_sample(s, l, p, &n);
+    CHECK_EQ_INT(n, 3); /* only what was left to draw from */
+    double z = exp(6.0) + exp(4.0) + exp(2.0);
+    for (int32_t i = 0; i < 3; i++) {
+        CHECK_EQ_INT(p[i].token, i);
+        CHECK(fabs(p[i].logprob - log(exp(6.0 - 2.0 * i) / z)) < 1e-5);
+    }
+    CHECK(tok >= 0 && tok <= 2);
+    /* fewer asked than left: the most probable, and the chosen one after them when it is not */
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 100.0f, .n_probs = 1,
+                                                          .post_sampling = true, .seed = 5}), 0);
+    bool saw_other = false;
+    for (int k = 0; k < 50; k++) {
+        tok = sampler_sample(s, l, p, &n);
+        CHECK_EQ_INT(p[0].token, 0);
+        if (tok != 0) {
+            saw_other = true;
+            CHECK(n == 2 && p[1].token == tok && p[1].logprob < p[0].logprob);
+        } else {
+            CHECK_EQ_INT(n, 1);
+        }
+    }
+    CHECK(saw_other);
+    /* greedy: the chosen token, certain */
+    CHECK_EQ_INT(sampler_reset(s, &(struct sampler_params){.temperature = 0, .n_probs = 3, .post_sampling = true}), 0);
+    CHECK_EQ_INT(sampler_sample(s, l, p, &n), 0);
+    CHECK(n == 1 && p[0].token == 0 && p[0].logprob == 0.0f);
+    sampler_destroy(s);
+}

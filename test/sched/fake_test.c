@@ -500,7 +500,7 @@ static void fe_sampler_free(void *engine, void *sampler) {
 }
 
 const struct sched_engine_ops fake_engine_ops = {
-    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free};
+    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free, NULL};
 
 void fake_engine_init(struct fake_engine *e, struct memory *mem, int32_t n_vocab, int32_t max_rows) {
     *e = (struct fake_engine){.mem = mem, .n_vocab = n_vocab, .logits_rows = max_rows};
@@ -541,7 +541,7 @@ static void rec_error(void *owner, int err) {
     r->error = err;
 }
 
-const struct sched_sink recorder_sink = {rec_token, rec_done, rec_error};
+const struct sched_sink recorder_sink = {rec_token, rec_done, rec_error, NULL};
 
 int fake_run(struct sched *s, double *now_ms, double ms_per_step, int max_steps) {
     int steps = 0;

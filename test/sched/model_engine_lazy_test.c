@@ -29,7 +29,7 @@ static void lazy_on_done(void *owner, int32_t choice, enum sched_stop reason, co
 }
 static void lazy_on_error(void *owner, int err) { ((struct lazy_out *)owner)->done = -1; }
 
-static const struct sched_sink lazy_sink = {lazy_on_token, lazy_on_done, lazy_on_error};
+static const struct sched_sink lazy_sink = {lazy_on_token, lazy_on_done, lazy_on_error, NULL};
 
 /* Greedy text of "And God said" under grammar gbnf (NULL: none) applied from trigger on. */
 static int lazy_text(struct model_engine *e, struct sched *s, const char *gbnf, const char *trigger, char *text,

@@ -29,7 +29,7 @@ static void on_done(void *owner, int32_t choice, enum sched_stop reason, const s
 }
 static void on_error(void *owner, int err) { ((struct collect *)owner)->done = -1; }
 
-static const struct sched_sink sink = {on_token, on_done, on_error};
+static const struct sched_sink sink = {on_token, on_done, on_error, NULL};
 
 static double fake_ms;
 

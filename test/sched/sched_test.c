@@ -765,7 +765,7 @@ TEST(sched_cancel_from_inside_a_callback) {
     CHECK_EQ_INT(fx_init(&f, 256, 8, MEM_KV, NULL), 0);
     int32_t p[8];
     fake_prompt(p, 8, 15, VOCAB);
-    struct sched_sink sink = {cancel_on_token, cancel_on_done, cancel_on_error};
+    struct sched_sink sink = {cancel_on_token, cancel_on_done, cancel_on_error, NULL};
     struct sched_request q = request(p, 8, 10);
     q.n_choices = 2;
     cancel_sched = f.s;
@@ -1971,4 +1971,85 @@ TEST(sched_step_completes_in_parts_like_at_once) {
     CHECK_EQ_INT(st.requests_cancelled, 1);
     CHECK_EQ_INT(fx_free(&a), 0);
     CHECK_EQ_INT(fx_free(&b), 0);
+}
+
+/* prompt_logprobs: the fake's row for a position says which token it predicts; the test's
+ * token_logprobs records that with the token asked about, so every prompt position must be
+ * computed once, at its own position, even when the prompt is cached. */
+struct pp_owner {
+    struct recorder rec; /* first: the recorder's callbacks take the owner as one */
+    int32_t n;
+    int calls;           /* on_prompt_probs calls */
+    int tokens_before;   /* tokens recorded when it came */
+    struct sched_token_probs probs[64];
+};
+static int64_t pp_rows;
+
+static void pp_token_logprobs(void *engine, const float *logits, int32_t token, int32_t n_probs,
+                              struct sched_token_probs *out) {
+    (void)engine, (void)logits, (void)n_probs;
+    pp_rows++;
+    out->token = token;
+    out->logprob = -(float)token;
+    out->n_top = 0;
+}
+
+static void pp_on_prompt_probs(void *owner, const struct sched_token_probs *probs, int32_t n) {
+    struct pp_owner *o = owner;
+    o->calls++;
+    o->n = n;
+    o->tokens_before = o->rec.n_tokens[0];
+    memcpy(o->probs, probs, sizeof *probs * (size_t)n);
+}
+
+TEST(sched_prompt_logprobs_cover_every_prompt_token_once) {
+    struct fx f;
+    struct sched_config c = base_config();
+    c.max_outputs = 6; /* rows per step: a 40-token prompt takes several steps */
+    CHECK_EQ_INT(fx_init(&f, 512, 8, MEM_KV, &c), 0);
+    sched_destroy(f.s);
+    struct sched_engine_ops ops = fake_engine_ops;
+    ops.token_logprobs = pp_token_logprobs;
+    CHECK_EQ_INT(sched_create(&f.s, &c, f.mem, &ops, &f.eng), 0);
+    struct sched_sink sink = recorder_sink;
+    sink.on_prompt_probs = pp_on_prompt_probs;
+    int32_t prompt[40];
+    fake_prompt(prompt, 40, 9, VOCAB);
+    /* the same prompt first without: it is then cached, and must not be reused */
+    struct recorder plain;
+    struct sched_request q = request(prompt, 40, 3);
+    CHECK_EQ_INT(submit(&f, &plain, &q, NULL), 0);
+    fake_run(f.s, &f.now, 1, 1000);
+    static struct pp_owner o[2];
+    struct sched_req *h;
+    for (int k = 0; k < 2; k++) {
+        memset(&o[k], 0, sizeof o[k]);
+        o[k].rec.clock = &f.clock;
+        q = request(prompt, 40, k == 0 ? 3 : 0); /* n_predict 0: the prompt alone */
+        q.prompt_logprobs = true;
+        q.n_probs = 1;
+        CHECK_EQ_INT(sched_submit(f.s, &q, &sink, &o[k], f.now, &h), 0);
+    }
+    pp_rows = 0;
+    fake_run(f.s, &f.now, 1, 1000);
+    CHECK_EQ_INT(pp_rows, 2 * 39);
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(o[k].calls, 1);
+        CHECK_EQ_INT(o[k].n, 39);
+        CHECK_EQ_INT(o[k].tokens_before, 0);
+        for (int32_t i = 0; i < 39; i++) CHECK(o[k].probs[i].token == prompt[i + 1] && o[k].probs[i].logprob == -(float)prompt[i + 1]);
+        CHECK_EQ_INT(o[k].rec.counts[0].n_cached, 0);
+    }
+    /* the output is the plain request's */
+    CHECK(same_output(&plain, &o[0].rec, 0));
+    CHECK_EQ_INT(o[1].rec.n_tokens[0], 0);
+    CHECK_EQ_INT(o[1].rec.done[0], 1 + SCHED_STOP_LIMIT);
+    /* refused: a one-token prompt, a sink without the callback */
+    q = request(prompt, 1, 3);
+    q.prompt_logprobs = true;
+    CHECK_EQ_INT(sched_submit(f.s, &q, &sink, &o[0], f.now, &h), -ERR_INVAL);
+    q = request(prompt, 5, 3);
+    q.prompt_logprobs = true;
+    CHECK_EQ_INT(sched_submit(f.s, &q, &recorder_sink, &o[0], f.now, &h), -ERR_INVAL);
+    CHECK_EQ_INT(fx_free(&f), 0);
 }
