@@ -585,6 +585,9 @@ static void job_start(struct gen_job *job) {
         .cache_partition = serving_cache_partition(srv, req, p->cache_salt, p->cache_salt_len),
         .ignore_eos = p->ignore_eos,
         .sampler_params = &job->sp,
+        .draft_max = p->spec_n_max >= 0 ? p->spec_n_max : (int32_t)srv->cfg->draft_max,
+        .draft_min = p->spec_n_min >= 0 ? p->spec_n_min : (int32_t)srv->cfg->draft_min,
+        .draft_p_min = p->spec_p_min >= 0 ? p->spec_p_min : (float)srv->cfg->draft_p_min,
     };
     rc = sched_submit(srv->sched, &sr, &gen_sink, job, serving_now_ms(), &job->handle);
     if (rc < 0) {

@@ -55,6 +55,11 @@ struct config {
     long long solo_step_ms, compute_yield_us;
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
+    /* speculative decoding */
+    const char *model_draft;    /* draft model file (empty: none) */
+    long long draft_max, draft_min;
+    double draft_p_min;
+    bool draft_lookup;          /* prompt-lookup drafts without a draft model */
     const char *chat_template;
     const char *chat_template_file;
     bool allow_unknown_pretokenizer;
@@ -87,7 +92,7 @@ struct config {
     size_t n_owned, cap_owned;
 };
 
-enum config_type { CONFIG_STR, CONFIG_INT, CONFIG_SIZE, CONFIG_MS, CONFIG_BOOL, CONFIG_LIST };
+enum config_type { CONFIG_STR, CONFIG_INT, CONFIG_SIZE, CONFIG_MS, CONFIG_BOOL, CONFIG_LIST, CONFIG_FLOAT };
 
 struct config_setting {
     const char *name;    /* flag/file key; env is UVLM_ + upper(name) */
@@ -95,7 +100,7 @@ struct config_setting {
     enum config_type type;
     size_t offset;       /* of the field in struct config */
     const char *def;     /* default, as text */
-    long long min, max;  /* INT/SIZE/MS range */
+    long long min, max;  /* INT/SIZE/MS/FLOAT range (a FLOAT field is a double) */
     const char *choices; /* STR: "a|b|c" or NULL */
     const char *help;
 };

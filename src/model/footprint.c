@@ -191,7 +191,7 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
         out->kv += (uint64_t)out->n_states * s->state_bytes;
     }
     uint64_t T = cfg->batch_tokens > 0 ? (uint64_t)cfg->batch_tokens : 512;
-    uint64_t O = min_u64((uint64_t)n_seq, T);
+    uint64_t O = min_u64((uint64_t)n_seq + (uint64_t)(cfg->extra_outputs > 0 ? cfg->extra_outputs : 0), T);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->weights = f->size;
     out->buffers = buffers_bytes(f, s, T, O, (uint64_t)n_ctx, cores > 0 ? (uint64_t)cores : 1);
