@@ -183,7 +183,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_streams; i++)
         if (streams[0][i].n != streams[1][i].n ||
             memcmp(streams[0][i].tokens, streams[1][i].tokens, (size_t)streams[0][i].n * sizeof(int32_t)) != 0) {
-            fprintf(stderr, "%s: stream %d: speculation changed the greedy output\n", argv[0], i);
+            int32_t at = 0;
+            while (at < streams[0][i].n && at < streams[1][i].n && streams[0][i].tokens[at] == streams[1][i].tokens[at]) at++;
+            fprintf(stderr, "%s: stream %d: speculation changed the greedy output at token %d of %d\n", argv[0], i, at,
+                    streams[0][i].n);
             return 1;
         }
     printf("plain_tps %.2f spec_tps %.2f ratio %.2f drafted %lld accepted %lld tokens_per_step %.2f steps %lld\n",
