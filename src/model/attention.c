@@ -7,7 +7,8 @@
  * (also for the batch's own tokens), as the reference does.
  *
  * attn_plan sorts the entries of a step by sequence, once per forward pass:
- *   - decode-sized sequences (all their entries one chunk too small for sgemm) get their cells
+ *   - decode-sized sequences (all their entries one chunk too small for sgemm, or at most
+ *     ATT_DIRECT_ENTRIES entries: a speculative step's verify rows) get their cells
  *     listed into an arena (dseq); attn_layer runs all their heads in one parallel job: a GQA
  *     group's query rows read each K and V row once, each group unit (an entry's kv head) whole
  *     on one thread where there are at least as many units as threads (unit_items), else split
