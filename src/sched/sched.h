@@ -87,7 +87,10 @@
  *     draft shorter than draft_min is not used. Draft rows count in the step's token budget and
  *     in the cost model's rows, and a step's drafts all together stay within SCHED_SPEC_ROWS minus
  *     its decode rows, with none beside prompt chunks: where batching already shares each read
- *     of the weights, speculation backs off (none at SCHED_SPEC_ROWS decodes).
+ *     of the weights, speculation backs off (none at SCHED_SPEC_ROWS decodes); and beside other
+ *     decodes a sequence drafts only as many tokens as pay for their rows: the tokens they are
+ *     expected to add (from its decaying acceptance rate) per millisecond they add to the step
+ *     (the cost model's per-token and per-cell terms) must beat the step's own tokens per ms.
  *
  * Threading contract (exactly one step in flight at a time):
  *   loop thread:   sched_create, sched_submit, sched_cancel(_deferred), sched_build_step,

@@ -46,6 +46,7 @@ struct seq {
     /* speculative decoding (sched.h; spec.c): the worker writes these for the sequences of its
      * step, the loop reads them when it builds the next */
     int32_t spec_k;         /* LIVE: draft tokens to try next (adapts); 0: not yet set */
+    float spec_rate;        /* LIVE: share of its drafted tokens accepted, a decaying average */
     int32_t n_draft;        /* the draft model's draft, valid while n_tokens == draft_at */
     int32_t draft_at;
     int32_t draft[SCHED_SPEC_ROWS];

@@ -22,9 +22,35 @@ int32_t sched_spec_lookup(const int32_t *tokens, int32_t n, int32_t n_max, int32
     return 0;
 }
 
+/* A decaying average's start for a sequence that has not been verified yet: an even chance. */
+#define SPEC_RATE_START 0.5f
+
+/* With other decodes in the step, drafts are worth their rows only if the tokens they are expected
+ * to add per millisecond of the step they add (the cost model's per-token and per-cell terms)
+ * beat the step's own tokens per millisecond: the most drafts (<= d) that do, 0 when none. A lone
+ * decode always drafts: its step is its read of the weights, which drafts share. */
+static int32_t worth(const struct sched *s, const struct seq *q, int32_t d, int32_t rows, double attn) {
+    if (s->n_decode <= 1 || s->cost.observed == 0) return d;
+    double fixed, per_token, per_cell;
+    step_cost_model(&s->cost, &fixed, &per_token, &per_cell);
+    double step_ms = fixed + per_token * rows + per_cell * attn;
+    if (!(step_ms > 0)) return d;
+    double rate = s->n_decode / step_ms, a = q->spec_rate > 0 ? q->spec_rate : SPEC_RATE_START, gain = 0, p = 1;
+    int32_t best = 0;
+    for (int32_t i = 1; i <= d; i++) {
+        gain += p *= a; /* expected accepted tokens of i drafts: a + a^2 + ... + a^i */
+        double extra = per_token * i + per_cell * step_cost_attn(q->n_past + 1, i);
+        if (extra <= 0 || gain / extra >= rate) best = i;
+    }
+    return best;
+}
+
 void sched_spec_plan(struct sched *s) {
     /* beside prompt chunks a step's read of the weights is already shared by many rows */
     int32_t left = s->n_prompt > 0 ? 0 : SCHED_SPEC_ROWS - s->n_decode;
+    int32_t rows = s->n_decode;
+    double attn = 0;
+    for (int32_t i = 0; i < s->n_decode; i++) attn += s->seqs[s->decode_order[i]].n_past + 1;
     for (int32_t i = 0; i < s->n_decode; i++) {
         struct seq *q = &s->seqs[s->decode_order[i]];
         const struct sched_req *r = q->req;
@@ -45,9 +71,12 @@ void sched_spec_plan(struct sched *s) {
         } else {
             d = sched_spec_lookup(q->tokens, q->n_tokens, k, q->plan);
         }
+        d = worth(s, q, d, rows, attn);
         if (d < r->draft_min || d == 0) continue;
         q->n_plan = d;
         left -= d;
+        rows += d;
+        attn += step_cost_attn(q->n_past + 1, d);
     }
 }
 
@@ -90,6 +119,8 @@ void sched_spec_verify(struct sched *s, struct sched_step *st, struct step_sampl
         if (o->token != draft) break;
         sm->n_accepted++;
     }
+    float got = (float)sm->n_accepted / (float)d, was = q->spec_rate > 0 ? q->spec_rate : SPEC_RATE_START;
+    q->spec_rate = 0.75f * was + 0.25f * (got > 0 ? got : 1e-3f); /* > 0: set */
     /* adapt: double while everything is accepted, else try one more than was accepted */
     int32_t least = r->draft_min > 1 ? r->draft_min : 1;
     int32_t k = sm->n_accepted == d ? min32(2 * q->spec_k, r->draft_max) : sm->n_accepted + 1;

@@ -86,6 +86,9 @@ static void run(struct model_engine *e, const struct sched_engine_ops *ops, bool
     sched_config_default(&cfg);
     cfg.n_ctx = e->n_ctx;
     cfg.spec_lookup = lookup;
+    /* prompt chunks by the token budget alone, not by step times: both runs then read the prompts
+     * in the same steps (a row's numbers depend on the step's size from 32 rows on, math/matmul.h) */
+    cfg.max_step_ms = cfg.solo_step_ms = 1e9;
     struct sched *s;
     if (sched_create(&s, &cfg, e->mem, ops, e) != 0) exit(1);
     struct model_engine_sampling sp = {.temperature = 0, .repeat_penalty = 1.0f};
@@ -100,16 +103,17 @@ static void run(struct model_engine *e, const struct sched_engine_ops *ops, bool
                                     .ignore_eos = true, .cache_prompt = false, .sampler_params = &sp,
                                     .draft_max = k, .draft_p_min = 0.0f};
         struct sched_req *h;
-        if (sched_submit(s, &req, &sink, &out[i], 0, &h) != 0) exit(1);
+        if (sched_submit(s, &req, &sink, &out[i], now_s() * 1e3, &h) != 0) exit(1);
     }
     struct sched_step *st;
     double t0 = 0, t1 = 0;
     int64_t generated0 = 0, steps0 = 0;
     struct sched_stats stats;
-    while (sched_build_step(s, 0, &st) > 0) {
+    /* real milliseconds: the scheduler learns its step cost model from them, as in the server */
+    while (sched_build_step(s, now_s() * 1e3, &st) > 0) {
         sched_step_compute(s, st);
-        sched_step_complete(s, st, 0);
-        sched_stats(s, 0, &stats);
+        sched_step_complete(s, st, now_s() * 1e3);
+        sched_stats(s, now_s() * 1e3, &stats);
         if (t0 == 0) {
             bool all = true;
             for (int i = 0; i < n_streams; i++) all &= out[i].n > 0;
@@ -121,7 +125,7 @@ static void run(struct model_engine *e, const struct sched_engine_ops *ops, bool
         }
     }
     t1 = now_s();
-    sched_stats(s, 0, &stats);
+    sched_stats(s, now_s() * 1e3, &stats);
     res->tps = (double)(stats.generated_tokens - generated0) / (t1 - t0);
     res->steps = stats.steps - steps0;
     res->per_step = (double)(stats.generated_tokens - generated0) / n_streams / (double)res->steps;

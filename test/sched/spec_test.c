@@ -32,6 +32,7 @@ struct setup {
     bool partial_removal;      /* false: a memory that cannot drop a tail (a recurrent state's) */
     bool cache_prompt;
     int stop_after;            /* > 0: every request's sink stops after that many tokens */
+    bool per_token_clock;      /* a step takes 1 ms per batch token (else 1 ms whatever its size) */
 };
 
 /* n requests of prompts[i] (n_prompt tokens), n_predict each, submitted together. */
@@ -68,7 +69,7 @@ static int run(const struct setup *su, int32_t prompts[][64], int32_t n_prompt, 
         for (int i = 0; i < n; i++) all_generating &= out->rec[i].n_tokens[0] > 0 && !out->rec[i].done[0];
         if (all_generating && b->n_tokens > out->max_step_tokens) out->max_step_tokens = b->n_tokens;
         sched_step_compute(s, st);
-        now += 1;
+        now += su->per_token_clock ? b->n_tokens : 1;
         sched_step_complete(s, st, now);
         out->steps++;
     }
@@ -148,21 +149,21 @@ TEST(spec_stop_inside_an_accepted_run_trims_the_memory) {
     static struct run plain, spec;
     for (int stop = 3; stop <= 11; stop += 4) {
         struct setup su = {.ops = &fake_engine_ops, .partial_removal = true, .cache_prompt = true, .stop_after = stop};
-        CHECK_EQ_INT(run(&su, prompts, 12, 2, 30, &plain), 0);
+        CHECK_EQ_INT(run(&su, prompts, 12, 1, 30, &plain), 0);
         su.ops = &fake_engine_draft_ops;
         su.draft_max = 8;
-        CHECK_EQ_INT(run(&su, prompts, 12, 2, 30, &spec), 0);
-        CHECK(same_tokens(&plain, &spec, 2));
+        CHECK_EQ_INT(run(&su, prompts, 12, 1, 30, &spec), 0);
+        CHECK(same_tokens(&plain, &spec, 1));
         CHECK_EQ_INT(spec.rec[0].n_tokens[0], stop);
         CHECK(spec.stats.draft_accepted > 0);
-        CHECK_EQ_INT(spec.cells_after, 2 * (12 + stop - 1));
+        CHECK_EQ_INT(spec.cells_after, 12 + stop - 1);
         CHECK_EQ_INT(spec.holes, 0);
     }
     /* n_predict 13 with runs of up to 9 tokens: never one token more */
     struct setup su = {.ops = &fake_engine_draft_ops, .draft_max = 8, .partial_removal = true, .cache_prompt = true};
-    CHECK_EQ_INT(run(&su, prompts, 12, 2, 13, &spec), 0);
+    CHECK_EQ_INT(run(&su, prompts, 12, 1, 13, &spec), 0);
     CHECK_EQ_INT(spec.rec[0].n_tokens[0], 13);
-    CHECK_EQ_INT(spec.rec[1].n_tokens[0], 13);
+    CHECK(spec.stats.draft_accepted > 0);
 }
 
 /* Prompt lookup: the fake model's text (a hash of the whole history) never follows a draft, but
@@ -173,10 +174,10 @@ TEST(spec_prompt_lookup_output_is_identical_to_plain_decoding) {
     for (int i = 0; i < 2; i++) memcpy(prompts[i] + 12, prompts[i], 12 * sizeof(int32_t)); /* the passage twice */
     static struct run plain, spec;
     struct setup su = {.ops = &fake_engine_ops, .partial_removal = true};
-    CHECK_EQ_INT(run(&su, prompts, 24, 2, 150, &plain), 0);
+    CHECK_EQ_INT(run(&su, prompts, 24, 1, 150, &plain), 0);
     su = (struct setup){.ops = &fake_engine_lookup_ops, .lookup = true, .draft_max = 6, .partial_removal = true};
-    CHECK_EQ_INT(run(&su, prompts, 24, 2, 150, &spec), 0);
-    CHECK(same_tokens(&plain, &spec, 2));
+    CHECK_EQ_INT(run(&su, prompts, 24, 1, 150, &spec), 0);
+    CHECK(same_tokens(&plain, &spec, 1));
     CHECK(spec.stats.draft_tokens > 0);
     CHECK(spec.verified > 0 && spec.verified <= spec.stats.draft_tokens);
     CHECK_EQ_INT(spec.holes, 0);
@@ -184,9 +185,9 @@ TEST(spec_prompt_lookup_output_is_identical_to_plain_decoding) {
     CHECK_EQ_INT(spec.cells_after, 0); /* cache_prompt false: everything freed */
     /* without the flag, no drafts */
     su.lookup = false;
-    CHECK_EQ_INT(run(&su, prompts, 24, 2, 150, &spec), 0);
+    CHECK_EQ_INT(run(&su, prompts, 24, 1, 150, &spec), 0);
     CHECK_EQ_INT(spec.stats.draft_tokens, 0);
-    CHECK(same_tokens(&plain, &spec, 2));
+    CHECK(same_tokens(&plain, &spec, 1));
 }
 
 /* Draft rows stay within SCHED_SPEC_ROWS beside the decodes: 4 streams speculate, 16 do not
@@ -230,4 +231,19 @@ TEST(spec_is_off_where_it_cannot_or_should_not_run) {
     CHECK(r.stats.draft_tokens > 2 * 4);
     CHECK_EQ_INT(r.stats.draft_tokens % 2, 0);
     CHECK_EQ_INT(r.stats.generated_tokens, 2 * 20);
+}
+
+/* With other decodes in the step, drafts must pay for their rows (the learned step cost): where
+ * a step costs per token and drafts are never accepted, speculation stays off; where a step costs
+ * the same whatever its size (a read of the weights), it goes on. */
+TEST(spec_drafts_beside_other_decodes_must_pay_for_their_rows) {
+    make_prompts(8, 8);
+    static struct run r;
+    struct setup su = {.ops = &fake_engine_draft_ops, .draft_max = 4, .wrong_every = 1, .partial_removal = true,
+                       .per_token_clock = true};
+    CHECK_EQ_INT(run(&su, prompts, 8, 8, 30, &r), 0);
+    CHECK(r.stats.draft_tokens <= 8);
+    su.per_token_clock = false;
+    CHECK_EQ_INT(run(&su, prompts, 8, 8, 30, &r), 0);
+    CHECK(r.stats.draft_tokens > 8 * 4);
 }
