@@ -945,6 +945,9 @@ static void job_start(struct gen_job *job) {
             .ignore_eos = p->ignore_eos,
             .sampler_params = &job->sp,
             .prompt_logprobs = part->want_pprobs = p->echo && n_probs > 0 && part->n_prompt >= 2,
+            .draft_max = p->spec_n_max >= 0 ? p->spec_n_max : (int32_t)srv->cfg->draft_max,
+            .draft_min = p->spec_n_min >= 0 ? p->spec_n_min : (int32_t)srv->cfg->draft_min,
+            .draft_p_min = p->spec_p_min >= 0 ? p->spec_p_min : (float)srv->cfg->draft_p_min,
         };
         rc = sched_submit(srv->sched, &sr, &gen_sink, part, serving_now_ms(), &part->handle);
     }

@@ -709,6 +709,8 @@ void completion_params_defaults(struct completion_params *p, enum api_endpoint e
     p->seed_random = true;
     p->cache_prompt = true;
     p->n = 1;
+    p->spec_n_max = p->spec_n_min = -1;
+    p->spec_p_min = -1;
 }
 
 /* return_tokens, post_sampling_probs, response_fields (native), echo (/v1/completions). */
@@ -785,6 +787,9 @@ static int parse_completion(struct parser *ps, struct completion_params *p) {
         (rc = parse_logit_bias(ps, p)) < 0 ||
         (rc = parse_native_fields(ps, p)) < 0 ||
         (rc = get_int(ps, n_names, 1, ps->lim->max_n, &p->n)) < 0 ||
+        (rc = get_int(ps, NAMES("speculative.n_max"), 0, 1 << 20, &p->spec_n_max)) < 0 ||
+        (rc = get_int(ps, NAMES("speculative.n_min"), 0, 1 << 20, &p->spec_n_min)) < 0 ||
+        (rc = get_float(ps, NAMES("speculative.p_min"), 0.0, 1.0, &p->spec_p_min)) < 0 ||
         (rc = refuse_unsupported(ps, p)) < 0 ||
         (rc = parse_constraint(ps, p)) < 0)
         return rc;

@@ -251,6 +251,10 @@ struct completion_params {
     size_t n_response_fields;
 
     int32_t n;                /* choices: 1..max_n */
+    /* speculative decoding, as llama.cpp's server names them ("speculative.n_max" ...): -1 (n_max,
+     * n_min) or < 0 (p_min): the server's --draft-max / --draft-min / --draft-p-min */
+    int32_t spec_n_max, spec_n_min;
+    float spec_p_min;
     const char *model;        /* as the client named it, or NULL */
     const char *cache_salt;   /* NULL or cache_salt_len (> 0) bytes, NUL-terminated */
     size_t cache_salt_len;

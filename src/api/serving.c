@@ -211,7 +211,9 @@ static int ops_load(void *engine) {
          * any CPU-bound neighbour for its whole time slice (scripts/bench.d/52-neighbours) */
         .yield_us = cfg->compute_nice >= 20 ? cfg->compute_yield_us : 0,
         .allow_unknown_pretokenizer = cfg->allow_unknown_pretokenizer,
+        .draft_path = *cfg->model_draft ? cfg->model_draft : NULL,
     };
+    if (ec.draft_path) log_info(srv->log, "draft model %s", ec.draft_path);
     return model_engine_load(&srv->loaded, &ec, srv->load_why, sizeof srv->load_why);
 }
 
@@ -316,8 +318,9 @@ static int ops_start(void *engine, int load_rc) {
     sc.max_queue = (int32_t)cfg->max_queue;
     sc.max_n = (int32_t)cfg->max_n;
     sc.stall_timeout_ms = (double)cfg->stall_timeout_ms;
+    sc.spec_lookup = cfg->draft_lookup;
     if (sc.chunk_tokens > sc.batch_tokens) sc.chunk_tokens = sc.batch_tokens;
-    rc = sched_create(&srv->sched, &sc, e->mem, &model_engine_ops, e);
+    rc = sched_create(&srv->sched, &sc, e->mem, model_engine_sched_ops(e), e);
     if (rc < 0) {
         log_error(lg, "scheduler: %s", err_str(rc));
         return rc;

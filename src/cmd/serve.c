@@ -94,8 +94,12 @@ int cmd_serve(int argc, char **argv) {
     app.request_data = &router;
     struct serving srv;
     serving_init(&srv, &cfg, &app.log);
-    if (check_model_file(srv.model_path, msg, sizeof msg)) {
-        fprintf(stderr, "uvlm: --model '%s': %s\n", srv.model_path, msg);
+    const char *bad_flag = NULL, *bad_path = NULL;
+    if (check_model_file(srv.model_path, msg, sizeof msg)) bad_flag = "model", bad_path = srv.model_path;
+    else if (*cfg.model_draft && check_model_file(cfg.model_draft, msg, sizeof msg))
+        bad_flag = "model-draft", bad_path = cfg.model_draft;
+    if (bad_flag) {
+        fprintf(stderr, "uvlm: --%s '%s': %s\n", bad_flag, bad_path, msg);
         serving_free(&srv);
         uv_loop_close(&loop);
         config_free(&cfg);

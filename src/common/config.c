@@ -69,6 +69,21 @@ const struct config_setting config_settings[] = {
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,
      "recurrent (Mamba) models: sequence states held at once, live or cached; more requests "
      "take turns (0: one per sequence id, the larger of 64 and 4 x max-n)"},
+    /* speculative decoding */
+    {"model-draft", 0, CONFIG_STR, F(model_draft), "", 0, 0, NULL,
+     "a small GGUF model with the same vocabulary that drafts tokens for the served model to verify "
+     "several at once (speculative decoding); its KV cells are as many as kv-tokens"},
+    {"draft-max", 0, CONFIG_INT, F(draft_max), "16", 0, 1024, NULL,
+     "speculative decoding: most draft tokens verified per step (a request's speculative.n_max; at most "
+     "15 are used; 0: off)"},
+    {"draft-min", 0, CONFIG_INT, F(draft_min), "0", 0, 1024, NULL,
+     "speculative decoding: a shorter draft is not verified (a request's speculative.n_min)"},
+    {"draft-p-min", 0, CONFIG_FLOAT, F(draft_p_min), "0.75", 0, 1, NULL,
+     "speculative decoding: the draft model stops where its next token's probability is below this "
+     "(a request's speculative.p_min)"},
+    {"draft-lookup", 0, CONFIG_BOOL, F(draft_lookup), "false", 0, 0, NULL,
+     "speculative decoding without a draft model: drafts are the continuation of the latest earlier "
+     "occurrence of a sequence's last tokens in its own prompt and output (prompt lookup)"},
     {"stall-timeout", 0, CONFIG_MS, F(stall_timeout_ms), "30s", 10, 24 * HOUR_MS, NULL,
      "/health says 503 stalled when queued work made no progress this long"},
     {"chat-template", 0, CONFIG_STR, F(chat_template), "", 0, 0, NULL,

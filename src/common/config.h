@@ -68,6 +68,11 @@ struct config {
     long long seed;             /* -1: random */
     double temp, top_p;
     long long top_k, n_predict;
+    /* speculative decoding */
+    const char *model_draft;    /* draft model file (empty: none) */
+    long long draft_max, draft_min;
+    double draft_p_min;
+    bool draft_lookup;          /* prompt-lookup drafts without a draft model */
     const char *chat_template;
     const char *chat_template_file;
     const char *reasoning_format; /* "auto" or "none": the chat requests' default */
@@ -109,7 +114,7 @@ struct config_setting {
     enum config_type type;
     size_t offset;       /* of the field in struct config */
     const char *def;     /* default, as text */
-    long long min, max;  /* INT/SIZE/MS/FLOAT range */
+    long long min, max;  /* INT/SIZE/MS/FLOAT range (a FLOAT field is a double) */
     const char *choices; /* STR: "a|b|c" or NULL */
     const char *help;
 };

@@ -7,7 +7,8 @@
  * (also for the batch's own tokens), as the reference does.
  *
  * attn_plan sorts the entries of a step by sequence, once per forward pass:
- *   - decode-sized sequences (all their entries one chunk too small for sgemm) get their cells
+ *   - decode-sized sequences (all their entries one chunk too small for sgemm, or at most
+ *     ATT_DIRECT_ENTRIES entries: a speculative step's verify rows) get their cells
  *     listed into an arena (dseq); attn_layer runs all their heads in one parallel job: a GQA
  *     group's query rows read each K and V row once, each group unit (an entry's kv head) whole
  *     on one thread where there are at least as many units as threads (unit_items), else split
@@ -46,6 +47,11 @@ enum { ATT_CHUNK_ENTRIES = 64 };
 enum { ATT_BLOCK_ROWS = 96, ATT_CHUNK_SLOTS = 8 };
 /* The reference pads its attention rows (n_kv) to a multiple of this many cells. */
 enum { REF_KV_PAD = 256 };
+/* A sequence with at most this many entries in a step attends on the direct path whatever its
+ * GQA group (not only below MATMUL_BLAS_MIN_TOKENS query rows), so that each of its rows gets the
+ * numbers of a one-entry decode step: speculative decoding verifies up to 16 rows of a sequence
+ * in one step (sched.h, SCHED_SPEC_ROWS) and its greedy output must be the plain one. */
+enum { ATT_DIRECT_ENTRIES = 16 };
 /* Fewest cells of a decode attention score item (see attn_plan). */
 enum { ATT_MIN_CELL_BLOCK = 128 };
 /* Below this many score multiply-adds (visible cells x query heads x head_dim, summed over the
@@ -318,6 +324,7 @@ static void direct_row(struct attn_ctx *a, int slot, int32_t i, int32_t qh, cons
     size_t k_stride = (size_t)a->kv->shape.n_embd_k, v_stride = (size_t)a->kv->shape.n_embd_v;
     memcpy(q, a->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
     round_f16(q, h16, hd);
+    nv = n_visible(cpos, nv, a->b->pos[i]); /* its own cells only: a one-entry step's numbers */
     attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, cells, nv, hd, sc);
     attn_mask_window(sc, nv, cpos, a->b->pos[i], a->p.window);
     attn_softmax_row(sc, nv, cpos, a->b->pos[i], a->p.scale);
@@ -414,9 +421,10 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
                                  (size_t)ds->nv);
             int64_t u = ds->row0 / group + (int64_t)e * n_kv + kvh;
             if (j->end_b == j->end_a) { /* no softmax phase: every row is one block */
+                int64_t nvi = n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]); /* as unit_items */
                 for (int32_t g = 0; g < group; g++) {
-                    attn_mask_window(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
-                    attn_softmax_row(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
+                    attn_mask_window(sc + g * ds->nv, nvi, a->acpos + ds->off, a->b->pos[i], a->p.window);
+                    attn_softmax_row(sc + g * ds->nv, nvi, a->acpos + ds->off, a->b->pos[i], a->p.scale);
                 }
                 atomic_fetch_sub_explicit(&a->mix_left[u], group, memory_order_release);
             } else {
@@ -428,8 +436,9 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             const struct direct_seq *ds = dseq_of_row(a, r);
             int64_t k = r - ds->row0;
             int32_t pos = a->b->pos[a->dent[ds->e0 + k / n_head]];
-            attn_mask_window(a->dsc + ds->sc_off + k * ds->nv, ds->nv, a->acpos + ds->off, pos, a->p.window);
-            attn_softmax_row(a->dsc + ds->sc_off + k * ds->nv, ds->nv, a->acpos + ds->off, pos, a->p.scale);
+            int64_t nvi = n_visible(a->acpos + ds->off, ds->nv, pos);
+            attn_mask_window(a->dsc + ds->sc_off + k * ds->nv, nvi, a->acpos + ds->off, pos, a->p.window);
+            attn_softmax_row(a->dsc + ds->sc_off + k * ds->nv, nvi, a->acpos + ds->off, pos, a->p.scale);
             atomic_fetch_sub_explicit(&a->mix_left[r / group], 1, memory_order_release);
         } else {
             wait_ready(&a->mix_left[(it - j->end_b) / a->n_db]);
@@ -439,7 +448,8 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             int64_t k = r - ds->row0;
             int32_t i = a->dent[ds->e0 + k / n_head], qh = (int32_t)(k % n_head), kvh = qh / group;
             attn_mix_f16_rows(a->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
-                              v0 + (size_t)kvh * hd + (size_t)d0, v_stride, a->acells + ds->off, ds->nv,
+                              v0 + (size_t)kvh * hd + (size_t)d0, v_stride, a->acells + ds->off,
+                              n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]),
                               a->db_len, a->out + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
         }
     }
@@ -462,13 +472,16 @@ static void unit_items(void *arg, int64_t u0, int64_t u1) {
         int64_t k = r - ds->row0;
         int32_t i = a->dent[ds->e0 + k / n_head], kvh = (int32_t)(k % n_head) / group;
         float *sc = a->dsc + ds->sc_off + k * ds->nv;
+        /* the entry's own cells only (an earlier entry of the sequence sees fewer): the numbers of
+         * a one-entry step, whatever else of its sequence the step holds */
+        int64_t nv = n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]);
         attn_scores_f16_rows(a->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group, k0 + (size_t)kvh * hd,
-                             k_stride, a->acells + ds->off, ds->nv, hd, sc, (size_t)ds->nv);
+                             k_stride, a->acells + ds->off, nv, hd, sc, (size_t)ds->nv);
         for (int32_t g = 0; g < group; g++) {
-            attn_mask_window(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
-            attn_softmax_row(sc + g * ds->nv, ds->nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
+            attn_mask_window(sc + g * ds->nv, nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
+            attn_softmax_row(sc + g * ds->nv, nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
         }
-        attn_mix_f16_rows(sc, (size_t)ds->nv, group, v0 + (size_t)kvh * hd, v_stride, a->acells + ds->off, ds->nv,
+        attn_mix_f16_rows(sc, (size_t)ds->nv, group, v0 + (size_t)kvh * hd, v_stride, a->acells + ds->off, nv,
                           hd, a->out + i * nq + (int64_t)kvh * group * hd, (size_t)hd);
     }
 }
@@ -624,7 +637,7 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
          * entry sees. */
         int64_t lo = n_hidden(a->cpos, n_c, a->b->pos[a->ent[e0]], a->p.window);
         int64_t nv = n_visible(a->cpos, n_c, a->b->pos[a->ent[e0 + ne - 1]]) - lo;
-        if (rows < MATMUL_BLAS_MIN_TOKENS && !a->reference) {
+        if ((rows < MATMUL_BLAS_MIN_TOKENS || ne <= ATT_DIRECT_ENTRIES) && !a->reference) {
             struct direct_job dj = {.a = a, .ent = a->ent + e0, .cells = a->cells + lo, .cpos = a->cpos + lo, .nv = nv};
             compute_parallel_for(a->c, (int64_t)ne * a->p.n_head, direct_rows, &dj);
             continue;
@@ -670,7 +683,8 @@ void attn_plan(struct attn_ctx *a, const struct kv_memory *kv, const struct batc
                 a->done[j] = 1;
             }
         int64_t n_c = kv->seq_n_cells[b->seq[i]];
-        if (!a->reference && (int64_t)n_ent * group < MATMUL_BLAS_MIN_TOKENS && n_ent <= ATT_CHUNK_ENTRIES &&
+        if (!a->reference && ((int64_t)n_ent * group < MATMUL_BLAS_MIN_TOKENS || n_ent <= ATT_DIRECT_ENTRIES) &&
+            n_ent <= ATT_CHUNK_ENTRIES &&
             used + n_c <= a->arena_n && sc_used + (int64_t)n_ent * p->n_head * n_c <= a->dsc_n) {
             int32_t *cells = a->acells + used, *cpos = a->acpos + used;
             int64_t got = kv_seq_cell_list(kv, b->seq[i], cells, a->arena_n - used); /* stops at the room */

@@ -193,7 +193,7 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
         if (s->n_attn_layers > 0) out->kv += 5 * (uint64_t)s->n_layer; /* the split's layer map */
     }
     uint64_t T = cfg->batch_tokens > 0 ? (uint64_t)cfg->batch_tokens : 512;
-    uint64_t O = min_u64((uint64_t)n_seq, T);
+    uint64_t O = min_u64((uint64_t)n_seq + (uint64_t)(cfg->extra_outputs > 0 ? cfg->extra_outputs : 0), T);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     out->weights = f->size;
     out->buffers = buffers_bytes(f, s, T, O, (uint64_t)n_ctx, cores > 0 ? (uint64_t)cores : 1);

@@ -34,6 +34,7 @@ struct footprint_config {
     int32_t n_seq_max;        /* sequence ids */
     int32_t max_seq_tokens;   /* per-sequence limit below the model's context (0: none) */
     int32_t recurrent_states; /* a recurrent model's states (0: one per sequence id; a hybrid always has that) */
+    int32_t extra_outputs;    /* logits rows a step may have beyond one per sequence (drafts) */
 };
 
 /* The shape as the metadata gives it. Per-layer values (head_count_kv, feed_forward_length may

@@ -277,8 +277,36 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
     return sampler_sample_masked(s, logits, NULL, probs, n_out);
 }
 
+/* Step 5's draw over cand[0..n) with weights exp((logit - mx) / temperature) summing to sum. With a
+ * draft (>= 0; q a point mass on it): keep it with probability p(draft) = min(1, p / q), else draw
+ * from p without it, renormalized: norm(max(0, p - q)). */
+static int32_t draw(struct sampler *s, int32_t n, float mx, double sum, int32_t draft) {
+    const struct cand *c = s->sc->cand;
+    double t = s->p.temperature, skip = 0;
+    if (draft >= 0) {
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].id == draft) skip = exp(((double)c[i].logit - mx) / t);
+        if (rng_uniform(s->rng) * sum < skip || !(sum - skip > 0)) return draft;
+        sum -= skip;
+    }
+    double r = rng_uniform(s->rng) * sum, acc = 0;
+    int32_t chosen = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].id == draft) continue;
+        chosen = c[i].id; /* rounding at the end: the last candidate */
+        acc += exp(((double)c[i].logit - mx) / t);
+        if (r < acc) break;
+    }
+    return chosen >= 0 ? chosen : c[n - 1].id;
+}
+
 int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint64_t *allow, struct sampler_prob *probs,
                               int32_t *n_out) {
+    return sampler_sample_draft(s, logits, allow, -1, probs, n_out);
+}
+
+int32_t sampler_sample_draft(struct sampler *s, const float *logits, const uint64_t *allow, int32_t draft,
+                             struct sampler_prob *probs, int32_t *n_out) {
     const struct sampler_params *p = &s->p;
     int32_t nv = s->n_vocab, chosen = 0;
     bias_and_penalties(s, logits, allow);
@@ -325,15 +353,7 @@ int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint
         if (mx == -INFINITY) mx = 0;  /* everything banned: exp gives 0 for all, the last one wins */
         double sum = 0;
         for (int32_t i = 0; i < n; i++) sum += exp(((double)s->sc->cand[i].logit - mx) / p->temperature);
-        double r = rng_uniform(s->rng) * sum, acc = 0;
-        chosen = s->sc->cand[n - 1].id;
-        for (int32_t i = 0; i < n; i++) {
-            acc += exp(((double)s->sc->cand[i].logit - mx) / p->temperature);
-            if (r < acc) {
-                chosen = s->sc->cand[i].id;
-                break;
-            }
-        }
+        chosen = draw(s, n, mx, sum, draft);
         if (probs && n_out && p->n_probs > 0 && p->post_sampling) {
             report_post(s, n, mx, sum, chosen, probs, n_out);
             return chosen;

@@ -93,6 +93,16 @@ int32_t sampler_sample(struct sampler *s, const float *logits, struct sampler_pr
  * choice is always an allowed token. Reported log-probs are those of the masked distribution. */
 int32_t sampler_sample_masked(struct sampler *s, const float *logits, const uint64_t *allow, struct sampler_prob *probs,
                               int32_t *n_out);
+/* Speculative decoding's acceptance rule for a draft token proposed with certainty (its draft
+ * distribution q a point mass: a prompt-lookup draft, or a draft model's greedy choice). With p
+ * the distribution sampler_sample_masked draws from (after the whole chain, allow may be NULL),
+ * draft is kept with probability min(1, p(draft) / q(draft)) = p(draft); otherwise the token is
+ * drawn from norm(max(0, p - q)): p without draft, renormalized. The result is distributed exactly
+ * as sampler_sample_masked's (not the same draws: a rejection takes a second uniform); greedy
+ * gives the largest logit whatever the draft. Returns the token (== draft: accepted); probs as
+ * sampler_sample. The caller then sampler_accept's it, as after sampler_sample. */
+int32_t sampler_sample_draft(struct sampler *s, const float *logits, const uint64_t *allow, int32_t draft,
+                             struct sampler_prob *probs, int32_t *n_out);
 /* How many logits of the last sampler_sample call's input were NaN or infinite (0 from a sound
  * model: a caller ends the sequence with -ERR_NUMERIC otherwise). */
 int32_t sampler_last_nonfinite(const struct sampler *s);

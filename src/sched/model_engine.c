@@ -3,6 +3,7 @@
 #include "common/err.h"
 #include "common/hugemem.h"
 #include "model/footprint.h"
+#include "sched/draft_model.h"
 #include "model/model.h"
 #include "sampler/grammar.h"
 #include "sampler/sampler.h"
@@ -40,7 +41,7 @@ static int check_fits(const struct model_engine_config *cfg, char *why, size_t w
     struct model_footprint fp;
     struct footprint_config fc = {.kv_tokens = cfg->kv_tokens, .batch_tokens = cfg->batch_tokens,
                                   .n_seq_max = cfg->n_seq_max, .max_seq_tokens = cfg->max_seq_tokens,
-                                  .recurrent_states = cfg->recurrent_states};
+                                  .recurrent_states = cfg->recurrent_states, .extra_outputs = SCHED_SPEC_ROWS};
     if (model_footprint_of_path(cfg->path, &fc, &fp, why, why_len) < 0) {
         why[0] = 0;
         return 0;
@@ -92,8 +93,10 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         model_engine_free(e);
         return rc;
     }
-    /* A step has at most one output row per sequence (its last prompt chunk or decode token). */
-    int32_t max_outputs = cfg->n_seq_max < cfg->batch_tokens ? cfg->n_seq_max : cfg->batch_tokens;
+    /* A step has at most one output row per sequence (its last prompt chunk or decode token),
+     * and the rows of its drafts (sched.h: SCHED_SPEC_ROWS in all). */
+    int32_t max_outputs = cfg->n_seq_max + SCHED_SPEC_ROWS < cfg->batch_tokens ? cfg->n_seq_max + SCHED_SPEC_ROWS
+                                                                                 : cfg->batch_tokens;
     e->max_outputs = max_outputs;
     rc = forward_ctx_create(&e->fc, e->model,
                             &(struct forward_config){.max_tokens = cfg->batch_tokens,
@@ -120,6 +123,18 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         model_engine_free(e);
         return rc;
     }
+    if (cfg->draft_path) {
+        char dwhy[256] = "";
+        struct draft_model_config dc = {.n_cells = cfg->kv_tokens, .n_seq_max = cfg->n_seq_max,
+                                        .n_ctx = e->n_ctx + SCHED_SPEC_ROWS, .batch_tokens = cfg->batch_tokens,
+                                        .n_threads = cfg->n_threads, .yield_us = cfg->yield_us};
+        rc = draft_model_load(&e->draft, cfg->draft_path, e->tok, &dc, dwhy, sizeof dwhy);
+        if (rc) {
+            snprintf(why, why_len, "draft model %s: %s", cfg->draft_path, dwhy[0] ? dwhy : err_str(rc));
+            model_engine_free(e);
+            return rc;
+        }
+    }
     int32_t warm = cfg->batch_tokens < SCHED_PROBE_TOKENS ? cfg->batch_tokens : SCHED_PROBE_TOKENS;
     if (warm > e->n_ctx) warm = e->n_ctx;
     rc = engine_warm_up(e, warm);
@@ -134,6 +149,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
 
 void model_engine_free(struct model_engine *e) {
     if (!e) return;
+    draft_model_free(e->draft);
     grammar_cache_free(e->grammars);
     grammar_vocab_free(e->gvocab);
     free(e->grammar_allow);
@@ -156,6 +172,9 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
              (double)e->model->weight_bytes / (1 << 20),
              e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind, (long long)u.cells_total,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
+    size_t len = strlen(out);
+    if (e->draft && len < cap)
+        snprintf(out + len, cap - len, "; draft model %.1f MiB", (double)draft_model_bytes(e->draft) / (1 << 20));
 }
 
 const char *model_engine_chat_template(const struct model_engine *e, size_t *len) {
@@ -312,11 +331,11 @@ static void *engine_sampler_create(void *engine, const void *params, uint64_t se
 /* The sampled token under the choice's grammar: masked sampling, then the state advances. A state
  * that allows nothing (a dead end of the grammar) or a matcher error fails this sequence alone. */
 static int32_t sample_with_grammar(struct model_engine *e, struct engine_sampler *es, const float *logits,
-                                   struct sampler_prob *top, int32_t *n_top) {
+                                   int32_t draft, struct sampler_prob *top, int32_t *n_top) {
     int32_t n = grammar_state_mask(es->g, e->grammar_allow);
     if (n < 0) return n;
     if (n == 0) return -ERR_INVAL;
-    int32_t tok = sampler_sample_masked(es->s, logits, e->grammar_allow, top, n_top);
+    int32_t tok = sampler_sample_draft(es->s, logits, e->grammar_allow, draft, top, n_top);
     if (!((e->grammar_allow[tok >> 6] >> (tok & 63)) & 1)) { /* rounding at the draw's end: the best allowed */
         tok = -1;
         for (int32_t i = 0; i < e->n_vocab; i++)
@@ -326,13 +345,14 @@ static int32_t sample_with_grammar(struct model_engine *e, struct engine_sampler
     return rc < 0 ? rc : tok;
 }
 
-static int32_t engine_sample(void *engine, void *sampler, const float *logits, int32_t n_probs,
-                             struct sched_token_probs *probs) {
+/* A token for one row (draft >= 0: the speculative acceptance rule, sampler.h), remembered. */
+static int32_t engine_sample_draft(void *engine, void *sampler, const float *logits, int32_t draft, int32_t n_probs,
+                                   struct sched_token_probs *probs) {
     struct sampler_prob top[SAMPLER_MAX_PROBS + 1];
     int32_t n_top = 0;
     struct engine_sampler *es = sampler;
-    int32_t tok = es->g ? sample_with_grammar(engine, es, logits, probs ? top : NULL, &n_top)
-                        : sampler_sample(es->s, logits, probs ? top : NULL, &n_top);
+    int32_t tok = es->g ? sample_with_grammar(engine, es, logits, draft, probs ? top : NULL, &n_top)
+                        : sampler_sample_draft(es->s, logits, NULL, draft, probs ? top : NULL, &n_top);
     if (sampler_last_nonfinite(es->s) > 0) return -ERR_NUMERIC; /* this sequence ends, alone */
     if (tok < 0) return tok;
     if (es->lazy) lazy_watch(engine, es, tok);
@@ -381,6 +401,11 @@ static void engine_token_logprobs(void *engine, const float *logits, int32_t tok
     for (int32_t j = 0; j < n_top; j++) probs->top_logprob[j] = (float)(logits[probs->top_token[j]] - lse);
 }
 
+static int32_t engine_sample(void *engine, void *sampler, const float *logits, int32_t n_probs,
+                             struct sched_token_probs *probs) {
+    return engine_sample_draft(engine, sampler, logits, -1, n_probs, probs);
+}
+
 static void engine_sampler_free(void *engine, void *sampler) {
     struct engine_sampler *es = sampler;
     if (!es) return;
@@ -388,6 +413,11 @@ static void engine_sampler_free(void *engine, void *sampler) {
     if (es->lazy) grammar_unref(es->lazy);
     sampler_destroy(es->s);
     free(es);
+}
+
+static int32_t engine_draft(void *engine, int32_t seq, const int32_t *tokens, int32_t n, int32_t n_max, float p_min,
+                            int32_t *out) {
+    return draft_model_run(((struct model_engine *)engine)->draft, seq, tokens, n, n_max, p_min, out);
 }
 
 const struct sched_engine_ops model_engine_ops = {
@@ -398,7 +428,23 @@ const struct sched_engine_ops model_engine_ops = {
     .sample = engine_sample,
     .sampler_free = engine_sampler_free,
     .token_logprobs = engine_token_logprobs,
+    .sample_draft = engine_sample_draft,
 };
+
+static const struct sched_engine_ops engine_ops_with_draft = {
+    .forward = engine_forward,
+    .n_vocab = engine_n_vocab,
+    .is_eog = engine_is_eog,
+    .sampler_create = engine_sampler_create,
+    .sample = engine_sample,
+    .sampler_free = engine_sampler_free,
+    .sample_draft = engine_sample_draft,
+    .draft = engine_draft,
+};
+
+const struct sched_engine_ops *model_engine_sched_ops(const struct model_engine *e) {
+    return e->draft ? &engine_ops_with_draft : &model_engine_ops;
+}
 
 /* --- text and tokens -------------------------------------------------------------------------- */
 

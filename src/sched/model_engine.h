@@ -1,7 +1,9 @@
 /* model_engine.h: one loaded model behind the scheduler's engine_ops seam (sched.h): the weights
  * (model.h; the architecture comes from general.architecture), its tokenizer, the memory every
  * sequence shares (--kv-tokens KV cells, or one recurrent state per sequence for Mamba), the
- * forward context sized for the biggest step (--batch-tokens), and samplers (sampler/sampler.h).
+ * forward context sized for the biggest step (--batch-tokens), samplers (sampler/sampler.h) and,
+ * for speculative decoding, a draft model (sched/draft_model.h; --model-draft), loaded after the
+ * served model and checked to share its vocabulary.
  * It is also what the API layer knows of the model: the tokenizer's text <-> tokens, a streaming
  * detokenizer, the sampling parameters and the model's sizes, so that src/api reaches model,
  * tokenizer and sampler only through here.
@@ -16,7 +18,7 @@
  *                                    .n_seq_max = 64, .n_threads = 2};
  *   struct model_engine *e;  char why[256];
  *   if (model_engine_load(&e, &ec, why, sizeof why) < 0) ... why ...
- *   sched_create(&s, &cfg, e->mem, &model_engine_ops, e);
+ *   sched_create(&s, &cfg, e->mem, model_engine_sched_ops(e), e);
  *   struct model_engine_sampling sp = {.temperature = 0.8f, .top_k = 40, .repeat_penalty = 1};
  *   struct sched_request r = {..., .n_probs = sp.n_probs, .sampler_params = &sp};
  *   sched_submit(s, &r, ...);            // the samplers copy sp: it may go after the call
@@ -51,6 +53,7 @@ struct model_engine_config {
     int n_threads;          /* compute threads of the forward pass (<= 0: all cores) */
     int64_t yield_us;       /* forward_config.yield_us */
     bool allow_unknown_pretokenizer; /* tokenizer_options.allow_unknown_pretokenizer */
+    const char *draft_path; /* a draft model for speculative decoding (sched/draft_model.h), or NULL */
 };
 
 struct sampler_scratch;
@@ -75,6 +78,7 @@ struct model_engine {
     struct grammar_vocab *gvocab;  /* the vocabulary's trie for grammars (sampler/grammar.h) */
     struct grammar_cache *grammars;/* compiled grammars by text (loop thread) */
     uint64_t *grammar_allow;       /* one mask: steps sample one row at a time (worker thread) */
+    struct draft_model *draft;     /* config.draft_path loaded, or NULL (worker thread) */
 };
 
 /* 0, or the loaders' errors with the reason in why. */
@@ -92,7 +96,10 @@ const char *model_engine_chat_template(const struct model_engine *e, size_t *len
  * none), and whether tokenizing with add_special adds it: a chat template's bos_token/eos_token. */
 const char *model_engine_special_text(const struct model_engine *e, int which, size_t *len, bool *added);
 
+/* The scheduler's seam: forward and sampling, with speculation's acceptance rule; no draft model. */
 extern const struct sched_engine_ops model_engine_ops;
+/* The engine's own table: model_engine_ops, with engine_ops.draft when it has a draft model. */
+const struct sched_engine_ops *model_engine_sched_ops(const struct model_engine *e);
 
 /* --- sampling: what sched_request.sampler_params points to ---------------------------------- */
 

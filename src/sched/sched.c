@@ -143,7 +143,7 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
                  void *owner, double now_ms, struct sched_req **handle) {
     int32_t n_choices = in->n_choices == 0 ? 1 : in->n_choices;
     if (in->n_prompt < 1 || !in->prompt || n_choices < 1 || n_choices > s->cfg.max_n ||
-        in->n_probs < 0 || in->n_probs > SCHED_MAX_PROBS)
+        in->n_probs < 0 || in->n_probs > SCHED_MAX_PROBS || in->draft_max < 0 || in->draft_min < 0)
         return -ERR_INVAL;
     if (in->prompt_logprobs && (!s->ops->token_logprobs || !sink->on_prompt_probs || in->n_prompt < 2))
         return -ERR_INVAL;
@@ -196,6 +196,13 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         .partition = in->cache_partition, .t_submit = now_ms,
         .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };
+    /* speculation needs one sequence per request (siblings share the prompt's cells), a memory
+     * that can drop rejected positions, the acceptance rule and a source of drafts */
+    if (n_choices == 1 && s->mem->ops->partial_removal && s->ops->sample_draft && (s->ops->draft || s->cfg.spec_lookup)) {
+        r->draft_max = in->draft_max < SCHED_SPEC_ROWS - 1 ? in->draft_max : SCHED_SPEC_ROWS - 1;
+        r->draft_min = in->draft_min;
+        r->draft_p_min = in->draft_p_min;
+    }
     if (s->queue_tail) s->queue_tail->next = r;
     else s->queue_head = r;
     s->queue_tail = r;
@@ -363,7 +370,9 @@ int sched_create(struct sched **out, const struct sched_config *cfg, struct memo
     s->step.samples = calloc((size_t)s->n_seq, sizeof *s->step.samples);
     s->step.prows = calloc((size_t)cfg->batch_tokens, sizeof *s->step.prows);
     s->live_flags = calloc((size_t)s->n_seq, sizeof *s->live_flags);
-    if (!s->live_flags || !s->seqs || !s->tokens_pool || !s->reqs || !s->decode_order || !s->prompt_order ||
+    s->step.spec_out = calloc((size_t)cfg->batch_tokens, sizeof *s->step.spec_out);
+    s->step.spec_hist = calloc((size_t)s->token_cap + SCHED_SPEC_ROWS, sizeof *s->step.spec_hist);
+    if (!s->step.spec_out || !s->step.spec_hist || !s->live_flags || !s->seqs || !s->tokens_pool || !s->reqs || !s->decode_order || !s->prompt_order ||
         !s->step.entries || !s->step.samples || !s->step.prows || batch_init(&s->step.batch, cfg->batch_tokens) != 0) {
         sched_destroy(s);
         return -ERR_NOMEM;
@@ -394,6 +403,8 @@ void sched_destroy(struct sched *s) {
     free(s->step.entries);
     free(s->step.samples);
     free(s->step.prows);
+    free(s->step.spec_out);
+    free(s->step.spec_hist);
     free(s->live_flags);
     free(s->decode_order);
     free(s->prompt_order);

@@ -73,13 +73,34 @@
  *     then reuses n_prompt - 1 tokens (tokens_cached) and runs one, with identical output;
  *     prompt_tokens counts that last token as prompt although it rides with the decodes.
  *
+ *   - speculative decoding, for a request with draft_max > 0 (one choice, a memory with partial
+ *     removal, an engine with sample_draft): a generating sequence's decode carries up to k draft
+ *     tokens after its pending one, every row with logits, so one forward verifies them all; the
+ *     rows are sampled in order with the acceptance rule (engine_ops.sample_draft), up to the first
+ *     token that differs from its draft, and the token drawn there (or, all accepted, after the
+ *     last draft) ends the run: 1 + accepted tokens stream from one step, and the rejected drafts'
+ *     positions leave the memory when the step completes (memory_seq_rm), so the sequence then
+ *     holds exactly what it would without speculation. Greedy output is identical; sampled output
+ *     has the same distribution (sampler.h's sampler_sample_draft). Drafts come from the engine's
+ *     draft model (engine_ops.draft, run on the worker after a step's sampling for the next step)
+ *     or, with config.spec_lookup, from the sequence's own history: the continuation of the latest
+ *     earlier occurrence of its last 2-4 tokens (prompt lookup). k adapts per sequence: it doubles
+ *     (up to draft_max) while every draft is accepted and drops to accepted + 1 on a rejection; a
+ *     draft shorter than draft_min is not used. Draft rows count in the step's token budget and
+ *     in the cost model's rows, and a step's drafts all together stay within SCHED_SPEC_ROWS minus
+ *     its decode rows, with none beside prompt chunks: where batching already shares each read
+ *     of the weights, speculation backs off (none at SCHED_SPEC_ROWS decodes); and beside other
+ *     decodes a sequence drafts only as many tokens as pay for their rows: the tokens they are
+ *     expected to add (from its decaying acceptance rate) per millisecond they add to the step
+ *     (the cost model's per-token and per-cell terms) must beat the step's own tokens per ms.
+ *
  * Threading contract (exactly one step in flight at a time):
  *   loop thread:   sched_create, sched_submit, sched_cancel(_deferred), sched_build_step,
  *                  sched_step_complete, sched_stats, sched_slots, sched_destroy.
  *   worker thread: sched_step_compute, between sched_build_step and sched_step_complete.
  *   sched_step_compute touches only the step, the memory (the engine's forward, and
- *   memory_seq_save of a preempted sequence that is not in the batch) and the samplers of the
- *   sequences in the step; the loop thread does not touch the memory or those samplers while a
+ *   memory_seq_save of a preempted sequence that is not in the batch), the samplers of the
+ *   sequences in the step and their speculation state (draft size, the draft model's draft); the loop thread does not touch the memory or those samplers while a
  *   step is in flight (sched_cancel defers its freeing to sched_step_complete), so submit,
  *   cancel and stats may run concurrently with compute without locks.
  *
@@ -134,6 +155,10 @@
 /* The prompt budget of a step before any step was measured, and a lone prompt's least (above):
  * model_engine_load warms the model up with a forward of this size. */
 #define SCHED_PROBE_TOKENS 32
+/* A step's decode rows + draft rows within which speculation runs: the weights' serving layouts
+ * interleave 16 rows (math/q8x16.h), so a step of up to 16 rows reads them about once. The
+ * engine's forward must give n_seq_max + SCHED_SPEC_ROWS logits rows. */
+#define SCHED_SPEC_ROWS 16
 
 struct sched;
 struct sched_req;  /* a request handle: valid from sched_submit until it ends or is cancelled */
@@ -157,6 +182,7 @@ struct sched_config {
                                * many steps, and a sequence keeps one at least this long (16; 0: off) */
     int32_t max_outputs;      /* most logits rows a step's forward gives (the engine's; 0:
                                * batch_tokens): bounds the prompt rows of prompt_logprobs */
+    bool spec_lookup;         /* prompt-lookup drafts when the engine has no draft model (false) */
 };
 
 /* Fill defaults; n_ctx must still be set. */
@@ -196,6 +222,17 @@ struct sched_engine_ops {
      * thread. NULL: the engine cannot, and requests with prompt_logprobs are refused. */
     void (*token_logprobs)(void *engine, const float *logits, int32_t token, int32_t n_probs,
                            struct sched_token_probs *probs);
+    /* Optional (NULL: no speculation). sample with a drafted next token: the acceptance rule
+     * (sampler.h's sampler_sample_draft); returns the token (== draft: accepted), remembered as
+     * generated like sample's. Worker thread. */
+    int32_t (*sample_draft)(void *engine, void *sampler, const float *logits, int32_t draft, int32_t n_probs,
+                            struct sched_token_probs *probs);
+    /* Optional (NULL: no draft model). Up to n_max tokens the draft model expects after
+     * tokens[0..n) (sequence seq's whole history) into out, stopping where its confidence in its
+     * next token falls below p_min; returns how many (0: none, also on any error: a draft is only
+     * a guess). Worker thread, after a step's sampling. */
+    int32_t (*draft)(void *engine, int32_t seq, const int32_t *tokens, int32_t n, int32_t n_max, float p_min,
+                     int32_t *out);
 };
 
 enum sched_stop {
@@ -210,6 +247,8 @@ struct sched_counts {
     int32_t n_prompt;       /* prompt tokens (tokens_evaluated) */
     int32_t n_cached;       /* of which reused from shared or cached cells (tokens_cached) */
     int32_t n_generated;    /* tokens generated for this choice (tokens_predicted), EOS excluded */
+    int32_t n_drafted;      /* draft tokens verified (speculative decoding) */
+    int32_t n_draft_accepted; /* of which accepted */
     double prompt_ms;       /* admission to first token */
     double predicted_ms;    /* first token to the end */
 };
@@ -245,6 +284,11 @@ struct sched_request {
                               * prefix; cache_prompt is ignored) with a logits row per position,
                               * so its chunks are bounded by config.max_outputs; n_prompt >= 2 */
     const void *sampler_params; /* passed to engine_ops.sampler_create during sched_submit */
+    /* speculative decoding (llama.cpp's speculative.n_max/n_min/p_min): most draft tokens per
+     * step (0: none; at most SCHED_SPEC_ROWS - 1 are used), fewest worth verifying, and the draft
+     * model's confidence below which it stops drafting */
+    int32_t draft_max, draft_min;
+    float draft_p_min;
 };
 
 /* 0, or -ERR_INVAL (bad config), -ERR_NOMEM. The scheduler uses sequence ids
@@ -357,6 +401,7 @@ struct sched_stats {
     int64_t generated_tokens;
     double prompt_ms, decode_ms; /* step time split by the step's prompt/decode token share */
     int64_t steps, preemptions, cache_evictions;
+    int64_t draft_tokens, draft_accepted; /* speculative decoding: drafts verified, accepted */
     int64_t step_seqs;        /* sequences in the batch, summed over steps (/ steps: the mean) */
     struct sched_hist hist[SCHED_HIST_KINDS];
     /* step durations per bucket (not cumulative): step_hist[i] counts steps that took

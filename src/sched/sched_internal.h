@@ -43,6 +43,16 @@ struct seq {
     bool sliced;            /* preempted by time-slicing: waits its turn behind older waiters */
     uint64_t partition;     /* LIVE and CACHE: the cache partition of the request it came from */
     double t_last;          /* LIVE: when its last token was taken (inter-token latency) */
+    /* speculative decoding (sched.h; spec.c): the worker writes these for the sequences of its
+     * step, the loop reads them when it builds the next */
+    int32_t spec_k;         /* LIVE: draft tokens to try next (adapts); 0: not yet set */
+    float spec_rate;        /* LIVE: share of its drafted tokens accepted, a decaying average */
+    int32_t n_draft;        /* the draft model's draft, valid while n_tokens == draft_at */
+    int32_t draft_at;
+    int32_t draft[SCHED_SPEC_ROWS];
+    int32_t n_plan;         /* build: the drafts this step verifies (spec.c) */
+    int32_t plan[SCHED_SPEC_ROWS];
+    int32_t n_drafted, n_accepted; /* counts for sched_counts */
 };
 
 enum req_state { REQ_FREE, REQ_QUEUED, REQ_ACTIVE };
@@ -59,6 +69,8 @@ struct sched_req {
     bool prompt_logprobs;   /* request.prompt_logprobs: pprobs[i] is prompt token i + 1's */
     bool pprobs_sent;       /* sink.on_prompt_probs was called */
     struct sched_token_probs *pprobs; /* [n_prompt - 1], written by the steps' compute */
+    int32_t draft_max, draft_min; /* request.draft_*; draft_max 0 when speculation cannot run */
+    float draft_p_min;
     uint64_t partition;     /* request.cache_partition */
     void **samplers;        /* [n_choices] */
     int32_t *seqs;          /* [n_choices] memory ids while ACTIVE, -1 once ended */
@@ -93,6 +105,10 @@ struct step_sample {
     void *sampler;
     int32_t n_probs;
     struct sched_token_probs out;
+    /* speculation: n_draft drafts follow in the batch from entry draft_entry on (rows row + 1..);
+     * the worker sets n_out, the tokens taken: out, then spec_out[row + 1 .. row + n_out) */
+    int32_t n_draft, draft_entry, n_out, n_accepted;
+    bool spec;              /* the request speculates: the draft model drafts after this sample */
 };
 
 /* A preemption by saving: the copy to host runs on the worker (it can take milliseconds: page
@@ -114,8 +130,13 @@ struct sched_step {
     int32_t n_samples;
     struct step_prompt_row *prows; /* [batch capacity] */
     int32_t n_prows;
+    struct sched_token_probs *spec_out; /* [batch capacity] by logits row: tokens after the first */
+    int32_t *spec_hist;     /* [token_cap] worker scratch: a history for engine_ops.draft */
+    int32_t draft_left;     /* worker: draft tokens the draft model may still make for the next
+                             * step (what sched_spec_plan would give them room for) */
     int32_t n_prompt_tokens, n_decode_tokens;
     int32_t n_prompt_tails; /* of the decode tokens, prompts' last tokens (counted as prompt) */
+    int32_t n_draft_tokens; /* of the decode tokens, drafts to verify (speculation) */
     int64_t number;
     double attn;            /* attention cells of the batch: sum of pos + 1 over its rows (step_cost.h) */
     double started_ms, expected_ms;
@@ -196,6 +217,19 @@ void sched_cache_keep(struct sched *s, int32_t id);
 void sched_cache_checkpoint(struct sched *s, int32_t id);
 /* Refresh the usage and per-id cell counts that stats read while a step computes. */
 void sched_cache_refresh_usage(struct sched *s);
+
+/* spec.c: speculative decoding (sched.h) */
+/* Drafts for this step's decodes (collect()'s decode_order) into each sequence's plan: k per
+ * sequence within SCHED_SPEC_ROWS - decodes in all, from the draft model's draft or prompt lookup. */
+void sched_spec_plan(struct sched *s);
+/* The continuation of the latest earlier occurrence of the last 4, 3 or 2 tokens of
+ * tokens[0..n) (the longest that occurs), up to n_max tokens into out; returns how many. */
+int32_t sched_spec_lookup(const int32_t *tokens, int32_t n, int32_t n_max, int32_t *out);
+/* Worker: verify one sample's drafts (rows row..row + n_draft), adapt its sequence's k, and draft
+ * its next step with the draft model. logits: the forward's rows. */
+void sched_spec_verify(struct sched *s, struct sched_step *st, struct step_sample *sm, const float *logits);
+/* Worker, after a plain sample of a speculating sequence: the draft model's next draft. */
+void sched_spec_draft(struct sched *s, struct sched_step *st, const struct step_sample *sm);
 
 /* sched.c */
 /* Return a request to the pool, freeing its samplers and its allocation. */

@@ -230,6 +230,7 @@ static void collect(struct sched *s) {
         if (remaining == 1) insert_ordered(s, s->decode_order, s->n_decode++, i);
         else insert_ordered(s, s->prompt_order, s->n_prompt++, i);
     }
+    sched_spec_plan(s);
 }
 
 static void add_samples(struct sched *s, struct step_entry *e, int32_t row) {
@@ -241,7 +242,8 @@ static void add_samples(struct sched *s, struct step_entry *e, int32_t row) {
     int32_t first = r->forked ? q->choice : 0, last = r->forked ? q->choice : r->n_choices - 1;
     for (int32_t c = first; c <= last; c++)
         st->samples[st->n_samples++] = (struct step_sample){
-            .row = row, .seq = e->seq, .choice = c, .sampler = r->samplers[c], .n_probs = r->n_probs};
+            .row = row, .seq = e->seq, .choice = c, .sampler = r->samplers[c], .n_probs = r->n_probs,
+            .spec = r->draft_max > 0};
     e->n_samples = st->n_samples - e->first_sample;
 }
 
@@ -269,7 +271,24 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
  * (scripts/bench.d/50-serving, fairness). */
 static bool fills_rest(const struct sched *s, int32_t i) { return i == s->n_prompt - 1; }
 
-/* Fill the batch: every decode (round-robin when they exceed the batch), then prompt chunks. */
+/* A decode with d drafts after it (sched_spec_plan): every row wants logits, the first sample's
+ * rows follow one another. */
+static void add_spec(struct sched *s, int32_t id, int32_t d) {
+    struct sched_step *st = &s->step;
+    const struct seq *q = &s->seqs[id];
+    struct step_entry *e = &st->entries[st->n_entries++];
+    *e = (struct step_entry){.seq = id, .n_new = 1 + d};
+    batch_add(&st->batch, q->tokens[q->n_past], q->n_past, id, true);
+    add_samples(s, e, st->batch.n_outputs - 1);
+    struct step_sample *sm = &st->samples[e->first_sample];
+    sm->n_draft = d;
+    sm->draft_entry = st->batch.n_tokens;
+    for (int32_t j = 0; j < d; j++) batch_add(&st->batch, q->plan[j], q->n_past + 1 + j, id, true);
+    st->n_draft_tokens += d;
+}
+
+/* Fill the batch: every decode (round-robin when they exceed the batch) with its drafts while
+ * they fit beside the other decodes, then prompt chunks. */
 static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
     struct sched_step *st = &s->step;
     batch_clear(&st->batch);
@@ -280,11 +299,17 @@ static void fill(struct sched *s, int32_t prompt_cap, int32_t chunk_cap) {
         int32_t keep = SCHED_MIN_PROMPT_TOKENS < decode_cap / 2 ? SCHED_MIN_PROMPT_TOKENS : decode_cap / 2;
         decode_cap -= keep;
     }
-    st->n_prompt_tails = 0;
+    st->n_prompt_tails = st->n_draft_tokens = 0;
+    int32_t draft_room = decode_cap - (s->n_decode < decode_cap ? s->n_decode : decode_cap);
     for (int32_t i = 0; i < s->n_decode && st->batch.n_tokens < decode_cap; i++) {
         const struct seq *q = &s->seqs[s->decode_order[i]];
         st->n_prompt_tails += q->n_past < q->req->n_prompt;
-        add_tokens(s, s->decode_order[i], 1);
+        if (q->n_plan > 0 && q->n_plan <= draft_room) {
+            draft_room -= q->n_plan;
+            add_spec(s, s->decode_order[i], q->n_plan);
+        } else {
+            add_tokens(s, s->decode_order[i], 1);
+        }
     }
     st->n_decode_tokens = st->batch.n_tokens;
     int32_t left = st->batch.capacity - st->batch.n_tokens;
@@ -397,9 +422,13 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
         *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
         return;
     }
-    int32_t rows = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens;
+    int32_t decodes = s->n_decode < s->cfg.batch_tokens ? s->n_decode : s->cfg.batch_tokens, rows = decodes;
     double attn = 0;
-    for (int32_t i = 0; i < rows; i++) attn += s->seqs[s->decode_order[i]].n_past + 1;
+    for (int32_t i = 0; i < decodes; i++) { /* a decode and its drafts (their rows count too) */
+        const struct seq *q = &s->seqs[s->decode_order[i]];
+        attn += step_cost_attn(q->n_past, 1 + q->n_plan);
+        rows += q->n_plan;
+    }
     int32_t cap = 0;
     for (int32_t i = 0; i < s->n_prompt && cap < *prompt_cap; i++) {
         const struct seq *q = &s->seqs[s->prompt_order[i]];
@@ -440,6 +469,7 @@ static void save_in_step(struct sched *s, int32_t victim, bool sliced) {
 static void clear_batch(struct sched_step *st) {
     batch_clear(&st->batch);
     st->n_entries = st->n_samples = st->n_prompt_tokens = st->n_decode_tokens = st->n_prompt_tails = 0;
+    st->n_draft_tokens = 0;
 }
 
 int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
@@ -468,7 +498,12 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
             readmit(s, now_ms);
             continue;
         }
-        /* No room: give up cache first, then prompt tokens, then the biggest sequence. */
+        /* No room: give up drafts first (only a guess), then cache, then prompt tokens, then the
+         * biggest sequence. */
+        if (st->n_draft_tokens > 0) {
+            for (int32_t i = 0; i < s->n_decode; i++) s->seqs[s->decode_order[i]].n_plan = 0;
+            continue;
+        }
         if (sched_cache_evict_lru(s, -1, true)) continue;
         if (st->n_prompt_tokens > 1) {
             prompt_cap = st->n_prompt_tokens / 2;
@@ -527,11 +562,22 @@ void sched_step_compute(struct sched *s, struct sched_step *st) {
     const float *logits = NULL;
     st->err = s->ops->forward(s->engine, s->mem, &st->batch, &logits);
     if (st->err) return;
+    /* the draft model drafts only what the next step can verify: its decodes are about this
+     * step's samples, and beside prompt chunks (a prompt not finished in this one) it verifies none */
+    st->draft_left = SCHED_SPEC_ROWS - st->n_samples;
+    for (int32_t i = 0; i < st->n_entries; i++)
+        if (st->entries[i].n_samples == 0) st->draft_left = 0;
     for (int32_t i = 0; i < st->n_samples; i++) {
         struct step_sample *sm = &st->samples[i];
+        if (sm->n_draft > 0) {
+            sched_spec_verify(s, st, sm, logits);
+            continue;
+        }
         const float *row = logits + (size_t)sm->row * (size_t)s->n_vocab;
         sm->out.n_top = 0;
         sm->out.token = s->ops->sample(s->engine, sm->sampler, row, sm->n_probs, &sm->out);
+        sm->n_out = 1;
+        if (sm->spec && sm->out.token >= 0) sched_spec_draft(s, st, sm);
     }
     /* the request's pprobs: the loop thread reads them only after the step completes */
     for (int32_t i = 0; i < st->n_prows; i++) {
@@ -562,10 +608,16 @@ static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, d
         .n_prompt = r->n_prompt,
         .n_cached = r->n_cached,
         .n_generated = q->forking ? 0 : q->n_tokens - r->n_prompt,
+        .n_drafted = q->n_drafted,
+        .n_draft_accepted = q->n_accepted,
         .prompt_ms = (r->has_first ? r->t_first : now_ms) - r->t_admit,
         .predicted_ms = r->has_first ? now_ms - r->t_first : 0,
     };
     if (counts.n_generated < 0) counts.n_generated = 0; /* ended before its prompt finished */
+    /* a run of accepted drafts that stops early (a stop word, the limit, EOS) leaves the rest of
+     * the run's positions in memory: they go, so that the cache holds exactly the tokens */
+    if (q->n_drafted > 0 && q->in_memory && memory_seq_pos_max(s->mem, id) >= q->n_past)
+        memory_seq_rm(s->mem, id, q->n_past, -1);
     if (r->cache_prompt && q->in_memory && q->n_past > 0) sched_cache_keep(s, id);
     else sched_cache_seq_release(s, id);
     r->seqs[choice] = -1;
@@ -638,6 +690,45 @@ static void take_token(struct sched *s, int32_t id, const struct sched_token_pro
     else if (q->n_tokens >= s->token_cap) finish_choice(s, id, SCHED_STOP_CONTEXT, now_ms);
 }
 
+/* A verified run's memory (sched.h, speculation): the pending token and the accepted drafts stay
+ * (positions p .. p + n_out - 1), the rejected ones go; n_past counts the pending token now and
+ * each accepted draft as its token is taken (take_spec_tokens). A memory that refuses the removal
+ * fails the request. */
+static void spec_positions(struct sched *s, int32_t id, const struct step_sample *sm) {
+    struct seq *q = &s->seqs[id];
+    int32_t p = q->n_past;
+    if (sm->n_out <= sm->n_draft) {
+        int rc = memory_seq_rm(s->mem, id, p + sm->n_out, -1);
+        if (rc) {
+            s->in_callbacks++;
+            sched_req_fail(s, q->req, rc);
+            s->in_callbacks--;
+            return;
+        }
+    }
+    q->n_past = p + 1;
+    q->n_drafted += sm->n_draft;
+    q->n_accepted += sm->n_accepted;
+    s->totals.draft_tokens += sm->n_draft;
+    s->totals.draft_accepted += sm->n_accepted;
+}
+
+/* The tokens of a verified run, in order, until one ends the choice. */
+static void take_spec_tokens(struct sched *s, int32_t id, const struct step_sample *sm, double now_ms) {
+    struct seq *q = &s->seqs[id];
+    struct sched_req *r = q->req;
+    for (int32_t j = 0; j < sm->n_out; j++) {
+        const struct sched_token_probs *o = j == 0 ? &sm->out : &s->step.spec_out[sm->row + j];
+        if (o->token < 0) { /* no token for this sequence: its request fails alone */
+            sched_req_fail(s, r, o->token);
+            return;
+        }
+        if (j > 0) q->n_past++; /* the draft taken before is in memory */
+        take_token(s, id, o, now_ms);
+        if (r->state == REQ_FREE || r->cancelled || r->seqs[sm->choice] != id) return;
+    }
+}
+
 static void learn(struct sched *s, const struct sched_step *st, double now_ms) {
     s->last_progress_ms = now_ms;
     if (st->batch.n_tokens == 0) return; /* a save-only step says nothing about forward speed */
@@ -674,7 +765,11 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
             /* first what the memory now holds, then the tokens (a finishing choice caches n_past) */
             for (int32_t i = 0; i < st->n_entries; i++) {
                 struct seq *q = &s->seqs[st->entries[i].seq];
-                q->n_past += st->entries[i].n_new;
+                const struct step_entry *e = &st->entries[i];
+                if (e->n_samples == 1 && st->samples[e->first_sample].n_draft > 0)
+                    spec_positions(s, st->entries[i].seq, &st->samples[e->first_sample]);
+                else
+                    q->n_past += st->entries[i].n_new;
                 q->last_served = st->number;
                 if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
                     if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
@@ -705,6 +800,10 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
             if (r->cancelled) continue;
         }
         if (!r->forked && r->n_predict != 0) fork_choices(s, r);
+        if (st->samples[e->first_sample].n_draft > 0) {
+            take_spec_tokens(s, e->seq, &st->samples[e->first_sample], now_ms);
+            continue;
+        }
         for (int32_t k = 0; k < e->n_samples; k++) {
             const struct step_sample *sm = &st->samples[e->first_sample + k];
             int32_t id = r->seqs[sm->choice];

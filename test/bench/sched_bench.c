@@ -35,7 +35,8 @@ static int32_t sample(void *e, void *sampler, const float *logits, int32_t n_pro
     return (int32_t)(*s % VOCAB);
 }
 static void sampler_free(void *e, void *s) { free(s); }
-static const struct sched_engine_ops ops = {forward, n_vocab, is_eog, sampler_create, sample, sampler_free, NULL};
+static const struct sched_engine_ops ops = {forward, n_vocab, is_eog, sampler_create, sample, sampler_free,
+                                            NULL, NULL, NULL};
 
 static double now_us(void) {
     struct timespec ts;

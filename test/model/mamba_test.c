@@ -631,7 +631,7 @@ static int32_t eng_sample(void *e, void *smp, const float *logits, int32_t n_pro
 }
 static void eng_sampler_free(void *e, void *smp) {}
 static const struct sched_engine_ops eng_ops = {eng_forward, eng_n_vocab, eng_is_eog, eng_sampler_create,
-                                                eng_sample, eng_sampler_free, NULL};
+                                                eng_sample, eng_sampler_free, NULL, NULL, NULL};
 
 static bool on_token(void *owner, int32_t choice, int32_t token, const struct sched_token_probs *p) {
     struct outcome *o = owner;

@@ -391,3 +391,60 @@ TEST(sampler_post_sampling_probs_are_the_truncated_distribution) {
     CHECK(n == 1 && p[0].token == 0 && p[0].logprob == 0.0f);
     sampler_destroy(s);
 }
+
+/* Speculative acceptance (sampler_sample_draft): whatever the draft, the tokens it returns follow
+ * the sampler's own distribution, and the draft is kept as often as that distribution gives it.
+ * A chi-square over 6 tokens (top_k drops the last: it must never come out), 40000 draws per
+ * draft token; 4 degrees of freedom, bar 40 (p < 1e-7 for a correct rule). */
+TEST(sampler_draft_acceptance_keeps_the_target_distribution) {
+    enum { V = 6, DRAWS = 40000 };
+    float l[V] = {1.0f, 0.2f, 0.7f, -0.5f, 0.0f, -3.0f};
+    struct sampler_params p = {.temperature = 0.8f, .top_k = 5, .seed = 7};
+    struct sampler *s = make(t, V, &p);
+    CHECK(s);
+    double want[V] = {0}, sum = 0;
+    for (int i = 0; i < V - 1; i++) sum += want[i] = exp(l[i] / 0.8);
+    for (int i = 0; i < V; i++) want[i] /= sum;
+    for (int32_t draft = 0; draft < V; draft++) {
+        int64_t got[V] = {0}, kept = 0;
+        for (int k = 0; k < DRAWS; k++) {
+            int32_t tok = sampler_sample_draft(s, l, NULL, draft, NULL, NULL);
+            CHECK(tok >= 0 && tok < V);
+            got[tok]++;
+            kept += tok == draft;
+        }
+        CHECK_EQ_INT(got[V - 1], 0);
+        double chi2 = 0;
+        for (int i = 0; i < V - 1; i++) chi2 += (got[i] - DRAWS * want[i]) * (got[i] - DRAWS * want[i]) / (DRAWS * want[i]);
+        if (chi2 >= 40) printf("draft %d: chi2 %.1f\n", draft, chi2);
+        CHECK(chi2 < 40);
+        /* accepted with probability p(draft): the same counts as above, checked as a rate */
+        CHECK(fabs((double)kept / DRAWS - want[draft]) < 0.015);
+    }
+    sampler_destroy(s);
+}
+
+/* Greedy: the draft is kept exactly when it is the largest logit, else the largest logit comes. */
+TEST(sampler_draft_greedy_is_the_argmax) {
+    float l[5] = {0.1f, 2.0f, 1.9f, -1.0f, 2.0f};
+    struct sampler *s = make(t, 5, &(struct sampler_params){.temperature = 0});
+    CHECK(s);
+    for (int32_t d = 0; d < 5; d++) CHECK_EQ_INT(sampler_sample_draft(s, l, NULL, d, NULL, NULL), 1);
+    sampler_destroy(s);
+}
+
+/* With a mask: a draft outside it is always rejected; tokens stay inside it. */
+TEST(sampler_draft_respects_the_mask) {
+    float l[4] = {3.0f, 1.0f, 1.0f, 0.0f};
+    uint64_t allow[1] = {(1u << 1) | (1u << 2)};
+    struct sampler *s = make(t, 4, &(struct sampler_params){.temperature = 1.0f, .seed = 3});
+    CHECK(s);
+    int ones = 0;
+    for (int k = 0; k < 2000; k++) {
+        int32_t tok = sampler_sample_draft(s, l, allow, 0, NULL, NULL);
+        CHECK(tok == 1 || tok == 2);
+        ones += tok == 1;
+    }
+    CHECK(ones > 850 && ones < 1150);
+    sampler_destroy(s);
+}

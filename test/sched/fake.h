@@ -50,6 +50,8 @@ struct fake_engine {
     int64_t samplers_live;   /* created - freed: must end at 0 */
     float *logits;           /* [batch capacity][n_vocab] */
     int32_t logits_rows;
+    int32_t draft_wrong_every; /* fake_engine_draft_ops: drafts at positions divisible by it are wrong */
+    int64_t draft_calls, drafts_verified;
 };
 struct fake_sampling {
     bool random;
@@ -57,6 +59,10 @@ struct fake_sampling {
 };
 
 extern const struct sched_engine_ops fake_engine_ops;
+/* The same with speculation: sample_draft, and a draft model (fe_draft: the engine's own next
+ * tokens, wrong where draft_wrong_every says) or none (prompt lookup: config.spec_lookup). */
+extern const struct sched_engine_ops fake_engine_draft_ops;
+extern const struct sched_engine_ops fake_engine_lookup_ops;
 void fake_engine_init(struct fake_engine *e, struct memory *mem, int32_t n_vocab, int32_t max_rows);
 void fake_engine_free(struct fake_engine *e);
 

@@ -500,7 +500,40 @@ static void fe_sampler_free(void *engine, void *sampler) {
 }
 
 const struct sched_engine_ops fake_engine_ops = {
-    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free, NULL};
+    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free, NULL, NULL, NULL};
+
+/* The fake samplers are greedy (or a seed's fixed neighbour of the greedy token): whatever the
+ * draft, the token is the one fe_sample gives, which is the acceptance rule for a point mass. */
+static int32_t fe_sample_draft(void *engine, void *sampler, const float *logits, int32_t draft, int32_t n_probs,
+                               struct sched_token_probs *probs) {
+    ((struct fake_engine *)engine)->drafts_verified++;
+    return fe_sample(engine, sampler, logits, n_probs, probs);
+}
+
+/* The fake engine's own next tokens (its logits are a hash of the history), except that every
+ * token at a position divisible by draft_wrong_every is off by one: a draft model right most of
+ * the time. */
+static int32_t fe_draft(void *engine, int32_t seq, const int32_t *tokens, int32_t n, int32_t n_max, float p_min,
+                        int32_t *out) {
+    struct fake_engine *e = engine;
+    e->draft_calls++;
+    uint64_t h = HISTORY_SEED;
+    for (int32_t i = 0; i < n; i++) h = mix(h, (uint64_t)(uint32_t)tokens[i]);
+    int32_t k = 0;
+    for (; k < n_max; k++) {
+        bool eos = e->eos_every > 0 && (h >> 20) % (uint64_t)e->eos_every == 0;
+        int32_t t = eos ? FAKE_EOS : 2 + (int32_t)(h % (uint64_t)(e->n_vocab - 2));
+        if (e->draft_wrong_every > 0 && (n + k) % e->draft_wrong_every == 0) t = 2 + (t - 1) % (e->n_vocab - 2);
+        out[k] = t;
+        h = mix(h, (uint64_t)(uint32_t)t);
+    }
+    return k;
+}
+
+const struct sched_engine_ops fake_engine_draft_ops = {
+    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free, NULL, fe_sample_draft, fe_draft};
+const struct sched_engine_ops fake_engine_lookup_ops = {
+    fe_forward, fe_n_vocab, fe_is_eog, fe_sampler_create, fe_sample, fe_sampler_free, NULL, fe_sample_draft, NULL};
 
 void fake_engine_init(struct fake_engine *e, struct memory *mem, int32_t n_vocab, int32_t max_rows) {
     *e = (struct fake_engine){.mem = mem, .n_vocab = n_vocab, .logits_rows = max_rows};
