@@ -125,9 +125,10 @@ void serving_props_handle(struct http_request *req, void *data) {
     struct serving *srv = data;
     if (serving_not_ready(srv, req)) return;
     const struct model_engine *e = srv->engine;
-    json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
+    json_t *v = json_pack("{s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:I, s:i, s:s, s:s, s:{s:i}, s:i}",
                           "model", srv->model_name, "model_path", srv->model_path, "n_ctx", e->n_ctx,
-                          "kv_tokens", (json_int_t)e->kv_tokens, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
+                          "kv_tokens", (json_int_t)e->kv_tokens, "kv_bytes", (json_int_t)e->kv_bytes,
+                          "kv_type_k", e->kv_type_k, "kv_type_v", e->kv_type_v, "batch_tokens", (json_int_t)srv->cfg->batch_tokens,
                           "n_vocab", e->n_vocab, "chat_template", chat_prompt_kind(&srv->chat),
                           "build", "uvlm " __DATE__, "default_generation_settings", "n_ctx", e->n_ctx,
                           "max_n", (int)srv->cfg->max_n);
@@ -245,6 +246,13 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_gauge(&mt, "uvlm_kv_cells_capacity",
                        "KV cells in the pool (--kv-tokens; states of a recurrent model).", (double)st.cells_total);
     metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
+    /* bytes: a q8_0 cell (--kv-type) takes 17/32 of an f16 one, so cells alone do not say memory */
+    double kv_bytes = (double)srv->engine->kv_bytes;
+    metrics_text_gauge(&mt, "uvlm_kv_bytes_capacity",
+                       "Bytes of the KV memory (K/V of every cell and their bookkeeping; --kv-tokens or --kv-bytes).",
+                       kv_bytes);
+    metrics_text_gauge(&mt, "uvlm_kv_bytes_used", "Bytes of the KV memory in the cells in use (capacity x used / cells).",
+                       st.cells_total > 0 ? kv_bytes * (double)st.cells_used / (double)st.cells_total : 0);
     metrics_text_gauge(&mt, "uvlm_kv_cells_live", "KV cells held by running sequences (a prefix they share with "
                        "the prompt cache included).", (double)st.cells_live);
     metrics_text_gauge(&mt, "uvlm_kv_cells_cached", "KV cells held by the prompt cache alone (evicted first when "

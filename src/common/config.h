@@ -55,6 +55,8 @@ struct config {
     long long solo_step_ms, compute_yield_us;
     long long stall_timeout_ms;
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
+    long long kv_bytes;         /* KV memory budget (0: kv_tokens counts the cells) */
+    const char *kv_type, *kv_type_k, *kv_type_v; /* "f16" / "q8_0"; the last two "" = kv_type */
     const char *chat_template;
     const char *chat_template_file;
     bool allow_unknown_pretokenizer;
