@@ -141,6 +141,9 @@ void serving_props_handle(struct http_request *req, void *data) {
         .batch_tokens = srv->cfg->batch_tokens,
         .n_ctx = e->n_ctx,
         .kv_tokens = e->kv_tokens,
+        .kv_bytes = e->kv_bytes,
+        .kv_type_k = e->kv_type_k,
+        .kv_type_v = e->kv_type_v,
         .max_n = (int32_t)srv->cfg->max_n,
         .n_vocab = e->n_vocab,
         .chat_template = chat_prompt_kind(&srv->chat),
@@ -269,6 +272,13 @@ void serving_metrics_handle(struct http_request *req, void *data) {
     metrics_text_gauge(&mt, "uvlm_kv_cells_capacity",
                        "KV cells in the pool (--kv-tokens; states of a recurrent model).", (double)st.cells_total);
     metrics_text_gauge(&mt, "uvlm_kv_cells_used", "KV cells holding at least one sequence.", (double)st.cells_used);
+    /* bytes: a q8_0 cell (--kv-type) takes 17/32 of an f16 one, so cells alone do not say memory */
+    double kv_bytes = (double)srv->engine->kv_bytes;
+    metrics_text_gauge(&mt, "uvlm_kv_bytes_capacity",
+                       "Bytes of the KV memory (K/V of every cell and their bookkeeping; --kv-tokens or --kv-bytes).",
+                       kv_bytes);
+    metrics_text_gauge(&mt, "uvlm_kv_bytes_used", "Bytes of the KV memory in the cells in use (capacity x used / cells).",
+                       st.cells_total > 0 ? kv_bytes * (double)st.cells_used / (double)st.cells_total : 0);
     metrics_text_gauge(&mt, "uvlm_kv_cells_live", "KV cells held by running sequences (a prefix they share with "
                        "the prompt cache included).", (double)st.cells_live);
     metrics_text_gauge(&mt, "uvlm_kv_cells_cached", "KV cells held by the prompt cache alone (evicted first when "

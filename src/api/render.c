@@ -552,6 +552,9 @@ char *render_props(const struct props_info *pi) {
                           "n_ctx", (int)pi->n_ctx, "kv_tokens", (json_int_t)pi->kv_tokens,
                           "batch_tokens", (json_int_t)pi->batch_tokens,
                           "max_n", (int)pi->max_n, "n_vocab", (int)pi->n_vocab);
+    o = render_with(o, "kv_bytes", json_integer(pi->kv_bytes));
+    o = render_with(o, "kv_type_k", jcstr(pi->kv_type_k));
+    o = render_with(o, "kv_type_v", jcstr(pi->kv_type_v));
     o = render_with(o, "chat_template", jcstr(pi->chat_template_text));
     o = render_with(o, "chat_template_kind", jcstr(pi->chat_template));
     o = render_with(o, "bos_token", jcstr(pi->bos_token));

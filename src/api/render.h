@@ -227,6 +227,8 @@ struct props_info {
     const char *model_alias;  /* the name responses report (meta.model) */
     int32_t n_ctx;            /* the longest sequence: the model's context or --max-seq-tokens */
     int64_t kv_tokens;        /* --kv-tokens: KV cells for all sequences together */
+    int64_t kv_bytes;         /* the cells' memory */
+    const char *kv_type_k, *kv_type_v; /* the cells' K and V types ("f16", "q8_0") */
     int32_t max_n;            /* --max-n */
     int32_t n_vocab;
     const char *chat_template;/* its kind: "jinja" (the template runs), or the native family ("chatml", ...) */
@@ -240,7 +242,7 @@ struct props_info {
  * (4294967295 = random, as llama.cpp), stop, logit_bias, grammar, n_probs, min_keep, n_keep,
  * cache_prompt, ignore_eos, stream, n, post_sampling_probs, samplers}, prompt: "",
  * next_token: {has_next_token, has_new_line, n_remain, n_decoded, stopping_word}}, total_slots,
- * model, model_path, model_alias, n_ctx, kv_tokens, batch_tokens, max_n, n_vocab,
+ * model, model_path, model_alias, n_ctx, kv_tokens, kv_bytes, kv_type_k, kv_type_v, batch_tokens, max_n, n_vocab,
  * chat_template (the text), chat_template_kind ("jinja" or the native family), bos_token,
  * eos_token, build_info, modalities: {vision: false, audio: false}}. */
 char *render_props(const struct props_info *pi);

@@ -202,6 +202,9 @@ static int ops_load(void *engine) {
     struct model_engine_config ec = {
         .path = srv->model_path,
         .kv_tokens = cfg->kv_tokens,
+        .kv_bytes = cfg->kv_bytes,
+        .kv_type_k = cfg->kv_type_k && *cfg->kv_type_k ? cfg->kv_type_k : cfg->kv_type,
+        .kv_type_v = cfg->kv_type_v && *cfg->kv_type_v ? cfg->kv_type_v : cfg->kv_type,
         .batch_tokens = (int32_t)cfg->batch_tokens,
         .n_seq_max = (int32_t)(cfg->max_n * 4 > 64 ? cfg->max_n * 4 : 64),
         .max_seq_tokens = (int32_t)cfg->max_seq_tokens,

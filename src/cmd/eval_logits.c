@@ -1,11 +1,12 @@
 /* eval_logits.c: ./uvlm eval-logits --model M --prompts FILE [--topk K] [--n-gen N] [--threads T]
- *                                   [--allow-unknown-pretokenizer]
+ *                                   [--kv-type f16|q8_0] [--allow-unknown-pretokenizer]
  * Writes to stdout the JSON of ../shared/reference/MODEL.json for this engine: per prompt
  * (prompts separated by "\n---\n", tokenized with add_special), the teacher-forced top-K logits
  * after every prompt token, then N greedy tokens with the top-K logits after each. Comparing it
  * field by field with the reference is how correctness is checked (test/e2e/test_eval_logits.py).
  * The forward pass runs in reference mode (forward_config.reference): the reference's arithmetic,
- * slower than serving. */
+ * slower than serving. --kv-type q8_0 keeps K and V in Q8_0 cells (../shared/reference/
+ * *-kvq8_0.json: the reference with such a cache). */
 #include "cmd/cmd.h"
 #include "common/err.h"
 #include "model/eval.h"
@@ -20,7 +21,7 @@
 
 static void eval_usage(FILE *out) {
     fprintf(out, "usage: uvlm eval-logits --model M --prompts FILE [--topk K] [--n-gen N] [--threads T]\n"
-                 "                        [--allow-unknown-pretokenizer]\n"
+                 "                        [--kv-type f16|q8_0] [--allow-unknown-pretokenizer]\n"
                  "  prompts in FILE are separated by \"\\n---\\n\"; JSON on stdout (K 20, N 32 by default)\n");
 }
 
@@ -102,6 +103,7 @@ int cmd_eval_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompts_path = NULL;
     int32_t k = 20, n_gen = 32, n_threads = 0;
     struct tokenizer_options topt = {0};
+    enum kv_type kv_type = KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -121,6 +123,7 @@ int cmd_eval_logits(int argc, char **argv) {
         else if (!strcmp(a, "--topk")) k = atoi(v);
         else if (!strcmp(a, "--n-gen")) n_gen = atoi(v);
         else if (!strcmp(a, "--threads")) n_threads = atoi(v);
+        else if (!strcmp(a, "--kv-type") && kv_type_parse(v, &kv_type) == 0) {}
         else {
             eval_usage(stderr);
             return 2;
@@ -156,7 +159,9 @@ int cmd_eval_logits(int argc, char **argv) {
     if (why[0]) fprintf(stderr, "eval-logits: tokenizer: %s\n", why);
     /* One sequence; the longest prompt plus its generation must fit in the context. */
     int64_t n_ctx = (int64_t)len + 2 + n_gen;
-    if ((rc = model_memory_create(m, n_ctx, 1, &mem)) < 0 ||
+    struct memory_config mc = {.n_cells = n_ctx, .n_seq_max = 1, .max_batch = (int32_t)n_ctx, .type_k = kv_type,
+                               .type_v = kv_type};
+    if ((rc = model_memory_create_with(m, &mc, &mem)) < 0 ||
         (rc = forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .n_ctx = n_ctx,
                                                                    .n_threads = n_threads, .reference = true})) < 0 ||
         !(top = malloc(sizeof *top * (size_t)k))) {

@@ -1,8 +1,8 @@
-/* inspect.c: ./uvlm inspect FILE [--kv-tokens N] [--batch-tokens N]
+/* inspect.c: ./uvlm inspect FILE [--kv-tokens N] [--batch-tokens N] [--kv-type f16|q8_0]
  * What a GGUF model is, from its metadata alone (the file is mapped, no weight is read): the
  * architecture and its shape, the tensors' types, the tokenizer and its special tokens, the chat
  * template family the server would use, the context, and the memory a server with these
- * --kv-tokens / --batch-tokens would take (model/footprint.h: the estimate the server checks
+ * --kv-tokens / --batch-tokens / --kv-type would take (model/footprint.h: the estimate the server checks
  * before it loads) against what the machine has available. One "key: value" line per fact. */
 #include "api/chat_template.h"
 #include "cmd/cmd.h"
@@ -21,7 +21,7 @@
 enum { DEFAULT_KV_TOKENS = 4096, DEFAULT_BATCH_TOKENS = 512, DEFAULT_SEQ_MAX = 64 };
 
 static void inspect_usage(FILE *out) {
-    fprintf(out, "usage: uvlm inspect FILE [--kv-tokens N (%d)] [--batch-tokens N (%d)]\n"
+    fprintf(out, "usage: uvlm inspect FILE [--kv-tokens N (%d)] [--batch-tokens N (%d)] [--kv-type f16|q8_0 (f16)]\n"
                  "  prints the model's architecture, shapes, tensor types, tokenizer, chat template family,\n"
                  "  context and the memory a server with these settings would take; reads metadata only\n",
             DEFAULT_KV_TOKENS, DEFAULT_BATCH_TOKENS);
@@ -118,6 +118,8 @@ static void print_chat_template(const struct gguf_file *f) {
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     long long kv_tokens = DEFAULT_KV_TOKENS, batch_tokens = DEFAULT_BATCH_TOKENS;
+    enum kv_type kv_type = KV_F16;
+    bool bad_type = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -126,13 +128,14 @@ int cmd_inspect(int argc, char **argv) {
         }
         if (i + 1 < argc && !strcmp(a, "--kv-tokens")) kv_tokens = parse_count(argv[++i]);
         else if (i + 1 < argc && !strcmp(a, "--batch-tokens")) batch_tokens = parse_count(argv[++i]);
+        else if (i + 1 < argc && !strcmp(a, "--kv-type")) bad_type = kv_type_parse(argv[++i], &kv_type) < 0;
         else if (a[0] != '-' && !path) path = a;
         else {
             inspect_usage(stderr);
             return 2;
         }
     }
-    if (!path || kv_tokens < 0 || batch_tokens < 0) {
+    if (!path || kv_tokens < 0 || batch_tokens < 0 || bad_type) {
         inspect_usage(stderr);
         return 2;
     }
@@ -149,7 +152,7 @@ int cmd_inspect(int argc, char **argv) {
     if (name.ptr) printf("name: %.*s\n", (int)(name.len > 120 ? 120 : name.len), name.ptr);
     struct model_footprint fp;
     struct footprint_config fc = {.kv_tokens = kv_tokens, .batch_tokens = (int32_t)batch_tokens,
-                                  .n_seq_max = DEFAULT_SEQ_MAX};
+                                  .n_seq_max = DEFAULT_SEQ_MAX, .type_k = kv_type, .type_v = kv_type};
     int rc = model_footprint(&f, &fc, &fp, why, sizeof why);
     if (rc < 0) {
         struct gguf_str arch = gguf_get_str(&f, "general.architecture");
@@ -191,6 +194,9 @@ int cmd_inspect(int argc, char **argv) {
         else if (fp.n_cells) printf(" (%lld cells%s", (long long)fp.n_cells, fp.n_states ? ", " : ")");
         if (fp.n_states) printf("%s%lld recurrent states)", fp.n_cells ? "" : " (", (long long)fp.n_states);
         printf(" + buffers %s = %s\n", footprint_size(fp.buffers, sz[2]), footprint_size(fp.total, sz[3]));
+        if (fp.shape.kv_cell_bytes)
+            printf("kv cell: %llu bytes (%s K and V over %d attention layers)\n",
+                   (unsigned long long)fp.shape.kv_cell_bytes, kv_type_name(kv_type), fp.shape.n_attn_layers);
         printf("memory bytes: weights %llu, kv %llu, buffers %llu, total %llu\n", (unsigned long long)fp.weights,
                (unsigned long long)fp.kv, (unsigned long long)fp.buffers, (unsigned long long)fp.total);
         int64_t avail = hugemem_available();

@@ -30,8 +30,21 @@ const struct config_setting config_settings[] = {
      "the model id clients see in /v1/models, /props and every response (empty: the file name)"},
     /* the serving engine */
     {"kv-tokens", 0, CONFIG_INT, F(kv_tokens), "4096", 16, 1LL << 24, NULL,
-     "KV cells shared by all sequences: the memory budget requests are admitted against; committed "
-     "at load, which fails when they exceed the machine's available memory"},
+     "KV cells shared by all sequences, whatever their type (kv-bytes sizes them by memory instead): "
+     "the budget requests are admitted against; committed at load, which fails when they exceed the "
+     "machine's available memory"},
+    {"kv-bytes", 0, CONFIG_SIZE, F(kv_bytes), "0", 0, 1LL << 40, NULL,
+     "the KV memory budget in bytes instead of kv-tokens (0: kv-tokens counts the cells): as many "
+     "cells as K/V of the kv-type fit in (uvlm inspect shows the figure), so q8_0 cells hold about "
+     "1.9x the tokens of f16 ones in the same memory"},
+    {"kv-type", 0, CONFIG_STR, F(kv_type), "f16", 0, 0, "f16|q8_0",
+     "type of the KV cells' K and V rows: f16, or q8_0 (blocks of 32 values with one f16 scale, "
+     "34 bytes per 32 values: 17/32 of f16's memory, logits within a few percent; heads of a "
+     "multiple of 32)"},
+    {"kv-type-k", 0, CONFIG_STR, F(kv_type_k), "", 0, 0, "f16|q8_0",
+     "type of the K rows alone (empty: kv-type)"},
+    {"kv-type-v", 0, CONFIG_STR, F(kv_type_v), "", 0, 0, "f16|q8_0",
+     "type of the V rows alone (empty: kv-type)"},
     {"batch-tokens", 0, CONFIG_INT, F(batch_tokens), "512", 1, 65536, NULL,
      "most tokens per step (decode tokens + prompt chunks)"},
     {"max-step-ms", 0, CONFIG_INT, F(max_step_ms), "100", 1, 600000, NULL,
@@ -238,7 +251,8 @@ static int set_value(struct config *cfg, struct load_state *st, const struct con
     long long n;
     switch (s->type) {
     case CONFIG_STR:
-        if (s->choices && !in_choices(v, s->choices)) {
+        /* an empty value where the default is empty leaves the setting unset */
+        if (s->choices && !(!*v && !*s->def) && !in_choices(v, s->choices)) {
             fail(msg, msglen, "%s: bad value '%s' for %s (one of %s)", source_names[src], v, s->name, s->choices);
             return -ERR_INVAL;
         }

@@ -73,6 +73,8 @@ struct config {
     long long draft_max, draft_min;
     double draft_p_min;
     bool draft_lookup;          /* prompt-lookup drafts without a draft model */
+    long long kv_bytes;         /* KV memory budget (0: kv_tokens counts the cells) */
+    const char *kv_type, *kv_type_k, *kv_type_v; /* "f16" / "q8_0"; the last two "" = kv_type */
     const char *chat_template;
     const char *chat_template_file;
     const char *reasoning_format; /* "auto" or "none": the chat requests' default */

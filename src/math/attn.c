@@ -8,6 +8,8 @@
  * the same order, as the dot product of the column.
  */
 #include "math/attn.h"
+#include "math/blocks.h"
+#include "math/kernels.h"
 #include "math/quant.h"
 #include "math/simd_avx2.h"
 #include "common/err.h"
@@ -15,6 +17,7 @@
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
@@ -47,8 +50,27 @@ static void mix_scalar(const float *p, const uint16_t *v, size_t v_stride, const
     }
 }
 
+/* Element d of a Q8_0 row: its level times its block's scale (exact in F32). */
+static inline float q8_at(const uint8_t *row, int32_t d) {
+    const block_q8_0 *b = (const block_q8_0 *)row + d / QK8_0;
+    return fp16_to_f32(b->d) * (float)b->qs[d % QK8_0];
+}
+
+/* mix_scalar on Q8_0 rows (v: the head's first block in cell 0's row, v_stride bytes apart). */
+static void mix_q8_scalar(const float *p, const uint8_t *v, size_t v_stride, const int32_t *cells, int64_t n_c,
+                          int32_t hd, float *out) {
+    int64_t n16 = n_c / 16 * 16;
+    for (int32_t d = 0; d < hd; d++) {
+        float acc[16] = {0};
+        for (int64_t c = 0; c < n16; c++) acc[c % 16] = fmaf(q8_at(v + (size_t)cells[c] * v_stride, d), p[c], acc[c % 16]);
+        float s = quant_fold16(acc);
+        for (int64_t c = n16; c < n_c; c++) s += q8_at(v + (size_t)cells[c] * v_stride, d) * p[c];
+        out[d] = s;
+    }
+}
+
 /* The softmax's definition (today's reference numbers, see attn.h). */
-static void softmax_scalar(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+static void softmax_scalar(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale, bool f16) {
     float mx = -INFINITY;
     for (int64_t c = 0; c < n; c++) {
         row[c] = cpos[c] <= pos ? row[c] * scale : -INFINITY;
@@ -64,7 +86,7 @@ static void softmax_scalar(float *row, int64_t n, const int32_t *cpos, int32_t p
         sum += (double)quant_fold16(v);
     }
     float inv = (float)(1.0 / sum);
-    for (int64_t c = 0; c < n; c++) row[c] = fp16_to_f32(f32_to_fp16(row[c] * inv));
+    for (int64_t c = 0; c < n; c++) row[c] = f16 ? fp16_to_f32(f32_to_fp16(row[c] * inv)) : row[c] * inv;
 }
 
 /* ---- AVX2 ------------------------------------------------------------------------------- */
@@ -152,7 +174,7 @@ AVX2 static inline __m256i live8(int64_t m) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-AVX2 static void softmax_avx2(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+AVX2 static void softmax_avx2(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale, bool f16) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), vscale = _mm256_set1_ps(scale);
     const __m256i vpos = _mm256_set1_epi32(pos);
     __m256 vmx = ninf;
@@ -185,6 +207,10 @@ AVX2 static void softmax_avx2(float *row, int64_t n, const int32_t *cpos, int32_
     }
     const __m256 vinv = _mm256_set1_ps((float)(1.0 / sum));
     int64_t c = 0;
+    if (!f16) {
+        for (; c < n; c++) row[c] *= _mm256_cvtss_f32(vinv);
+        return;
+    }
     for (; c + 8 <= n; c += 8)
         _mm256_storeu_ps(row + c, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(row + c), vinv),
                                                                    _MM_FROUND_TO_NEAREST_INT)));
@@ -335,11 +361,28 @@ AVX512 static void mix_avx512(const float *p, const uint16_t *v, size_t v_stride
  * the cells is read once for the whole group (mix_avx512 reads it once per row and 16-element
  * block) and every output has mix_avx512's very operations. */
 enum { MIX_ROWS_PREFETCH = 4 }; /* lane steps (of 16 cells) ahead */
+
+/* 16 values of a V row from element e on (e a multiple of 16): F16 (q8 0), or Q8_0 levels times
+ * their block's scale (q8 1), a product exact in F32 (an 8-bit level, an 11-bit scale), so the
+ * mix of Q8_0 cells is the F32 dot of their values as quant_to_float gives them. */
+AVX512 static inline __m512 v16(const uint8_t *row, int32_t e, int q8) {
+    if (!q8) return h16((const uint16_t *)row + e);
+    const uint8_t *blk = row + (size_t)(e >> 5) * 34;
+    uint16_t d;
+    memcpy(&d, blk, sizeof d);
+    __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + (e & 31)))));
+    return _mm512_mul_ps(x, _mm512_set1_ps(h2f(d)));
+}
+
+/* Byte offset of element e in a row (for prefetches). */
+static inline size_t v_off(int32_t e, int q8) { return q8 ? (size_t)(e >> 5) * 34 : (size_t)e * 2; }
+
 AVX512 static inline __attribute__((always_inline)) void mix_rows_tile(const float *p, size_t p_stride, int R, int D,
-                                                                       const uint16_t *v, size_t v_stride,
-                                                                       const int32_t *cells, int64_t n_c,
-                                                                       float *out, size_t out_stride) {
+                                                                       const uint8_t *v, int32_t e0, int q8,
+                                                                       size_t v_stride, const int32_t *cells,
+                                                                       int64_t n_c, float *out, size_t out_stride) {
     int64_t n16 = n_c / 16 * 16;
+    size_t off = v_off(e0, q8);
     __m512 lanes[4][4][16]; /* [row][block][lane]: each lane's sum */
     for (int l = 0; l < 16; l++) {
         __m512 acc[4][4];
@@ -351,19 +394,19 @@ AVX512 static inline __attribute__((always_inline)) void mix_rows_tile(const flo
             /* the V rows come from memory: ask for the next lane's cell now (a lane's walk
              * ahead of its use), and in the first lane also for its own cells ahead */
             if (c + 1 < n16) {
-                const char *pf = (const char *)(v + (size_t)cells[c + 1] * v_stride);
+                const char *pf = (const char *)(v + (size_t)cells[c + 1] * v_stride + off);
                 _mm_prefetch(pf, _MM_HINT_T0);
                 if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
             }
             if (l == 0 && c + 16 * MIX_ROWS_PREFETCH < n16) {
-                const char *pf = (const char *)(v + (size_t)cells[c + 16 * MIX_ROWS_PREFETCH] * v_stride);
+                const char *pf = (const char *)(v + (size_t)cells[c + 16 * MIX_ROWS_PREFETCH] * v_stride + off);
                 _mm_prefetch(pf, _MM_HINT_T0);
                 if (D > 2) _mm_prefetch(pf + 64, _MM_HINT_T0);
             }
-            const uint16_t *vr = v + (size_t)cells[c] * v_stride;
+            const uint8_t *vr = v + (size_t)cells[c] * v_stride;
             __m512 x[4];
 #pragma GCC unroll 4
-            for (int b = 0; b < D; b++) x[b] = h16(vr + 16 * b);
+            for (int b = 0; b < D; b++) x[b] = v16(vr, e0 + 16 * b, q8);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m512 pr = _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c]);
@@ -383,16 +426,19 @@ AVX512 static inline __attribute__((always_inline)) void mix_rows_tile(const flo
             for (int l = 0; l < 4; l++) u[l] = _mm512_add_ps(t[l], t[l + 4]);
             __m512 s = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
             for (int64_t c = n16; c < n_c; c++)
-                s = _mm512_add_ps(s, _mm512_mul_ps(h16(v + (size_t)cells[c] * v_stride + 16 * b),
+                s = _mm512_add_ps(s, _mm512_mul_ps(v16(v + (size_t)cells[c] * v_stride, e0 + 16 * b, q8),
                                                    _mm512_set1_ps(p[(size_t)r * p_stride + (size_t)c])));
             _mm512_storeu_ps(out + (size_t)r * out_stride + 16 * b, s);
         }
 }
 
-#define MIX_TILE(R, D) mix_rows_tile(p + (size_t)r * p_stride, p_stride, R, D, v + 16 * b, v_stride, cells, n_c, \
+#define MIX_TILE(R, D) mix_rows_tile(p + (size_t)r * p_stride, p_stride, R, D, v, 16 * b, q8, v_stride, cells, n_c, \
                                      out + (size_t)r * out_stride + 16 * b, out_stride)
-AVX512 static void mix_rows_avx512(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
-                                   const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+/* v: the head's first element in cell 0's row, v_stride bytes between cells' rows. */
+AVX512 static inline __attribute__((always_inline)) void mix_rows_any(const float *p, size_t p_stride, int32_t n_p,
+                                                                      const uint8_t *v, int q8, size_t v_stride,
+                                                                      const int32_t *cells, int64_t n_c, int32_t hd,
+                                                                      float *out, size_t out_stride) {
     int32_t nb = hd / 16;
     for (int32_t b = 0; b < nb; b += 4) {
         int D = nb - b < 4 ? nb - b : 4;
@@ -420,6 +466,88 @@ AVX512 static void mix_rows_avx512(const float *p, size_t p_stride, int32_t n_p,
     }
 }
 #undef MIX_TILE
+
+AVX512 static void mix_rows_avx512(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
+                                   const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    mix_rows_any(p, p_stride, n_p, (const uint8_t *)v, 0, v_stride * 2, cells, n_c, hd, out, out_stride);
+}
+
+AVX512 static void mix_rows_q8_avx512(const float *p, size_t p_stride, int32_t n_p, const void *v, size_t v_stride,
+                                      const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    mix_rows_any(p, p_stride, n_p, v, 1, v_stride, cells, n_c, hd, out, out_stride);
+}
+
+/* ---- Q8_0 scores (AVX-512 VNNI) ---- */
+
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+enum { SCQ8_ROWS = 8, SCQ8_MAX_BLOCKS = 16 }; /* rows per pass; blocks of a head (hd <= 512) */
+
+/* n_q rows of Q8_0 scores, each exactly quant.c's Q8_0 dot (dot_x): per block 8 integer lanes
+ * (lane k: elements 4k..4k+3), acc_k = fma(lane_k, d_k * d_q, acc_k) over the blocks, then the
+ * 8-lane fold (hsum_ps). A 512-bit register holds two cells (lanes 0-7 and 8-15) against one
+ * query row, as quant_avx512.c's dotr_q8_0 holds two weight rows; vpdpbusd takes the query as
+ * unsigned (q + 128, precomputed once per row) and 128 * (sum of 4 K levels) comes off each lane,
+ * computed once per cell pair for all the rows. */
+AVX512VNNI static void scores_q8_rows_avx512(const void *qq, size_t qq_stride, int32_t n_q, const void *k,
+                                            size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd,
+                                            float *scores, size_t sc_stride) {
+    int32_t nb = hd / QK8_0;
+    if (nb > SCQ8_MAX_BLOCKS) {
+        quant_vec_dot_fn dot = quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0);
+        for (int64_t c = 0; c < n_c; c++)
+            for (int32_t r = 0; r < n_q; r++)
+                scores[(size_t)r * sc_stride + (size_t)c] =
+                    dot(hd, (const uint8_t *)k + (size_t)cells[c] * k_stride, (const uint8_t *)qq + (size_t)r * qq_stride);
+        return;
+    }
+    const __m512i c80 = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    __m512i xu[SCQ8_ROWS][SCQ8_MAX_BLOCKS];
+    float dq[SCQ8_ROWS][SCQ8_MAX_BLOCKS];
+    for (int32_t r0 = 0; r0 < n_q; r0 += SCQ8_ROWS) {
+        int R = n_q - r0 < SCQ8_ROWS ? n_q - r0 : SCQ8_ROWS;
+        for (int r = 0; r < R; r++) {
+            const block_q8_0 *qb = (const block_q8_0 *)((const uint8_t *)qq + (size_t)(r0 + r) * qq_stride);
+            for (int32_t i = 0; i < nb; i++) {
+                xu[r][i] = _mm512_xor_si512(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qb[i].qs)), c80);
+                dq[r][i] = h2f(qb[i].d);
+            }
+        }
+        int64_t c = 0;
+        for (; c + 2 <= n_c; c += 2) {
+            const block_q8_0 *ka = (const block_q8_0 *)((const uint8_t *)k + (size_t)cells[c] * k_stride);
+            const block_q8_0 *kb = (const block_q8_0 *)((const uint8_t *)k + (size_t)cells[c + 1] * k_stride);
+            if (c + 2 * SCQ8_ROWS < n_c) { /* strided rows from memory: ask ahead */
+                _mm_prefetch((const char *)k + (size_t)cells[c + 2 * SCQ8_ROWS] * k_stride, _MM_HINT_T0);
+                _mm_prefetch((const char *)k + (size_t)cells[c + 2 * SCQ8_ROWS + 1] * k_stride, _MM_HINT_T0);
+            }
+            __m512 acc[SCQ8_ROWS];
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+            for (int32_t i = 0; i < nb; i++) {
+                __m512i kw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ka[i].qs)),
+                                                _mm256_loadu_si256((const __m256i *)kb[i].qs), 1);
+                __m512i corr = _mm512_dpbusd_epi32(z, c80, kw);
+                __m512 dk = _mm512_insertf32x8(_mm512_set1_ps(h2f(ka[i].d)), _mm256_set1_ps(h2f(kb[i].d)), 1);
+                for (int r = 0; r < R; r++) {
+                    __m512i lanes = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, xu[r][i], kw), corr);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), _mm512_mul_ps(dk, _mm512_set1_ps(dq[r][i])), acc[r]);
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                float *o = scores + (size_t)(r0 + r) * sc_stride + (size_t)c;
+                o[0] = hsum_ps(_mm512_castps512_ps256(acc[r]));
+                o[1] = hsum_ps(_mm512_extractf32x8_ps(acc[r], 1));
+            }
+        }
+        if (c < n_c) {
+            quant_vec_dot_fn dot = quant_get_vec_dot(SIMD_AVX2, GGML_TYPE_Q8_0);
+            for (int r = 0; r < R; r++)
+                scores[(size_t)(r0 + r) * sc_stride + (size_t)c] =
+                    dot(hd, (const uint8_t *)k + (size_t)cells[c] * k_stride,
+                        (const uint8_t *)qq + (size_t)(r0 + r) * qq_stride);
+        }
+    }
+}
 
 /* quant_expf of 16 lanes, bit for bit: its j * 2^n is scalef's (exact while normal; ldexpf's
  * correctly rounded result below), and lanes with |n| > 192 (or NaN) take its special values. */
@@ -461,7 +589,7 @@ AVX512 static inline __m512 softmax_exp16(float *row, int64_t c0, int64_t n, __m
     return e;
 }
 
-AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale, bool f16) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), vscale = _mm512_set1_ps(scale);
     const __m512i vpos = _mm512_set1_epi32(pos);
     __m512 vmx = ninf;
@@ -492,12 +620,12 @@ AVX512 static void softmax_avx512(float *row, int64_t n, const int32_t *cpos, in
     int64_t c = 0;
     for (; c + 16 <= n; c += 16) {
         __m512 p = _mm512_mul_ps(_mm512_loadu_ps(row + c), vinv);
-        _mm512_storeu_ps(row + c, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));
+        _mm512_storeu_ps(row + c, f16 ? _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)) : p);
     }
     if (c < n) {
         __mmask16 live = live16(n - c);
         __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row + c), vinv);
-        _mm512_mask_storeu_ps(row + c, live, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)));
+        _mm512_mask_storeu_ps(row + c, live, f16 ? _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT)) : p);
     }
 }
 
@@ -540,10 +668,51 @@ static inline void mix_rows_at(enum simd_level level, const float *p, size_t p_s
 }
 
 static inline void softmax_at(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
-                              float scale) {
-    if (level == SIMD_AVX512) softmax_avx512(row, n, cpos, pos, scale);
-    else if (level == SIMD_AVX2) softmax_avx2(row, n, cpos, pos, scale);
-    else softmax_scalar(row, n, cpos, pos, scale);
+                              float scale, bool f16) {
+    if (level == SIMD_AVX512) softmax_avx512(row, n, cpos, pos, scale, f16);
+    else if (level == SIMD_AVX2) softmax_avx2(row, n, cpos, pos, scale, f16);
+    else softmax_scalar(row, n, cpos, pos, scale, f16);
+}
+
+/* Q8_0 scores: quant.c's Q8_0 dot (the level's kernel; every level gives the scalar's bits). */
+static void scores_q8_rows_at(enum simd_level level, const void *qq, size_t qq_stride, int32_t n_q, const void *k,
+                              size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
+                              size_t sc_stride) {
+    if (level == SIMD_AVX512) {
+        scores_q8_rows_avx512(qq, qq_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+        return;
+    }
+    quant_vec_dot_fn dot = quant_get_vec_dot(level == SIMD_AVX512 ? SIMD_AVX2 : level, GGML_TYPE_Q8_0);
+    for (int64_t c = 0; c < n_c; c++) {
+        const uint8_t *kr = (const uint8_t *)k + (size_t)cells[c] * k_stride;
+        for (int32_t r = 0; r < n_q; r++)
+            scores[(size_t)r * sc_stride + (size_t)c] = dot(hd, kr, (const uint8_t *)qq + (size_t)r * qq_stride);
+    }
+}
+
+static void mix_q8_rows_at(enum simd_level level, const float *p, size_t p_stride, int32_t n_p, const void *v,
+                           size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *out,
+                           size_t out_stride) {
+    if (level == SIMD_AVX512 && hd % 16 == 0) {
+        mix_rows_q8_avx512(p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
+        return;
+    }
+    for (int32_t r = 0; r < n_p; r++)
+        mix_q8_scalar(p + (size_t)r * p_stride, v, v_stride, cells, n_c, hd, out + (size_t)r * out_stride);
+}
+
+void attn_scores_q8_0_rows_level(enum simd_level level, const void *qq, size_t qq_stride, int32_t n_q, const void *k,
+                                 size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
+                                 size_t sc_stride) {
+    ASSERT(simd_level_supported(level) && hd % QK8_0 == 0);
+    scores_q8_rows_at(level, qq, qq_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+}
+
+void attn_mix_q8_0_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p, const void *v,
+                              size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *out,
+                              size_t out_stride) {
+    ASSERT(simd_level_supported(level) && hd % QK8_0 == 0);
+    mix_q8_rows_at(level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
 void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
@@ -556,7 +725,7 @@ void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_str
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                             float scale) {
     ASSERT(simd_level_supported(level));
-    softmax_at(level, row, n, cpos, pos, scale);
+    softmax_at(level, row, n, cpos, pos, scale, true);
 }
 
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
@@ -581,13 +750,21 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
 /* ---- F32 row blocks through sgemm ---------------------------------------------------------- */
 
 void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
-                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc, float *out) {
+                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc,
+                   float *out) {
     if (n_rows <= 0 || nv <= 0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n_rows, (blasint)nv, (blasint)hd, 1.0f, q,
                 (blasint)hd, k, (blasint)hd, 0.0f, sc, (blasint)nv);
+    attn_rows_softmax_mix_f32(sc, n_rows, v, nv, hd, cpos, row_pos, window, scale, p_f16, out);
+}
+
+void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_t nv, int32_t hd, const int32_t *cpos,
+                               const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *out) {
+    if (n_rows <= 0 || nv <= 0) return;
     for (int64_t r = 0; r < n_rows; r++) {
         attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
-        attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+        if (p_f16) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+        else attn_softmax_row_f32(sc + r * nv, nv, cpos, row_pos[r], scale);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n_rows, (blasint)hd, (blasint)nv, 1.0f, sc,
                 (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
@@ -620,8 +797,28 @@ void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint1
     mix_rows_at(best_level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
 }
 
+void attn_scores_q8_0_rows(const void *qq, size_t qq_stride, int32_t n_q, const void *k, size_t k_stride,
+                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride) {
+    scores_q8_rows_at(best_level, qq, qq_stride, n_q, k, k_stride, cells, n_c, hd, scores, sc_stride);
+}
+
+void attn_mix_q8_0_rows(const float *p, size_t p_stride, int32_t n_p, const void *v, size_t v_stride,
+                        const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
+    mix_q8_rows_at(best_level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
+}
+
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
-    softmax_at(best_level, row, n, cpos, pos, scale);
+    softmax_at(best_level, row, n, cpos, pos, scale, true);
+}
+
+void attn_softmax_row_f32(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale) {
+    softmax_at(best_level, row, n, cpos, pos, scale, false);
+}
+
+void attn_softmax_row_f32_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
+                                float scale) {
+    ASSERT(simd_level_supported(level));
+    softmax_at(level, row, n, cpos, pos, scale, false);
 }
 
 void attn_mask_window(float *row, int64_t n, const int32_t *cpos, int32_t pos, int32_t window) {
@@ -635,4 +832,39 @@ void attn_expf_n_level(enum simd_level level, const float *x, float *y, int64_t 
     else if (level == SIMD_AVX2) expf_n_avx2(x, y, n);
     else
         for (int64_t i = 0; i < n; i++) y[i] = quant_expf(x[i]);
+}
+
+/* ---- the reference's attention of one row on quantized cells ---- */
+
+void attn_row_reference_fa(int k_type, const float *q, const void *qq, const void *k, size_t k_stride, int v_type,
+                           const void *v, size_t v_stride, const int32_t *cells, const int32_t *cpos, int64_t n_c,
+                           int32_t pos, int32_t window, float scale, int32_t hd, float *tmp, float *out) {
+    float *row = tmp, S = 0.0f, M = -INFINITY;
+    quant_vec_dot_fn dot_q8 = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q8_0);
+    for (int32_t d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int64_t c = 0; c < n_c; c++) {
+        if (cpos[c] > pos || (window > 0 && cpos[c] <= pos - window)) continue; /* masked: skipped */
+        const uint8_t *kr = (const uint8_t *)k + (size_t)cells[c] * k_stride;
+        float s;
+        if (k_type == GGML_TYPE_Q8_0) {
+            s = dot_q8(hd, kr, qq);
+        } else {
+            quant_to_float(GGML_TYPE_F16, kr, row, hd);
+            s = quant_dot_f32_vec_f16(hd, hd, q, row);
+        }
+        s = s * scale;
+        float Mold = M, ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            M = s;
+            ms = expf(Mold - M);
+            for (int32_t d = 0; d < hd; d++) out[d] *= ms;
+        } else {
+            vs = expf(s - M);
+        }
+        quant_to_float(v_type, (const uint8_t *)v + (size_t)cells[c] * v_stride, row, hd);
+        for (int32_t d = 0; d < hd; d++) out[d] = fmaf(row[d], vs, out[d]);
+        S = fmaf(S, ms, vs);
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (int32_t d = 0; d < hd; d++) out[d] *= inv;
 }

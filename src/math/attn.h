@@ -1,6 +1,6 @@
-/* attn.h: the two products of one attention row read straight from F16 K/V cells (no F32 copy
- * of the cache, no transposed V): the scores q·K[c] of a query row against a list of cells, and
- * the mix sum_c p[c]·V[c] of a probability row over them.
+/* attn.h: the two products of one attention row read straight from F16 or Q8_0 K/V cells (no
+ * F32 copy of the cache, no transposed V): the scores q·K[c] of a query row against a list of
+ * cells, and the mix sum_c p[c]·V[c] of a probability row over them (Q8_0: below).
  *
  * Numbers: exactly those of matmul's vector path (MATMUL_VEC, F32 weights) on the same operands
  * converted to F32, i.e. of the F32 dot product of quant.c, whose order is (n elements):
@@ -26,6 +26,7 @@
 #ifndef UVLM_MATH_ATTN_H
 #define UVLM_MATH_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,9 @@ void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint1
  * Every SIMD level gives the scalar result bit for bit (NaN scores excepted: no order is
  * promised for them). */
 void attn_softmax_row(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale);
+/* The same but the probabilities stay F32, e[c] * (float)(1.0 / sum) (the reference's flash
+ * attention does not round them: what Q8_0 V cells are multiplied by). */
+void attn_softmax_row_f32(float *row, int64_t n, const int32_t *cpos, int32_t pos, float scale);
 
 /* A sliding window's mask before attn_softmax_row: row[c] = -inf for the cells too old for a
  * query at pos, cpos[c] <= pos - window (the reference's standard sliding window: a query at p
@@ -73,12 +77,42 @@ void attn_mask_window(float *row, int64_t n, const int32_t *cpos, int32_t pos, i
  * compute_create):
  *   sc[r][c] = q[r] . k[c]   (sgemm; q: n_rows x hd, k: nv x hd, row-major)
  *   attn_mask_window(sc[r], nv, cpos, row_pos[r], window)   (cpos ascending when window > 0)
- *   attn_softmax_row(sc[r], nv, cpos, row_pos[r], scale)
+ *   attn_softmax_row(sc[r], nv, cpos, row_pos[r], scale)   (p_f16; else attn_softmax_row_f32)
  *   out[r] = sum_c sc[r][c] * v[c]   (sgemm; v: nv x hd, row-major as stored: no transpose)
  * sc is n_rows x nv scratch (rows nv apart); out is n_rows x hd. The products have sgemm's
  * rounding (that of matmul's sgemm path on the same operands, not of its vector path). */
 void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
-                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc, float *out);
+                   const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc,
+                   float *out);
+
+/* The same second half on scores already in sc (n_rows x nv, rows nv apart): the mask, the
+ * softmax and the sgemm with v (a prompt chunk whose scores come from Q8_0 cells). */
+void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_t nv, int32_t hd, const int32_t *cpos,
+                               const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *out);
+
+/* Q8_0 cells (memory/kv.h: blocks of 32 values along the head dimension, hd a multiple of 32).
+ * Scores: the query rows quantized to Q8_0 too (qq: n_q rows qq_stride bytes apart), as the
+ * reference dots Q8_0 cells; scores[r * sc_stride + c] = quant_vec_dot(GGML_TYPE_Q8_0, hd,
+ * K row of cells[c], qq row r) bit for bit (k: the head's first block in cell 0's row, rows
+ * k_stride bytes apart). Mix: out[r * out_stride + d] = attn_mix_f16_rows' numbers on the V
+ * values as quant_to_float gives them (exact in F32), so the same F32 dot order; v as k.
+ * Each K or V row is read once for all the rows. */
+void attn_scores_q8_0_rows(const void *qq, size_t qq_stride, int32_t n_q, const void *k, size_t k_stride,
+                           const int32_t *cells, int64_t n_c, int32_t hd, float *scores, size_t sc_stride);
+void attn_mix_q8_0_rows(const float *p, size_t p_stride, int32_t n_p, const void *v, size_t v_stride,
+                        const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride);
+
+/* One query row's attention as the reference computes it on quantized cells (its CPU flash
+ * attention, row by row): the cells in order, masked ones (cpos > pos, or <= pos - window when
+ * window > 0) skipped; s = scale * (K row . query) (k_type GGML_TYPE_Q8_0: quant.c's Q8_0 dot
+ * with qq, the query quantized to Q8_0; GGML_TYPE_F16: ggml_vec_dot_f16's order with q, F16-exact);
+ * an online softmax in F32 with expf: a new maximum M scales the sum S and out by expf(Mold - M),
+ * otherwise the cell weighs vs = expf(s - M); out = fma(V row, vs, out) with V as quant_to_float
+ * of v_type gives it; S = fma(S, ms, vs); finally out *= 1 / S. tmp: hd floats of scratch.
+ * Scalar and slow: the reference mode's (model/attention.h). */
+void attn_row_reference_fa(int k_type, const float *q, const void *qq, const void *k, size_t k_stride, int v_type,
+                           const void *v, size_t v_stride, const int32_t *cells, const int32_t *cpos, int64_t n_c,
+                           int32_t pos, int32_t window, float scale, int32_t hd, float *tmp, float *out);
 
 /* The same at a given SIMD level (tests compare the levels; the level must be supported). */
 void attn_scores_f16_level(enum simd_level level, const float *q, const uint16_t *k, size_t k_stride,
@@ -93,5 +127,13 @@ void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_str
                              float *out, size_t out_stride);
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                             float scale);
+void attn_softmax_row_f32_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
+                                float scale);
+void attn_scores_q8_0_rows_level(enum simd_level level, const void *qq, size_t qq_stride, int32_t n_q, const void *k,
+                                 size_t k_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *scores,
+                                 size_t sc_stride);
+void attn_mix_q8_0_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p, const void *v,
+                              size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd, float *out,
+                              size_t out_stride);
 
 #endif

@@ -4,6 +4,7 @@
 #include "memory/kv.h"
 #include "common/err.h"
 #include "common/hugemem.h"
+#include "gguf/types.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,9 +16,25 @@ struct memory_snapshot {
     int32_t *pos;       /* [n] */
     int64_t *cell;      /* [n] the cell each came from, and that cell's life then: a cell that */
     uint32_t *life;     /* [n] lives on (shared with others) is taken back without a copy */
-    uint16_t *k;        /* [n_layer][n][n_embd_k] */
-    uint16_t *v;        /* [n_layer][n][n_embd_v] */
+    uint8_t *k;         /* [n_layer][n] K rows (k_row bytes each) */
+    uint8_t *v;         /* [n_layer][n] V rows (v_row bytes each) */
 };
+
+const char *kv_type_name(enum kv_type t) { return t == KV_Q8_0 ? "q8_0" : "f16"; }
+
+int kv_type_parse(const char *name, enum kv_type *out) {
+    if (!strcmp(name, "f16")) *out = KV_F16;
+    else if (!strcmp(name, "q8_0")) *out = KV_Q8_0;
+    else return -ERR_INVAL;
+    return 0;
+}
+
+int kv_type_ggml(enum kv_type t) { return t == KV_Q8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16; }
+
+/* 34 bytes per 32 values (block_q8_0: an F16 scale and 32 int8), 2 bytes per F16 value. */
+size_t kv_type_row_bytes(enum kv_type t, int64_t n) {
+    return t == KV_Q8_0 ? (size_t)(n / 32) * 34 : (size_t)n * sizeof(uint16_t);
+}
 
 static const struct memory_ops kv_ops;
 
@@ -26,11 +43,11 @@ static const struct memory_ops kv_ops;
  * with 4 KB pages that is a TLB miss every few cells. Zero-filled, and committed whole at
  * creation (kv_memory_create). */
 static size_t kv_k_bytes(const struct kv_memory *kv) {
-    return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * (size_t)kv->shape.n_embd_k * sizeof *kv->k;
+    return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * kv->k_row;
 }
 
 static size_t kv_v_bytes(const struct kv_memory *kv) {
-    return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * (size_t)kv->shape.n_embd_v * sizeof *kv->v;
+    return (size_t)kv->shape.n_layer * (size_t)kv->n_cells * kv->v_row;
 }
 
 static struct kv_memory *kv_of(struct memory *m) { return (struct kv_memory *)m; }
@@ -236,7 +253,8 @@ static int64_t kv_cells_held(const struct memory *m, const bool *seqs) {
 }
 
 static size_t kv_bytes(const struct kv_shape *s, int64_t n_cells, int32_t n_words, int32_t n_seq_max) {
-    size_t kvb = (size_t)s->n_layer * (size_t)n_cells * (size_t)(s->n_embd_k + s->n_embd_v) * sizeof(uint16_t);
+    size_t kvb = (size_t)s->n_layer * (size_t)n_cells *
+                 (kv_type_row_bytes(s->type_k, s->n_embd_k) + kv_type_row_bytes(s->type_v, s->n_embd_v));
     return kvb + (size_t)n_cells * (3 * sizeof(int32_t) + (size_t)n_words * sizeof(uint64_t)) +
            (size_t)n_seq_max * (2 * sizeof(int32_t) + sizeof(int64_t));
 }
@@ -297,10 +315,10 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
     s->pos = malloc((size_t)(n ? n : 1) * sizeof *s->pos);
     s->cell = malloc((size_t)(n ? n : 1) * sizeof *s->cell);
     s->life = malloc((size_t)(n ? n : 1) * sizeof *s->life);
-    size_t nk = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_k;
-    size_t nv = (size_t)sh->n_layer * (size_t)n * (size_t)sh->n_embd_v;
-    s->k = malloc((nk ? nk : 1) * sizeof *s->k);
-    s->v = malloc((nv ? nv : 1) * sizeof *s->v);
+    size_t nk = (size_t)sh->n_layer * (size_t)n * kv->k_row;
+    size_t nv = (size_t)sh->n_layer * (size_t)n * kv->v_row;
+    s->k = malloc(nk ? nk : 1);
+    s->v = malloc(nv ? nv : 1);
     if (!s->pos || !s->cell || !s->life || !s->k || !s->v) {
         snapshot_free(s);
         return -ERR_NOMEM;
@@ -316,8 +334,8 @@ static int kv_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **o
         s->cell[i] = c;
         s->life[i] = kv->life[c];
         for (int32_t l = 0; l < sh->n_layer; l++) {
-            memcpy(s->k + ((size_t)l * n + i) * sh->n_embd_k, kv_k_row(kv, l, c), sh->n_embd_k * sizeof(uint16_t));
-            memcpy(s->v + ((size_t)l * n + i) * sh->n_embd_v, kv_v_row(kv, l, c), sh->n_embd_v * sizeof(uint16_t));
+            memcpy(s->k + ((size_t)l * n + i) * kv->k_row, kv_k_row(kv, l, c), kv->k_row);
+            memcpy(s->v + ((size_t)l * n + i) * kv->v_row, kv_v_row(kv, l, c), kv->v_row);
         }
         i++;
     }
@@ -356,8 +374,8 @@ static int kv_seq_restore(struct memory *m, int32_t seq, const struct memory_sna
         int64_t c = take_free_cell(kv);
         cell_add_seq(kv, c, seq, s->pos[i]);
         for (int32_t l = 0; l < sh->n_layer; l++) {
-            memcpy(kv_k_row(kv, l, c), s->k + ((size_t)l * s->n + i) * sh->n_embd_k, sh->n_embd_k * sizeof(uint16_t));
-            memcpy(kv_v_row(kv, l, c), s->v + ((size_t)l * s->n + i) * sh->n_embd_v, sh->n_embd_v * sizeof(uint16_t));
+            memcpy(kv_k_row(kv, l, c), s->k + ((size_t)l * s->n + i) * kv->k_row, kv->k_row);
+            memcpy(kv_v_row(kv, l, c), s->v + ((size_t)l * s->n + i) * kv->v_row, kv->v_row);
         }
     }
     return 0;
@@ -405,13 +423,16 @@ struct kv_memory *kv_from_memory(struct memory *m) {
 int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t n_cells, int32_t n_seq_max) {
     struct kv_shape sh = shape ? *shape : (struct kv_shape){0};
     if (n_cells <= 0 || n_cells > INT32_MAX || n_seq_max <= 0 || sh.n_layer < 0 || sh.n_embd_k < 0 ||
-        sh.n_embd_v < 0 || sh.window < 0)
+        sh.n_embd_v < 0 || sh.window < 0 || (unsigned)sh.type_k > KV_Q8_0 || (unsigned)sh.type_v > KV_Q8_0 ||
+        (sh.type_k == KV_Q8_0 && sh.n_embd_k % 32) || (sh.type_v == KV_Q8_0 && sh.n_embd_v % 32))
         return -ERR_INVAL;
     if (sh.n_layer == 0) sh.n_embd_k = sh.n_embd_v = 0; /* the window stays: bookkeeping has one too */
     struct kv_memory *kv = calloc(1, sizeof *kv);
     if (!kv) return -ERR_NOMEM;
     kv->base = (struct memory){.ops = &kv_ops, .n_seq_max = n_seq_max};
     kv->shape = sh;
+    kv->k_row = kv_type_row_bytes(sh.type_k, sh.n_embd_k);
+    kv->v_row = kv_type_row_bytes(sh.type_v, sh.n_embd_v);
     kv->n_cells = n_cells;
     kv->n_words = (n_seq_max + 63) / 64;
     kv->pos = malloc((size_t)n_cells * sizeof *kv->pos);

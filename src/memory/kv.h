@@ -3,9 +3,12 @@
  * The pool holds n_cells token cells shared by every sequence (the --kv-tokens budget). A cell
  * is either free or holds one position and a *set* of sequence ids (a bitset of n_seq_max bits):
  * sequences that share a prompt prefix share its cells (memory_seq_cp adds a sequence id to the
- * cells, it copies no K/V). Per layer, each cell stores K and V of its token as F16 rows of
- * n_embd_k and n_embd_v elements (n_head_kv * head_dim). A cell is freed when its last sequence
- * leaves it.
+ * cells, it copies no K/V). Per layer, each cell stores K and V of its token as rows of n_embd_k
+ * and n_embd_v elements (n_head_kv * head_dim) of the shape's cell types: F16, or Q8_0 in the
+ * GGUF block layout (blocks of 32 values along the head dimension, each with one F16 scale: 34
+ * bytes per 32 values, so a Q8_0 cell takes 17/32 of an F16 one). The forward pass quantizes a
+ * step's K and V rows when it writes them (quant_from_float) and the attention kernels read the
+ * blocks as stored (math/attn.h). A cell is freed when its last sequence leaves it.
  *
  * Attention mask, by construction: a batch entry of sequence s at position p attends to every
  * cell that holds s at a position <= p (causal within a sequence, nothing across sequences).
@@ -63,11 +66,24 @@
 
 #include "memory/memory.h"
 
+/* The type of the K or the V rows of the cells (--kv-type, --kv-type-k, --kv-type-v). */
+enum kv_type { KV_F16, KV_Q8_0 };
+
+/* "f16", "q8_0". */
+const char *kv_type_name(enum kv_type t);
+/* 0 and *out, or -ERR_INVAL for a name that is not one of kv_type_name's. */
+int kv_type_parse(const char *name, enum kv_type *out);
+/* GGML_TYPE_F16 or GGML_TYPE_Q8_0 (gguf/types.h): what quant.h converts rows with. */
+int kv_type_ggml(enum kv_type t);
+/* Bytes of a row of n elements (n a multiple of 32 for Q8_0). */
+size_t kv_type_row_bytes(enum kv_type t, int64_t n);
+
 struct kv_shape {
     int32_t n_layer;   /* 0: bookkeeping only, no K/V stored */
-    int32_t n_embd_k;  /* F16 elements of K per token per layer (n_head_kv * head_dim_k) */
-    int32_t n_embd_v;  /* F16 elements of V per token per layer */
+    int32_t n_embd_k;  /* elements of K per token per layer (n_head_kv * head_dim_k) */
+    int32_t n_embd_v;  /* elements of V per token per layer */
     int32_t window;    /* sliding window in positions (0: every position is kept; see above) */
+    enum kv_type type_k, type_v; /* KV_F16 (the zero value) or KV_Q8_0 (n_embd a multiple of 32) */
 };
 
 /* Read-only for everyone but kv.c; exposed so the forward pass can use the inline accessors. */
@@ -86,11 +102,13 @@ struct kv_memory {
     int64_t *seq_n_cells;       /* [n_seq_max] cells held */
     int32_t *placed;            /* [n_cells] cell of each entry of the last reserved batch */
     int32_t n_placed;           /* entries of the last reserved batch */
-    uint16_t *k;                /* [n_layer][n_cells][n_embd_k] F16, NULL when bookkeeping only */
-    uint16_t *v;                /* [n_layer][n_cells][n_embd_v] F16 */
+    size_t k_row, v_row;        /* bytes of one cell's K / V row in a layer */
+    uint8_t *k;                 /* [n_layer][n_cells] K rows of type_k, NULL when bookkeeping only */
+    uint8_t *v;                 /* [n_layer][n_cells] V rows of type_v */
 };
 
-/* 0 or -ERR_INVAL (bad sizes) / -ERR_NOMEM. shape may be NULL (bookkeeping only). */
+/* 0 or -ERR_INVAL (bad sizes, a Q8_0 row not a multiple of 32) / -ERR_NOMEM. shape may be NULL
+ * (bookkeeping only). */
 int kv_memory_create(struct memory **out, const struct kv_shape *shape, int64_t n_cells, int32_t n_seq_max);
 
 /* The kv memory behind m, or NULL when m is another kind. */
@@ -108,12 +126,13 @@ static inline bool kv_cell_visible(const struct kv_memory *kv, int64_t cell, int
     return kv->pos[cell] >= 0 && kv->pos[cell] <= pos && kv_cell_has_seq(kv, cell, seq);
 }
 
-/* K / V row of a cell in a layer: n_embd_k / n_embd_v F16 values. */
-static inline uint16_t *kv_k_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
-    return kv->k + ((int64_t)layer * kv->n_cells + cell) * kv->shape.n_embd_k;
+/* K / V row of a cell in a layer: n_embd_k / n_embd_v values of type_k / type_v (k_row / v_row
+ * bytes; F16 rows are uint16_t, Q8_0 rows blocks of math/blocks.h's block_q8_0). */
+static inline void *kv_k_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
+    return kv->k + ((int64_t)layer * kv->n_cells + cell) * (int64_t)kv->k_row;
 }
-static inline uint16_t *kv_v_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
-    return kv->v + ((int64_t)layer * kv->n_cells + cell) * kv->shape.n_embd_v;
+static inline void *kv_v_row(const struct kv_memory *kv, int32_t layer, int64_t cell) {
+    return kv->v + ((int64_t)layer * kv->n_cells + cell) * (int64_t)kv->v_row;
 }
 
 /* Write to out[0..cap) the cells holding seq (ascending cell order); returns their count

@@ -14,8 +14,8 @@ struct arch_impl {
     void (*ctx_destroy)(struct forward_ctx *fc);
     size_t (*ctx_bytes)(const struct forward_ctx *fc);
     int (*forward)(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b);
-    int (*memory_create)(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
-                         struct memory **out);
+    /* mc arrives with max_batch >= 1 */
+    int (*memory_create)(const struct model *m, const struct memory_config *mc, struct memory **out);
     bool memory_counts_states; /* memory_create's n_cells are sequence states, not tokens */
     /* Families with their own tensors (mamba): hparams and weights from m->file, and their release.
      * NULL: the transformer loader of model.c. */

@@ -131,6 +131,12 @@ struct attn_ctx {
      * [u * group, (u + 1) * group)), reset every layer: sc_left[u] score items of the unit not yet
      * done, mix_left[u] its rows whose probabilities are not yet ready (see dec_items). */
     _Atomic int32_t *sc_left, *mix_left; /* [T * n_head_kv] */
+    /* Q8_0 K cells: the step's queries quantized to Q8_0 once per layer (attn_layer), as the
+     * reference dots Q8_0 cells; per entry qq_row bytes, per head qq_head (hd / 32 blocks). NULL
+     * when head_dim is not a multiple of 32 (no Q8_0 cells then: model_memory_create_with). */
+    uint8_t *qq;        /* [T][qq_row] */
+    size_t qq_row, qq_head;
+    bool k_q8, v_q8;    /* the planned pool's cell types are Q8_0 (attn_plan) */
     int32_t *acells;    /* [arena_n] the planned sequences' cells, sorted by position */
     int32_t *acpos;     /* [arena_n] their positions */
     int64_t arena_n;
@@ -148,7 +154,7 @@ static void *ctx_alloc(struct attn_ctx *a, size_t n, size_t elt, bool *ok) {
 void attn_ctx_destroy(struct attn_ctx *a) {
     if (!a) return;
     void *bufs[] = {a->ent, a->done, a->cells, a->cpos, a->kf, a->vf, a->vt, a->order, a->qg, a->sc, a->h16,
-                    a->og, a->dseq, a->dent, a->gent, a->gseq, a->gcount, a->acells, a->acpos, a->dsc,
+                    a->og, a->dseq, a->dent, a->gent, a->gseq, a->gcount, a->acells, a->acpos, a->dsc, a->qq,
                     (void *)a->sc_left, (void *)a->mix_left};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(a);
@@ -206,6 +212,11 @@ int attn_ctx_create(struct attn_ctx **out, const struct attn_params *p, int32_t 
     a->sc = ctx_alloc(a, qg_rows * a->sc_stride, sizeof(float), &ok);
     a->h16 = ctx_alloc(a, qg_rows * hd, sizeof(uint16_t), &ok);
     a->og = ctx_alloc(a, qg_rows * hd, sizeof(float), &ok);
+    if (p->head_dim % 32 == 0) {
+        a->qq_head = kv_type_row_bytes(KV_Q8_0, p->head_dim);
+        a->qq_row = (size_t)p->n_head * a->qq_head;
+        a->qq = ctx_alloc(a, T * a->qq_row, 1, &ok);
+    }
     if (!ok) {
         attn_ctx_destroy(a);
         return -ERR_NOMEM;
@@ -222,6 +233,48 @@ int attn_ctx_create(struct attn_ctx **out, const struct attn_params *p, int32_t 
 static void round_f16(float *x, uint16_t *tmp, int64_t n) {
     quant_from_float(GGML_TYPE_F16, x, tmp, n);
     quant_to_float(GGML_TYPE_F16, tmp, x, n);
+}
+
+/* Bytes from a cell row's start to kv head h's first element (F16 or Q8_0 blocks). */
+static size_t head_off(enum kv_type t, int32_t h, int32_t hd) { return kv_type_row_bytes(t, (int64_t)h * hd); }
+
+/* Scores of n_q query heads qh0.. of entry i (one GQA group's or part of it, kv head kvh) over
+ * cells[0 .. n) of layer a->layer into sc (rows sc_stride apart): F16 cells against the F16-exact
+ * query, Q8_0 cells against the query quantized to Q8_0 (a->qq). */
+static void scores_of(const struct attn_ctx *a, int32_t i, int32_t qh0, int32_t n_q, int32_t kvh, const int32_t *cells,
+                      int64_t n, float *sc, size_t sc_stride) {
+    const struct kv_memory *kv = a->kv;
+    int32_t hd = a->p.head_dim;
+    const uint8_t *k0 = (const uint8_t *)kv_k_row(kv, a->layer, 0) + head_off(kv->shape.type_k, kvh, hd);
+    if (a->k_q8) {
+        attn_scores_q8_0_rows(a->qq + (size_t)i * a->qq_row + (size_t)qh0 * a->qq_head, a->qq_head, n_q, k0, kv->k_row,
+                              cells, n, hd, sc, sc_stride);
+        return;
+    }
+    int64_t nq = (int64_t)a->p.n_head * hd;
+    attn_scores_f16_rows(a->q + i * nq + (int64_t)qh0 * hd, (size_t)hd, n_q, (const uint16_t *)k0,
+                         (size_t)kv->shape.n_embd_k, cells, n, hd, sc, sc_stride);
+}
+
+/* The mix of n_p probability rows (p_stride apart) over cells[0 .. n) with kv head kvh's V, output
+ * elements [d0, d0 + len) of the head (d0, len multiples of 32 for Q8_0 cells). */
+static void mix_of(const struct attn_ctx *a, const float *p, size_t p_stride, int32_t n_p, int32_t kvh, int32_t d0,
+                   int32_t len, const int32_t *cells, int64_t n, float *out, size_t out_stride) {
+    const struct kv_memory *kv = a->kv;
+    int32_t hd = a->p.head_dim;
+    const uint8_t *v0 = (const uint8_t *)kv_v_row(kv, a->layer, 0) + head_off(kv->shape.type_v, kvh, hd) +
+                        kv_type_row_bytes(kv->shape.type_v, d0);
+    if (a->v_q8) attn_mix_q8_0_rows(p, p_stride, n_p, v0, kv->v_row, cells, n, len, out, out_stride);
+    else attn_mix_f16_rows(p, p_stride, n_p, (const uint16_t *)v0, (size_t)kv->shape.n_embd_v, cells, n, len, out,
+                           out_stride);
+}
+
+/* A row's mask and softmax: probabilities rounded to F16 for F16 V cells (as the reference's F16
+ * product sees them), kept F32 for Q8_0 ones (as its flash attention keeps them). */
+static void softmax_of(const struct attn_ctx *a, float *row, int64_t n, const int32_t *cpos, int32_t pos) {
+    attn_mask_window(row, n, cpos, pos, a->p.window);
+    if (a->v_q8) attn_softmax_row_f32(row, n, cpos, pos, a->p.scale);
+    else attn_softmax_row(row, n, cpos, pos, a->p.scale);
 }
 
 struct softmax_job {
@@ -256,10 +309,13 @@ static void gather_kv(void *arg, int64_t c0, int64_t c1) {
     int32_t hd = a->p.head_dim, nh = a->p.n_head_kv;
     for (int64_t c = c0; c < c1; c++) {
         int32_t cell = a->cells[j->g0 + c];
-        const uint16_t *kr = kv_k_row(a->kv, a->layer, cell), *vr = kv_v_row(a->kv, a->layer, cell);
+        const uint8_t *kr = kv_k_row(a->kv, a->layer, cell), *vr = kv_v_row(a->kv, a->layer, cell);
+        enum kv_type tk = a->kv->shape.type_k, tv = a->kv->shape.type_v;
         for (int32_t h = 0; h < nh; h++) {
-            quant_to_float(GGML_TYPE_F16, kr + (int64_t)h * hd, a->kf + ((int64_t)h * j->n_c + c) * hd, hd);
-            quant_to_float(GGML_TYPE_F16, vr + (int64_t)h * hd, a->vf + ((int64_t)h * j->n_c + c) * hd, hd);
+            /* Q8_0 K is read as stored (scores_of), never gathered; V values are exact in F32 */
+            if (!a->k_q8)
+                quant_to_float(GGML_TYPE_F16, kr + head_off(tk, h, hd), a->kf + ((int64_t)h * j->n_c + c) * hd, hd);
+            quant_to_float(kv_type_ggml(tv), vr + head_off(tv, h, hd), a->vf + ((int64_t)h * j->n_c + c) * hd, hd);
         }
     }
 }
@@ -318,17 +374,11 @@ static void direct_row(struct attn_ctx *a, int slot, int32_t i, int32_t qh, cons
                        int64_t nv) {
     int32_t hd = a->p.head_dim, kvh = qh / a->group;
     int64_t nq = (int64_t)a->p.n_head * hd;
-    float *q = a->qg + (size_t)slot * hd, *sc = a->sc + (size_t)slot * a->sc_stride;
-    uint16_t *h16 = a->h16 + (size_t)slot * hd;
-    const uint16_t *k0 = kv_k_row(a->kv, a->layer, 0), *v0 = kv_v_row(a->kv, a->layer, 0);
-    size_t k_stride = (size_t)a->kv->shape.n_embd_k, v_stride = (size_t)a->kv->shape.n_embd_v;
-    memcpy(q, a->q + i * nq + (int64_t)qh * hd, (size_t)hd * sizeof(float));
-    round_f16(q, h16, hd);
+    float *sc = a->sc + (size_t)slot * a->sc_stride;
     nv = n_visible(cpos, nv, a->b->pos[i]); /* its own cells only: a one-entry step's numbers */
-    attn_scores_f16(q, k0 + (size_t)kvh * hd, k_stride, cells, nv, hd, sc);
-    attn_mask_window(sc, nv, cpos, a->b->pos[i], a->p.window);
-    attn_softmax_row(sc, nv, cpos, a->b->pos[i], a->p.scale);
-    attn_mix_f16(sc, v0 + (size_t)kvh * hd, v_stride, cells, nv, hd, a->out + i * nq + (int64_t)qh * hd);
+    scores_of(a, i, qh, 1, kvh, cells, nv, sc, 0);
+    softmax_of(a, sc, nv, cpos, a->b->pos[i]);
+    mix_of(a, sc, 0, 1, kvh, 0, hd, cells, nv, a->out + i * nq + (int64_t)qh * hd, 0);
 }
 
 /* Rows [r0, r1) of a direct chunk, row r = entry e0 + r / n_head, query head r % n_head: the
@@ -403,11 +453,8 @@ static const struct direct_seq *dseq_of_item(const struct attn_ctx *a, int64_t i
 static void dec_items(void *arg, int64_t i0, int64_t i1) {
     struct dec_job *j = arg;
     struct attn_ctx *a = j->a;
-    const struct kv_memory *kv = a->kv;
     int32_t hd = a->p.head_dim, n_head = a->p.n_head, n_kv = a->p.n_head_kv, group = a->group;
     int64_t nq = (int64_t)n_head * hd;
-    const uint16_t *k0 = kv_k_row(kv, a->layer, 0), *v0 = kv_v_row(kv, a->layer, 0);
-    size_t k_stride = (size_t)kv->shape.n_embd_k, v_stride = (size_t)kv->shape.n_embd_v;
     for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
         if (it < j->end_a) {
             const struct direct_seq *ds = dseq_of_item(a, it);
@@ -416,16 +463,11 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             int64_t c0 = k % ds->n_cb * a->cell_block, n = ds->nv - c0 < a->cell_block ? ds->nv - c0 : a->cell_block;
             int32_t i = a->dent[ds->e0 + e];
             float *sc = a->dsc + ds->sc_off + ((int64_t)e * n_head + (int64_t)kvh * group) * ds->nv;
-            attn_scores_f16_rows(a->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group,
-                                 k0 + (size_t)kvh * hd, k_stride, a->acells + ds->off + c0, n, hd, sc + c0,
-                                 (size_t)ds->nv);
+            scores_of(a, i, kvh * group, group, kvh, a->acells + ds->off + c0, n, sc + c0, (size_t)ds->nv);
             int64_t u = ds->row0 / group + (int64_t)e * n_kv + kvh;
             if (j->end_b == j->end_a) { /* no softmax phase: every row is one block */
                 int64_t nvi = n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]); /* as unit_items */
-                for (int32_t g = 0; g < group; g++) {
-                    attn_mask_window(sc + g * ds->nv, nvi, a->acpos + ds->off, a->b->pos[i], a->p.window);
-                    attn_softmax_row(sc + g * ds->nv, nvi, a->acpos + ds->off, a->b->pos[i], a->p.scale);
-                }
+                for (int32_t g = 0; g < group; g++) softmax_of(a, sc + g * ds->nv, nvi, a->acpos + ds->off, a->b->pos[i]);
                 atomic_fetch_sub_explicit(&a->mix_left[u], group, memory_order_release);
             } else {
                 atomic_fetch_sub_explicit(&a->sc_left[u], 1, memory_order_release);
@@ -436,9 +478,8 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             const struct direct_seq *ds = dseq_of_row(a, r);
             int64_t k = r - ds->row0;
             int32_t pos = a->b->pos[a->dent[ds->e0 + k / n_head]];
-            int64_t nvi = n_visible(a->acpos + ds->off, ds->nv, pos);
-            attn_mask_window(a->dsc + ds->sc_off + k * ds->nv, nvi, a->acpos + ds->off, pos, a->p.window);
-            attn_softmax_row(a->dsc + ds->sc_off + k * ds->nv, nvi, a->acpos + ds->off, pos, a->p.scale);
+            softmax_of(a, a->dsc + ds->sc_off + k * ds->nv, n_visible(a->acpos + ds->off, ds->nv, pos), a->acpos + ds->off,
+                       pos);
             atomic_fetch_sub_explicit(&a->mix_left[r / group], 1, memory_order_release);
         } else {
             wait_ready(&a->mix_left[(it - j->end_b) / a->n_db]);
@@ -447,10 +488,9 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
             const struct direct_seq *ds = dseq_of_row(a, r);
             int64_t k = r - ds->row0;
             int32_t i = a->dent[ds->e0 + k / n_head], qh = (int32_t)(k % n_head), kvh = qh / group;
-            attn_mix_f16_rows(a->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group,
-                              v0 + (size_t)kvh * hd + (size_t)d0, v_stride, a->acells + ds->off,
-                              n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]),
-                              a->db_len, a->out + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
+            mix_of(a, a->dsc + ds->sc_off + k * ds->nv, (size_t)ds->nv, group, kvh, (int32_t)d0, a->db_len,
+                   a->acells + ds->off, n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]),
+                   a->out + i * nq + (int64_t)qh * hd + d0, (size_t)hd);
         }
     }
 }
@@ -461,11 +501,8 @@ static void dec_items(void *arg, int64_t i0, int64_t i1) {
  * thread (see attn_layer for when this runs instead of dec_items). */
 static void unit_items(void *arg, int64_t u0, int64_t u1) {
     struct attn_ctx *a = arg;
-    const struct kv_memory *kv = a->kv;
     int32_t hd = a->p.head_dim, n_head = a->p.n_head, group = a->group;
     int64_t nq = (int64_t)n_head * hd;
-    const uint16_t *k0 = kv_k_row(kv, a->layer, 0), *v0 = kv_v_row(kv, a->layer, 0);
-    size_t k_stride = (size_t)kv->shape.n_embd_k, v_stride = (size_t)kv->shape.n_embd_v;
     for (int64_t u = u0; u < u1; u++) {
         int64_t r = u * group; /* the unit's first row */
         const struct direct_seq *ds = dseq_of_row(a, r);
@@ -475,14 +512,10 @@ static void unit_items(void *arg, int64_t u0, int64_t u1) {
         /* the entry's own cells only (an earlier entry of the sequence sees fewer): the numbers of
          * a one-entry step, whatever else of its sequence the step holds */
         int64_t nv = n_visible(a->acpos + ds->off, ds->nv, a->b->pos[i]);
-        attn_scores_f16_rows(a->q + i * nq + (int64_t)kvh * group * hd, (size_t)hd, group, k0 + (size_t)kvh * hd,
-                             k_stride, a->acells + ds->off, nv, hd, sc, (size_t)ds->nv);
-        for (int32_t g = 0; g < group; g++) {
-            attn_mask_window(sc + g * ds->nv, nv, a->acpos + ds->off, a->b->pos[i], a->p.window);
-            attn_softmax_row(sc + g * ds->nv, nv, a->acpos + ds->off, a->b->pos[i], a->p.scale);
-        }
-        attn_mix_f16_rows(sc, (size_t)ds->nv, group, v0 + (size_t)kvh * hd, v_stride, a->acells + ds->off, nv,
-                          hd, a->out + i * nq + (int64_t)kvh * group * hd, (size_t)hd);
+        scores_of(a, i, kvh * group, group, kvh, a->acells + ds->off, nv, sc, (size_t)ds->nv);
+        for (int32_t g = 0; g < group; g++) softmax_of(a, sc + g * ds->nv, nv, a->acpos + ds->off, a->b->pos[i]);
+        mix_of(a, sc, (size_t)ds->nv, group, kvh, 0, hd, a->acells + ds->off, nv,
+               a->out + i * nq + (int64_t)kvh * group * hd, (size_t)hd);
     }
 }
 
@@ -498,6 +531,7 @@ struct chunk_job {
     int64_t lo, nv;     /* the chunk's cells: gathered cells [lo, lo + nv) (from the first one its
                          * first entry sees to the last one its last entry sees) */
     const int32_t *cpos; /* [nv] their positions */
+    const int32_t *cells; /* [nv] the cells themselves (Q8_0 K is read from them) */
     int64_t block_rows, n_blocks; /* per kv head: n_blocks blocks of block_rows rows (the last fewer) */
     int64_t n_items;    /* n_head_kv * n_blocks */
     _Atomic int64_t next; /* items handed out */
@@ -522,15 +556,29 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
     for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
         int32_t h = (int32_t)(it / j->n_blocks);
         int64_t r0 = it % j->n_blocks * j->block_rows, n = j->rows - r0 < j->block_rows ? j->rows - r0 : j->block_rows;
-        for (int64_t r = 0; r < n; r++) {
-            int32_t i = j->ent[(r0 + r) / group];
-            int64_t qh = (int64_t)h * group + (r0 + r) % group;
-            memcpy(qg + r * hd, a->q + i * nq + qh * hd, (size_t)hd * sizeof(float));
-            row_pos[r] = a->b->pos[i];
-        }
-        round_f16(qg, h16, n * hd);
+        for (int64_t r = 0; r < n; r++) row_pos[r] = a->b->pos[j->ent[(r0 + r) / group]];
         int64_t k0 = ((int64_t)h * j->n_g + j->lo) * hd;
-        attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale, sc, og);
+        if (a->k_q8) {
+            /* Q8_0 K as stored: each entry's rows of the block in one call (the numbers of the
+             * decode path), then the softmax and the sgemm with V */
+            for (int64_t r = 0, m; r < n; r += m) {
+                int32_t g = (int32_t)((r0 + r) % group);
+                m = group - g < n - r ? group - g : n - r;
+                scores_of(a, j->ent[(r0 + r) / group], h * group + g, (int32_t)m, h, j->cells, j->nv, sc + r * j->nv,
+                          (size_t)j->nv);
+            }
+            attn_rows_softmax_mix_f32(sc, n, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale, !a->v_q8,
+                                      og);
+        } else {
+            for (int64_t r = 0; r < n; r++) {
+                int32_t i = j->ent[(r0 + r) / group];
+                int64_t qh = (int64_t)h * group + (r0 + r) % group;
+                memcpy(qg + r * hd, a->q + i * nq + qh * hd, (size_t)hd * sizeof(float));
+            }
+            round_f16(qg, h16, n * hd);
+            attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale, !a->v_q8,
+                          sc, og);
+        }
         for (int64_t r = 0; r < n; r++) {
             int32_t i = j->ent[(r0 + r) / group];
             int64_t qh = (int64_t)h * group + (r0 + r) % group;
@@ -616,6 +664,36 @@ static void chunk_reference(struct attn_ctx *a, const int32_t *ent, int32_t ne, 
     }
 }
 
+/* reference with Q8_0 cells: rows [r0, r1) of a chunk (row r = entry r / n_head, query head
+ * r % n_head), each as the reference's flash attention computes it (attn_row_reference_fa), in
+ * this thread's slot of qg as scratch. */
+struct fa_job {
+    struct attn_ctx *a;
+    const int32_t *ent, *cells, *cpos;
+    int64_t nv;
+    _Atomic int slot;
+};
+
+static void fa_rows(void *arg, int64_t r0, int64_t r1) {
+    struct fa_job *j = arg;
+    struct attn_ctx *a = j->a;
+    int slot = atomic_fetch_add_explicit(&j->slot, 1, memory_order_relaxed);
+    ASSERT(slot < a->n_slots);
+    const struct kv_memory *kv = a->kv;
+    int32_t hd = a->p.head_dim, n_head = a->p.n_head;
+    int64_t nq = (int64_t)n_head * hd;
+    enum kv_type tk = kv->shape.type_k, tv = kv->shape.type_v;
+    const uint8_t *k0 = kv_k_row(kv, a->layer, 0), *v0 = kv_v_row(kv, a->layer, 0);
+    for (int64_t r = r0; r < r1; r++) {
+        int32_t i = j->ent[r / n_head], qh = (int32_t)(r % n_head), kvh = qh / a->group;
+        attn_row_reference_fa(kv_type_ggml(tk), a->q + i * nq + (int64_t)qh * hd,
+                              a->k_q8 ? a->qq + (size_t)i * a->qq_row + (size_t)qh * a->qq_head : NULL,
+                              k0 + head_off(tk, kvh, hd), kv->k_row, kv_type_ggml(tv), v0 + head_off(tv, kvh, hd),
+                              kv->v_row, j->cells, j->cpos, j->nv, a->b->pos[i], a->p.window, a->p.scale, hd,
+                              a->qg + (size_t)slot * hd, a->out + i * nq + (int64_t)qh * hd);
+    }
+}
+
 /* Attention of the entries of one sequence (a->ent[0..n_ent)) over that sequence's cells, in
  * chunks of entries: a chunk whose rows would take matmul's sgemm path runs on F32 copies of the
  * cells (gathered once), all kv heads in one parallel job of row blocks; a smaller one (a decode
@@ -642,6 +720,11 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
             compute_parallel_for(a->c, (int64_t)ne * a->p.n_head, direct_rows, &dj);
             continue;
         }
+        if (a->reference && (a->k_q8 || a->v_q8)) {
+            struct fa_job fj = {.a = a, .ent = a->ent + e0, .cells = a->cells + lo, .cpos = a->cpos + lo, .nv = nv};
+            compute_parallel_for_work(a->c, (int64_t)ne * a->p.n_head, 4 * nv * a->p.head_dim, fa_rows, &fj);
+            continue;
+        }
         if (!gathered) {
             struct gather_job gj = {.a = a, .g0 = g0, .n_c = n_g};
             compute_parallel_for_work(a->c, n_g, 2 * (int64_t)a->p.n_head_kv * a->p.head_dim, gather_kv, &gj);
@@ -652,7 +735,7 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
             continue;
         }
         struct chunk_job cj = {.a = a, .ent = a->ent + e0, .rows = rows, .n_g = n_g, .lo = lo - g0, .nv = nv,
-                               .cpos = a->cpos + lo};
+                               .cpos = a->cpos + lo, .cells = a->cells + lo};
         split_chunk(&cj, a->p.n_head_kv, a->chunk_slots);
         compute_parallel_for(a->c, a->chunk_slots, chunk_blocks, &cj); /* one call per slot */
     }
@@ -668,6 +751,9 @@ void attn_plan(struct attn_ctx *a, const struct kv_memory *kv, const struct batc
     int32_t group = a->group;
     a->kv = kv;
     a->b = b;
+    a->k_q8 = kv->shape.type_k == KV_Q8_0;
+    a->v_q8 = kv->shape.type_v == KV_Q8_0;
+    ASSERT(!(a->k_q8 || a->v_q8) || a->qq); /* Q8_0 cells need a head size of 32s */
     memset(a->done, 0, (size_t)b->n_tokens);
     a->n_dseq = 0;
     a->n_gseq = 0;
@@ -733,6 +819,14 @@ void attn_plan(struct attn_ctx *a, const struct kv_memory *kv, const struct batc
     a->n_db = p->head_dim / a->db_len;
 }
 
+/* Rows [r0, r1) of the step's queries to Q8_0 (a->qq), as the reference quantizes the query
+ * for Q8_0 cells (quant_from_float: its x86 rounding). */
+static void quantize_queries(void *arg, int64_t r0, int64_t r1) {
+    struct attn_ctx *a = arg;
+    int64_t nq = (int64_t)a->p.n_head * a->p.head_dim;
+    for (int64_t r = r0; r < r1; r++) quant_from_float(GGML_TYPE_Q8_0, a->q + r * nq, a->qq + (size_t)r * a->qq_row, nq);
+}
+
 /* The planned decode-sized sequences in one parallel job, the others one sequence at a time
  * (entries keep their batch order). */
 void attn_layer(struct attn_ctx *a, const struct attn_params *p, int32_t layer, const float *q, float *out) {
@@ -742,6 +836,10 @@ void attn_layer(struct attn_ctx *a, const struct attn_params *p, int32_t layer, 
     a->layer = layer;
     a->q = q;
     a->out = out;
+    if (a->k_q8) {
+        int64_t nq = (int64_t)a->p.n_head * a->p.head_dim;
+        compute_parallel_for_work(a->c, a->b->n_tokens, 2 * nq, quantize_queries, a);
+    }
     int32_t group = a->group;
     int64_t n_units = a->n_drows / group;
     if (n_units >= a->n_slots) {

@@ -5,8 +5,8 @@
  * h / group (group = n_head / n_head_kv query heads share one kv head: MHA, GQA, MQA):
  *   out[i][h] = sum_c P[c] * V_l[c][h / group],  P = softmax over c of scale * (q[i][h] . K_l[c][h / group])
  * over the cells c of sequence s at positions <= p (and > p - window with a sliding window), K_l
- * and V_l being layer l's F16 rows of the cells (kv_k_row / kv_v_row), the batch's own cells
- * included: the caller stores their K and V before attn_layer. A window's masked cells are
+ * and V_l being layer l's rows of the cells (kv_k_row / kv_v_row: F16, or Q8_0 blocks, memory/kv.h),
+ * the batch's own cells included: the caller stores their K and V before attn_layer. A window's masked cells are
  * skipped where a whole chunk of entries cannot see them and get probability 0 in the rows that
  * cannot where the chunk's first entry still does (math/attn.h's attn_mask_window), the same way
  * in every strategy, so a row's numbers stay those of the strategy it would take anyway.
@@ -22,6 +22,12 @@
  *   - with `reference` every chunk takes the reference's dot orders (tinyBLAS's 16 lanes for a
  *     batch of 2+ tokens, ggml_vec_dot_f16 for one token): scalar and slow, for eval-logits and
  *     the golden tests.
+ * Q8_0 cells (the pool's shape.type_k / type_v): K is dotted with the query quantized to Q8_0
+ * (once per layer, as the reference quantizes it; the caller then leaves q unrounded), the same
+ * integer dots in every strategy (math/attn.h's attn_scores_q8_0_rows; a prompt chunk's too);
+ * with Q8_0 V the probabilities stay F32 and V's values are exact in F32. With `reference`, rows
+ * over Q8_0 cells are the reference's flash attention (attn_row_reference_fa: an online softmax,
+ * cell by cell), which is how the reference computes a quantized cache.
  *
  * Ownership: attn_ctx_create sizes every buffer once (max_tokens entries, sequences of at most
  * n_ctx cells); attn_plan and attn_layer never allocate. The ctx borrows the compute threads
@@ -39,8 +45,8 @@
  *   attn_ctx_destroy(a);
  *
  * Shapes: q and out are [b->n_tokens][n_head * head_dim], query head h in columns
- * [h * head_dim, (h + 1) * head_dim). q holds values exact in F16 (the caller rounds them, as
- * the F16 cells see the query: every strategy then multiplies the same numbers).
+ * [h * head_dim, (h + 1) * head_dim). Over F16 K cells q holds values exact in F16 (the caller
+ * rounds them, as the F16 cells see the query: every strategy then multiplies the same numbers).
  */
 #ifndef UVLM_MODEL_ATTENTION_H
 #define UVLM_MODEL_ATTENTION_H

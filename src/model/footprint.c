@@ -63,7 +63,8 @@ int32_t model_layer_window(const struct gguf_file *f, const char *arch, int32_t 
     return swa ? (int32_t)window : 0;
 }
 
-static int read_shape(const struct gguf_file *f, struct model_shape *s, char *why, size_t why_len) {
+static int read_shape(const struct gguf_file *f, const struct footprint_config *cfg, struct model_shape *s, char *why,
+                      size_t why_len) {
     memset(s, 0, sizeof *s);
     struct gguf_str a = gguf_get_str(f, "general.architecture");
     if (!a.ptr || a.len == 0 || a.len >= sizeof s->arch) {
@@ -112,7 +113,8 @@ static int read_shape(const struct gguf_file *f, struct model_shape *s, char *wh
         int64_t kv_heads = layer_int(f, arch, "attention.head_count_kv", il, s->n_head);
         if (kv_heads > s->n_head_kv) s->n_head_kv = (int32_t)kv_heads;
         s->n_attn_layers++;
-        uint64_t cell = 2 * (uint64_t)kv_heads * (uint64_t)(s->head_dim_k + s->head_dim_v); /* F16 */
+        uint64_t cell = (uint64_t)kv_heads * (kv_type_row_bytes(cfg->type_k, s->head_dim_k) +
+                                              kv_type_row_bytes(cfg->type_v, s->head_dim_v));
         s->kv_cell_bytes += cell;
         if (model_layer_window(f, arch, il) > 0) {
             s->n_swa_layers++;
@@ -165,7 +167,7 @@ static uint64_t buffers_bytes(const struct gguf_file *f, const struct model_shap
 int model_footprint(const struct gguf_file *f, const struct footprint_config *cfg, struct model_footprint *out,
                     char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
-    int rc = read_shape(f, &out->shape, why, why_len);
+    int rc = read_shape(f, cfg, &out->shape, why, why_len);
     if (rc < 0) return rc;
     const struct model_shape *s = &out->shape;
     int64_t n_ctx = s->n_ctx_train;
@@ -208,6 +210,25 @@ int model_footprint_of_path(const char *path, const struct footprint_config *cfg
     if (rc < 0) return rc;
     rc = model_footprint(&f, cfg, out, why, why_len);
     gguf_close(&f);
+    return rc;
+}
+
+int model_footprint_kv_cells(const char *path, const struct footprint_config *cfg, uint64_t kv_bytes, int64_t *cells,
+                             char *why, size_t why_len) {
+    struct gguf_file f;
+    int rc = gguf_open(&f, path, why, why_len);
+    if (rc < 0) return rc;
+    struct footprint_config c = *cfg;
+    struct model_footprint fp;
+    int64_t lo = 15, hi = (int64_t)1 << 24; /* kv grows with the cells: the last that fits */
+    while (rc == 0 && lo < hi) {
+        c.kv_tokens = (lo + hi + 1) / 2;
+        rc = model_footprint(&f, &c, &fp, why, why_len);
+        if (rc == 0 && fp.kv <= kv_bytes) lo = c.kv_tokens;
+        else hi = c.kv_tokens - 1;
+    }
+    gguf_close(&f);
+    *cells = lo < 16 ? 0 : lo;
     return rc;
 }
 

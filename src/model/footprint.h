@@ -3,8 +3,8 @@
  * `uvlm inspect` prints (cmd/inspect.c). One estimate, so the two always agree.
  *
  *   weights  the whole file: the load reads it into memory (gguf_open_resident)
- *   kv       K and V of every full-attention layer for kv_tokens cells (F16, as memory/kv.h keeps
- *            them, with the cells' bookkeeping); of the sliding-window layers (Gemma 3's local
+ *   kv       K and V of every full-attention layer for kv_tokens cells (of the config's cell
+ *            types, F16 or Q8_0, as memory/kv.h keeps them, with the cells' bookkeeping); of the sliding-window layers (Gemma 3's local
  *            layers) for the cells their window pool has (kv_window_cells: a window per
  *            sequence, not kv_tokens); plus one recurrent state per sequence for the recurrent
  *            layers (F32, memory/recurrent.h); exact for the memories uvlm has
@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memory/kv.h"
+
 struct gguf_file;
 
 /* The serving settings the memory depends on (the server's flags of the same names). */
@@ -35,6 +37,7 @@ struct footprint_config {
     int32_t max_seq_tokens;   /* per-sequence limit below the model's context (0: none) */
     int32_t recurrent_states; /* a recurrent model's states (0: one per sequence id; a hybrid always has that) */
     int32_t extra_outputs;    /* logits rows a step may have beyond one per sequence (drafts) */
+    enum kv_type type_k, type_v; /* the cells' K and V rows (F16: the zero value) */
 };
 
 /* The shape as the metadata gives it. Per-layer values (head_count_kv, feed_forward_length may
@@ -48,7 +51,7 @@ struct model_shape {
     int32_t sliding_window;     /* attention.sliding_window (0: none) */
     int32_t n_swa_layers;       /* attention layers with that window (model_layer_window) */
     int32_t ssm_inner, ssm_state, ssm_conv; /* the recurrent layers' widths (ssm.*), 0 without */
-    uint64_t kv_cell_bytes;     /* K and V of one token over the attention layers */
+    uint64_t kv_cell_bytes;     /* K and V of one token over the attention layers, of the config's types */
     uint64_t kv_cell_bytes_swa; /* the part of it in the sliding-window layers */
     uint64_t state_bytes;       /* one sequence's state over the recurrent layers */
 };
@@ -71,6 +74,13 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
  * others of gguf_open as well. */
 int model_footprint_of_path(const char *path, const struct footprint_config *cfg, struct model_footprint *out,
                             char *why, size_t why_len);
+
+/* What --kv-bytes makes of --kv-tokens: into *cells the most cells (16 .. 2^24) whose kv figure,
+ * with cfg's other settings (the cell types included), is at most kv_bytes; 0 when not even 16
+ * cells fit. A model without attention layers gets 2^24 when its states fit. 0 or the errors of
+ * model_footprint_of_path. */
+int model_footprint_kv_cells(const char *path, const struct footprint_config *cfg, uint64_t kv_bytes, int64_t *cells,
+                             char *why, size_t why_len);
 
 /* 0 when fp->total fits in `available` bytes (or available < 0: unknown); otherwise -ERR_NOMEM
  * and why says how much each part needs against what the machine has, and what to lower. */

@@ -308,14 +308,16 @@ static void qk_post_rows(void *arg, int64_t r0, int64_t r1) {
         float *q = j->q.x + r * j->q.n;
         if (j->q_scale != 0)
             for (int64_t i = 0; i < j->q.n; i++) q[i] *= j->q_scale;
-        for (int64_t i = 0; i < j->q.n; i += 512) {
+        /* F16 K cells see the query in F16; Q8_0 ones quantize it themselves (model/attention.h) */
+        for (int64_t i = 0; i < j->q.n && j->kv->shape.type_k == KV_F16; i += 512) {
             int64_t m = j->q.n - i < 512 ? j->q.n - i : 512;
             quant_from_float(GGML_TYPE_F16, q + i, h, m);
             quant_to_float(GGML_TYPE_F16, h, q + i, m);
         }
         int32_t cell = kv_batch_cell(j->kv, (int32_t)r);
-        quant_from_float(GGML_TYPE_F16, j->k.x + r * nkv, kv_k_row(j->kv, j->layer, cell), nkv);
-        quant_from_float(GGML_TYPE_F16, j->v + r * nkv, kv_v_row(j->kv, j->layer, cell), nkv);
+        /* quantized as written (F16, or Q8_0 blocks as the reference's x86 code rounds them) */
+        quant_from_float(kv_type_ggml(j->kv->shape.type_k), j->k.x + r * nkv, kv_k_row(j->kv, j->layer, cell), nkv);
+        quant_from_float(kv_type_ggml(j->kv->shape.type_v), j->v + r * nkv, kv_v_row(j->kv, j->layer, cell), nkv);
     }
 }
 
@@ -618,12 +620,16 @@ static int hybrid_memory_create(const struct model *m, const struct kv_shape *sh
 /* One KV pool; with sliding-window layers a split (memory/split.h): the full-attention layers'
  * pool of n_cells, counted, and the windowed layers' pool, a window per sequence and a batch
  * (kv_window_cells). */
-static int llama_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
-                               struct memory **out) {
+static int llama_memory_create(const struct model *m, const struct memory_config *mc, struct memory **out) {
+    int64_t n_cells = mc->n_cells;
+    int32_t n_seq_max = mc->n_seq_max, max_batch = mc->max_batch;
     int32_t n_embd_kv = m->hp.n_head_kv * m->hp.head_dim;
     int32_t window = model_window(m);
     if (window < 0) return -ERR_UNSUPPORTED;
-    struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv};
+    /* Q8_0 blocks run along the head dimension: a block must not straddle two heads */
+    if ((mc->type_k == KV_Q8_0 || mc->type_v == KV_Q8_0) && m->hp.head_dim % 32) return -ERR_UNSUPPORTED;
+    struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv,
+                             .type_k = mc->type_k, .type_v = mc->type_v};
     if (m->hp.tf.dn.d_conv > 0) return hybrid_memory_create(m, &shape, n_cells, n_seq_max, out);
     if (window == 0) return kv_memory_create(out, &shape, n_cells, n_seq_max);
     uint8_t *half = malloc((size_t)m->hp.n_layer);

@@ -511,8 +511,9 @@ static int arch_forward(const struct model *m, struct forward_ctx *fc, struct me
 }
 
 /* A state per sequence: n_cells counts states here, and more than n_seq_max would never be used. */
-static int arch_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
-                              struct memory **out) {
+static int arch_memory_create(const struct model *m, const struct memory_config *mc, struct memory **out) {
+    int64_t n_cells = mc->n_cells;
+    int32_t n_seq_max = mc->n_seq_max;
     int32_t n_states = n_cells < 1 ? 1 : n_cells > n_seq_max ? n_seq_max : (int32_t)n_cells;
     return mamba_memory_create(m->mamba, n_states, n_seq_max, out);
 }

@@ -489,13 +489,18 @@ void model_free(struct model *m) {
 }
 
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out) {
-    return m->hp.impl->memory_create(m, n_cells, n_seq_max, n_cells < INT32_MAX ? (int32_t)n_cells : INT32_MAX, out);
+    return model_memory_create_batches(m, n_cells, n_seq_max, n_cells < INT32_MAX ? (int32_t)n_cells : INT32_MAX, out);
 }
 
 int model_memory_create_batches(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
                                 struct memory **out) {
-    if (max_batch < 1) return -ERR_INVAL;
-    return m->hp.impl->memory_create(m, n_cells, n_seq_max, max_batch, out);
+    struct memory_config mc = {.n_cells = n_cells, .n_seq_max = n_seq_max, .max_batch = max_batch};
+    return model_memory_create_with(m, &mc, out);
+}
+
+int model_memory_create_with(const struct model *m, const struct memory_config *mc, struct memory **out) {
+    if (mc->max_batch < 1) return -ERR_INVAL;
+    return m->hp.impl->memory_create(m, mc, out);
 }
 
 bool model_memory_counts_states(const struct model *m) { return m->hp.impl->memory_counts_states; }

@@ -40,6 +40,7 @@
 
 #include "common/batch.h"
 #include "gguf/gguf.h"
+#include "memory/kv.h"
 #include "memory/memory.h"
 
 struct arch_impl;
@@ -167,6 +168,14 @@ struct model_options {
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len);
 void model_free(struct model *m);
 
+/* How to size a model's memory (model_memory_create_with). */
+struct memory_config {
+    int64_t n_cells;      /* tokens shared by all sequences (a recurrent model: sequence states) */
+    int32_t n_seq_max;    /* sequence ids */
+    int32_t max_batch;    /* most tokens per batch (a sliding window's pool holds one more batch) */
+    enum kv_type type_k, type_v; /* the attention cells' K and V rows (memory/kv.h; F16 is 0) */
+};
+
 /* The memory this model needs: n_cells tokens shared by up to n_seq_max sequences; for a
  * recurrent model (mamba) min(n_cells, n_seq_max) sequence states (memory/recurrent.h). */
 int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_max, struct memory **out);
@@ -175,6 +184,10 @@ int model_memory_create(const struct model *m, int64_t n_cells, int32_t n_seq_ma
  * where model_memory_create allows for a batch of n_cells. For a server (its --batch-tokens). */
 int model_memory_create_batches(const struct model *m, int64_t n_cells, int32_t n_seq_max, int32_t max_batch,
                                 struct memory **out);
+/* The same with every setting of mc, the cell types included (F16 cells: model_memory_create_batches).
+ * -ERR_UNSUPPORTED for Q8_0 cells of a model whose head size is not a multiple of 32 (a Q8_0
+ * block must not straddle two heads); a recurrent model has no cells and ignores the types. */
+int model_memory_create_with(const struct model *m, const struct memory_config *mc, struct memory **out);
 /* Does model_memory_create's n_cells count sequence states (a recurrent model) rather than
  * tokens? Lets a server size each kind from its own budget. */
 bool model_memory_counts_states(const struct model *m);

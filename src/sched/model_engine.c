@@ -37,11 +37,13 @@ static int engine_warm_up(struct model_engine *e, int32_t n) {
 /* Weights + memory + buffers against what the machine has, from the metadata, before any of it is
  * committed (the file is read whole by model_load): a load that cannot fit fails naming the sizes,
  * not in the OOM killer. A file whose metadata lacks the shape is left to model_load to refuse. */
-static int check_fits(const struct model_engine_config *cfg, char *why, size_t why_len) {
+static int check_fits(const struct model_engine_config *cfg, int64_t kv_tokens, enum kv_type tk, enum kv_type tv,
+                      char *why, size_t why_len) {
     struct model_footprint fp;
-    struct footprint_config fc = {.kv_tokens = cfg->kv_tokens, .batch_tokens = cfg->batch_tokens,
+    struct footprint_config fc = {.kv_tokens = kv_tokens, .batch_tokens = cfg->batch_tokens,
                                   .n_seq_max = cfg->n_seq_max, .max_seq_tokens = cfg->max_seq_tokens,
-                                  .recurrent_states = cfg->recurrent_states, .extra_outputs = SCHED_SPEC_ROWS};
+                                  .recurrent_states = cfg->recurrent_states, .extra_outputs = SCHED_SPEC_ROWS,
+                                  .type_k = tk, .type_v = tv};
     if (model_footprint_of_path(cfg->path, &fc, &fp, why, why_len) < 0) {
         why[0] = 0;
         return 0;
@@ -49,9 +51,43 @@ static int check_fits(const struct model_engine_config *cfg, char *why, size_t w
     return model_footprint_fits(&fp, hugemem_available(), why, why_len);
 }
 
+/* The cell types of the config ("" or NULL: f16), and the cells: kv_tokens, or as many as
+ * kv_bytes of K/V hold (the footprint's kv figure, so that inspect and the load agree). */
+static int resolve_cells(const struct model_engine_config *cfg, enum kv_type *tk, enum kv_type *tv, int64_t *cells,
+                         char *why, size_t why_len) {
+    *tk = *tv = KV_F16;
+    const char *names[2] = {cfg->kv_type_k, cfg->kv_type_v};
+    enum kv_type *types[2] = {tk, tv};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && *names[i] && kv_type_parse(names[i], types[i]) < 0) {
+            snprintf(why, why_len, "unknown KV cell type '%s' (f16 or q8_0)", names[i]);
+            return -ERR_INVAL;
+        }
+    *cells = cfg->kv_tokens;
+    if (cfg->kv_bytes <= 0) return 0;
+    struct footprint_config fc = {.batch_tokens = cfg->batch_tokens, .n_seq_max = cfg->n_seq_max,
+                                  .max_seq_tokens = cfg->max_seq_tokens, .recurrent_states = cfg->recurrent_states,
+                                  .type_k = *tk, .type_v = *tv};
+    int rc = model_footprint_kv_cells(cfg->path, &fc, (uint64_t)cfg->kv_bytes, cells, why, why_len);
+    if (rc < 0) {
+        *cells = cfg->kv_tokens; /* a file without the shape: model_load refuses it with its reason */
+        why[0] = 0;
+        return 0;
+    }
+    if (*cells == 0) {
+        char b[24];
+        snprintf(why, why_len, "--kv-bytes %s holds fewer than 16 KV cells of this model", footprint_size((uint64_t)cfg->kv_bytes, b));
+        return -ERR_INVAL;
+    }
+    return 0;
+}
+
 int model_engine_load(struct model_engine **out, const struct model_engine_config *cfg, char *why,
                       size_t why_len) {
-    int rc = check_fits(cfg, why, why_len);
+    enum kv_type tk, tv;
+    int64_t kv_tokens;
+    int rc = resolve_cells(cfg, &tk, &tv, &kv_tokens, why, why_len);
+    if (rc == 0) rc = check_fits(cfg, kv_tokens, tk, tv, why, why_len);
     if (rc < 0) return rc;
     struct model_engine *e = calloc(1, sizeof *e);
     if (!e) return -ERR_NOMEM;
@@ -78,21 +114,32 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     /* The scheduler keeps a token history of n_ctx per sequence: capped by the cells even for a
      * recurrent model, whose state has no length limit. */
     int64_t n_ctx = hp->n_ctx_train;
-    if (cfg->kv_tokens < n_ctx) n_ctx = cfg->kv_tokens;
+    if (kv_tokens < n_ctx) n_ctx = kv_tokens;
     if (cfg->max_seq_tokens > 0 && cfg->max_seq_tokens < n_ctx) n_ctx = cfg->max_seq_tokens;
     e->n_ctx = (int32_t)n_ctx;
-    e->kv_tokens = cfg->kv_tokens;
+    e->kv_tokens = kv_tokens;
+    e->kv_type_k = kv_type_name(tk);
+    e->kv_type_v = kv_type_name(tv);
     e->n_seq_max = cfg->n_seq_max;
     /* a memory counted in sequence states is sized by its own budget, not in tokens */
-    int64_t n_cells = cfg->kv_tokens;
+    int64_t n_cells = kv_tokens;
     if (model_memory_counts_states(e->model)) n_cells = cfg->recurrent_states > 0 ? cfg->recurrent_states : cfg->n_seq_max;
-    rc = model_memory_create_batches(e->model, n_cells, cfg->n_seq_max, cfg->batch_tokens, &e->mem);
+    struct memory_config mc = {.n_cells = n_cells, .n_seq_max = cfg->n_seq_max, .max_batch = cfg->batch_tokens,
+                               .type_k = tk, .type_v = tv};
+    rc = model_memory_create_with(e->model, &mc, &e->mem);
     if (rc) {
-        snprintf(why, why_len, "memory of %lld cells: %s%s", (long long)n_cells, err_str(rc),
-                 rc == -ERR_NOMEM ? " (more than the machine has available: lower --kv-tokens)" : "");
+        if (rc == -ERR_UNSUPPORTED && (tk == KV_Q8_0 || tv == KV_Q8_0) && hp->head_dim % 32)
+            snprintf(why, why_len, "q8_0 KV cells need a head size that is a multiple of 32 (this model's: %d)",
+                     hp->head_dim);
+        else
+            snprintf(why, why_len, "memory of %lld cells: %s%s", (long long)n_cells, err_str(rc),
+                     rc == -ERR_NOMEM ? " (more than the machine has available: lower --kv-tokens)" : "");
         model_engine_free(e);
         return rc;
     }
+    struct memory_usage mu;
+    memory_usage(e->mem, &mu);
+    e->kv_bytes = mu.bytes;
     /* A step has at most one output row per sequence (its last prompt chunk or decode token),
      * and the rows of its drafts (sched.h: SCHED_SPEC_ROWS in all). */
     int32_t max_outputs = cfg->n_seq_max + SCHED_SPEC_ROWS < cfg->batch_tokens ? cfg->n_seq_max + SCHED_SPEC_ROWS
@@ -167,10 +214,11 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
     const struct model_hparams *hp = &e->model->hp;
     snprintf(out, cap,
              "%s: %d layers, n_embd %d, n_vocab %d, context %d (trained %d); weights %.1f MiB%s; "
-             "memory (%s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
+             "memory (%s, K %s, V %s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
              hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
              (double)e->model->weight_bytes / (1 << 20),
-             e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind, (long long)u.cells_total,
+             e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind,
+             e->kv_type_k, e->kv_type_v, (long long)u.cells_total,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
     size_t len = strlen(out);
     if (e->draft && len < cap)

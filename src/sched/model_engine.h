@@ -46,6 +46,9 @@ struct model_engine_config {
     const char *path;       /* GGUF file */
     int64_t kv_tokens;      /* cells shared by all sequences (a recurrent model keeps one state
                              * per sequence id instead; it caps the sequence length all the same) */
+    int64_t kv_bytes;       /* > 0: the cells are as many as fit in these bytes of K/V (model/footprint.h's
+                             * kv figure, so of the cell types below), in place of kv_tokens */
+    const char *kv_type_k, *kv_type_v; /* "f16" or "q8_0" (memory/kv.h); NULL or "": f16 */
     int32_t batch_tokens;   /* most tokens per step */
     int32_t n_seq_max;      /* sequence ids (live choices + prompt cache entries) */
     int32_t max_seq_tokens; /* per-sequence limit below the model's context (0: none) */
@@ -71,7 +74,9 @@ struct model_engine {
     int32_t n_embd;
     int64_t weight_bytes;   /* bytes of the weights read per token */
     int32_t n_ctx;          /* most tokens per sequence: min(model context, kv_tokens, max_seq_tokens) */
-    int64_t kv_tokens;
+    int64_t kv_tokens;      /* the cells: the config's kv_tokens, or what its kv_bytes holds */
+    const char *kv_type_k, *kv_type_v; /* the cells' types, "f16" or "q8_0" (static strings) */
+    uint64_t kv_bytes;      /* bytes of the memory (memory_usage: K/V and bookkeeping, every pool) */
     int32_t n_seq_max;
     int32_t max_outputs;    /* logits rows per forward (sched_config.max_outputs) */
     char tokenizer_warning[256]; /* "" or what tokenizer_load warned about */

@@ -7,8 +7,8 @@
  *   build/bench/forward_bench MODEL [--threads N] [--reps R]
  *   build/bench/forward_bench --bandwidth [--threads N]
  *   build/bench/forward_bench MODEL --tg-only R [--depth D]  (for profiling decode: a prompt of
- *                                                  D (512) tokens, then R x 64 decode steps at
- *                                                  D..D+63; prints "tg64 T
+ *                                                  D (512) tokens, in batches of 512, then R x 64
+ *                                                  decode steps at D..D+63; prints "tg64 T
  *                                                  fastest_step_ms S", S robust to a busy machine)
  *   build/bench/forward_bench MODEL --pp-only R    (for profiling prompts: R prompts of 512; "pp512 T")
  *   build/bench/forward_bench MODEL --rows K [--reps R]  (a server's decode steps: K sequences at
@@ -24,6 +24,7 @@
  *                                                  last_step_ms L last_step_cpu_ms LC", with
  *                                                  --threads 1 the CPU times are robust to a busy
  *                                                  machine; the context is N)
+ * --kv-type f16|q8_0 picks the KV cells' type (K and V; memory/kv.h), f16 by default.
  * The model is loaded as the server loads it (model_options.serving_layout); --gguf-layout keeps
  * Q8_0 and Q5_0 matrices as the file has them (the reference's order, for comparison).
  * Output (one line, for scripts/bench.d/40-forward): "pp512 T tg64 T tg64_d512 T weights_mb M
@@ -202,10 +203,13 @@ static int run_tg_only(const struct model *m, struct forward_ctx *fc, struct mem
                        int32_t depth, int reps, double *tg, double *best_step) {
     *best_step = 1e9;
     int rc = 0;
-    batch_clear(b);
-    for (int32_t i = 0; i < depth; i++) batch_add(b, (int32_t)(i * 31 % m->hp.n_vocab), i, 0, i == depth - 1);
-    if (depth > 0) rc = memory_reserve(mem, b);
-    if (depth > 0 && rc == 0) rc = model_forward(m, fc, mem, b);
+    for (int32_t p0 = 0; p0 < depth && rc == 0; p0 += 512) {
+        batch_clear(b);
+        for (int32_t i = p0; i < depth && i < p0 + 512; i++)
+            batch_add(b, (int32_t)(i * 31 % m->hp.n_vocab), i, 0, i == depth - 1 || i == p0 + 511);
+        rc = memory_reserve(mem, b);
+        if (rc == 0) rc = model_forward(m, fc, mem, b);
+    }
     double t0 = now();
     int32_t at = depth;
     for (int r = 0; r < reps && rc == 0; r++) {
@@ -228,6 +232,7 @@ int main(int argc, char **argv) {
     const char *path = NULL;
     int n_threads = 2, reps = 2, tg_only = 0, pp_only = 0, rows = 0, prefill = 0, step = 512, depth = 512;
     bool bw_only = false, serving_layout = true; /* --gguf-layout: Q8_0 / Q5_0 as the file has them (math/q8x16.h) */
+    enum kv_type kv_type = KV_F16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -239,6 +244,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--step") && i + 1 < argc) step = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gguf-layout")) serving_layout = false;
+        else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
+            if (kv_type_parse(argv[++i], &kv_type) < 0) {
+                fprintf(stderr, "--kv-type: f16 or q8_0\n");
+                return 2;
+            }
+        }
         else path = argv[i];
     }
     if (bw_only) {
@@ -262,12 +273,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--rows: 1..64\n");
         return 2;
     }
-    if (prefill < 0 || prefill > m->hp.n_ctx_train || step < 1 || step > 512 || depth < 0 || depth > 512) {
-        fprintf(stderr, "--prefill: 0..the model's context; --step, --depth: 1..512, 0..512\n");
+    if (prefill < 0 || prefill > m->hp.n_ctx_train || step < 1 || step > 512 || depth < 0 || depth > 65536 ||
+        (depth > 512 && !tg_only)) {
+        fprintf(stderr, "--prefill: 0..the model's context; --step, --depth: 1..512, 0..512 (0..65536 with --tg-only)\n");
         return 2;
     }
     int32_t n_ctx = prefill > 1024 ? prefill : 1024;
-    if (model_memory_create(m, rows ? 8192 : n_ctx, rows ? rows : 1, &mem) < 0 ||
+    if (depth + 64 > n_ctx) n_ctx = depth + 64;
+    struct memory_config mc = {.n_cells = rows ? 8192 : n_ctx, .n_seq_max = rows ? rows : 1, .max_batch = 512,
+                               .type_k = kv_type, .type_v = kv_type};
+    if (model_memory_create_with(m, &mc, &mem) < 0 ||
         forward_ctx_create(&fc, m, &(struct forward_config){.max_tokens = 512, .max_outputs = rows ? rows : 1,
                                                              .n_ctx = n_ctx,
                                                              .n_threads = n_threads}) < 0 ||

@@ -1,13 +1,16 @@
 /* Tests of math/attn.h: the F16 attention kernels give, bit for bit, at every SIMD level, what
  * matmul's vector path gives on the same cells gathered to F32 (so a decode step computed on
  * the cells directly has the numbers of the gathered path), for head sizes with and without a
- * 16-element tail and cell counts with and without a 16-cell tail, over a scattered cell list. */
+ * 16-element tail and cell counts with and without a 16-cell tail, over a scattered cell list;
+ * and the Q8_0 kernels: scores equal to quant.c's Q8_0 dot, the mix to the F32 dot of the cells'
+ * values, the reference's flash-attention row to the attention in double. */
 #include "test.h"
 #include "math/attn.h"
 #include "math/matmul.h"
 #include "math/quant.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +287,20 @@ TEST(attn_softmax_row_equals_scalar_code_at_every_level) {
             memcpy(got, in, sizeof(float) * (size_t)n);
             attn_softmax_row(got, n, cpos, pos, scale);
             CHECK(!memcmp(got, want, sizeof(float) * (size_t)n));
+            /* the F32 variant (Q8_0 V cells): the same at every level, and rounded to F16 the row above */
+            static float f32[N], lv[N];
+            memcpy(f32, in, sizeof(float) * (size_t)n);
+            attn_softmax_row_f32_level(SIMD_SCALAR, f32, n, cpos, pos, scale);
+            for (int64_t c = 0; c < n; c++) {
+                float r = fp16_to_f32(f32_to_fp16(f32[c]));
+                CHECK(!memcmp(&r, &want[c], sizeof r) || (isnan(r) && isnan(want[c])));
+            }
+            for (int level = SIMD_AVX2; level < SIMD_LEVEL_COUNT; level++) {
+                if (!simd_level_supported((enum simd_level)level)) continue;
+                memcpy(lv, in, sizeof(float) * (size_t)n);
+                attn_softmax_row_f32_level((enum simd_level)level, lv, n, cpos, pos, scale);
+                CHECK(!memcmp(lv, f32, sizeof(float) * (size_t)n));
+            }
         }
     CHECK(rows == 4 * N && levels_run >= rows);
 }
@@ -340,7 +357,7 @@ TEST(attn_rows_f32_matches_double_attention) {
                 for (int64_t c = 0; c < nv; c++) cpos[c] = (int32_t)c;
                 for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv); /* causal-like */
                 float scale = 1.0f / sqrtf((float)hd);
-                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, 0, scale, sc, out);
+                attn_rows_f32(q, n_rows, k, v, nv, hd, cpos, row_pos, 0, scale, true, sc, out);
                 for (int64_t r = 0; r < n_rows; r++) {
                     const float *p = sc + r * nv;
                     double mx = -INFINITY, sum = 0;
@@ -373,4 +390,181 @@ TEST(attn_rows_f32_matches_double_attention) {
                     }
                 }
             }
+}
+
+/* Q8_0 cells: rows of random values quantized as the forward pass writes them, a head at an
+ * offset in each row (blocks of 32 along the head), cells scattered over the pool. */
+enum { QPOOL = 300, QHD_MAX = 256, QROW = 3 * QHD_MAX / 32 * 34 };
+
+static void fill_q8_rows(uint8_t *rows, int64_t n_rows, size_t row_bytes) {
+    static float x[QROW];
+    for (int64_t r = 0; r < n_rows; r++) {
+        int64_t n = (int64_t)row_bytes / 34 * 32;
+        for (int64_t i = 0; i < n; i++) x[i] = nrand() * (1 + (float)(i % 7)); /* blocks of different scales */
+        quant_from_float(GGML_TYPE_Q8_0, x, rows + (size_t)r * row_bytes, n);
+    }
+}
+
+/* attn_scores_q8_0_rows gives every row exactly quant_vec_dot's Q8_0 dot of its quantized query
+ * with each cell's K row, at every level, for row counts around the kernel's passes of 8, head
+ * sizes of 1 to 8 blocks, odd and even cell counts, over a scattered cell list. */
+TEST(attn_q8_0_scores_equal_the_q8_0_dot) {
+    enum { NQ_MAX = 10, SC_STRIDE = QPOOL + 3 };
+    static uint8_t k[QPOOL * QROW], qq[NQ_MAX * QROW];
+    static float got[NQ_MAX * SC_STRIDE];
+    static int32_t cells[QPOOL];
+    fill_q8_rows(k, QPOOL, QROW);
+    const int32_t hds[] = {32, 64, 96, 128, 256};
+    const int64_t ncs[] = {1, 2, 3, 16, 37, 100, QPOOL};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int32_t hd = hds[hi], head = (int32_t)(hi % 3);
+        size_t head_bytes = (size_t)hd / 32 * 34;
+        const uint8_t *k0 = k + head * head_bytes;
+        for (size_t ci = 0; ci < sizeof ncs / sizeof *ncs; ci++) {
+            int64_t n_c = ncs[ci];
+            for (int64_t i = 0; i < n_c; i++) cells[i] = (int32_t)((i * 7 + 3) % QPOOL);
+            for (int32_t n_q = 1; n_q <= NQ_MAX; n_q += 3) {
+                fill_q8_rows(qq, n_q, head_bytes);
+                for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                    if (!simd_level_supported((enum simd_level)level)) continue;
+                    for (int i = 0; i < NQ_MAX * SC_STRIDE; i++) got[i] = -1.0f;
+                    attn_scores_q8_0_rows_level((enum simd_level)level, qq, head_bytes, n_q, k0, QROW, cells, n_c, hd,
+                                                got, SC_STRIDE);
+                    for (int32_t r = 0; r < n_q; r++) {
+                        for (int64_t c = 0; c < n_c; c++) {
+                            float want = quant_vec_dot(GGML_TYPE_Q8_0, hd, k0 + (size_t)cells[c] * QROW,
+                                                       qq + (size_t)r * head_bytes);
+                            if (got[r * SC_STRIDE + c] != want) {
+                                fprintf(stderr, "  %s q8 scores n_q=%d hd=%d n_c=%lld [%d][%lld]: %.9g vs %.9g\n",
+                                        simd_level_name((enum simd_level)level), n_q, hd, (long long)n_c, r,
+                                        (long long)c, got[r * SC_STRIDE + c], want);
+                                CHECK(!"attn_scores_q8_0_rows differs from the Q8_0 dot");
+                            }
+                        }
+                        CHECK(got[r * SC_STRIDE + n_c] == -1.0f);
+                    }
+                    checked++;
+                }
+            }
+        }
+    }
+    CHECK(checked > 0);
+}
+
+/* attn_mix_q8_0_rows is, bit for bit at every level, matmul's vector path (the F32 dot order of
+ * attn_mix_f16) on the V values quantize_to_float gives, for row counts around the tiles, head
+ * sizes of 1 to 8 blocks and a part of a head (the decode items' output ranges), and cell counts
+ * with and without a 16-cell tail. */
+TEST(attn_q8_0_mix_equals_matmul_on_the_values) {
+    enum { NP_MAX = 7, P_STRIDE = QPOOL + 3, O_STRIDE = QHD_MAX + 5 };
+    static uint8_t v[QPOOL * QROW];
+    static float p[NP_MAX * P_STRIDE], vt[QHD_MAX * QPOOL], vrow[QHD_MAX * 3], want[QHD_MAX], got[NP_MAX * O_STRIDE];
+    static int32_t cells[QPOOL];
+    fill_q8_rows(v, QPOOL, QROW);
+    struct compute *c;
+    CHECK_EQ_INT(compute_create(&c, 1, 8, QPOOL), 0);
+    const int32_t hds[] = {32, 64, 96, 128, 256};
+    const int64_t ncs[] = {1, 5, 16, 17, 100, QPOOL};
+    int checked = 0;
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        int32_t hd = hds[hi], head = (int32_t)(hi % 3);
+        size_t head_bytes = (size_t)hd / 32 * 34;
+        for (int part = 0; part < 2; part++) {
+            /* part 1: the second half of the head (when it has two blocks or more) */
+            int32_t d0 = part && hd >= 64 ? hd / 64 * 32 : 0, len = hd - d0;
+            if (part && !d0) continue;
+            const uint8_t *v0 = v + head * head_bytes + (size_t)d0 / 32 * 34;
+            for (size_t ci = 0; ci < sizeof ncs / sizeof *ncs; ci++) {
+                int64_t n_c = ncs[ci];
+                for (int64_t i = 0; i < n_c; i++) cells[i] = (int32_t)((i * 11 + 5) % QPOOL);
+                for (int64_t i = 0; i < n_c; i++) {
+                    quant_to_float(GGML_TYPE_Q8_0, v + (size_t)cells[i] * QROW, vrow, 3 * QHD_MAX);
+                    for (int32_t d = 0; d < len; d++) vt[d * n_c + i] = vrow[head * hd + d0 + d];
+                }
+                for (int32_t n_p = 1; n_p <= NP_MAX; n_p += 2) {
+                    for (int i = 0; i < NP_MAX * P_STRIDE; i++) p[i] = fp16_to_f32(f32_to_fp16(nrand() * nrand()));
+                    for (int level = SIMD_SCALAR; level < SIMD_LEVEL_COUNT; level++) {
+                        if (!simd_level_supported((enum simd_level)level)) continue;
+                        for (int i = 0; i < NP_MAX * O_STRIDE; i++) got[i] = -1.0f;
+                        attn_mix_q8_0_rows_level((enum simd_level)level, p, P_STRIDE, n_p, v0, QROW, cells, n_c, len,
+                                                 got, O_STRIDE);
+                        for (int32_t r = 0; r < n_p; r++) {
+                            matmul_path(c, MATMUL_VEC, GGML_TYPE_F32, vt, n_c, len, p + r * P_STRIDE, 1, want);
+                            for (int32_t d = 0; d < len; d++)
+                                if (got[r * O_STRIDE + d] != want[d]) {
+                                    fprintf(stderr, "  %s q8 mix n_p=%d hd=%d d0=%d n_c=%lld [%d][%d]: %.9g vs %.9g\n",
+                                            simd_level_name((enum simd_level)level), n_p, hd, d0, (long long)n_c, r,
+                                            d, got[r * O_STRIDE + d], want[d]);
+                                    CHECK(!"attn_mix_q8_0_rows differs from matmul on the values");
+                                }
+                            CHECK(got[r * O_STRIDE + len] == -1.0f);
+                        }
+                        checked++;
+                    }
+                }
+            }
+        }
+    }
+    compute_destroy(c);
+    CHECK(checked > 0);
+}
+
+/* attn_row_reference_fa (the reference's online softmax) against the attention of the same
+ * Q8_0 values in double: the cells it masks (past pos, before a window) take no part. */
+TEST(attn_row_reference_fa_matches_double_attention) {
+    enum { NC = 200 };
+    static uint8_t k[NC * QROW], v[NC * QROW], qq[QROW];
+    static float q[QHD_MAX], kf[3 * QHD_MAX], vf[3 * QHD_MAX], qf[QHD_MAX], tmp[QHD_MAX], out[QHD_MAX], s[NC];
+    static int32_t cells[NC], cpos[NC];
+    fill_q8_rows(k, NC, QROW);
+    fill_q8_rows(v, NC, QROW);
+    for (int64_t c = 0; c < NC; c++) {
+        cells[c] = (int32_t)((c * 13 + 1) % NC);
+        cpos[c] = (int32_t)c;
+    }
+    const int32_t hds[] = {32, 64, 128};
+    const int32_t windows[] = {0, 1, 37};
+    for (size_t hi = 0; hi < 3; hi++)
+        for (size_t wi = 0; wi < 3; wi++) {
+            int32_t hd = hds[hi], head = 1, window = windows[wi], pos = 150;
+            size_t hb = (size_t)hd / 32 * 34;
+            for (int32_t d = 0; d < hd; d++) q[d] = nrand();
+            quant_from_float(GGML_TYPE_Q8_0, q, qq, hd);
+            quant_to_float(GGML_TYPE_Q8_0, qq, qf, hd);
+            float scale = 1.0f / sqrtf((float)hd);
+            attn_row_reference_fa(GGML_TYPE_Q8_0, NULL, qq, k + head * hb, QROW, GGML_TYPE_Q8_0, v + head * hb, QROW,
+                                  cells, cpos, NC, pos, window, scale, hd, tmp, out);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t c = 0; c < NC; c++) {
+                bool vis = cpos[c] <= pos && !(window > 0 && cpos[c] <= pos - window);
+                s[c] = -INFINITY;
+                if (!vis) continue;
+                quant_to_float(GGML_TYPE_Q8_0, k + (size_t)cells[c] * QROW, kf, 3 * QHD_MAX);
+                double d = 0;
+                for (int32_t i = 0; i < hd; i++) d += (double)qf[i] * kf[head * hd + i];
+                s[c] = (float)(d * scale);
+                if (s[c] > mx) mx = s[c];
+            }
+            for (int64_t c = 0; c < NC; c++) sum += s[c] == -INFINITY ? 0 : exp(s[c] - mx);
+            for (int32_t d = 0; d < hd; d++) {
+                double want = 0, mag = 0;
+                for (int64_t c = 0; c < NC; c++) {
+                    if (s[c] == -INFINITY) continue;
+                    quant_to_float(GGML_TYPE_Q8_0, v + (size_t)cells[c] * QROW, vf, 3 * QHD_MAX);
+                    double x = exp(s[c] - mx) / sum * vf[head * hd + d];
+                    want += x;
+                    mag += fabs(x);
+                }
+                if (!(fabs(out[d] - want) <= 1e-4 * mag + 1e-6)) {
+                    fprintf(stderr, "  hd=%d window=%d out[%d] = %.7g, want %.7g\n", hd, window, d, out[d], want);
+                    CHECK(!"attn_row_reference_fa off");
+                }
+            }
+            if (window == 1) { /* only the cell at pos: its V row exactly */
+                int64_t c = pos;
+                quant_to_float(GGML_TYPE_Q8_0, v + (size_t)cells[c] * QROW, vf, 3 * QHD_MAX);
+                for (int32_t d = 0; d < hd; d++) CHECK(out[d] == vf[head * hd + d]);
+            }
+        }
 }

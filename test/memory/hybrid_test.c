@@ -72,7 +72,7 @@ static int64_t rows_ok(struct memory *m, int32_t seq) {
     int64_t n = kv_seq_cell_list(kv, seq, cells, KV_CELLS);
     for (int64_t c = 0; c < n; c++)
         for (int j = 0; j < 4; j++)
-            if (kv_k_row(kv, 0, cells[c])[j] != (uint16_t)(kv->pos[cells[c]] * 4 + j)) return -1;
+            if (((const uint16_t *)kv_k_row(kv, 0, cells[c]))[j] != (uint16_t)(kv->pos[cells[c]] * 4 + j)) return -1;
     return n;
 }
 

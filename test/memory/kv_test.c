@@ -221,12 +221,17 @@ TEST(kv_many_sequences_use_several_bitset_words) {
 }
 
 /* Stand in for the forward pass: rows of the last reserved batch derived from (layer, position). */
+/* Byte e of a cell's K (salt 0) or V (salt 1) row in layer l at position p: any cell type's
+ * bytes, kept as they are. */
+static uint8_t row_byte(int l, int32_t p, size_t e, int salt) { return (uint8_t)(97 * l + 13 * p + 7 * e + 101 * salt); }
+
 static void write_rows(struct kv_memory *kv, const struct batch *b) {
     for (int32_t i = 0; i < b->n_tokens; i++)
         for (int l = 0; l < kv->shape.n_layer; l++) {
             int32_t c = kv_batch_cell(kv, i);
-            for (int e = 0; e < kv->shape.n_embd_k; e++) kv_k_row(kv, l, c)[e] = (uint16_t)(1000 * l + 10 * b->pos[i] + e);
-            for (int e = 0; e < kv->shape.n_embd_v; e++) kv_v_row(kv, l, c)[e] = (uint16_t)(5000 + 1000 * l + 10 * b->pos[i] + e);
+            uint8_t *k = kv_k_row(kv, l, c), *v = kv_v_row(kv, l, c);
+            for (size_t e = 0; e < kv->k_row; e++) k[e] = row_byte(l, b->pos[i], e, 0);
+            for (size_t e = 0; e < kv->v_row; e++) v[e] = row_byte(l, b->pos[i], e, 1);
         }
 }
 
@@ -238,8 +243,9 @@ static int64_t check_rows(struct kv_memory *kv, int32_t seq, int *bad) {
         n++;
         int32_t p = kv->pos[c];
         for (int l = 0; l < kv->shape.n_layer; l++) {
-            for (int e = 0; e < kv->shape.n_embd_k; e++) *bad += kv_k_row(kv, l, c)[e] != 1000 * l + 10 * p + e;
-            for (int e = 0; e < kv->shape.n_embd_v; e++) *bad += kv_v_row(kv, l, c)[e] != 5000 + 1000 * l + 10 * p + e;
+            const uint8_t *k = kv_k_row(kv, l, c), *v = kv_v_row(kv, l, c);
+            for (size_t e = 0; e < kv->k_row; e++) *bad += k[e] != row_byte(l, p, e, 0);
+            for (size_t e = 0; e < kv->v_row; e++) *bad += v[e] != row_byte(l, p, e, 1);
         }
     }
     return n;
@@ -488,4 +494,54 @@ TEST(kv_window_save_restore) {
     memory_snapshot_free(m, snap);
     batch_free(&b);
     memory_destroy(m);
+}
+
+/* Q8_0 cells (per K and V): rows of 34 bytes per 32 values, the pool's bytes 17/32 of F16's for
+ * the K/V part; saved and restored byte for byte; rows that are not whole blocks refused. */
+TEST(kv_q8_0_cells_save_restore_and_size) {
+    struct kv_shape f16 = {.n_layer = 2, .n_embd_k = 64, .n_embd_v = 32};
+    struct kv_shape q8 = f16, mixed = f16;
+    q8.type_k = q8.type_v = KV_Q8_0;
+    mixed.type_v = KV_Q8_0;
+    struct memory *mf, *mq, *mm;
+    CHECK_EQ_INT(kv_memory_create(&mf, &f16, 16, 2), 0);
+    CHECK_EQ_INT(kv_memory_create(&mq, &q8, 16, 2), 0);
+    CHECK_EQ_INT(kv_memory_create(&mm, &mixed, 16, 2), 0);
+    struct kv_memory *kq = kv_from_memory(mq), *km = kv_from_memory(mm);
+    CHECK_EQ_INT(kq->k_row, 2 * 34);
+    CHECK_EQ_INT(kq->v_row, 34);
+    CHECK_EQ_INT(km->k_row, 64 * 2);
+    CHECK_EQ_INT(km->v_row, 34);
+    struct memory_usage uf, uq;
+    memory_usage(mf, &uf);
+    memory_usage(mq, &uq);
+    CHECK_EQ_INT(uf.bytes - uq.bytes, 2 * 16 * ((64 + 32) * 2 - (2 + 1) * 34)); /* bookkeeping alike */
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 16), 0);
+    add_run(&b, 0, 0, 6);
+    CHECK_EQ_INT(memory_reserve(mq, &b), 0);
+    write_rows(kq, &b);
+    struct memory_snapshot *snap;
+    CHECK_EQ_INT(memory_seq_save(mq, 0, &snap), 0);
+    CHECK_EQ_INT(memory_seq_rm(mq, 0, 0, -1), 0);
+    batch_clear(&b);
+    add_run(&b, 1, 0, 5); /* takes the cells the sequence had: the restore copies elsewhere */
+    CHECK_EQ_INT(memory_reserve(mq, &b), 0);
+    CHECK_EQ_INT(memory_seq_restore(mq, 0, snap), 0);
+    int bad = 0;
+    CHECK_EQ_INT(check_rows(kq, 0, &bad), 6);
+    CHECK_EQ_INT(bad, 0);
+    memory_snapshot_free(mq, snap);
+    batch_free(&b);
+    memory_destroy(mf);
+    memory_destroy(mq);
+    memory_destroy(mm);
+    struct memory *m = NULL;
+    struct kv_shape odd = {.n_layer = 1, .n_embd_k = 48, .n_embd_v = 64, .type_k = KV_Q8_0};
+    CHECK_EQ_INT(kv_memory_create(&m, &odd, 16, 2), -ERR_INVAL);
+    enum kv_type ty;
+    CHECK_EQ_INT(kv_type_parse("q8_0", &ty), 0);
+    CHECK_EQ_INT(ty, KV_Q8_0);
+    CHECK_EQ_STR(kv_type_name(ty), "q8_0");
+    CHECK_EQ_INT(kv_type_parse("q4_0", &ty), -ERR_INVAL);
 }

@@ -121,7 +121,7 @@ static void write_rows(struct kv_memory *kv, const struct batch *b) {
     for (int32_t i = 0; i < b->n_tokens; i++)
         for (int l = 0; l < kv->shape.n_layer; l++) {
             int32_t c = kv_batch_cell(kv, i);
-            for (int e = 0; e < 4; e++) kv_k_row(kv, l, c)[e] = kv_v_row(kv, l, c)[e] = (uint16_t)(100 * l + b->pos[i]);
+            for (int e = 0; e < 4; e++) ((uint16_t *)kv_k_row(kv, l, c))[e] = ((uint16_t *)kv_v_row(kv, l, c))[e] = (uint16_t)(100 * l + b->pos[i]);
         }
 }
 
@@ -133,7 +133,7 @@ static int64_t check_rows(struct kv_memory *kv, int32_t seq, int *bad) {
         n++;
         for (int l = 0; l < kv->shape.n_layer; l++)
             for (int e = 0; e < 4; e++)
-                *bad += kv_k_row(kv, l, c)[e] != 100 * l + kv->pos[c] || kv_v_row(kv, l, c)[e] != 100 * l + kv->pos[c];
+                *bad += ((uint16_t *)kv_k_row(kv, l, c))[e] != 100 * l + kv->pos[c] || ((uint16_t *)kv_v_row(kv, l, c))[e] != 100 * l + kv->pos[c];
     }
     return n;
 }

@@ -30,10 +30,14 @@ struct fixture {
     float q[MAX_TOKENS * NQ];
 };
 
+/* The cell types of the fixtures a test makes (F16 unless a test sets them). */
+static enum kv_type g_type_k = KV_F16, g_type_v = KV_F16;
+
 static int fixture_init(struct fixture *f) {
     memset(f, 0, sizeof *f);
     f->rng = 0x9E3779B97F4A7C15ull;
-    struct kv_shape shape = {.n_layer = N_LAYER, .n_embd_k = NKV, .n_embd_v = NKV};
+    struct kv_shape shape = {.n_layer = N_LAYER, .n_embd_k = NKV, .n_embd_v = NKV, .type_k = g_type_k,
+                             .type_v = g_type_v};
     if (kv_memory_create(&f->mem, &shape, N_CELLS, N_SEQ) < 0) return -1;
     f->kv = kv_from_memory(f->mem);
     return batch_init(&f->b, MAX_TOKENS);
@@ -55,33 +59,57 @@ static int place(struct fixture *f) {
     if (rc < 0) return rc;
     for (int32_t i = 0; i < f->b.n_tokens; i++) {
         int32_t cell = kv_batch_cell(f->kv, i);
-        for (int32_t l = 0; l < N_LAYER; l++)
+        for (int32_t l = 0; l < N_LAYER; l++) {
+            float k[NKV], v[NKV];
             for (int32_t d = 0; d < NKV; d++) {
-                kv_k_row(f->kv, l, cell)[d] = f32_to_fp16(test_nrand(&f->rng));
-                kv_v_row(f->kv, l, cell)[d] = f32_to_fp16(test_nrand(&f->rng));
+                k[d] = test_nrand(&f->rng);
+                v[d] = test_nrand(&f->rng);
             }
+            /* as the forward pass writes them: quantized to the cell types */
+            quant_from_float(kv_type_ggml(f->kv->shape.type_k), k, kv_k_row(f->kv, l, cell), NKV);
+            quant_from_float(kv_type_ggml(f->kv->shape.type_v), v, kv_v_row(f->kv, l, cell), NKV);
+        }
         for (int32_t d = 0; d < NQ; d++) f->q[i * NQ + d] = fp16_to_f32(f32_to_fp16(test_nrand(&f->rng)));
     }
     return 0;
 }
 
+/* Element d of a cell's V row in a layer, as its type stores it. */
+static float v_at(const struct kv_memory *kv, int32_t layer, int64_t c, int32_t d) {
+    float x[NKV];
+    quant_to_float(kv_type_ggml(kv->shape.type_v), kv_v_row(kv, layer, c), x, NKV);
+    return x[d];
+}
+
 /* The worst |out - definition| over every entry and head of layer `layer`: entry (s, p) attends to
- * the cells of s at positions <= p and, with a window, > p - window. */
+ * the cells of s at positions <= p and, with a window, > p - window; Q8_0 K cells see the query
+ * as the attention quantizes it (to Q8_0 blocks). */
 static double worst_error(const struct fixture *f, const struct batch *b, int32_t layer, float scale, int32_t window,
                           const float *out) {
     const struct kv_memory *kv = f->kv;
     double worst = 0, p[N_CELLS];
+    static float kf[N_CELLS * NKV], vf[N_CELLS * NKV]; /* the cells' values */
+    for (int64_t c = 0; c < kv->n_cells; c++) {
+        quant_to_float(kv_type_ggml(kv->shape.type_k), kv_k_row(kv, layer, c), kf + c * NKV, NKV);
+        quant_to_float(kv_type_ggml(kv->shape.type_v), kv_v_row(kv, layer, c), vf + c * NKV, NKV);
+    }
     for (int32_t i = 0; i < b->n_tokens; i++)
         for (int32_t h = 0; h < N_HEAD; h++) {
             int32_t kvh = h / (N_HEAD / N_HEAD_KV);
-            const float *q = f->q + i * NQ + h * HD;
+            float q[HD];
+            memcpy(q, f->q + i * NQ + h * HD, sizeof q);
+            if (kv->shape.type_k == KV_Q8_0) {
+                uint8_t qq[HD / 32 * 34];
+                quant_from_float(GGML_TYPE_Q8_0, q, qq, HD);
+                quant_to_float(GGML_TYPE_Q8_0, qq, q, HD);
+            }
             double mx = -INFINITY, sum = 0;
             for (int64_t c = 0; c < kv->n_cells; c++) {
                 p[c] = -INFINITY;
                 if (!kv_cell_visible(kv, c, b->seq[i], b->pos[i])) continue;
                 if (window > 0 && kv->pos[c] <= b->pos[i] - window) continue;
                 double s = 0;
-                for (int32_t d = 0; d < HD; d++) s += (double)q[d] * fp16_to_f32(kv_k_row(kv, layer, c)[kvh * HD + d]);
+                for (int32_t d = 0; d < HD; d++) s += (double)q[d] * kf[c * NKV + kvh * HD + d];
                 p[c] = s * scale;
                 if (p[c] > mx) mx = p[c];
             }
@@ -90,7 +118,7 @@ static double worst_error(const struct fixture *f, const struct batch *b, int32_
                 double o = 0;
                 for (int64_t c = 0; c < kv->n_cells; c++)
                     if (p[c] != -INFINITY)
-                        o += exp(p[c] - mx) / sum * fp16_to_f32(kv_v_row(kv, layer, c)[kvh * HD + d]);
+                        o += exp(p[c] - mx) / sum * vf[c * NKV + kvh * HD + d];
                 double e = fabs(o - out[i * NQ + h * HD + d]);
                 if (!(e <= worst)) worst = e; /* NaN counts as the worst */
             }
@@ -199,7 +227,7 @@ TEST(attention_window_of_one_is_the_own_value) {
     for (int32_t i = 0; i < f.b.n_tokens; i++)
         for (int32_t h = 0; h < N_HEAD; h++)
             for (int32_t d = 0; d < HD; d++) {
-                float v = fp16_to_f32(kv_v_row(f.kv, 1, kv_batch_cell(f.kv, i))[h / (N_HEAD / N_HEAD_KV) * HD + d]);
+                float v = v_at(f.kv, 1, kv_batch_cell(f.kv, i), h / (N_HEAD / N_HEAD_KV) * HD + d);
                 CHECK(out[1][i * NQ + h * HD + d] == v);
             }
     CHECK_EQ_INT(attn_ctx_create(&(struct attn_ctx *){NULL}, &(struct attn_params){.n_head = 6, .n_head_kv = 2,
@@ -266,4 +294,40 @@ TEST(attention_ctx_refuses_bad_head_shapes) {
                                  false, c),
                  -ERR_INVAL);
     compute_destroy(c);
+}
+
+/* Q8_0 cells, K and V alike or one of them (--kv-type-k / --kv-type-v): every strategy, the
+ * reference's flash-attention rows included, against the definition on the cells' values, and
+ * the rows of every strategy independent of threads and step. */
+static void with_types(enum kv_type tk, enum kv_type tv) {
+    g_type_k = tk;
+    g_type_v = tv;
+}
+
+TEST(attention_q8_0_cells_equal_definition_every_strategy) {
+    const enum kv_type types[3][2] = {{KV_Q8_0, KV_Q8_0}, {KV_Q8_0, KV_F16}, {KV_F16, KV_Q8_0}};
+    for (int i = 0; i < 3; i++) {
+        with_types(types[i][0], types[i][1]);
+        check_strategies(t, false, 0);
+        check_strategies(t, true, 0);
+        check_strategies(t, false, 37);
+        check_strategies(t, true, 37);
+        check_rows_independent(t, 0);
+        check_rows_independent(t, 9);
+    }
+    with_types(KV_F16, KV_F16);
+}
+
+/* The Q8_0 pool really holds Q8_0 rows: 34 bytes per 32 values (17/32 of F16's). */
+TEST(attention_q8_0_cells_are_blocks) {
+    with_types(KV_Q8_0, KV_Q8_0);
+    struct fixture f;
+    CHECK_EQ_INT(fixture_init(&f), 0);
+    CHECK_EQ_INT(f.kv->k_row, NKV / 32 * 34);
+    CHECK_EQ_INT(f.kv->v_row, NKV / 32 * 34);
+    fixture_free(&f);
+    with_types(KV_F16, KV_F16);
+    CHECK_EQ_INT(fixture_init(&f), 0);
+    CHECK_EQ_INT(f.kv->k_row, NKV * 2);
+    fixture_free(&f);
 }

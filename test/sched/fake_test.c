@@ -384,13 +384,13 @@ static void history(struct fake_engine *e, int32_t seq, int32_t pos, int32_t *hi
     struct kv_memory *win, *kv = kv_pools(e->mem, &win);
     if (kv) {
         for (int64_t c = 0; c < kv->n_cells; c++)
-            if (kv_cell_visible(kv, c, seq, pos)) hist[kv->pos[c]] = kv_k_row(kv, 0, c)[0];
+            if (kv_cell_visible(kv, c, seq, pos)) hist[kv->pos[c]] = ((uint16_t *)kv_k_row(kv, 0, c))[0];
         if (!win) return;
         /* the window's positions, each held by the windowed pool with the same token */
         int32_t from = pos - win->shape.window + 1 > 0 ? pos - win->shape.window + 1 : 0, found = 0;
         for (int64_t c = 0; c < win->n_cells; c++)
             if (kv_cell_visible(win, c, seq, pos) && win->pos[c] >= from)
-                found += kv_k_row(win, 0, c)[0] == hist[win->pos[c]];
+                found += ((uint16_t *)kv_k_row(win, 0, c))[0] == hist[win->pos[c]];
         e->holes += pos + 1 - from - found;
         return;
     }
@@ -425,9 +425,9 @@ static int fe_forward(void *engine, struct memory *mem, const struct batch *b, c
     struct kv_memory *win, *kv = kv_pools(mem, &win);
     bool recurrent = mem->ops == &fr_ops;
     for (int32_t i = 0; kv && i < b->n_tokens; i++) /* "compute K/V" of the batch's cells */
-        kv_k_row(kv, 0, kv_batch_cell(kv, i))[0] = (uint16_t)b->token[i];
+        ((uint16_t *)kv_k_row(kv, 0, kv_batch_cell(kv, i)))[0] = (uint16_t)b->token[i];
     for (int32_t i = 0; win && i < b->n_tokens; i++)
-        kv_k_row(win, 0, kv_batch_cell(win, i))[0] = (uint16_t)b->token[i];
+        ((uint16_t *)kv_k_row(win, 0, kv_batch_cell(win, i)))[0] = (uint16_t)b->token[i];
     int32_t row = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         uint64_t h;
