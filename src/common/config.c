@@ -69,6 +69,11 @@ const struct config_setting config_settings[] = {
      "running the model's template; empty: run the template"},
     {"chat-template-file", 0, CONFIG_STR, F(chat_template_file), "", 0, 0, NULL,
      "run this Jinja chat template instead of the model's own (tokenizer.chat_template)"},
+    {"pooling", 0, CONFIG_STR, F(pooling), "model", 0, 0, "model|none|mean|cls|last",
+     "how /v1/embeddings and /embedding pool a text's final hidden states into one vector: the mean "
+     "over its tokens, the first (cls) or the last token's; none: /embedding gives every token's "
+     "(/v1/embeddings refuses it); model: the model's <arch>.pooling_type, else none (llama.cpp's "
+     "default for a model without it)"},
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},

@@ -57,6 +57,7 @@ struct config {
     long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
     const char *chat_template;
     const char *chat_template_file;
+    const char *pooling;        /* embeddings: model|none|mean|cls|last (model: its metadata's) */
     bool allow_unknown_pretokenizer;
     /* security */
     struct config_list api_key;
