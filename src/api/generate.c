@@ -475,7 +475,7 @@ static void job_prepare(void *data) {
     char *infill_body = NULL;
     if (job->infill) {
         struct infill_config ic = {.n_batch = (int32_t)srv->cfg->batch_tokens, .n_predict = -1,
-                                   .n_ctx = srv->engine->n_ctx};
+                                   .n_ctx = srv->engine->n_ctx, .spm = srv->cfg->spm_infill};
         job->prepare_rc = infill_completion_body(srv->engine, &ic, body, body_len, &infill_body, &body_len, &job->err);
         if (job->prepare_rc < 0) return;
         body = infill_body;

@@ -15,7 +15,7 @@
  *   [FIM_REP "myproject\n"] ([FIM_SEP filename "\n"] | "\n\n--- snippet ---\n\n") chunk_text ...
  *   [FIM_SEP "filename\n"]                                 (the extra context: its tail is kept)
  *   [BOS] FIM_PRE prefix prompt FIM_SUF suffix FIM_MID     (BOS when the vocabulary adds it)
- * SPM order (spm) swaps the two: [BOS] FIM_SUF suffix FIM_PRE prefix prompt FIM_MID.
+ * SPM order (spm, --spm-infill) swaps the two: [BOS] FIM_SUF suffix FIM_PRE prefix prompt FIM_MID.
  * Budgets, as the reference's: the prefix keeps its last min(n, 3*(n_batch/4)) tokens, the
  * suffix its first min(n, max(0, n_batch/4 - (2 + prompt tokens))), the extra context its last
  * min(n, max(0, n_ctx - n_batch - 2*n_predict)) tokens. A model without FIM prefix, suffix or
@@ -41,7 +41,7 @@ struct infill_config {
     int32_t n_batch;   /* the reference's n_batch: the prefix and suffix budget (--batch-tokens) */
     int32_t n_predict; /* the server's default n_predict (-1: none) for the extra context budget */
     int32_t n_ctx;     /* the sequence's context */
-    bool spm;          /* suffix-prefix-middle order instead of prefix-suffix-middle */
+    bool spm;          /* suffix-prefix-middle order instead of prefix-suffix-middle (--spm-infill) */
 };
 
 /* One chunk of input_extra, its text as given (not owned). */

@@ -58,6 +58,7 @@ struct config {
     const char *chat_template;
     const char *chat_template_file;
     const char *pooling;        /* embeddings: model|none|mean|cls|last (model: its metadata's) */
+    bool spm_infill;            /* /infill prompts suffix first (SPM) instead of prefix first (PSM) */
     bool allow_unknown_pretokenizer;
     /* security */
     struct config_list api_key;
