@@ -1,7 +1,8 @@
-/* Embedding requests through the scheduler on the shared trained model: mean, first (cls), last
- * and every position's final hidden state, read in chunks beside a generation, equal the hidden
- * states a plain single-sequence forward gives, and those are the model's output norm (the
- * logits are the output matrix times them); the memory holds nothing of them afterwards. */
+/* Embedding requests through the scheduler on the shared models (the trained llama, and mamba):
+ * mean, first (cls), last and every position's final hidden state, read in chunks beside a
+ * generation, equal the hidden states a plain single-sequence forward gives, and those are the
+ * model's output norm (the logits are the output matrix times them); the memory holds nothing of
+ * them afterwards. */
 #include "test.h"
 
 #include "common/err.h"
@@ -251,5 +252,78 @@ TEST(embeddings_wait_for_memory_and_refused_without_hidden_states) {
     CHECK_EQ_INT(sched_submit(s, &r, &embd_sink, &o, now, &h), -ERR_UNSUPPORTED);
     sched_destroy(s);
     free(tok);
+    model_engine_free(e);
+}
+
+TEST(embeddings_of_a_recurrent_model) {
+    SHARED(path, "models/mamba-spm-q8_0.gguf");
+    /* a state per sequence instead of KV cells: the same pools, each position's hidden state
+     * compared with a token-by-token run on a fresh state */
+    struct model_engine_config ec = {.path = path, .kv_tokens = 256, .batch_tokens = 16, .n_seq_max = 4, .n_threads = 1};
+    struct model_engine *e;
+    char why[256];
+    CHECK_EQ_INT(model_engine_load(&e, &ec, why, sizeof why), 0);
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.n_ctx = e->n_ctx;
+    cfg.batch_tokens = 16;
+    cfg.chunk_tokens = 8;
+    struct sched *s;
+    CHECK_EQ_INT(sched_create(&s, &cfg, e->mem, &model_engine_ops, e), 0);
+    sched_set_hidden(s, e->n_embd, model_engine_hidden);
+    const char *text = "And God said, Let there be light: and there was light.";
+    int32_t *tok;
+    size_t n;
+    CHECK_EQ_INT(model_engine_tokenize(e, text, strlen(text), true, false, &tok, &n), 0);
+    CHECK(n > 8 && n <= N_MAX);
+    static const enum sched_embed kinds[2] = {SCHED_EMBED_MEAN, SCHED_EMBED_ALL};
+    struct embd_out out[2] = {{0}};
+    struct sched_req *h;
+    double now = 0;
+    for (int k = 0; k < 2; k++) {
+        struct sched_request r = {.prompt = tok, .n_prompt = (int32_t)n, .n_choices = 1, .embed = kinds[k],
+                                  .on_embedding = embd_rows};
+        CHECK_EQ_INT(sched_submit(s, &r, &embd_sink, &out[k], now, &h), 0);
+    }
+    struct sched_step *step;
+    while (sched_build_step(s, now, &step) > 0) {
+        sched_step_compute(s, step);
+        now += 10;
+        sched_step_complete(s, step, now);
+    }
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(out[k].done, 1);
+        CHECK(out[k].rows != NULL);
+    }
+    struct sched_stats st;
+    sched_stats(s, now, &st);
+    CHECK_EQ_INT(st.cached_seqs, 0);
+
+    int64_t E = e->n_embd;
+    float *H = malloc((size_t)(n * E) * sizeof *H), *mean = calloc((size_t)E, sizeof *mean);
+    CHECK(H && mean);
+    struct batch b;
+    CHECK_EQ_INT(batch_init(&b, 1), 0);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        batch_clear(&b);
+        batch_add_hidden(&b, tok[i], (int32_t)i, 0);
+        rc = memory_reserve(e->mem, &b);
+        if (rc == 0) rc = model_forward(e->model, e->fc, e->mem, &b);
+        if (rc == 0 && e->fc->n_hidden != 1) rc = -ERR_STATE;
+        if (rc == 0) memcpy(H + i * E, e->fc->hidden, (size_t)E * sizeof *H);
+    }
+    memory_seq_rm(e->mem, 0, 0, -1);
+    batch_free(&b);
+    CHECK_EQ_INT(rc, 0);
+    for (size_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < E; j++) mean[j] += H[i * E + j] / (float)n;
+    CHECK(close_to(out[0].rows, mean, E, 1e-4f));
+    CHECK(close_to(out[1].rows, H, (int64_t)n * E, 1e-4f));
+    for (int k = 0; k < 2; k++) free(out[k].rows);
+    free(H);
+    free(mean);
+    free(tok);
+    sched_destroy(s);
     model_engine_free(e);
 }
