@@ -1,4 +1,4 @@
-/* generate.c: the completion endpoints (POST /completion, /v1/completions,
+/* generate.c: the completion endpoints (POST /completion and /infill, /v1/completions,
  * /v1/chat/completions, /v1/responses, /v1/messages): request -> tokens -> sched_submit, and the
  * scheduler's sink callbacks -> text (the engine's streaming detokenizer, stop strings) -> JSON
  * bodies or SSE events (the typed events of responses.h and anthropic.h for the last two).
@@ -22,6 +22,7 @@
 #include "api/anthropic.h"
 #include "api/errors.h"
 #include "api/ids.h"
+#include "api/infill.h"
 #include "api/params.h"
 #include "api/render.h"
 #include "api/responses.h"
@@ -75,6 +76,7 @@ struct gen_job {
     struct serving *srv;
     struct http_request *req;
     enum api_endpoint ep;
+    bool infill;                    /* POST /infill: the body becomes a /completion body (infill.h) */
     int prepare_rc;                 /* job_prepare's outcome: 0, or an error described in err */
     struct api_error err;
     struct completion_params p;
@@ -773,7 +775,18 @@ static void job_prepare(void *data) {
     lim.max_n = (int32_t)srv->cfg->max_n;
     lim.max_logit_bias = MODEL_ENGINE_MAX_BIAS;
     lim.defaults = &srv->defaults;
-    int rc = completion_params_parse(&job->p, job->ep, job->req->body, job->req->body_len, &lim, &job->err);
+    const char *body = job->req->body;
+    size_t body_len = job->req->body_len;
+    char *infill_body = NULL;
+    if (job->infill) {
+        struct infill_config ic = {.n_batch = (int32_t)srv->cfg->batch_tokens, .n_predict = (int32_t)srv->cfg->n_predict,
+                                   .n_ctx = srv->engine->n_ctx, .spm = srv->cfg->spm_infill};
+        job->prepare_rc = infill_completion_body(srv->engine, &ic, body, body_len, &infill_body, &body_len, &job->err);
+        if (job->prepare_rc < 0) return;
+        body = infill_body;
+    }
+    int rc = completion_params_parse(&job->p, job->ep, body, body_len, &lim, &job->err);
+    free(infill_body); /* the parameters keep copies of what they point to */
     if (rc == 0) rc = completion_params_check_tokens(&job->p, srv->engine->n_vocab, &job->err);
     if (rc == 0) rc = job_tokenize(job);
     if (rc == 0) rc = job_bias(job);
@@ -792,7 +805,7 @@ static void job_prepared(struct http_request *req, void *data, int status) {
     job_start(job);
 }
 
-static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep) {
+static void generate(struct http_request *req, struct serving *srv, enum api_endpoint ep, bool infill) {
     if (serving_not_ready(srv, req)) return;
     struct gen_job *job = calloc(1, sizeof *job);
     if (!job) {
@@ -802,6 +815,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     job->srv = srv;
     job->req = req;
     job->ep = ep;
+    job->infill = infill;
     if (req->body_len > srv->offload_bytes) {
         int rc = http_queue_work(req, job_prepare, job_prepared, job);
         if (rc == 0) return; /* job_prepared goes on */
@@ -991,11 +1005,12 @@ void serving_gen_slot(const void *owner, int32_t choice, struct slot_info *out) 
     out->has_new_line = job->ch && job->ch[part->base + choice].has_new_line;
 }
 
-void serving_completion_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION); }
-void serving_oai_completion_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_COMPLETION); }
-void serving_oai_chat_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_CHAT); }
-void serving_oai_responses_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_RESPONSES); }
-void serving_anthropic_messages_handle(struct http_request *req, void *data) { generate(req, data, API_ANTHROPIC); }
+void serving_completion_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION, false); }
+void serving_infill_handle(struct http_request *req, void *data) { generate(req, data, API_COMPLETION, true); }
+void serving_oai_completion_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_COMPLETION, false); }
+void serving_oai_chat_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_CHAT, false); }
+void serving_oai_responses_handle(struct http_request *req, void *data) { generate(req, data, API_OAI_RESPONSES, false); }
+void serving_anthropic_messages_handle(struct http_request *req, void *data) { generate(req, data, API_ANTHROPIC, false); }
 
 /* POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted. */
 void serving_anthropic_count_handle(struct http_request *req, void *data) {

@@ -126,12 +126,16 @@ int serving_routes_add(struct router *r, struct serving *srv) {
         {"GET", "/v1/health", serving_health_handle, ROUTE_PUBLIC},
         {"POST", "/completion", serving_completion_handle, 0},
         {"POST", "/completions", serving_completion_handle, 0},
+        {"POST", "/infill", serving_infill_handle, 0},
         {"POST", "/v1/completions", serving_oai_completion_handle, 0},
         {"POST", "/v1/chat/completions", serving_oai_chat_handle, 0},
         {"POST", "/chat/completions", serving_oai_chat_handle, 0},
         {"POST", "/v1/responses", serving_oai_responses_handle, 0},
         {"POST", "/v1/messages", serving_anthropic_messages_handle, ROUTE_ANTHROPIC},
         {"POST", "/v1/messages/count_tokens", serving_anthropic_count_handle, ROUTE_ANTHROPIC},
+        {"POST", "/v1/embeddings", serving_oai_embeddings_handle, 0},
+        {"POST", "/embeddings", serving_embeddings_handle, 0},
+        {"POST", "/embedding", serving_embeddings_handle, 0},
         {"GET", "/v1/models", serving_models_handle, 0},
         {"GET", "/v1/models/*", serving_model_handle, 0},
         {"GET", "/models", serving_models_handle, 0},
@@ -324,6 +328,7 @@ static int ops_start(void *engine, int load_rc) {
     sc.spec_lookup = cfg->draft_lookup;
     if (sc.chunk_tokens > sc.batch_tokens) sc.chunk_tokens = sc.batch_tokens;
     rc = sched_create(&srv->sched, &sc, e->mem, model_engine_sched_ops(e), e);
+    if (rc == 0) sched_set_hidden(srv->sched, e->n_embd, model_engine_hidden);
     if (rc < 0) {
         log_error(lg, "scheduler: %s", err_str(rc));
         return rc;

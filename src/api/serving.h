@@ -130,7 +130,8 @@ double serving_now_ms(void);
 
 /* Register /health (and /v1/health; with ?detail=1 and stall detection), /completion, /v1/completions,
  * /v1/chat/completions, /v1/responses, /v1/messages (+ /count_tokens, ROUTE_ANTHROPIC),
- * /v1/models (+ /{id}), /props, /slots, /metrics, /tokenize, /detokenize and /apply-template.
+ * /infill, /v1/embeddings (+ /embedding, /embeddings), /v1/models (+ /{id}), /props, /slots,
+ * /metrics, /tokenize, /detokenize and /apply-template.
  * 0 or router_add's error. */
 int serving_routes_add(struct router *r, struct serving *srv);
 
@@ -166,6 +167,9 @@ void serving_gen_slot(const void *owner, int32_t choice, struct slot_info *out);
 /* The route handlers (data: struct serving *). */
 void serving_completion_handle(struct http_request *req, void *data);    /* POST /completion */
 void serving_oai_completion_handle(struct http_request *req, void *data);/* POST /v1/completions */
+void serving_infill_handle(struct http_request *req, void *data);        /* POST /infill (infill.h) */
+void serving_embeddings_handle(struct http_request *req, void *data);    /* POST /embedding(s) (embeddings.h) */
+void serving_oai_embeddings_handle(struct http_request *req, void *data);/* POST /v1/embeddings */
 void serving_oai_chat_handle(struct http_request *req, void *data);      /* POST /v1/chat/completions */
 void serving_oai_responses_handle(struct http_request *req, void *data); /* POST /v1/responses */
 void serving_anthropic_messages_handle(struct http_request *req, void *data); /* POST /v1/messages */

@@ -107,6 +107,14 @@ const struct config_setting config_settings[] = {
     {"reasoning-format", 0, CONFIG_STR, F(reasoning_format), "auto", 0, 0, "auto|none",
      "chat: reasoning blocks (<think>...</think> and the like) go to reasoning_content (auto) or stay in "
      "the content (none); a request's reasoning_format overrides it"},
+    {"pooling", 0, CONFIG_STR, F(pooling), "model", 0, 0, "model|none|mean|cls|last",
+     "how /v1/embeddings and /embedding pool a text's final hidden states into one vector: the mean "
+     "over its tokens, the first (cls) or the last token's; none: /embedding gives every token's "
+     "(/v1/embeddings refuses it); model: the model's <arch>.pooling_type, else none (llama.cpp's "
+     "default for a model without it)"},
+    {"spm-infill", 0, CONFIG_BOOL, F(spm_infill), "false", 0, 0, NULL,
+     "/infill puts the suffix before the prefix (suffix-prefix-middle, what some code models were "
+     "trained on) instead of prefix-suffix-middle"},
     {"allow-unknown-pretokenizer", 0, CONFIG_BOOL, F(allow_unknown_pretokenizer), "false", 0, 0, NULL,
      "load a model whose tokenizer.ggml.pre uvlm does not know, splitting its text as 'default' "
      "(tokens may differ from the model's; without it such a model is refused)"},

@@ -78,6 +78,8 @@ struct config {
     const char *chat_template;
     const char *chat_template_file;
     const char *reasoning_format; /* "auto" or "none": the chat requests' default */
+    const char *pooling;        /* embeddings: model|none|mean|cls|last (model: its metadata's) */
+    bool spm_infill;            /* /infill prompts suffix first (SPM) instead of prefix first (PSM) */
     bool allow_unknown_pretokenizer;
     /* security */
     struct config_list api_key;

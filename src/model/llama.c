@@ -12,7 +12,7 @@
  *   x      += [postnorm](Wo · attn(q, k, v))
  *   x      += [postnorm](Wdown · (act(Wgate·norm(x)) * Wup·norm(x)))    (act: SiLU, or GELU)
  * from x = the tokens' embeddings [* embd_scale]; then logits = Wout · norm(x) for the entries
- * that want them.
+ * that want them, and norm(x) itself for those that want their hidden state.
  *
  * Matrix products go through math/matmul.h (quantized activations + SIMD dots for few tokens,
  * dequantized tiles + sgemm for many); attention through attention.h, over the F16 K/V cells
@@ -593,6 +593,13 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         rmsnorm(s, hp, s->xo, s->xo, m->output_norm, n_out);
         mm(s, &m->output, s->xo, n_out, fc->logits);
     }
+    /* hidden states = norm(x) of the entries that want them, into xn (free after the layers) */
+    int32_t n_hid = 0;
+    for (int64_t i = 0; i < n && b->n_hidden > 0; i++)
+        if (b->want_hidden[i]) memcpy(s->xn + (int64_t)n_hid++ * E, s->x + i * E, (size_t)E * sizeof(float));
+    if (n_hid > 0) rmsnorm(s, hp, s->xn, s->xn, m->output_norm, n_hid);
+    fc->hidden = s->xn;
+    fc->n_hidden = n_hid;
     return 0;
 }
 

@@ -453,8 +453,16 @@ int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct c
             rms_norm(s->h + (int64_t)i * hp->n_embd, m->output_norm, hp->n_embd, hp->rms_eps,
                      s->o + (int64_t)n_out++ * hp->n_embd);
     if (n_out) mm(c, &m->output, s->o, n_out, logits);
+    /* hidden states: the same norm, into u (free after the layers) */
+    int32_t n_hid = 0;
+    for (int32_t i = 0; i < T && b->n_hidden > 0; i++)
+        if (b->want_hidden[i])
+            rms_norm(s->h + (int64_t)i * hp->n_embd, m->output_norm, hp->n_embd, hp->rms_eps,
+                     s->u + (int64_t)n_hid++ * hp->n_embd);
     return 0;
 }
+
+const float *mamba_hidden(const struct mamba_scratch *s) { return s->u; }
 
 /* ---- behind model.h: the arch_impl of model/arch.h ---- */
 
@@ -505,8 +513,12 @@ static size_t arch_ctx_bytes(const struct forward_ctx *fc) {
 static int arch_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
     struct mamba_forward_ctx *x = mctx_of(fc);
     int rc = mamba_forward(m->mamba, x->s, x->c, mem, b, fc->logits);
-    fc->n_outputs = 0;
-    for (int32_t i = 0; rc == 0 && i < b->n_tokens; i++) fc->n_outputs += b->want_logits[i];
+    fc->n_outputs = fc->n_hidden = 0;
+    for (int32_t i = 0; rc == 0 && i < b->n_tokens; i++) {
+        fc->n_outputs += b->want_logits[i];
+        fc->n_hidden += b->want_hidden[i];
+    }
+    fc->hidden = mamba_hidden(x->s);
     return rc;
 }
 

@@ -108,8 +108,11 @@ size_t mamba_scratch_bytes(const struct mamba_scratch *s);
  * recurrent memory of this shape or an entry's sequence holds no state up to its position (b was
  * not reserved), -ERR_TOOBIG when b exceeds the scratch, -ERR_INVAL for an empty batch or a token
  * outside the vocabulary (checked before any state changes). After another error the states of b's sequences
- * are undefined: seq_rm them. */
+ * are undefined: seq_rm them.
+ * The want_hidden entries' final hidden states (after the output norm) go to mamba_hidden(s),
+ * n_embd floats a row in entry order, valid until the next mamba_forward. */
 int mamba_forward(const struct mamba_model *m, struct mamba_scratch *s, struct compute *c,
                   struct memory *mem, const struct batch *b, float *logits);
+const float *mamba_hidden(const struct mamba_scratch *s);
 
 #endif

@@ -505,6 +505,13 @@ int model_memory_create_with(const struct model *m, const struct memory_config *
 
 bool model_memory_counts_states(const struct model *m) { return m->hp.impl->memory_counts_states; }
 
+int32_t model_pooling_type(const struct model *m) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.pooling_type", m->hp.arch_name);
+    int64_t v = gguf_get_int(&m->file, key, -1);
+    return v >= 0 && v <= 4 ? (int32_t)v : -1;
+}
+
 const char *model_chat_template(const struct model *m, size_t *len) {
     struct gguf_str s = gguf_get_str(&m->file, "tokenizer.chat_template");
     *len = s.ptr ? s.len : 0;

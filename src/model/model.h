@@ -191,6 +191,9 @@ int model_memory_create_with(const struct model *m, const struct memory_config *
 /* Does model_memory_create's n_cells count sequence states (a recurrent model) rather than
  * tokens? Lets a server size each kind from its own budget. */
 bool model_memory_counts_states(const struct model *m);
+/* The pooling of embeddings the file asks for (<arch>.pooling_type, llama.cpp's numbers: 0 none,
+ * 1 mean, 2 cls, 3 last, 4 rank), -1 when it says nothing. */
+int32_t model_pooling_type(const struct model *m);
 /* The chat template the file carries (tokenizer.chat_template), or NULL with *len 0. Valid until
  * model_free. */
 const char *model_chat_template(const struct model *m, size_t *len);
@@ -212,6 +215,10 @@ struct forward_ctx {
     struct forward_config cfg;
     float *logits;        /* [max_outputs][n_vocab]: rows of the last batch's want_logits entries */
     int32_t n_outputs;    /* rows written by the last model_forward */
+    const float *hidden;  /* [n_hidden][n_embd]: the final hidden states (after the output norm) of
+                           * the last batch's want_hidden entries, in entry order; a scratch
+                           * buffer of the forward pass, valid until the next model_forward */
+    int32_t n_hidden;
     struct forward_scratch *s; /* private buffers of the architecture */
     const struct arch_impl *impl;
 };

@@ -236,6 +236,20 @@ const char *model_engine_special_text(const struct model_engine *e, int which, s
     return id >= 0 ? tokenizer_token_piece(e->tok, id, true, len) : "";
 }
 
+int32_t model_engine_fim(const struct model_engine *e, enum model_engine_fim which) {
+    return tokenizer_fim(e->tok, (enum tokenizer_fim)which);
+}
+
+const float *model_engine_hidden(void *engine) { return ((struct model_engine *)engine)->fc->hidden; }
+
+int32_t model_engine_pooling(const struct model_engine *e) { return model_pooling_type(e->model); }
+
+int32_t model_engine_bos(const struct model_engine *e, bool *added) {
+    int32_t id = tokenizer_bos(e->tok);
+    *added = id >= 0 && tokenizer_add_bos(e->tok);
+    return id;
+}
+
 /* --- engine_ops ---------------------------------------------------------------------------- */
 
 static int engine_forward(void *engine, struct memory *mem, const struct batch *b, const float **logits) {
@@ -486,6 +500,7 @@ static const struct sched_engine_ops engine_ops_with_draft = {
     .sampler_create = engine_sampler_create,
     .sample = engine_sample,
     .sampler_free = engine_sampler_free,
+    .token_logprobs = engine_token_logprobs,
     .sample_draft = engine_sample_draft,
     .draft = engine_draft,
 };

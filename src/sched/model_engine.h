@@ -19,6 +19,7 @@
  *   struct model_engine *e;  char why[256];
  *   if (model_engine_load(&e, &ec, why, sizeof why) < 0) ... why ...
  *   sched_create(&s, &cfg, e->mem, model_engine_sched_ops(e), e);
+ *   sched_set_hidden(s, e->n_embd, model_engine_hidden);   // embedding requests
  *   struct model_engine_sampling sp = {.temperature = 0.8f, .top_k = 40, .repeat_penalty = 1};
  *   struct sched_request r = {..., .n_probs = sp.n_probs, .sampler_params = &sp};
  *   sched_submit(s, &r, ...);            // the samplers copy sp: it may go after the call
@@ -105,6 +106,20 @@ const char *model_engine_special_text(const struct model_engine *e, int which, s
 extern const struct sched_engine_ops model_engine_ops;
 /* The engine's own table: model_engine_ops, with engine_ops.draft when it has a draft model. */
 const struct sched_engine_ops *model_engine_sched_ops(const struct model_engine *e);
+/* The model's fill-in-the-middle markers (tokenizer.h's tokenizer_fim: GGUF keys, else found by
+ * their text), -1 when the vocabulary has none; the same order as enum tokenizer_fim. */
+enum model_engine_fim { MODEL_ENGINE_FIM_PRE, MODEL_ENGINE_FIM_SUF, MODEL_ENGINE_FIM_MID, MODEL_ENGINE_FIM_PAD,
+                        MODEL_ENGINE_FIM_REP, MODEL_ENGINE_FIM_SEP, MODEL_ENGINE_FIM_KINDS };
+int32_t model_engine_fim(const struct model_engine *e, enum model_engine_fim which);
+/* The pooling of embeddings the model's metadata asks for (model.h's model_pooling_type: 0 none,
+ * 1 mean, 2 cls, 3 last, 4 rank; -1 when it says nothing). */
+int32_t model_engine_pooling(const struct model_engine *e);
+/* The BOS id (-1: none) and whether tokenizing with add_special puts it first (*added). */
+int32_t model_engine_bos(const struct model_engine *e, bool *added);
+
+/* The final hidden states of the last forward (model.h's forward_ctx.hidden), for
+ * sched_set_hidden(s, e->n_embd, model_engine_hidden): engine is the struct model_engine. */
+const float *model_engine_hidden(void *engine);
 
 /* --- sampling: what sched_request.sampler_params points to ---------------------------------- */
 

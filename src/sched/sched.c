@@ -91,6 +91,7 @@ void sched_req_free(struct sched *s, struct sched_req *r) {
         if (r->samplers[c]) s->ops->sampler_free(s->engine, r->samplers[c]);
     free(r->samplers); /* one allocation starting with samplers holds seqs and prompt too */
     free(r->pprobs);
+    free(r->embd);
     if (r->state == REQ_ACTIVE) s->n_active_reqs--;
     *r = (struct sched_req){.state = REQ_FREE, .next = s->free_reqs};
     s->free_reqs = r;
@@ -139,9 +140,17 @@ static bool has_work(const struct sched *s) {
 
 int32_t sched_max_prompt_tokens(const struct sched *s) { return s->token_cap - 1; }
 
+void sched_set_hidden(struct sched *s, int32_t n_embd, const float *(*hidden)(void *engine)) {
+    s->n_embd = n_embd;
+    s->hidden = n_embd > 0 ? hidden : NULL;
+}
+
 int sched_submit(struct sched *s, const struct sched_request *in, const struct sched_sink *sink,
                  void *owner, double now_ms, struct sched_req **handle) {
     int32_t n_choices = in->n_choices == 0 ? 1 : in->n_choices;
+    bool embed = in->embed != SCHED_EMBED_OFF;
+    if (embed && !s->hidden) return -ERR_UNSUPPORTED;
+    if (embed && (n_choices != 1 || !in->on_embedding || in->embed > SCHED_EMBED_ALL)) return -ERR_INVAL;
     if (in->n_prompt < 1 || !in->prompt || n_choices < 1 || n_choices > s->cfg.max_n ||
         in->n_probs < 0 || in->n_probs > SCHED_MAX_PROBS || in->draft_max < 0 || in->draft_min < 0)
         return -ERR_INVAL;
@@ -172,7 +181,19 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
         free(block);
         return -ERR_NOMEM;
     }
-    for (int32_t c = 0; c < n_choices; c++) {
+    float *embd = NULL;
+    int32_t n_embd = 0;
+    if (embed) { /* no sampler: the rows the pooling sums or keeps instead */
+        n_embd = s->n_embd;
+        size_t rows = in->embed == SCHED_EMBED_ALL ? (size_t)in->n_prompt : 1;
+        seqs[0] = -1;
+        if (!(embd = calloc(rows * (size_t)n_embd, sizeof *embd))) {
+            free(pprobs);
+            free(block);
+            return -ERR_NOMEM;
+        }
+    }
+    for (int32_t c = 0; c < n_choices && !embed; c++) {
         seqs[c] = -1;
         samplers[c] = s->ops->sampler_create(s->engine, in->sampler_params, in->seed + (uint64_t)c,
                                              in->prompt, in->n_prompt);
@@ -190,9 +211,10 @@ int sched_submit(struct sched *s, const struct sched_request *in, const struct s
     *r = (struct sched_req){
         .sched = s, .state = REQ_QUEUED, .id = ++s->next_req_id, .owner = owner, .sink = *sink,
         .prompt = prompt,
-        .n_prompt = in->n_prompt, .n_predict = in->n_predict, .n_choices = n_choices,
-        .n_probs = in->n_probs, .cache_prompt = in->cache_prompt && !in->prompt_logprobs,
+        .n_prompt = in->n_prompt, .n_predict = embed ? 0 : in->n_predict, .n_choices = n_choices,
+        .n_probs = embed ? 0 : in->n_probs, .cache_prompt = !embed && in->cache_prompt && !in->prompt_logprobs,
         .ignore_eos = in->ignore_eos, .prompt_logprobs = in->prompt_logprobs, .pprobs = pprobs,
+        .embed = in->embed, .on_embedding = in->on_embedding, .embd = embd, .n_embd = n_embd,
         .partition = in->cache_partition, .t_submit = now_ms,
         .samplers = samplers, .seqs = seqs, .n_live = n_choices, .wait_since = s->step.number,
     };

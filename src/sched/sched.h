@@ -235,6 +235,21 @@ struct sched_engine_ops {
                      int32_t *out);
 };
 
+/* An embedding request (sched_request.embed): its prompt is read like any prompt (chunked, fair
+ * with generation) with no sampling and no token generated; the step keeps the final hidden
+ * states the pooling needs (batch_add_hidden) and the scheduler pools them as they come, so the
+ * memory holds nothing of them after the step. At the end the request's on_embedding gets the
+ * result, then the sink's on_done (SCHED_STOP_LIMIT, n_generated 0), and the sequence's cells
+ * are freed, never kept as prompt cache (nor shared with other requests' prompts). The engine's
+ * hidden states come through sched_set_hidden. */
+enum sched_embed {
+    SCHED_EMBED_OFF,  /* generation */
+    SCHED_EMBED_MEAN, /* the mean of every position's hidden state: one row */
+    SCHED_EMBED_CLS,  /* the first position's: one row */
+    SCHED_EMBED_LAST, /* the last position's: one row */
+    SCHED_EMBED_ALL,  /* every position's: n_prompt rows */
+};
+
 enum sched_stop {
     SCHED_STOP_EOS,     /* the model produced an end-of-generation token (not passed to on_token) */
     SCHED_STOP_LIMIT,   /* n_predict tokens generated */
@@ -289,19 +304,31 @@ struct sched_request {
      * model's confidence below which it stops drafting */
     int32_t draft_max, draft_min;
     float draft_p_min;
+    enum sched_embed embed;  /* not OFF: an embedding (see enum sched_embed): one choice, no
+                              * sampler, n_predict, n_probs, cache_prompt and ignore_eos unused */
+    /* An embedding's result, just before its on_done (loop thread, like the sink's callbacks):
+     * n_rows rows of n_embd floats, valid during the call, not normalized. Not called when the
+     * request ended early (on_done with SCHED_STOP_CONTEXT: its prompt could not be read whole). */
+    void (*on_embedding)(void *owner, const float *rows, int32_t n_rows, int32_t n_embd);
 };
 
 /* 0, or -ERR_INVAL (bad config), -ERR_NOMEM. The scheduler uses sequence ids
  * [0, memory->n_seq_max) of `memory`, which it does not own and which must outlive it. */
 int sched_create(struct sched **out, const struct sched_config *config, struct memory *memory,
                  const struct sched_engine_ops *ops, void *engine);
+/* Embeddings need the engine's final hidden states: hidden(engine) points at the last forward's
+ * rows of the batch's want_hidden entries (n_embd floats a row, entry order, valid until the
+ * next forward; called on the worker thread right after forward). Without this call, embedding
+ * requests are refused (-ERR_UNSUPPORTED). Before any submit. */
+void sched_set_hidden(struct sched *s, int32_t n_embd, const float *(*hidden)(void *engine));
 /* Ends nothing gracefully: live requests get no callbacks. Only with no step in flight. */
 void sched_destroy(struct sched *s);
 
 /* Queue a request (now_ms: for stall detection, work that just arrived is not stalled).
  * 0 and *handle, or: -ERR_INVAL (empty prompt, token id out of vocabulary,
  * n_choices or n_probs out of range, prompt_logprobs without the engine's token_logprobs or the
- * sink's on_prompt_probs, or with a one-token prompt), -ERR_TOOBIG (prompt longer than sched_max_prompt_tokens,
+ * sink's on_prompt_probs, or with a one-token prompt, an embedding without on_embedding),
+ * -ERR_UNSUPPORTED (an embedding without sched_set_hidden), -ERR_TOOBIG (prompt longer than sched_max_prompt_tokens,
  * or more choices than sequence ids), -ERR_BUSY (config.max_queue requests already wait),
  * -ERR_NOMEM. No callback is made for a failed submit. */
 int sched_submit(struct sched *s, const struct sched_request *req, const struct sched_sink *sink,

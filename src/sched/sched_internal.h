@@ -72,6 +72,11 @@ struct sched_req {
     int32_t draft_max, draft_min; /* request.draft_*; draft_max 0 when speculation cannot run */
     float draft_p_min;
     uint64_t partition;     /* request.cache_partition */
+    enum sched_embed embed;
+    void (*on_embedding)(void *owner, const float *rows, int32_t n_rows, int32_t n_embd);
+    float *embd;            /* embeddings: [n_prompt or 1][n_embd] pooled so far (the worker adds
+                             * to it during a step, sched.h's SCHED_EMBED_*) */
+    int32_t n_embd;
     void **samplers;        /* [n_choices] */
     int32_t *seqs;          /* [n_choices] memory ids while ACTIVE, -1 once ended */
     int32_t n_live;         /* choices not ended */
@@ -89,6 +94,7 @@ struct step_entry {
     int32_t seq;
     int32_t n_new;          /* tokens of this sequence in the batch */
     int32_t first_sample, n_samples;
+    int32_t first_hidden, n_hidden; /* an embedding's rows of the engine's hidden states */
 };
 
 /* A prompt position whose logits row gives the next prompt token's logprob (prompt_logprobs). */
@@ -158,6 +164,8 @@ struct sched {
     struct memory *mem;
     const struct sched_engine_ops *ops;
     void *engine;
+    int32_t n_embd;         /* sched_set_hidden's: the engine's hidden states (0, NULL: none) */
+    const float *(*hidden)(void *engine);
     int32_t n_vocab;
     int32_t n_seq;          /* memory->n_seq_max */
 

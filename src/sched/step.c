@@ -104,8 +104,9 @@ static bool resume_one(struct sched *s, int32_t id) {
         return true;
     }
     q->in_memory = true; /* so that sched_cache_best_prefix skips it (n_past is 0) and sched_cache_pending_need counts it */
-    /* a prompt whose rows are still wanted is computed whole */
-    int32_t shared = wants_prompt_rows(q) ? 0 : sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
+    /* a prompt whose rows are still wanted is computed whole; an embedding pools every position
+     * it reads: neither shares anything */
+    int32_t shared = q->req->embed || wants_prompt_rows(q) ? 0 : sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
     q->n_past = shared;
     if (sched_cache_make_room(s, 0)) {
         resumed(s, q);
@@ -247,11 +248,25 @@ static void add_samples(struct sched *s, struct step_entry *e, int32_t row) {
     e->n_samples = st->n_samples - e->first_sample;
 }
 
+/* Does an embedding keep the hidden state of position pos of its n_tokens? */
+static bool pools(enum sched_embed embed, int32_t pos, int32_t n_tokens) {
+    return embed == SCHED_EMBED_MEAN || embed == SCHED_EMBED_ALL || (embed == SCHED_EMBED_CLS && pos == 0) ||
+           (embed == SCHED_EMBED_LAST && pos == n_tokens - 1);
+}
+
 static void add_tokens(struct sched *s, int32_t id, int32_t n) {
     struct sched_step *st = &s->step;
     struct seq *q = &s->seqs[id];
     struct step_entry *e = &st->entries[st->n_entries++];
-    *e = (struct step_entry){.seq = id, .n_new = n};
+    *e = (struct step_entry){.seq = id, .n_new = n, .first_hidden = st->batch.n_hidden};
+    if (q->req->embed != SCHED_EMBED_OFF) { /* no logits, no sample: the hidden states pooled */
+        for (int32_t pos = q->n_past; pos < q->n_past + n; pos++) {
+            if (pools(q->req->embed, pos, q->n_tokens)) batch_add_hidden(&st->batch, q->tokens[pos], pos, id);
+            else batch_add(&st->batch, q->tokens[pos], pos, id, false);
+        }
+        e->n_hidden = st->batch.n_hidden - e->first_hidden;
+        return;
+    }
     bool rows = wants_prompt_rows(q);
     for (int32_t k = 0; k < n; k++) {
         int32_t pos = q->n_past + k;
@@ -386,6 +401,9 @@ static void preempt(struct sched *s, int32_t id, struct memory_snapshot *snap, b
     q->wait_since = s->step.number;
     q->sliced = sliced;
     if (!snap) q->n_past = 0;
+    if (!snap && q->req->embd) /* every position is read again: pool from scratch */
+        memset(q->req->embd, 0, (q->req->embed == SCHED_EMBED_ALL ? (size_t)q->req->n_prompt : 1) *
+                                    (size_t)q->req->n_embd * sizeof *q->req->embd);
     int rc = memory_seq_rm(s->mem, id, 0, -1);
     ASSERT(rc == 0);
     q->in_memory = false;
@@ -553,6 +571,24 @@ int sched_build_step(struct sched *s, double now_ms, struct sched_step **out) {
 
 /* ---------------------------------------------------------------- compute (worker thread) */
 
+/* An embedding's hidden rows of this step into its request's pooled rows: summed for the mean
+ * (divided at the end), kept as they are otherwise. Only this step's worker touches them. */
+static void pool_hidden(struct sched *s, const struct step_entry *e, const float *hidden) {
+    const struct seq *q = &s->seqs[e->seq];
+    struct sched_req *r = q->req;
+    size_t E = (size_t)r->n_embd;
+    for (int32_t k = 0; k < e->n_hidden; k++) {
+        const float *h = hidden + (size_t)(e->first_hidden + k) * E;
+        if (r->embed == SCHED_EMBED_MEAN) {
+            for (size_t j = 0; j < E; j++) r->embd[j] += h[j];
+        } else {
+            /* ALL: the row of the k-th position of this entry; CLS and LAST: the one row */
+            size_t row = r->embed == SCHED_EMBED_ALL ? (size_t)(q->n_past + k) : 0;
+            memcpy(r->embd + row * E, h, E * sizeof *h);
+        }
+    }
+}
+
 void sched_step_compute(struct sched *s, struct sched_step *st) {
     if (st->has_save) { /* the saved sequence is not in the batch: the order does not matter */
         st->save.snap = NULL;
@@ -585,6 +621,9 @@ void sched_step_compute(struct sched *s, struct sched_step *st) {
         const float *row = logits + (size_t)pr->row * (size_t)s->n_vocab;
         s->ops->token_logprobs(s->engine, row, pr->req->prompt[pr->pos + 1], pr->req->n_probs, &pr->req->pprobs[pr->pos]);
     }
+    const float *hidden = st->batch.n_hidden ? s->hidden(s->engine) : NULL;
+    for (int32_t i = 0; hidden && i < st->n_entries; i++)
+        if (st->entries[i].n_hidden) pool_hidden(s, &st->entries[i], hidden);
 }
 
 /* ---------------------------------------------------------------- completion */
@@ -621,7 +660,7 @@ static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, d
     if (r->cache_prompt && q->in_memory && q->n_past > 0) sched_cache_keep(s, id);
     else sched_cache_seq_release(s, id);
     r->seqs[choice] = -1;
-    s->ops->sampler_free(s->engine, r->samplers[choice]);
+    if (r->samplers[choice]) s->ops->sampler_free(s->engine, r->samplers[choice]);
     r->samplers[choice] = NULL;
     r->n_live--;
     r->n_generated += counts.n_generated;
@@ -640,6 +679,21 @@ static void finish_choice(struct sched *s, int32_t id, enum sched_stop reason, d
         }
         sched_req_free(s, r);
     }
+}
+
+/* An embedding has read its whole prompt: its rows to the sink, then it ends (its cells freed). */
+static void finish_embedding(struct sched *s, int32_t id, double now_ms) {
+    struct seq *q = &s->seqs[id];
+    struct sched_req *r = q->req;
+    if (!r->has_first) {
+        r->has_first = true;
+        r->t_first = now_ms;
+    }
+    if (r->embed == SCHED_EMBED_MEAN)
+        for (int32_t j = 0; j < r->n_embd; j++) r->embd[j] /= (float)r->n_prompt;
+    r->on_embedding(r->owner, r->embd, r->embed == SCHED_EMBED_ALL ? r->n_prompt : 1, r->n_embd);
+    if (r->cancelled) return; /* the owner cancelled from the callback: the sweep frees it */
+    finish_choice(s, id, SCHED_STOP_LIMIT, now_ms);
 }
 
 /* Give the prompt's first logits to every choice: siblings share the parent's cells. */
@@ -786,13 +840,18 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
     for (int32_t served = 0; st->next_entry < st->n_entries;) {
         const struct step_entry *e = &st->entries[st->next_entry];
         struct seq *q = &s->seqs[e->seq];
-        if (e->n_samples == 0 || q->kind != SEQ_LIVE || q->req->cancelled) {
+        bool embedded = q->kind == SEQ_LIVE && q->req->embed && q->n_past == q->n_tokens;
+        if ((e->n_samples == 0 && !embedded) || q->kind != SEQ_LIVE || q->req->cancelled) {
             st->next_entry++;
             continue;
         }
         if (max_outputs > 0 && served == max_outputs) break;
         st->next_entry++;
         served++;
+        if (embedded) {
+            finish_embedding(s, e->seq, now_ms);
+            continue;
+        }
         struct sched_req *r = q->req;
         if (r->prompt_logprobs && !r->pprobs_sent) { /* every prompt row has been computed */
             r->pprobs_sent = true;

@@ -67,6 +67,7 @@ struct tokenizer {
     int32_t n_symbols;        /* ids given out in vocab: n_vocab + merge parts */
     char byte_char[256][3];   /* BPE: UTF-8 of each byte's printable character, NUL-padded */
     int32_t bos, eos, eot, eom, unk;
+    int32_t fim[TOKENIZER_FIM_KINDS]; /* fill-in-the-middle markers (tokenizer_fim), -1 when none */
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     bool force_add_bos;       /* BOS whatever add_bos_token says (Gemma 4, as the reference) */
     bool raw_utf8;            /* BPE over raw UTF-8 with spaces as U+2581 and <0xNN> byte tokens */

@@ -125,7 +125,7 @@ static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "
 /* Fill-in-the-middle markers: prefix, suffix, middle, then pad, repository and file separator,
  * the last three also ending generation. */
 #define FBAR "\xEF\xBD\x9C" /* the fullwidth bar of DeepSeek's markers */
-static const char *const fim_texts[6][9] = {
+static const char *const fim_texts[TOKENIZER_FIM_KINDS][9] = {
     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FBAR "fim\xE2\x96\x81" "begin" FBAR ">", "<PRE>",
      "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"},
     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FBAR "fim\xE2\x96\x81" "hole" FBAR ">", "<SUF>",
@@ -162,9 +162,10 @@ static int32_t find_marker(struct tokenizer *tok, const char *const *texts, size
 static int load_specials(struct tokenizer *tok, const struct gguf_file *f) {
     if (tok->eot < 0) tok->eot = find_marker(tok, eot_texts, sizeof eot_texts / sizeof *eot_texts);
     if (tok->eom < 0) tok->eom = find_marker(tok, (const char *const[]){"<|eom_id|>"}, 1);
-    for (size_t k = 0; k < 6; k++) {
+    for (size_t k = 0; k < TOKENIZER_FIM_KINDS; k++) {
         int32_t id = find_marker(tok, fim_texts[k], sizeof fim_texts[k] / sizeof *fim_texts[k]);
-        if (k >= 3 && id >= 0) tok->attr[id] |= TA_EOG;
+        if (tok->fim[k] < 0) tok->fim[k] = id; /* the metadata's id first */
+        if (k >= 3 && tok->fim[k] >= 0) tok->attr[tok->fim[k]] |= TA_EOG;
     }
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
         int32_t id = find_text(tok, eog_texts[k]);
@@ -365,6 +366,20 @@ int tokenizer_load_with(struct tokenizer **out, const struct gguf_file *f, const
     }
     tok->eot = special_id(tok, f, "tokenizer.ggml.eot_token_id", -1);
     tok->eom = special_id(tok, f, "tokenizer.ggml.eom_token_id", -1);
+    /* fill-in-the-middle markers: the fim_* keys, else the older prefix/suffix/middle ones */
+    static const char *const fim_keys[TOKENIZER_FIM_KINDS][2] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+        {"tokenizer.ggml.fim_pad_token_id", NULL},
+        {"tokenizer.ggml.fim_rep_token_id", NULL},
+        {"tokenizer.ggml.fim_sep_token_id", NULL},
+    };
+    for (int k = 0; k < TOKENIZER_FIM_KINDS; k++) {
+        tok->fim[k] = special_id(tok, f, fim_keys[k][0], -1);
+        if (tok->fim[k] < 0 && fim_keys[k][1]) tok->fim[k] = special_id(tok, f, fim_keys[k][1], -1);
+        if (tok->fim[k] >= 0) tok->attr[tok->fim[k]] |= TA_CONTROL;
+    }
     tok->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", tok->add_bos) || tok->force_add_bos;
     tok->add_eos = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", false);
     tok->add_space_prefix = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", tok->add_space_prefix);
@@ -588,6 +603,9 @@ int32_t tokenizer_n_vocab(const struct tokenizer *tok) { return tok->n_vocab; }
 int32_t tokenizer_bos(const struct tokenizer *tok) { return tok->bos; }
 int32_t tokenizer_eos(const struct tokenizer *tok) { return tok->eos; }
 int32_t tokenizer_eot(const struct tokenizer *tok) { return tok->eot; }
+int32_t tokenizer_fim(const struct tokenizer *tok, enum tokenizer_fim which) {
+    return (unsigned)which < TOKENIZER_FIM_KINDS ? tok->fim[which] : -1;
+}
 bool tokenizer_add_bos(const struct tokenizer *tok) { return tok->add_bos; }
 bool tokenizer_add_eos(const struct tokenizer *tok) { return tok->add_eos; }
 bool tokenizer_is_eog(const struct tokenizer *tok, int32_t id) {

@@ -97,6 +97,13 @@ int32_t tokenizer_n_vocab(const struct tokenizer *tok);
 int32_t tokenizer_bos(const struct tokenizer *tok);
 int32_t tokenizer_eos(const struct tokenizer *tok);
 int32_t tokenizer_eot(const struct tokenizer *tok); /* end of turn (<|eot_id|>, <|im_end|>, ...) */
+/* Fill-in-the-middle markers, in the order of the GGUF keys tokenizer.ggml.fim_{pre,suf,mid,pad,
+ * rep,sep}_token_id (prefix, suffix and middle also under the older tokenizer.ggml.{prefix,suffix,
+ * middle}_token_id); without a key, the token found by its text as the reference does
+ * (<|fim_prefix|>, <fim-prefix>, <fim_prefix>, <PRE>, ...; <|repo_name|>, <|file_sep|>). */
+enum tokenizer_fim { TOKENIZER_FIM_PRE, TOKENIZER_FIM_SUF, TOKENIZER_FIM_MID, TOKENIZER_FIM_PAD, TOKENIZER_FIM_REP,
+                     TOKENIZER_FIM_SEP, TOKENIZER_FIM_KINDS };
+int32_t tokenizer_fim(const struct tokenizer *tok, enum tokenizer_fim which); /* -1: none */
 bool tokenizer_add_bos(const struct tokenizer *tok);
 bool tokenizer_add_eos(const struct tokenizer *tok);
 /* End of generation: EOS, EOT and the other end markers found by their text (<|im_end|>,
