@@ -743,8 +743,8 @@ void matmul_multi_types(struct compute *c, const enum ggml_type *types, int64_t 
     if (n_tok <= 0) return;
     /* The q8x16.h layouts take one activation type at every token count (Q8_0, then its blocks
      * made from them; Q4_K_X16, Q6_K_X16: Q8_K): all in those layouts of one activation type
-     * (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V, TinyLlama's Q4_K_X16 Q/K beside its Q6_K_X16
-     * V), the matrices share one dispatch for prompts too. */
+     * (SmolLM2's Q5_0_X16 Q/K beside its Q8_0_X16 V; Q4_K_X16 beside Q6_K_X16), the matrices
+     * share one dispatch for prompts too. */
     bool same = true, all_x16 = true, shared = n_tok < MATMUL_BLAS_MIN_TOKENS;
     enum ggml_type xtype = is_x16(types[0]) ? x16_xtype(types[0]) : quant_vec_dot_type(types[0]);
     for (int m = 0; m < n_mats; m++) {

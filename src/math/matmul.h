@@ -35,8 +35,8 @@
  *   UVLM_TYPE_Q4_K_X16 and UVLM_TYPE_Q6_K_X16 (Q4_K / Q6_K rewritten the same way):
  *       q4kx16_rows / q6kx16_rows on the Q8_K activations, at every token count, exactly the
  *       numbers of GGUF Q4_K / Q6_K on every path here (dot_q4_K's, dot_q6_K's order). The two
- *       share a dispatch at every token count (one activation type: TinyLlama Q4_K_M's Q/K/V),
- *       and with GGUF Q6_K on decode steps, not with the Q8_0-activation layouts above.
+ *       share a dispatch at every token count (one activation type), and with GGUF Q6_K on
+ *       decode steps (TinyLlama Q4_K_M's Q/K/V), not with the Q8_0-activation layouts above.
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by

@@ -280,11 +280,17 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
 }
 
 /* Whether prompt i of prompt_order takes all the budget the decodes and the prompts before it
- * leave, not chunk_cap: the last one, served most recently (a long prompt being read when short
- * requests arrive: their whole prompts go first). Beside streaming requests its steps then stay
- * as full as alone instead of paying each step's fixed cost on small chunks
- * (scripts/bench.d/50-serving, fairness). */
-static bool fills_rest(const struct sched *s, int32_t i) { return i == s->n_prompt - 1; }
+ * leave, not chunk_cap: the last one, served most recently (a long prompt being read beside
+ * streaming requests), so that its steps stay as full as alone instead of paying each step's
+ * fixed cost on small chunks; except in a step that carries a newcomer's prompt (served first),
+ * which stays short: the newcomer's first token waits for it (scripts/bench.d/50-serving,
+ * fairness). */
+static bool fills_rest(const struct sched *s, int32_t i) {
+    if (i != s->n_prompt - 1) return false;
+    for (int32_t k = 0; k < s->n_prompt; k++)
+        if (s->seqs[s->prompt_order[k]].last_served < 0) return false;
+    return true;
+}
 
 /* A decode with d drafts after it (sched_spec_plan): every row wants logits, the first sample's
  * rows follow one another. */

@@ -227,9 +227,10 @@ TEST(sched_long_prompt_is_chunked_and_a_short_one_goes_first) {
     CHECK_EQ_INT(fx_free(&f), 0);
 }
 
-/* Beside streaming requests a long prompt fills what the step's budget leaves, not chunk_tokens:
- * after the decodes and a newcomer's whole prompt, the last prompt in the order takes the rest;
- * prompts before it keep chunk_tokens. */
+/* Beside streaming requests a long prompt fills what the step's budget leaves after the decodes,
+ * not chunk_tokens; a step carrying a newcomer's prompt (first, whole) keeps chunk_tokens for the
+ * others, so the newcomer's first token does not wait for a full step; of two long prompts the
+ * last in the order takes the rest, the other chunk_tokens. */
 TEST(sched_a_long_prompt_fills_the_budget_beside_decodes) {
     struct fx f;
     struct sched_config c = base_config(); /* batch_tokens 64, chunk_tokens 16 */
@@ -250,7 +251,10 @@ TEST(sched_a_long_prompt_fills_the_budget_beside_decodes) {
     sched_step_compute(f.s, step);
     sched_step_complete(f.s, step, f.now += 5);
     CHECK_EQ_INT(submit(&f, &rl, &ql, &hl), 0);
-    for (int k = 0; k < 2; k++) { /* a decode + 63 prompt tokens, not 16 */
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 1 + 16); /* its first step: a newcomer's */
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    for (int k = 0; k < 2; k++) { /* then a decode + 63 prompt tokens, not 16 */
         CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
         const struct batch *b = sched_step_batch(step);
         CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hd, 0)), 1);
@@ -258,17 +262,26 @@ TEST(sched_a_long_prompt_fills_the_budget_beside_decodes) {
         sched_step_compute(f.s, step);
         sched_step_complete(f.s, step, f.now += 5);
     }
-    /* a newcomer: its whole prompt goes first, the long prompt fills the rest */
+    /* a newcomer: its whole prompt goes first, the long prompt a chunk of chunk_tokens */
     CHECK_EQ_INT(submit(&f, &rs, &qs, &hs), 0);
-    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 1 + 5 + 16);
     const struct batch *b = sched_step_batch(step);
     CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hs, 0)), 5);
-    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hl, 0)), 58);
+    CHECK_EQ_INT(tokens_of_seq(b, sched_req_seq(hl, 0)), 16);
     sched_step_compute(f.s, step);
     sched_step_complete(f.s, step, f.now += 5);
     CHECK_EQ_INT(rs.n_tokens[0], 1);
-    /* a second long prompt: the one before the last keeps chunk_tokens */
+    /* then, beside two decodes, it fills the step again */
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
+    CHECK_EQ_INT(tokens_of_seq(sched_step_batch(step), sched_req_seq(hl, 0)), 62);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
+    /* a second long prompt: its first step (new) keeps both at chunk_tokens; after it, the one
+     * before the last keeps chunk_tokens and the last takes the rest */
     CHECK_EQ_INT(submit(&f, &rl2, &ql2, &hl2), 0);
+    CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 2 + 16 + 16);
+    sched_step_compute(f.s, step);
+    sched_step_complete(f.s, step, f.now += 5);
     CHECK_EQ_INT(sched_build_step(f.s, f.now, &step), 64);
     b = sched_step_batch(step);
     int32_t n1 = tokens_of_seq(b, sched_req_seq(hl, 0)), n2 = tokens_of_seq(b, sched_req_seq(hl2, 0));
