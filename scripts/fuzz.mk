@@ -34,15 +34,16 @@ FUZZ_TARGETS ?= http api gguf tokenizer sampler jinja grammar json_schema
 FUZZ_SRCS_gguf      := src/common/err.c src/common/hugemem.c $(sort $(wildcard src/gguf/*.c src/tokenizer/*.c))
 FUZZ_SRCS_tokenizer := $(FUZZ_SRCS_gguf)
 FUZZ_SRCS_http      := src/common/err.c src/net/parse.c src/api/http.c src/api/errors.c
-FUZZ_SRCS_api       := src/common/err.c src/sampler/grammar.c $(addprefix src/api/,params.c render.c chat_json.c \
-                       chat_template.c errors.c stream_text.c responses.c anthropic.c json_schema.c)
+FUZZ_SRCS_api       := src/common/err.c src/common/strbuf.c src/sampler/grammar.c $(addprefix src/api/,params.c render.c \
+                       chat_json.c chat_template.c errors.c stream_text.c responses.c anthropic.c json_schema.c \
+                       tool_calls.c ids.c)
 FUZZ_SRCS_sampler   := src/common/err.c src/sampler/sampler.c
 FUZZ_SRCS_jinja     := src/common/err.c $(addprefix src/api/,jinja.c jinja_parse.c jinja_value.c chat_jinja.c)
 FUZZ_LLHTTP_http    := $(FUZZ_BUILD)/llhttp/api.o $(FUZZ_BUILD)/llhttp/http.o $(FUZZ_BUILD)/llhttp/llhttp.o
 FUZZ_LIBS_api       := -ljansson
 FUZZ_LIBS_http      := -ljansson
 FUZZ_SRCS_grammar   := src/common/err.c src/sampler/grammar.c
-FUZZ_SRCS_json_schema := src/common/err.c src/sampler/grammar.c src/api/json_schema.c
+FUZZ_SRCS_json_schema := src/common/err.c src/common/strbuf.c src/sampler/grammar.c src/api/json_schema.c
 FUZZ_LIBS_jinja     := -ljansson
 FUZZ_LIBS_json_schema := -ljansson
 $(foreach t,$(FUZZ_TARGETS),$(eval FUZZ_OBJS_$(t) := $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(FUZZ_SRCS_$(t)))))

@@ -6,7 +6,9 @@
  * rules written once at the end when used.
  */
 #include "api/json_schema.h"
+
 #include "common/err.h"
+#include "common/strbuf.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -16,61 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- text buffer ---- */
-
-struct buf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-
-static void bputn(struct buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void bputs(struct buf *b, const char *s) { bputn(b, s, strlen(s)); }
-
-static void bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(struct buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-        b->oom = true;
-        return;
-    }
-    if ((size_t)k < sizeof tmp) {
-        bputn(b, tmp, (size_t)k);
-        return;
-    }
-    char *big = malloc((size_t)k + 1); /* expressions of a large schema run long */
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    bputn(b, big, (size_t)k);
-    free(big);
-}
 
 /* ---- the shared rules ---- */
 
@@ -103,7 +50,7 @@ static const struct {
 
 struct conv {
     const json_t *root;
-    struct buf rules;
+    struct strbuf rules;
     int next_id;
     json_t *refs;     /* "$ref" text -> rule name */
     char path[256];
@@ -174,33 +121,33 @@ static void rule_name(struct conv *c, const char *hint, char *out, size_t cap) {
 }
 
 /* A GBNF string literal of raw bytes (UTF-8 passes through; control bytes as \xHH). */
-static void gbnf_lit(struct buf *b, const char *s, size_t n) {
-    bputs(b, "\"");
+static void gbnf_lit(struct strbuf *b, const char *s, size_t n) {
+    strbuf_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
-        if (ch == '"') bputs(b, "\\\"");
-        else if (ch == '\\') bputs(b, "\\\\");
-        else if (ch == '\n') bputs(b, "\\n");
-        else if (ch == '\r') bputs(b, "\\r");
-        else if (ch == '\t') bputs(b, "\\t");
-        else if (ch < 0x20 || ch == 0x7F) bprintf(b, "\\x%02X", ch);
-        else bputn(b, (const char *)&ch, 1);
+        if (ch == '"') strbuf_puts(b, "\\\"");
+        else if (ch == '\\') strbuf_puts(b, "\\\\");
+        else if (ch == '\n') strbuf_puts(b, "\\n");
+        else if (ch == '\r') strbuf_puts(b, "\\r");
+        else if (ch == '\t') strbuf_puts(b, "\\t");
+        else if (ch < 0x20 || ch == 0x7F) strbuf_printf(b, "\\x%02X", ch);
+        else strbuf_put(b, (const char *)&ch, 1);
     }
-    bputs(b, "\"");
+    strbuf_puts(b, "\"");
 }
 
 /* A JSON value's compact text as a GBNF literal followed by ws. */
-static int json_lit(struct conv *c, struct buf *e, const json_t *v, const char *key) {
+static int json_lit(struct conv *c, struct strbuf *e, const json_t *v, const char *key) {
     char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!txt) return fail(c, key, "this value cannot be written as JSON");
     gbnf_lit(e, txt, strlen(txt));
     free(txt);
-    bputs(e, " ws");
+    strbuf_puts(e, " ws");
     use(c, P_WS);
     return 0;
 }
 
-static int visit(struct conv *c, const json_t *s, struct buf *e);
+static int visit(struct conv *c, const json_t *s, struct strbuf *e);
 
 /* ---- keywords ---- */
 
@@ -222,16 +169,16 @@ static bool in_list(const char *k, const char *const *list) {
 /* ---- numbers ---- */
 
 /* Integers [lo, hi] of the same digit count n (decimal strings): alternatives of digit classes. */
-static void digits_range(struct buf *e, const char *lo, const char *hi, int n) {
+static void digits_range(struct strbuf *e, const char *lo, const char *hi, int n) {
     if (n == 0) return;
     if (!strncmp(lo, hi, (size_t)n)) {
-        bputs(e, " \"");
-        bputn(e, lo, (size_t)n);
-        bputs(e, "\"");
+        strbuf_puts(e, " \"");
+        strbuf_put(e, lo, (size_t)n);
+        strbuf_puts(e, "\"");
         return;
     }
     if (lo[0] == hi[0]) {
-        bprintf(e, " \"%c\"", lo[0]);
+        strbuf_printf(e, " \"%c\"", lo[0]);
         digits_range(e, lo + 1, hi + 1, n - 1);
         return;
     }
@@ -240,26 +187,26 @@ static void digits_range(struct buf *e, const char *lo, const char *hi, int n) {
     char nines[24], zeros[24];
     memset(nines, '9', sizeof nines);
     memset(zeros, '0', sizeof zeros);
-    bputs(e, " (");
+    strbuf_puts(e, " (");
     bool first = true;
     char from = lo[0], to = hi[0];
     if (!lo_zeros) {
-        bprintf(e, "\"%c\"", lo[0]);
+        strbuf_printf(e, "\"%c\"", lo[0]);
         digits_range(e, lo + 1, nines, n - 1);
         from++;
         first = false;
     }
     if (!hi_nines) to--;
     if (from <= to) {
-        bprintf(e, "%s[%c-%c]", first ? "" : " | ", from, to);
-        if (n > 1) bprintf(e, " [0-9]{%d}", n - 1);
+        strbuf_printf(e, "%s[%c-%c]", first ? "" : " | ", from, to);
+        if (n > 1) strbuf_printf(e, " [0-9]{%d}", n - 1);
         first = false;
     }
     if (!hi_nines) {
-        bprintf(e, "%s\"%c\"", first ? "" : " | ", hi[0]);
+        strbuf_printf(e, "%s\"%c\"", first ? "" : " | ", hi[0]);
         digits_range(e, zeros, hi + 1, n - 1);
     }
-    bputs(e, ")");
+    strbuf_puts(e, ")");
 }
 
 #define INT_DIGITS 15
@@ -267,7 +214,7 @@ static const int64_t INT_LIMIT = 999999999999999LL; /* 15 digits */
 
 /* Non-negative integers [lo, hi] (hi < 0: unbounded, up to 16 digits), no leading zeros, as
  * alternatives appended to e (each starting with " | " except the first when *first). */
-static void nonneg_range(struct buf *e, int64_t lo, int64_t hi, bool *first) {
+static void nonneg_range(struct strbuf *e, int64_t lo, int64_t hi, bool *first) {
     char a[24], b[24];
     int64_t p = 1;
     for (int d = 1; d <= INT_DIGITS + 1; d++, p *= 10) {
@@ -275,16 +222,16 @@ static void nonneg_range(struct buf *e, int64_t lo, int64_t hi, bool *first) {
         if (hi >= 0 && dlo > hi) break;
         if (dhi < lo) continue;
         if (hi < 0 && lo <= dlo && d > 1) { /* every longer number, up to 16 digits */
-            bprintf(e, "%s[1-9] [0-9]{%d,%d}", *first ? "" : " | ", d - 1, INT_DIGITS);
+            strbuf_printf(e, "%s[1-9] [0-9]{%d,%d}", *first ? "" : " | ", d - 1, INT_DIGITS);
             *first = false;
             break;
         }
         int64_t x = lo > dlo ? lo : dlo, y = hi >= 0 && hi < dhi ? hi : dhi;
         snprintf(a, sizeof a, "%0*lld", d, (long long)x);
         snprintf(b, sizeof b, "%0*lld", d, (long long)y);
-        bputs(e, *first ? "(" : " | (");
+        strbuf_puts(e, *first ? "(" : " | (");
         digits_range(e, a, b, d);
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         *first = false;
         if (d == INT_DIGITS + 1) break;
     }
@@ -322,40 +269,40 @@ static int int_bound(struct conv *c, const json_t *s, bool upper, int64_t *out, 
     return 0;
 }
 
-static int visit_integer(struct conv *c, const json_t *s, struct buf *e) {
+static int visit_integer(struct conv *c, const json_t *s, struct strbuf *e) {
     int64_t lo = 0, hi = 0;
     bool has_lo, has_hi;
     if (int_bound(c, s, false, &lo, &has_lo) || int_bound(c, s, true, &hi, &has_hi)) return c->err;
     if (json_object_get(s, "multipleOf")) return fail(c, "multipleOf", "keyword 'multipleOf' is not supported");
     if (!has_lo && !has_hi) {
         use(c, P_INTEGER);
-        bputs(e, "integer");
+        strbuf_puts(e, "integer");
         return 0;
     }
     if (has_lo && has_hi && lo > hi) return fail(c, "minimum", "no integer lies between the bounds");
     bool first = true;
-    bputs(e, "(");
+    strbuf_puts(e, "(");
     if (!has_lo || lo < 0) { /* negatives: "-" then the magnitudes (-hi or 1) .. -lo */
         int64_t mlo = has_hi && hi < 0 ? -hi : 1, mhi = has_lo ? -lo : -1;
-        bputs(e, "\"-\" (");
+        strbuf_puts(e, "\"-\" (");
         bool f2 = true;
         nonneg_range(e, mlo, mhi, &f2);
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         first = false;
     }
     if (!has_hi || hi >= 0) {
-        bputs(e, first ? "" : " | ");
+        strbuf_puts(e, first ? "" : " | ");
         bool f2 = true;
-        bputs(e, "(");
+        strbuf_puts(e, "(");
         nonneg_range(e, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1, &f2);
-        bputs(e, ")");
+        strbuf_puts(e, ")");
     }
-    bputs(e, ") ws");
+    strbuf_puts(e, ") ws");
     use(c, P_WS);
     return 0;
 }
 
-static int visit_number(struct conv *c, const json_t *s, struct buf *e) {
+static int visit_number(struct conv *c, const json_t *s, struct strbuf *e) {
     const json_t *mn = json_object_get(s, "minimum"), *xmn = json_object_get(s, "exclusiveMinimum");
     static const char *const unsupported[] = {"maximum", "exclusiveMaximum", "multipleOf", NULL};
     for (const char *const *k = unsupported; *k; k++)
@@ -368,12 +315,12 @@ static int visit_number(struct conv *c, const json_t *s, struct buf *e) {
     if ((mn && (!json_is_number(mn) || json_number_value(mn) != 0)) || (xmn && (!json_is_number(xmn) || json_number_value(xmn) != 0)))
         return fail(c, mn ? "minimum" : "exclusiveMinimum", "a number's lower bound must be 0 (integers take any bound)");
     const char *frac = "(\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?";
-    if (mn) bprintf(e, "(\"0\" | [1-9] [0-9]{0,15}) %s ws", frac);
+    if (mn) strbuf_printf(e, "(\"0\" | [1-9] [0-9]{0,15}) %s ws", frac);
     else if (xmn) /* > 0: a mantissa with a non-zero digit */
-        bprintf(e, "([1-9] [0-9]{0,15} (\".\" [0-9]{1,16})? | \"0.\" [0-9]{0,15} [1-9]) ([eE] [-+]? [0-9]{1,3})? ws");
+        strbuf_printf(e, "([1-9] [0-9]{0,15} (\".\" [0-9]{1,16})? | \"0.\" [0-9]{0,15} [1-9]) ([eE] [-+]? [0-9]{1,3})? ws");
     else {
         use(c, P_NUMBER);
-        bputs(e, "number");
+        strbuf_puts(e, "number");
         return 0;
     }
     use(c, P_WS);
@@ -383,31 +330,31 @@ static int visit_number(struct conv *c, const json_t *s, struct buf *e) {
 /* ---- strings and patterns ---- */
 
 /* A code point as GBNF escape text usable in a class or literal. */
-static void cp_escape(struct buf *b, uint32_t cp) {
-    if ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) bprintf(b, "%c", (char)cp);
-    else if (cp < 0x100) bprintf(b, "\\x%02X", cp);
-    else if (cp < 0x10000) bprintf(b, "\\u%04X", cp);
-    else bprintf(b, "\\U%08X", cp);
+static void cp_escape(struct strbuf *b, uint32_t cp) {
+    if ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) strbuf_printf(b, "%c", (char)cp);
+    else if (cp < 0x100) strbuf_printf(b, "\\x%02X", cp);
+    else if (cp < 0x10000) strbuf_printf(b, "\\u%04X", cp);
+    else strbuf_printf(b, "\\U%08X", cp);
 }
 
 /* The JSON text of one character of a string value, as a GBNF literal. */
-static void json_char_lit(struct buf *b, uint32_t cp) {
+static void json_char_lit(struct strbuf *b, uint32_t cp) {
     switch (cp) {
-    case '"': bputs(b, "\"\\\\\\\"\""); return;   /* \" */
-    case '\\': bputs(b, "\"\\\\\\\\\""); return;  /* \\ */
-    case '\n': bputs(b, "\"\\\\n\""); return;
-    case '\r': bputs(b, "\"\\\\r\""); return;
-    case '\t': bputs(b, "\"\\\\t\""); return;
-    case '\b': bputs(b, "\"\\\\b\""); return;
-    case '\f': bputs(b, "\"\\\\f\""); return;
+    case '"': strbuf_puts(b, "\"\\\\\\\"\""); return;   /* \" */
+    case '\\': strbuf_puts(b, "\"\\\\\\\\\""); return;  /* \\ */
+    case '\n': strbuf_puts(b, "\"\\\\n\""); return;
+    case '\r': strbuf_puts(b, "\"\\\\r\""); return;
+    case '\t': strbuf_puts(b, "\"\\\\t\""); return;
+    case '\b': strbuf_puts(b, "\"\\\\b\""); return;
+    case '\f': strbuf_puts(b, "\"\\\\f\""); return;
     }
     if (cp < 0x20 || cp == 0x7F) {
-        bprintf(b, "\"\\\\u%04x\"", cp);
+        strbuf_printf(b, "\"\\\\u%04x\"", cp);
         return;
     }
-    bputs(b, "\"");
+    strbuf_puts(b, "\"");
     cp_escape(b, cp);
-    bputs(b, "\"");
+    strbuf_puts(b, "\"");
 }
 
 struct re {
@@ -478,8 +425,8 @@ static bool cps_has(const struct cpset *s, uint32_t cp) {
 
 /* The JSON text of any character of the set: plain characters as a class, and the ones JSON
  * escapes (", \, \n, \t, \r, \f; other control characters are left out) as their escapes. */
-static void cps_emit(struct buf *e, const struct cpset *s) {
-    struct buf cls = {0};
+static void cps_emit(struct strbuf *e, const struct cpset *s) {
+    struct strbuf cls = {0};
     int parts = 0;
     for (int i = 0; i < s->n; i++) {
         uint32_t lo = s->r[2 * i], hi = s->r[2 * i + 1];
@@ -500,29 +447,29 @@ static void cps_emit(struct buf *e, const struct cpset *s) {
             if (skip) continue;
             cp_escape(&cls, a);
             if (b > a) {
-                bputs(&cls, "-");
+                strbuf_puts(&cls, "-");
                 cp_escape(&cls, b);
             }
             if (b == 0x10FFFF) break;
             a = b + 1;
         }
     }
-    bputs(e, "(");
+    strbuf_puts(e, "(");
     if (cls.n) {
-        bputs(e, "[");
-        bputs(e, cls.s);
-        bputs(e, "]");
+        strbuf_puts(e, "[");
+        strbuf_puts(e, cls.s);
+        strbuf_puts(e, "]");
         parts++;
     }
     free(cls.s);
     static const uint32_t escaped[] = {'"', '\\', '\n', '\t', '\r', '\f'};
     for (size_t k = 0; k < sizeof escaped / sizeof *escaped; k++)
         if (cps_has(s, escaped[k])) {
-            bputs(e, parts++ ? " | " : "");
+            strbuf_puts(e, parts++ ? " | " : "");
             json_char_lit(e, escaped[k]);
         }
-    if (!parts) bputs(e, "[^\\x00-\\U0010FFFF]"); /* matches nothing */
-    bputs(e, ")");
+    if (!parts) strbuf_puts(e, "[^\\x00-\\U0010FFFF]"); /* matches nothing */
+    strbuf_puts(e, ")");
 }
 
 static void cps_class_escape(struct cpset *s, char k) {
@@ -558,7 +505,7 @@ static int32_t re_escape_char(struct re *r) {
     return re_utf8(r);
 }
 
-static int re_class(struct re *r, struct buf *e) {
+static int re_class(struct re *r, struct strbuf *e) {
     r->p++; /* [ */
     bool negate = r->p < r->end && *r->p == '^';
     if (negate) r->p++;
@@ -605,9 +552,9 @@ static int re_class(struct re *r, struct buf *e) {
     return 0;
 }
 
-static int re_alt(struct re *r, struct buf *e);
+static int re_alt(struct re *r, struct strbuf *e);
 
-static int re_atom(struct re *r, struct buf *e) {
+static int re_atom(struct re *r, struct strbuf *e) {
     char ch = *r->p;
     if (ch == '(') {
         if (++r->depth > 50) return re_fail(r, "groups nested too deep");
@@ -616,12 +563,12 @@ static int re_atom(struct re *r, struct buf *e) {
             if (r->p + 1 < r->end && r->p[1] == ':') r->p += 2;
             else return re_fail(r, "lookarounds and named groups are not supported");
         }
-        bputs(e, "(");
+        strbuf_puts(e, "(");
         if (re_alt(r, e)) return r->c->err;
         if (r->p >= r->end || *r->p != ')') return re_fail(r, "unclosed '('");
         r->p++;
         r->depth--;
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         return 0;
     }
     if (ch == '[') return re_class(r, e);
@@ -670,19 +617,19 @@ static int re_count(struct re *r, int *v) {
     return 0;
 }
 
-static int re_seq(struct re *r, struct buf *e) {
+static int re_seq(struct re *r, struct strbuf *e) {
     bool any = false;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         /* a trailing $ ends the pattern (stripped by the caller), anywhere else it is refused */
-        bputs(e, any ? " (" : "(");
+        strbuf_puts(e, any ? " (" : "(");
         any = true;
         if (re_atom(r, e)) return r->c->err;
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         if (r->p >= r->end) break;
         char q = *r->p;
         if (q == '*' || q == '+' || q == '?') {
             r->p++;
-            bprintf(e, "%c", q);
+            strbuf_printf(e, "%c", q);
         } else if (q == '{') {
             r->p++;
             int m = 0, n;
@@ -696,8 +643,8 @@ static int re_seq(struct re *r, struct buf *e) {
             if (r->p >= r->end || *r->p != '}') return re_fail(r, "expected '}'");
             r->p++;
             if (n >= 0 && n < m) return re_fail(r, "repetition maximum below its minimum");
-            if (n < 0) bprintf(e, "{%d,}", m);
-            else bprintf(e, "{%d,%d}", m, n);
+            if (n < 0) strbuf_printf(e, "{%d,}", m);
+            else strbuf_printf(e, "{%d,%d}", m, n);
         } else {
             continue;
         }
@@ -705,35 +652,35 @@ static int re_seq(struct re *r, struct buf *e) {
         else if (r->p < r->end && *r->p == '+') return re_fail(r, "possessive quantifiers are not supported");
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{')) return re_fail(r, "a quantifier after a quantifier");
     }
-    if (!any) bputs(e, "\"\"");
+    if (!any) strbuf_puts(e, "\"\"");
     return 0;
 }
 
-static int re_alt(struct re *r, struct buf *e) {
+static int re_alt(struct re *r, struct strbuf *e) {
     for (;;) {
         if (re_seq(r, e)) return r->c->err;
         if (r->p < r->end && *r->p == '|') {
             r->p++;
-            bputs(e, " | ");
+            strbuf_puts(e, " | ");
             continue;
         }
         return 0;
     }
 }
 
-static int visit_pattern(struct conv *c, const char *pat, struct buf *e) {
+static int visit_pattern(struct conv *c, const char *pat, struct strbuf *e) {
     size_t n = strlen(pat);
     bool start = n && pat[0] == '^', end = n > (size_t)start && pat[n - 1] == '$' && (n < 2 || pat[n - 2] != '\\');
     struct re r = {.c = c, .p = pat + start, .end = pat + n - end, .start = pat};
     use(c, P_CHAR | P_WS);
-    bputs(e, "\"\\\"\" ");
-    if (!start) bputs(e, "char* ");
-    bputs(e, "(");
+    strbuf_puts(e, "\"\\\"\" ");
+    if (!start) strbuf_puts(e, "char* ");
+    strbuf_puts(e, "(");
     if (re_alt(&r, e)) return c->err;
     if (r.p < r.end) return re_fail(&r, "unbalanced ')'");
-    bputs(e, ")");
-    if (!end) bputs(e, " char*");
-    bputs(e, " \"\\\"\" ws");
+    strbuf_puts(e, ")");
+    if (!end) strbuf_puts(e, " char*");
+    strbuf_puts(e, " \"\\\"\" ws");
     return 0;
 }
 
@@ -747,7 +694,7 @@ static int get_count(struct conv *c, const json_t *s, const char *key, int64_t d
     return 0;
 }
 
-static int visit_string(struct conv *c, const json_t *s, struct buf *e) {
+static int visit_string(struct conv *c, const json_t *s, struct strbuf *e) {
     const json_t *fmt = json_object_get(s, "format"), *pat = json_object_get(s, "pattern");
     int64_t mn, mx;
     if (get_count(c, s, "minLength", 0, 10000, &mn) || get_count(c, s, "maxLength", -1, 10000, &mx)) return c->err;
@@ -761,7 +708,7 @@ static int visit_string(struct conv *c, const json_t *s, struct buf *e) {
                         : !strcmp(f, "uuid") ? P_UUID : 0;
         if (!bits) return fail(c, "format", "format '%s' is not supported (date, time, date-time, uuid are)", f);
         use(c, bits | P_WS);
-        bprintf(e, "\"\\\"\" %s \"\\\"\" ws", bits == P_DATE ? "date" : bits == P_TIME ? "time" : bits == P_UUID ? "uuid" : "date \"T\" time");
+        strbuf_printf(e, "\"\\\"\" %s \"\\\"\" ws", bits == P_DATE ? "date" : bits == P_TIME ? "time" : bits == P_UUID ? "uuid" : "date \"T\" time");
         return 0;
     }
     if (pat) {
@@ -771,12 +718,12 @@ static int visit_string(struct conv *c, const json_t *s, struct buf *e) {
     }
     if (!lengths) {
         use(c, P_STRING);
-        bputs(e, "string");
+        strbuf_puts(e, "string");
         return 0;
     }
     use(c, P_CHAR | P_WS);
-    if (mx < 0) bprintf(e, "\"\\\"\" char{%lld,} \"\\\"\" ws", (long long)mn);
-    else bprintf(e, "\"\\\"\" char{%lld,%lld} \"\\\"\" ws", (long long)mn, (long long)mx);
+    if (mx < 0) strbuf_printf(e, "\"\\\"\" char{%lld,} \"\\\"\" ws", (long long)mn);
+    else strbuf_printf(e, "\"\\\"\" char{%lld,%lld} \"\\\"\" ws", (long long)mn, (long long)mx);
     return 0;
 }
 
@@ -785,12 +732,12 @@ static int visit_string(struct conv *c, const json_t *s, struct buf *e) {
 /* A JSON string key not equal to any of keys[0..n) (plain characters only, no escapes): a rule
  * per node of the keys' trie. Appends the rule's name. */
 static int key_excluding(struct conv *c, const char *const *keys, size_t n, size_t depth, const char *prefix,
-                         size_t plen, struct buf *e) {
+                         size_t plen, struct strbuf *e) {
     char name[64];
     rule_name(c, "key", name, sizeof name);
-    bputs(e, name);
-    struct buf r = {0};
-    bprintf(&r, "%s ::= ", name);
+    strbuf_puts(e, name);
+    struct strbuf r = {0};
+    strbuf_printf(&r, "%s ::= ", name);
     bool is_key = false;
     struct cpset next = {.n = 0};
     /* the distinct next characters among keys with this prefix */
@@ -812,24 +759,24 @@ static int key_excluding(struct conv *c, const char *const *keys, size_t n, size
         if (!seen && n_next < 64) nexts[n_next++] = (uint32_t)cp, cps_add(&next, (uint32_t)cp, (uint32_t)cp);
     }
     bool first = true;
-    if (!is_key) bputs(&r, "\"\\\"\""), first = false;
+    if (!is_key) strbuf_puts(&r, "\"\\\"\""), first = false;
     /* a character no key continues with: free from here */
     cps_add(&next, 0, 0x1F);
     cps_add(&next, '"', '"');
     cps_add(&next, '\\', '\\');
     cps_add(&next, 0x7F, 0x7F);
     cps_normalize(&next, true);
-    bputs(&r, first ? "" : " | ");
+    strbuf_puts(&r, first ? "" : " | ");
     first = false;
-    bputs(&r, "[");
+    strbuf_puts(&r, "[");
     for (int i = 0; i < next.n; i++) {
         cp_escape(&r, next.r[2 * i]);
         if (next.r[2 * i + 1] > next.r[2 * i]) {
-            bputs(&r, "-");
+            strbuf_puts(&r, "-");
             cp_escape(&r, next.r[2 * i + 1]);
         }
     }
-    bputs(&r, "] kchar* \"\\\"\"");
+    strbuf_puts(&r, "] kchar* \"\\\"\"");
     use(c, P_KCHAR);
     for (int k = 0; k < n_next && !c->err; k++) {
         char pre[512];
@@ -844,41 +791,41 @@ static int key_excluding(struct conv *c, const char *const *keys, size_t n, size
                                 : (u[0] = (uint8_t)(0xF0 | cp >> 18), u[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F)),
                                    u[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (uint8_t)(0x80 | (cp & 0x3F)), 4);
         memcpy(pre + plen, u, (size_t)ul);
-        bputs(&r, " | ");
+        strbuf_puts(&r, " | ");
         gbnf_lit(&r, (const char *)u, (size_t)ul);
-        bputs(&r, " ");
+        strbuf_puts(&r, " ");
         if (key_excluding(c, keys, n, depth + 1, pre, plen + (size_t)ul, &r)) break;
     }
-    bputs(&r, "\n");
-    bputs(&c->rules, r.s ? r.s : "");
+    strbuf_puts(&r, "\n");
+    strbuf_puts(&c->rules, r.s ? r.s : "");
     c->rules.oom |= r.oom;
     free(r.s);
     return c->err;
 }
 
 /* One "key": value pair's expression. */
-static void kv_expr(struct conv *c, const char *key, const char *value_rule, struct buf *e) {
+static void kv_expr(struct conv *c, const char *key, const char *value_rule, struct strbuf *e) {
     json_t *k = json_string(key);
     char *txt = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
     if (txt) gbnf_lit(e, txt, strlen(txt));
     else e->oom = true;
     free(txt);
     json_decref(k);
-    bprintf(e, " ws \":\" ws %s", value_rule);
+    strbuf_printf(e, " ws \":\" ws %s", value_rule);
     use(c, P_WS);
 }
 
 /* An expression as its own rule; its name into name. */
-static void define(struct conv *c, const char *hint, const struct buf *body, char *name, size_t cap) {
+static void define(struct conv *c, const char *hint, const struct strbuf *body, char *name, size_t cap) {
     rule_name(c, hint, name, cap);
-    bprintf(&c->rules, "%s ::= ", name);
-    bputs(&c->rules, body->s ? body->s : "\"\"");
-    bputs(&c->rules, "\n");
+    strbuf_printf(&c->rules, "%s ::= ", name);
+    strbuf_puts(&c->rules, body->s ? body->s : "\"\"");
+    strbuf_puts(&c->rules, "\n");
     c->rules.oom |= body->oom;
 }
 
 static int visit_object(struct conv *c, const json_t *props, const json_t *required, const json_t *additional,
-                        const json_t *s, struct buf *e) {
+                        const json_t *s, struct strbuf *e) {
     size_t n = props ? json_object_size(props) : 0;
     const char **keys = calloc(n + 1, sizeof *keys);
     char (*vals)[64] = calloc(n + 1, sizeof *vals);
@@ -896,7 +843,7 @@ static int visit_object(struct conv *c, const json_t *props, const json_t *requi
         json_object_foreach((json_t *)props, key, sub) {
             keys[i] = key;
             size_t o2 = path_push(c, "%s", key);
-            struct buf v = {0};
+            struct strbuf v = {0};
             rc = visit(c, sub, &v);
             if (!rc) define(c, key, &v, vals[i], sizeof vals[i]);
             free(v.s);
@@ -929,17 +876,17 @@ static int visit_object(struct conv *c, const json_t *props, const json_t *requi
     /* additional properties: none (false or absent), any (true or {}), or a schema */
     char extra[64] = "";
     if (additional && !json_is_false(additional)) {
-        struct buf v = {0}, kv = {0};
+        struct strbuf v = {0}, kv = {0};
         size_t old = path_push(c, "additionalProperties");
         rc = visit(c, additional, &v);
         path_pop(c, old);
         if (!rc) {
             char vname[64];
             define(c, "additional", &v, vname, sizeof vname);
-            bputs(&kv, "\"\\\"\" ");
+            strbuf_puts(&kv, "\"\\\"\" ");
             rc = key_excluding(c, keys, n, 0, "", 0, &kv);
             if (!rc) {
-                bprintf(&kv, " ws \":\" ws %s", vname);
+                strbuf_printf(&kv, " ws \":\" ws %s", vname);
                 define(c, "extra-kv", &kv, extra, sizeof extra);
             }
         }
@@ -964,10 +911,10 @@ static int visit_object(struct conv *c, const json_t *props, const json_t *requi
      * (nothing yet). T_n / S_n: the additional pairs. */
     char t_next[64], s_next[64];
     {
-        struct buf t = {0}, sb = {0};
+        struct strbuf t = {0}, sb = {0};
         if (extra[0]) {
-            bprintf(&t, "(\",\" ws %s)*", extra);
-            bprintf(&sb, "(%s (\",\" ws %s)*)?", extra, extra);
+            strbuf_printf(&t, "(\",\" ws %s)*", extra);
+            strbuf_printf(&sb, "(%s (\",\" ws %s)*)?", extra, extra);
         }
         define(c, "tail", &t, t_next, sizeof t_next);
         define(c, "tail", &sb, s_next, sizeof s_next);
@@ -975,14 +922,14 @@ static int visit_object(struct conv *c, const json_t *props, const json_t *requi
         free(sb.s);
     }
     for (size_t j = n; j-- > 0;) {
-        struct buf t = {0}, sb = {0}, kv = {0};
+        struct strbuf t = {0}, sb = {0}, kv = {0};
         kv_expr(c, keys[j], vals[j], &kv);
         if (req[j]) {
-            bprintf(&t, "\",\" ws %s %s", kv.s ? kv.s : "", t_next);
-            bprintf(&sb, "%s %s", kv.s ? kv.s : "", t_next);
+            strbuf_printf(&t, "\",\" ws %s %s", kv.s ? kv.s : "", t_next);
+            strbuf_printf(&sb, "%s %s", kv.s ? kv.s : "", t_next);
         } else {
-            bprintf(&t, "\",\" ws %s %s | %s", kv.s ? kv.s : "", t_next, t_next);
-            bprintf(&sb, "%s %s | %s", kv.s ? kv.s : "", t_next, s_next);
+            strbuf_printf(&t, "\",\" ws %s %s | %s", kv.s ? kv.s : "", t_next, t_next);
+            strbuf_printf(&sb, "%s %s | %s", kv.s ? kv.s : "", t_next, s_next);
         }
         define(c, keys[j], &t, t_next, sizeof t_next);
         define(c, keys[j], &sb, s_next, sizeof s_next);
@@ -990,7 +937,7 @@ static int visit_object(struct conv *c, const json_t *props, const json_t *requi
         free(sb.s);
         free(kv.s);
     }
-    bprintf(e, "\"{\" ws %s \"}\" ws", s_next);
+    strbuf_printf(e, "\"{\" ws %s \"}\" ws", s_next);
     use(c, P_WS);
 out:
     free(keys);
@@ -1001,7 +948,7 @@ out:
 
 /* ---- arrays ---- */
 
-static int visit_array(struct conv *c, const json_t *s, struct buf *e) {
+static int visit_array(struct conv *c, const json_t *s, struct strbuf *e) {
     const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     const json_t *more = NULL; /* schema of the items after the prefix, NULL: none */
     if (json_is_true(json_object_get(s, "uniqueItems")))
@@ -1023,23 +970,23 @@ static int visit_array(struct conv *c, const json_t *s, struct buf *e) {
     if (mx >= 0 && mn > mx) return fail(c, "minItems", "minItems is above maxItems");
     if (mx >= 0 && (size_t)mx < k) return fail(c, "maxItems", "maxItems below the number of prefixItems");
     if (!more && (size_t)mn > k) return fail(c, "minItems", "minItems above the items the schema allows");
-    struct buf body = {0};
+    struct strbuf body = {0};
     int rc = 0;
     for (size_t i = 0; i < k && !rc; i++) {
         size_t old = path_push(c, "%s[%zu]", items == prefix ? "items" : "prefixItems", i);
-        struct buf v = {0};
+        struct strbuf v = {0};
         rc = visit(c, json_array_get(prefix, i), &v);
         path_pop(c, old);
         if (!rc) {
             char name[64];
             define(c, "item", &v, name, sizeof name);
-            bprintf(&body, "%s%s", i ? " \",\" ws " : "", name);
+            strbuf_printf(&body, "%s%s", i ? " \",\" ws " : "", name);
         }
         free(v.s);
     }
     if (!rc && more) {
         size_t old = path_push(c, "%s", json_is_array(items) ? "additionalItems" : "items");
-        struct buf v = {0};
+        struct strbuf v = {0};
         rc = visit(c, more, &v);
         path_pop(c, old);
         if (!rc) {
@@ -1047,20 +994,20 @@ static int visit_array(struct conv *c, const json_t *s, struct buf *e) {
             define(c, "item", &v, name, sizeof name);
             int64_t rmin = mn > (int64_t)k ? mn - (int64_t)k : 0, rmax = mx < 0 ? -1 : mx - (int64_t)k;
             if (k > 0) {
-                if (rmax < 0) bprintf(&body, " (\",\" ws %s){%lld,}", name, (long long)rmin);
-                else if (rmax > 0) bprintf(&body, " (\",\" ws %s){%lld,%lld}", name, (long long)rmin, (long long)rmax);
+                if (rmax < 0) strbuf_printf(&body, " (\",\" ws %s){%lld,}", name, (long long)rmin);
+                else if (rmax > 0) strbuf_printf(&body, " (\",\" ws %s){%lld,%lld}", name, (long long)rmin, (long long)rmax);
             } else if (rmax != 0) {
                 char rep[64];
                 if (rmax < 0) snprintf(rep, sizeof rep, "{%lld,}", (long long)(rmin > 0 ? rmin - 1 : 0));
                 else snprintf(rep, sizeof rep, "{%lld,%lld}", (long long)(rmin > 0 ? rmin - 1 : 0), (long long)rmax - 1);
-                if (rmin > 0) bprintf(&body, "%s (\",\" ws %s)%s", name, name, rep);
-                else bprintf(&body, "(%s (\",\" ws %s)%s)?", name, name, rep);
+                if (rmin > 0) strbuf_printf(&body, "%s (\",\" ws %s)%s", name, name, rep);
+                else strbuf_printf(&body, "(%s (\",\" ws %s)%s)?", name, name, rep);
             }
         }
         free(v.s);
     }
     if (!rc) {
-        bprintf(e, "\"[\" ws %s \"]\" ws", body.s ? body.s : "");
+        strbuf_printf(e, "\"[\" ws %s \"]\" ws", body.s ? body.s : "");
         use(c, P_WS);
     }
     free(body.s);
@@ -1092,10 +1039,10 @@ static const json_t *resolve_ref(struct conv *c, const char *ref) {
     return at;
 }
 
-static int visit_ref(struct conv *c, const char *ref, struct buf *e) {
+static int visit_ref(struct conv *c, const char *ref, struct strbuf *e) {
     json_t *known = json_object_get(c->refs, ref);
     if (known) {
-        bputs(e, json_string_value(known));
+        strbuf_puts(e, json_string_value(known));
         return 0;
     }
     const json_t *target = resolve_ref(c, ref);
@@ -1104,23 +1051,23 @@ static int visit_ref(struct conv *c, const char *ref, struct buf *e) {
     const char *slash = strrchr(ref, '/');
     rule_name(c, slash ? slash + 1 : "root", name, sizeof name);
     if (json_object_set_new(c->refs, ref, json_string(name))) return -ERR_NOMEM;
-    struct buf v = {0};
+    struct strbuf v = {0};
     size_t old = path_push(c, "$ref");
     int rc = visit(c, target, &v);
     path_pop(c, old);
     if (!rc) {
-        bprintf(&c->rules, "%s ::= ", name);
-        bputs(&c->rules, v.s ? v.s : "\"\"");
-        bputs(&c->rules, "\n");
+        strbuf_printf(&c->rules, "%s ::= ", name);
+        strbuf_puts(&c->rules, v.s ? v.s : "\"\"");
+        strbuf_puts(&c->rules, "\n");
         c->rules.oom |= v.oom;
-        bputs(e, name);
+        strbuf_puts(e, name);
     }
     free(v.s);
     return rc;
 }
 
 /* allOf of object schemas: one object with every branch's properties and required. */
-static int visit_all_of(struct conv *c, const json_t *s, struct buf *e) {
+static int visit_all_of(struct conv *c, const json_t *s, struct strbuf *e) {
     const json_t *all = json_object_get(s, "allOf");
     if (!json_is_array(all)) return fail(c, "allOf", "expected an array of schemas");
     json_t *props = json_object(), *req = json_array();
@@ -1202,33 +1149,33 @@ static int type_bits(struct conv *c, const json_t *t, unsigned *out) {
     return 0;
 }
 
-static int visit_type(struct conv *c, const json_t *s, unsigned t, struct buf *e) {
+static int visit_type(struct conv *c, const json_t *s, unsigned t, struct strbuf *e) {
     switch (t) {
     case T_STRING: return visit_string(c, s, e);
     case T_INTEGER: return visit_integer(c, s, e);
     case T_NUMBER: return visit_number(c, s, e);
-    case T_BOOLEAN: use(c, P_BOOLEAN); bputs(e, "boolean"); return 0;
-    case T_NULL: use(c, P_NULL); bputs(e, "null"); return 0;
+    case T_BOOLEAN: use(c, P_BOOLEAN); strbuf_puts(e, "boolean"); return 0;
+    case T_NULL: use(c, P_NULL); strbuf_puts(e, "null"); return 0;
     case T_ARRAY: {
-        struct buf v = {0};
+        struct strbuf v = {0};
         int rc = visit_array(c, s, &v);
         if (!rc) {
             char name[64];
             define(c, "array", &v, name, sizeof name);
-            bputs(e, name);
+            strbuf_puts(e, name);
         }
         free(v.s);
         return rc;
     }
     case T_OBJECT: {
-        struct buf v = {0};
+        struct strbuf v = {0};
         const json_t *props = json_object_get(s, "properties");
         if (props && !json_is_object(props)) return fail(c, "properties", "expected an object of schemas");
         int rc = visit_object(c, props, json_object_get(s, "required"), json_object_get(s, "additionalProperties"), s, &v);
         if (!rc) {
             char name[64];
             define(c, "object", &v, name, sizeof name);
-            bputs(e, name);
+            strbuf_puts(e, name);
         }
         free(v.s);
         return rc;
@@ -1237,10 +1184,10 @@ static int visit_type(struct conv *c, const json_t *s, unsigned t, struct buf *e
     return -ERR_INVAL;
 }
 
-static int visit(struct conv *c, const json_t *s, struct buf *e) {
+static int visit(struct conv *c, const json_t *s, struct strbuf *e) {
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
         use(c, P_VALUE);
-        bputs(e, "value");
+        strbuf_puts(e, "value");
         return 0;
     }
     if (json_is_false(s)) return fail(c, NULL, "the schema false matches nothing");
@@ -1283,12 +1230,12 @@ static int visit(struct conv *c, const json_t *s, struct buf *e) {
         }
         size_t i;
         json_t *x;
-        bputs(e, "(");
+        strbuf_puts(e, "(");
         json_array_foreach(en, i, x) {
-            if (i) bputs(e, " | ");
+            if (i) strbuf_puts(e, " | ");
             if ((rc = json_lit(c, e, x, "enum"))) goto out;
         }
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         goto out;
     }
     if (any || one) {
@@ -1310,9 +1257,9 @@ static int visit(struct conv *c, const json_t *s, struct buf *e) {
             }
         size_t i;
         json_t *x;
-        bputs(e, "(");
+        strbuf_puts(e, "(");
         json_array_foreach(alts, i, x) {
-            if (i) bputs(e, " | ");
+            if (i) strbuf_puts(e, " | ");
             size_t old = path_push(c, "%s[%zu]", kw, i);
             rc = visit(c, x, e);
             path_pop(c, old);
@@ -1320,9 +1267,9 @@ static int visit(struct conv *c, const json_t *s, struct buf *e) {
         }
         if (json_is_true(json_object_get(s, "nullable"))) {
             use(c, P_NULL);
-            bputs(e, " | null");
+            strbuf_puts(e, " | null");
         }
-        bputs(e, ")");
+        strbuf_puts(e, ")");
         goto out;
     }
     if (json_object_get(s, "allOf")) {
@@ -1331,12 +1278,12 @@ static int visit(struct conv *c, const json_t *s, struct buf *e) {
             rc = fail(c, "allOf", "allOf is supported for object schemas only");
             goto out;
         }
-        struct buf o = {0};
+        struct strbuf o = {0};
         rc = visit_all_of(c, s, &o);
         if (!rc) {
             char name[64];
             define(c, "object", &o, name, sizeof name);
-            bputs(e, name);
+            strbuf_puts(e, name);
         }
         free(o.s);
         goto out;
@@ -1359,22 +1306,22 @@ static int visit(struct conv *c, const json_t *s, struct buf *e) {
             if (json_object_get(s, infer[k].kw)) types |= infer[k].t;
         if (!types) {
             use(c, P_VALUE);
-            bputs(e, "value");
+            strbuf_puts(e, "value");
             goto out;
         }
     }
     if (json_is_true(json_object_get(s, "nullable"))) types |= T_NULL;
     if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER; /* integers are numbers */
     int n_types = __builtin_popcount(types);
-    if (n_types > 1) bputs(e, "(");
+    if (n_types > 1) strbuf_puts(e, "(");
     bool first = true;
     for (unsigned bit = 1; bit <= T_ARRAY && !rc; bit <<= 1) {
         if (!(types & bit)) continue;
-        if (!first) bputs(e, " | ");
+        if (!first) strbuf_puts(e, " | ");
         first = false;
         rc = visit_type(c, s, bit, e);
     }
-    if (n_types > 1) bputs(e, ")");
+    if (n_types > 1) strbuf_puts(e, ")");
 out:
     c->depth--;
     return rc;
@@ -1383,11 +1330,11 @@ out:
 /* ---- entry points ---- */
 
 static int finish(struct conv *c, const char *root_expr, char **out) {
-    struct buf g = {0};
-    bprintf(&g, "root ::= %s\n", root_expr);
-    bputs(&g, c->rules.s ? c->rules.s : "");
+    struct strbuf g = {0};
+    strbuf_printf(&g, "root ::= %s\n", root_expr);
+    strbuf_puts(&g, c->rules.s ? c->rules.s : "");
     for (size_t i = 0; i < sizeof prims / sizeof *prims; i++)
-        if (c->used & prims[i].bit) bputs(&g, prims[i].text);
+        if (c->used & prims[i].bit) strbuf_puts(&g, prims[i].text);
     if (g.oom || c->rules.oom) {
         free(g.s);
         return -ERR_NOMEM;
@@ -1403,7 +1350,7 @@ int json_schema_to_grammar(const json_t *schema, char **out, char *where, size_t
     struct conv c = {.root = schema, .refs = json_object(), .where = where, .where_len = where_len, .why = why,
                      .why_len = why_len};
     if (!c.refs) return -ERR_NOMEM;
-    struct buf e = {0};
+    struct strbuf e = {0};
     int rc = visit(&c, schema, &e);
     if (!rc && e.oom) rc = -ERR_NOMEM;
     if (!rc) rc = finish(&c, e.s, out);

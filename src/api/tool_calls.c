@@ -8,9 +8,9 @@
 #include "api/json_schema.h"
 #include "api/params.h"
 #include "common/err.h"
+#include "common/strbuf.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,56 +102,6 @@ void tool_dialect_detect(const char *t, size_t len, enum chat_family native, str
 }
 
 /* ---- text helpers ---- */
-
-struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_puts(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if ((size_t)k < sizeof tmp) {
-        sb_put(b, tmp, (size_t)k);
-        return;
-    }
-    char *big = malloc((size_t)k + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)k);
-    free(big);
-}
 
 static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -254,7 +204,7 @@ struct pctx {
     const char *t;
     size_t len;
     bool partial;
-    struct sbuf content, reasoning;
+    struct strbuf content, reasoning;
     struct tool_call *calls;
     size_t n, cap;
     bool oom;
@@ -454,7 +404,7 @@ static int until(struct pctx *c, size_t p, const char *stop, size_t max, size_t 
 
 /* The value text of parameter key of tool name as JSON into b. */
 static void xml_value(struct pctx *c, const char *name, const char *key, size_t key_len, const char *v, size_t n,
-                      struct sbuf *b) {
+                      struct strbuf *b) {
     bool string = false;
     const json_t *tools = c->o->tool_defs;
     for (size_t i = 0; i < json_array_size(tools); i++) {
@@ -475,16 +425,16 @@ static void xml_value(struct pctx *c, const char *name, const char *key, size_t 
         c->oom = true;
         return;
     }
-    sb_puts(b, s);
+    strbuf_puts(b, s);
     free(s);
 }
 
-static void xml_param(struct pctx *c, struct sbuf *args, const char *fname, const char *k, size_t kn, const char *v,
+static void xml_param(struct pctx *c, struct strbuf *args, const char *fname, const char *k, size_t kn, const char *v,
                       size_t vn) {
     /* one newline each side is the syntax's, not the value's */
     if (vn && v[0] == '\n') v++, vn--;
     if (vn && v[vn - 1] == '\n') vn--;
-    sb_puts(args, args->n > 1 ? ", " : "");
+    strbuf_puts(args, args->n > 1 ? ", " : "");
     json_t *key = json_stringn(k, kn);
     char *ks = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
     json_decref(key);
@@ -492,9 +442,9 @@ static void xml_param(struct pctx *c, struct sbuf *args, const char *fname, cons
         c->oom = true;
         return;
     }
-    sb_puts(args, ks);
+    strbuf_puts(args, ks);
     free(ks);
-    sb_puts(args, ": ");
+    strbuf_puts(args, ": ");
     xml_value(c, fname, k, kn, v, vn, args);
 }
 
@@ -506,8 +456,8 @@ static int xml_function(struct pctx *c, size_t p, size_t *end) {
     if ((r = until(c, p, ">", 256, &q, &e)) != B_DONE) return r;
     struct tool_call *k = add_call(c, c->t + p, q - p);
     if (!k) return B_INVALID;
-    struct sbuf args = {0};
-    sb_puts(&args, "{");
+    struct strbuf args = {0};
+    strbuf_puts(&args, "{");
     p = e;
     int rc;
     for (;;) {
@@ -517,7 +467,7 @@ static int xml_function(struct pctx *c, size_t p, size_t *end) {
             break;
         }
         if (at(c->t, c->len, s, "</function>") == 1) {
-            sb_puts(&args, "}");
+            strbuf_puts(&args, "}");
             *end = s + strlen("</function>");
             rc = B_DONE;
             break;
@@ -588,8 +538,8 @@ static int block(struct pctx *c, int which, size_t p, size_t *end) {
         if (p == n0) return B_INVALID;
         struct tool_call *k = add_call(c, t + n0, p - n0);
         if (!k) return B_INVALID;
-        struct sbuf args = {0};
-        sb_puts(&args, "{");
+        struct strbuf args = {0};
+        strbuf_puts(&args, "{");
         int rc;
         for (;;) {
             size_t s = skip_ws(t, len, p);
@@ -598,7 +548,7 @@ static int block(struct pctx *c, int which, size_t p, size_t *end) {
                 break;
             }
             if (at(t, len, s, "</tool_call>") == 1) {
-                sb_puts(&args, "}");
+                strbuf_puts(&args, "}");
                 *end = s + strlen("</tool_call>");
                 rc = B_DONE;
                 break;
@@ -755,11 +705,11 @@ static void put_content(struct pctx *c, size_t a, size_t b) {
             size_t w;
             int i = find_first(c->t, b, a, marks, &w);
             if (i < 0) break;
-            sb_put(&c->content, c->t + a, w - a);
+            strbuf_put(&c->content, c->t + a, w - a);
             a = w + strlen(marks[i]);
         }
     }
-    if (a < b) sb_put(&c->content, c->t + a, b - a);
+    if (a < b) strbuf_put(&c->content, c->t + a, b - a);
 }
 
 /* Calls and content from p to the end. */
@@ -850,7 +800,7 @@ static void walk_harmony(struct pctx *c) {
             while (b > a && is_ws(t[b - 1])) b--;
             if (k && b > a) set_args(c, k, t + a, b - a);
         } else if (hq - p >= 8 && memcmp(t + p, "analysis", 8) == 0) {
-            if (c->o->reasoning) sb_put(&c->reasoning, t + he, body_end - he);
+            if (c->o->reasoning) strbuf_put(&c->reasoning, t + he, body_end - he);
             else put_content(c, w, body_end);
         } else
             put_content(c, he, body_end);
@@ -893,7 +843,7 @@ static void walk_recipients(struct pctx *c) {
     }
 }
 
-static void trim(struct sbuf *b, bool left, bool right) {
+static void trim(struct strbuf *b, bool left, bool right) {
     if (!b->s) return;
     size_t a = 0, e = b->n;
     if (left)
@@ -935,8 +885,8 @@ int tool_parse_text(const struct tool_parse_opts *o, const char *text, size_t le
                     const char *one[] = {d->think_close, NULL};
                     re = len - hold_tail(text, len, rs, one);
                 }
-                if (o->reasoning) sb_put(&c.reasoning, text + rs, re - rs);
-                else sb_put(&c.content, text, m ? re + strlen(d->think_close) : re);
+                if (o->reasoning) strbuf_put(&c.reasoning, text + rs, re - rs);
+                else strbuf_put(&c.content, text, m ? re + strlen(d->think_close) : re);
                 if (!m) goto done;
                 p = re + strlen(d->think_close);
             }
@@ -1063,7 +1013,7 @@ int tool_stream_feed(struct tool_stream *s, const char *piece, size_t len, bool 
 
 /* GBNF text of tool k's parameters with every rule name prefixed "t<k>-" (root included), so
  * that several tools' rules live in one grammar. */
-static int prefixed_schema(const json_t *schema, int k, struct sbuf *out, char *where, size_t where_len, char *why,
+static int prefixed_schema(const json_t *schema, int k, struct strbuf *out, char *where, size_t where_len, char *why,
                            size_t why_len) {
     char *g;
     json_t *empty = NULL;
@@ -1077,28 +1027,28 @@ static int prefixed_schema(const json_t *schema, int k, struct sbuf *out, char *
             const char *q = p + 1;
             while (*q && *q != '"') q += (*q == '\\' && q[1]) ? 2 : 1;
             if (*q) q++;
-            sb_put(out, p, (size_t)(q - p));
+            strbuf_put(out, p, (size_t)(q - p));
             p = q;
         } else if (ch == '[') { /* a character class */
             const char *q = p + 1;
             while (*q && *q != ']') q += (*q == '\\' && q[1]) ? 2 : 1;
             if (*q) q++;
-            sb_put(out, p, (size_t)(q - p));
+            strbuf_put(out, p, (size_t)(q - p));
             p = q;
         } else if (ch == '#') {
             const char *q = strchr(p, '\n');
             if (!q) q = p + strlen(p);
-            sb_put(out, p, (size_t)(q - p));
+            strbuf_put(out, p, (size_t)(q - p));
             p = q;
         } else if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_') {
             const char *q = p;
             while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
                    *q == '-')
                 q++;
-            sb_printf(out, "t%d-%.*s", k, (int)(q - p), p);
+            strbuf_printf(out, "t%d-%.*s", k, (int)(q - p), p);
             p = q;
         } else {
-            sb_put(out, p, 1);
+            strbuf_put(out, p, 1);
             p++;
         }
     }
@@ -1106,22 +1056,22 @@ static int prefixed_schema(const json_t *schema, int k, struct sbuf *out, char *
     return 0;
 }
 
-static void lit(struct sbuf *b, const char *s) {
-    sb_puts(b, "\"");
+static void lit(struct strbuf *b, const char *s) {
+    strbuf_puts(b, "\"");
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
-        if (ch == '"') sb_puts(b, "\\\"");
-        else if (ch == '\\') sb_puts(b, "\\\\");
-        else if (ch == '\n') sb_puts(b, "\\n");
-        else if (ch == '\t') sb_puts(b, "\\t");
-        else if (ch < 0x20) sb_printf(b, "\\x%02X", ch);
-        else sb_put(b, (const char *)&ch, 1);
+        if (ch == '"') strbuf_puts(b, "\\\"");
+        else if (ch == '\\') strbuf_puts(b, "\\\\");
+        else if (ch == '\n') strbuf_puts(b, "\\n");
+        else if (ch == '\t') strbuf_puts(b, "\\t");
+        else if (ch < 0x20) strbuf_printf(b, "\\x%02X", ch);
+        else strbuf_put(b, (const char *)&ch, 1);
     }
-    sb_puts(b, "\"");
+    strbuf_puts(b, "\"");
 }
 
 /* The JSON text of a name (quotes included) as a GBNF literal. */
-static void json_name_lit(struct sbuf *b, const char *name) {
+static void json_name_lit(struct strbuf *b, const char *name) {
     json_t *j = json_string(name);
     char *s = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
     json_decref(j);
@@ -1134,10 +1084,10 @@ static void json_name_lit(struct sbuf *b, const char *name) {
 }
 
 /* call-K ::= the syntax of one call of tool K (name, args rule t<K>-root). */
-static void call_rule(struct sbuf *g, enum tool_format f, int k, const char *name, const json_t *params) {
+static void call_rule(struct strbuf *g, enum tool_format f, int k, const char *name, const json_t *params) {
     char args[32];
     snprintf(args, sizeof args, "t%d-root", k);
-    sb_printf(g, "call-%d ::= ", k);
+    strbuf_printf(g, "call-%d ::= ", k);
     switch (f) {
     case TOOL_FORMAT_QWEN_XML:
     case TOOL_FORMAT_SEED_XML:
@@ -1148,88 +1098,88 @@ static void call_rule(struct sbuf *g, enum tool_format f, int k, const char *nam
         bool xml = f != TOOL_FORMAT_GLM;
         if (f == TOOL_FORMAT_GLM) {
             lit(g, name);
-            sb_puts(g, " \"\\n\"");
+            strbuf_puts(g, " \"\\n\"");
         } else {
             lit(g, "<function=");
-            sb_puts(g, " ");
+            strbuf_puts(g, " ");
             lit(g, name);
-            sb_puts(g, " \">\\n\"");
+            strbuf_puts(g, " \">\\n\"");
         }
-        sb_printf(g, " param-%d*", k);
-        sb_puts(g, xml ? " \"</function>\\n\"\n" : "\n");
-        sb_printf(g, "param-%d ::= ", k);
+        strbuf_printf(g, " param-%d*", k);
+        strbuf_puts(g, xml ? " \"</function>\\n\"\n" : "\n");
+        strbuf_printf(g, "param-%d ::= ", k);
         if (xml) lit(g, "<parameter=");
         else lit(g, "<arg_key>");
-        sb_puts(g, " (");
+        strbuf_puts(g, " (");
         int n = 0;
         json_object_foreach((json_t *)props, key, v) {
-            sb_puts(g, n++ ? " | " : "");
+            strbuf_puts(g, n++ ? " | " : "");
             lit(g, key);
         }
-        if (!n) sb_puts(g, "[a-zA-Z0-9_]+");
-        sb_puts(g, ")");
-        sb_puts(g, xml ? " \">\\n\" pval \"\\n</parameter>\\n\"\n" : " \"</arg_key>\\n<arg_value>\" pval \"</arg_value>\\n\"\n");
+        if (!n) strbuf_puts(g, "[a-zA-Z0-9_]+");
+        strbuf_puts(g, ")");
+        strbuf_puts(g, xml ? " \">\\n\" pval \"\\n</parameter>\\n\"\n" : " \"</arg_key>\\n<arg_value>\" pval \"</arg_value>\\n\"\n");
         return;
     }
     case TOOL_FORMAT_LLAMA3:
-        sb_puts(g, "\"{\\\"name\\\": \" ");
+        strbuf_puts(g, "\"{\\\"name\\\": \" ");
         json_name_lit(g, name);
-        sb_printf(g, " \", \\\"parameters\\\": \" %s \"}\"\n", args);
+        strbuf_printf(g, " \", \\\"parameters\\\": \" %s \"}\"\n", args);
         return;
     case TOOL_FORMAT_COMMAND_R7B:
-        sb_puts(g, "\"{\\\"tool_call_id\\\": \\\"\" [0-9]{1,3} \"\\\", \\\"tool_name\\\": \" ");
+        strbuf_puts(g, "\"{\\\"tool_call_id\\\": \\\"\" [0-9]{1,3} \"\\\", \\\"tool_name\\\": \" ");
         json_name_lit(g, name);
-        sb_printf(g, " \", \\\"parameters\\\": \" %s \"}\"\n", args);
+        strbuf_printf(g, " \", \\\"parameters\\\": \" %s \"}\"\n", args);
         return;
     case TOOL_FORMAT_MISTRAL:
     case TOOL_FORMAT_GRANITE:
     case TOOL_FORMAT_FIREFUNCTION:
     case TOOL_FORMAT_HERMES:
-        if (f == TOOL_FORMAT_HERMES) sb_puts(g, "\"<tool_call>\\n\" ");
-        sb_puts(g, "\"{\\\"name\\\": \" ");
+        if (f == TOOL_FORMAT_HERMES) strbuf_puts(g, "\"<tool_call>\\n\" ");
+        strbuf_puts(g, "\"{\\\"name\\\": \" ");
         json_name_lit(g, name);
-        sb_printf(g, " \", \\\"arguments\\\": \" %s \"}\"", args);
-        sb_puts(g, f == TOOL_FORMAT_HERMES ? " \"\\n</tool_call>\"\n" : "\n");
+        strbuf_printf(g, " \", \\\"arguments\\\": \" %s \"}\"", args);
+        strbuf_puts(g, f == TOOL_FORMAT_HERMES ? " \"\\n</tool_call>\"\n" : "\n");
         return;
     case TOOL_FORMAT_DEEPSEEK_R1:
         lit(g, DS_CALL_BEGIN "function" DS_SEP);
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, name);
-        sb_printf(g, " \"\\n```json\\n\" %s \"\\n```\" ", args);
+        strbuf_printf(g, " \"\\n```json\\n\" %s \"\\n```\" ", args);
         lit(g, DS_CALL_END);
-        sb_puts(g, "\n");
+        strbuf_puts(g, "\n");
         return;
     case TOOL_FORMAT_DEEPSEEK_V3:
         lit(g, DS_CALL_BEGIN);
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, name);
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, DS_SEP);
-        sb_printf(g, " %s ", args);
+        strbuf_printf(g, " %s ", args);
         lit(g, DS_CALL_END);
-        sb_puts(g, "\n");
+        strbuf_puts(g, "\n");
         return;
     case TOOL_FORMAT_FUNCTIONARY_V32:
         lit(g, name);
-        sb_printf(g, " \"\\n\" %s\n", args);
+        strbuf_printf(g, " \"\\n\" %s\n", args);
         return;
     case TOOL_FORMAT_FUNCTIONARY:
         lit(g, "<function=");
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, name);
-        sb_printf(g, " \">\" %s \"</function>\"\n", args);
+        strbuf_printf(g, " \">\" %s \"</function>\"\n", args);
         return;
     case TOOL_FORMAT_GPT_OSS:
         lit(g, "<|channel|>commentary to=functions.");
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, name);
-        sb_printf(g, " \" <|constrain|>json<|message|>\" %s\n", args);
+        strbuf_printf(g, " \" <|constrain|>json<|message|>\" %s\n", args);
         return;
     case TOOL_FORMAT_KIMI:
         lit(g, "<|tool_call_begin|>functions.");
-        sb_puts(g, " ");
+        strbuf_puts(g, " ");
         lit(g, name);
-        sb_printf(g, " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" %s \"<|tool_call_end|>\"\n", args);
+        strbuf_printf(g, " \":\" [0-9]{1,3} \"<|tool_call_argument_begin|>\" %s \"<|tool_call_end|>\"\n", args);
         return;
     default: return;
     }
@@ -1239,9 +1189,9 @@ int tool_grammar(const struct tool_dialect *d, const json_t *tools, const char *
                  bool in_think, char **out, char *where, size_t where_len, char *why, size_t why_len) {
     *out = NULL;
     enum tool_format f = d->format;
-    struct sbuf g = {0}, rules = {0};
+    struct strbuf g = {0}, rules = {0};
     int n = 0, rc = 0;
-    sb_puts(&g, "call ::= ");
+    strbuf_puts(&g, "call ::= ");
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *fn = json_object_get(json_array_get(tools, i), "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
@@ -1257,7 +1207,7 @@ int tool_grammar(const struct tool_dialect *d, const json_t *tools, const char *
             break;
         }
         call_rule(&rules, f, (int)i, name, params);
-        sb_printf(&g, "%scall-%d", n++ ? " | " : "", (int)i);
+        strbuf_printf(&g, "%scall-%d", n++ ? " | " : "", (int)i);
     }
     if (rc == 0 && n == 0) {
         snprintf(where, where_len, "tool_choice");
@@ -1270,7 +1220,7 @@ int tool_grammar(const struct tool_dialect *d, const json_t *tools, const char *
         free(rules.s);
         return rc;
     }
-    sb_puts(&g, "\npval ::= [^<]*\n");
+    strbuf_puts(&g, "\npval ::= [^<]*\n");
     /* the calls in their wrapper; sep between calls when parallel */
     const char *open = "", *close = "", *sep = "\"\\n\"";
     switch (f) {
@@ -1293,24 +1243,24 @@ int tool_grammar(const struct tool_dialect *d, const json_t *tools, const char *
     default: break;
     }
     bool per_call_wrap = f == TOOL_FORMAT_QWEN_XML || f == TOOL_FORMAT_SEED_XML || f == TOOL_FORMAT_GLM;
-    struct sbuf root = {0};
-    sb_puts(&root, "root ::= ");
+    struct strbuf root = {0};
+    strbuf_puts(&root, "root ::= ");
     if (!lazy && in_think && d->think_close) {
-        sb_puts(&root, "think-text ");
+        strbuf_puts(&root, "think-text ");
         lit(&root, d->think_close);
-        sb_puts(&root, " [ \\n]* ");
+        strbuf_puts(&root, " [ \\n]* ");
     }
     if (per_call_wrap) {
-        sb_printf(&root, "%s call %s", open, close);
-        if (parallel) sb_printf(&root, " (\"\\n\" %s call %s)*", open, close);
+        strbuf_printf(&root, "%s call %s", open, close);
+        if (parallel) strbuf_printf(&root, " (\"\\n\" %s call %s)*", open, close);
     } else {
-        sb_printf(&root, "%s%scall", open, *open ? " " : "");
-        if (parallel) sb_printf(&root, " (%s call)*", sep);
-        if (*close) sb_printf(&root, " %s", close);
+        strbuf_printf(&root, "%s%scall", open, *open ? " " : "");
+        if (parallel) strbuf_printf(&root, " (%s call)*", sep);
+        if (*close) strbuf_printf(&root, " %s", close);
     }
-    sb_puts(&root, "\nthink-text ::= ([^<] | \"<\" [^/])*\n");
-    sb_put(&root, g.s, g.n);
-    sb_put(&root, rules.s ? rules.s : "", rules.n);
+    strbuf_puts(&root, "\nthink-text ::= ([^<] | \"<\" [^/])*\n");
+    strbuf_put(&root, g.s, g.n);
+    strbuf_put(&root, rules.s ? rules.s : "", rules.n);
     free(g.s);
     free(rules.s);
     if (root.oom || g.oom || rules.oom) {
