@@ -473,3 +473,43 @@ TEST(grammar_cache_find_never_compiles_and_gets_share_across_threads) {
     CHECK_EQ_INT(after.grammars, before.grammars);
     grammar_vocab_free(v);
 }
+
+/* Stacked `?` `*` `+` are the one repetition they amount to (llama.cpp nests them: the same
+ * language), compiled as such: no more states than the single operator, whatever the stack. */
+TEST(grammar_stacked_postfix_operators_merge) {
+    struct grammar_vocab *v = byte_vocab();
+    static const struct {
+        const char *stacked, *single;
+    } cases[] = {
+        {"root ::= \"ab\"??\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"*+\n", "root ::= \"ab\"*\n"},
+        {"root ::= \"ab\"+++\n", "root ::= \"ab\"+\n"},
+        {"root ::= \"ab\"?+\n", "root ::= \"ab\"*\n"},
+        {"root ::= \"ab\"+?\n", "root ::= \"ab\"*\n"},
+        {"root ::= (\"ab\"?)?\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"{1}?\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"?*?+??*+?+*?++??*?+*?++*?+?*+?++*?*?+?*+?+\n", "root ::= \"ab\"*\n"},
+    };
+    static const char *const inputs[] = {"", "ab", "abab", "ababab", "a", "abx", "aba"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct grammar *a = compile(v, cases[i].stacked), *b = compile(v, cases[i].single);
+        CHECK(a && b);
+        if (!a || !b) continue;
+        CHECK(grammar_n_states(a) <= grammar_n_states(b));
+        for (size_t k = 0; k < sizeof inputs / sizeof *inputs; k++) {
+            if (M(a, inputs[k]) != M(b, inputs[k])) fprintf(stderr, "  %s on \"%s\"\n", cases[i].stacked, inputs[k]);
+            CHECK_EQ_INT(M(a, inputs[k]), M(b, inputs[k]));
+        }
+        grammar_unref(a);
+        grammar_unref(b);
+    }
+    /* a counted repetition is not merged: ("ab"{2})? is "" or "abab" */
+    struct grammar *g = compile(v, "root ::= \"ab\"{2}?\n");
+    CHECK(g);
+    CHECK_EQ_INT(M(g, ""), 1);
+    CHECK_EQ_INT(M(g, "ab"), 0);
+    CHECK_EQ_INT(M(g, "abab"), 1);
+    CHECK_EQ_INT(M(g, "ababab"), -1);
+    grammar_unref(g);
+    grammar_vocab_free(v);
+}
