@@ -3,7 +3,9 @@
  *
  * GBNF: rules `name ::= alternatives` (names of letters, digits, '-' and '_'), one per line
  * (newlines are allowed after `|` and inside parentheses), the start rule `root`. Alternatives
- * `a | b`, sequences `a b`, groups `( ... )`, postfix `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`,
+ * `a | b`, sequences `a b`, groups `( ... )`, postfix `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`
+ * (stacked ones nest, as in llama.cpp; stacked `*` `+` `?` compile as the one repetition they
+ * amount to: `x?+` as `x*`),
  * string literals "..." and character classes [a-z0-9_] / negated [^"\\] with the escapes
  * \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH (code points, written as UTF-8), `.` (any
  * character), `# comments` to the end of a line. A rule defined twice keeps its last definition.
