@@ -7,7 +7,9 @@
  * response is then finished), on the scheduler's on_error, or in the HTTP cancel callback (which
  * cancels the scheduler request first). A body over srv->offload_bytes is parsed and its prompt
  * tokenized off the loop (http_queue_work: job_prepare on the server's thread pool, then
- * job_prepared on the loop thread, which frees the job if the client left meanwhile). The
+ * job_prepared on the loop thread, which frees the job if the client left meanwhile). A grammar
+ * not yet in the engine's cache is compiled off the loop the same way (job_compile, then
+ * job_compiled), whatever the body's size: a small grammar can take seconds to compile. The
  * scheduler's stop conditions are EOS, n_predict and the context; stop strings are matched on the
  * text (stream_text.h) and end a choice by returning false from on_token; a stop string, or its
  * possible start, never reaches a streaming client. A chat output is read for reasoning and tool
@@ -84,6 +86,8 @@ struct gen_job {
     struct model_engine_bias *bias; /* logit_bias, its texts' tokens included */
     size_t n_bias;
     struct model_engine_grammar *grammar; /* the request's compiled grammar (a reference), or NULL */
+    int grammar_rc;                 /* job_compile's outcome: 0, or an error described in grammar_why */
+    char grammar_why[200];
     bool parse;                     /* chat: the output is read for reasoning and tool calls */
     bool in_think;                  /* the prompt opened the reasoning block */
     struct tool_parse_opts topts;   /* how (points into srv and p) */
@@ -861,11 +865,48 @@ static int job_tools(struct gen_job *job, struct api_error *err) {
     return 0;
 }
 
-/* Loop thread: a prepared job (or its error) to the scheduler. */
+static void job_run(struct gen_job *job);
+
+/* The grammar's compile on the thread pool (job_compiled follows on the loop): it reads the job's
+ * grammar text and the engine's grammar cache (thread-safe); it writes only the job. */
+static void job_compile(void *data) {
+    struct gen_job *job = data;
+    job->grammar_rc = model_engine_grammar_get(job->srv->engine, job->p.grammar, job->p.grammar_len, &job->grammar,
+                                               job->grammar_why, sizeof job->grammar_why);
+}
+
+/* Loop thread: the grammar's compile (job->grammar_rc) is known; its error is the 400 that says
+ * where it fails, else the job goes on. */
+static void job_grammar_done(struct gen_job *job) {
+    int rc = job->grammar_rc;
+    if (rc == -ERR_TOOBIG && job->p.tool_choice == TOOL_CHOICE_AUTO) rc = 0; /* "auto" then stays free */
+    if (rc < 0) {
+        struct api_error err;
+        api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
+                      job->p.grammar_param, "%s: %s", job->p.grammar_param, job->grammar_why);
+        respond_error(job->srv, job->req, &err);
+        job_free(job);
+        return;
+    }
+    job_run(job);
+}
+
+static void job_compiled(struct http_request *req, void *data, int status) {
+    struct gen_job *job = data;
+    if (status < 0) { /* the client left while the grammar compiled */
+        serving_count(job->srv, 499);
+        job_free(job);
+        return;
+    }
+    job_grammar_done(job);
+}
+
+/* Loop thread: a prepared job (or its error) on to its grammar, then the scheduler. A grammar the
+ * engine's cache holds goes on at once; any other is compiled on the thread pool, since a small
+ * grammar can take seconds to compile and the loop must keep answering (/health). */
 static void job_start(struct gen_job *job) {
     struct serving *srv = job->srv;
     struct http_request *req = job->req;
-    enum api_endpoint ep = job->ep;
     struct api_error err;
     int rc;
     if (job->prepare_rc < 0) {
@@ -878,18 +919,28 @@ static void job_start(struct gen_job *job) {
         job_free(job);
         return;
     }
-    if (job->p.grammar) { /* compiled once per text (the engine's cache), refused with where it fails */
-        char why[200];
-        rc = model_engine_grammar_get(srv->engine, job->p.grammar, job->p.grammar_len, &job->grammar, why, sizeof why);
-        if (rc == -ERR_TOOBIG && job->p.tool_choice == TOOL_CHOICE_AUTO) rc = 0; /* "auto" then stays free */
-        if (rc < 0) {
-            api_error_set(&err, rc == -ERR_NOMEM ? 500 : 400, rc == -ERR_NOMEM ? "server_error" : "invalid_request_error",
-                          job->p.grammar_param, "%s: %s", job->p.grammar_param, why);
-            respond_error(srv, req, &err);
-            job_free(job);
-            return;
-        }
+    if (!job->p.grammar || model_engine_grammar_find(srv->engine, job->p.grammar, job->p.grammar_len, &job->grammar) == 0) {
+        job_run(job);
+        return;
     }
+    rc = http_queue_work(req, job_compile, job_compiled, job);
+    if (rc == 0) return; /* job_compiled goes on */
+    if (rc == -ERR_CANCELLED) {
+        serving_count(srv, 499);
+        job_free(job);
+        return;
+    }
+    job_compile(job); /* no thread for it: here */
+    job_grammar_done(job);
+}
+
+/* Loop thread: a job with its compiled grammar (if any) to the scheduler. */
+static void job_run(struct gen_job *job) {
+    struct serving *srv = job->srv;
+    struct http_request *req = job->req;
+    enum api_endpoint ep = job->ep;
+    struct api_error err;
+    int rc;
     const struct completion_params *p = &job->p;
     int32_t max_prompt = sched_max_prompt_tokens(srv->sched);
     for (int32_t k = 0; k < job->n_parts; k++)

@@ -375,7 +375,11 @@ static int parse_uint(struct parser *ps, int32_t *v) {
     return 0;
 }
 
-/* Postfix operators after an item: a REP node around it (or the item itself). */
+/* `?`, `*` or `+`: a repetition whose counts are min..max with min 0 or 1, max 1 or unbounded. */
+static bool simple_rep(int32_t min, int32_t max) { return (min == 0 || min == 1) && (max == 1 || max == -1); }
+
+/* Postfix operators after an item: a REP node around it (or the item itself). Stacked `?` `*`
+ * `+` nest in llama.cpp's parser; they are merged here into the one repetition they amount to. */
 static int parse_postfix(struct parser *ps, int item) {
     for (;;) {
         if (ps->pos >= ps->len) return item;
@@ -404,6 +408,14 @@ static int parse_postfix(struct parser *ps, int item) {
             if (max >= 0 && max < min) return fail(ps, at, -ERR_INVAL, "repetition {%d,%d}: the maximum is below the minimum", min, max);
         } else {
             return item;
+        }
+        struct node *in = &ps->sx->nodes[item];
+        if (in->kind == ND_REP && simple_rep(in->min, in->max) && simple_rep(min, max)) {
+            /* stacked `?` `*` `+` (x??, x*+, x+++): one repetition of the same language, since each
+             * nesting level would compile to copies of everything inside it */
+            in->max = in->max == 1 && max == 1 ? 1 : -1;
+            in->min = in->min * min;
+            continue;
         }
         int rep = new_node(ps, ND_REP, item, 0);
         if (rep < 0) return rep;
@@ -2536,6 +2548,7 @@ struct cache_entry {
 
 struct grammar_cache {
     const struct grammar_vocab *v;
+    pthread_mutex_t mu; /* guards e, n and clock; never held while compiling */
     struct cache_entry *e;
     int32_t n, cap;
     uint64_t clock;
@@ -2548,6 +2561,7 @@ int grammar_cache_create(struct grammar_cache **out, const struct grammar_vocab 
         free(c);
         return -ERR_NOMEM;
     }
+    pthread_mutex_init(&c->mu, NULL);
     c->v = v;
     c->cap = cap;
     *out = c;
@@ -2560,21 +2574,36 @@ void grammar_cache_free(struct grammar_cache *c) {
         free(c->e[i].text);
         grammar_unref(c->e[i].g);
     }
+    pthread_mutex_destroy(&c->mu);
     free(c->e);
     free(c);
 }
 
-int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, struct grammar **out, char *why,
-                      size_t why_len) {
+/* The entry of text, a reference taken and its use noted, or NULL. c->mu held. */
+static struct grammar *cache_lookup(struct grammar_cache *c, const char *text, size_t len) {
     for (int32_t i = 0; i < c->n; i++)
         if (c->e[i].len == len && !memcmp(c->e[i].text, text, len)) {
             c->e[i].used = ++c->clock;
             grammar_ref(c->e[i].g);
-            *out = c->e[i].g;
-            return 0;
+            return c->e[i].g;
         }
+    return NULL;
+}
+
+int grammar_cache_find(struct grammar_cache *c, const char *text, size_t len, struct grammar **out) {
+    pthread_mutex_lock(&c->mu);
+    struct grammar *g = cache_lookup(c, text, len);
+    pthread_mutex_unlock(&c->mu);
+    if (!g) return -ERR_NOTFOUND;
+    *out = g;
+    return 0;
+}
+
+int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, struct grammar **out, char *why,
+                      size_t why_len) {
+    if (grammar_cache_find(c, text, len, out) == 0) return 0;
     struct grammar *g;
-    int rc = grammar_compile(&g, c->v, text, len, why, why_len);
+    int rc = grammar_compile(&g, c->v, text, len, why, why_len); /* unlocked: finds go on meanwhile */
     if (rc) return rc;
     char *copy = malloc(len ? len : 1);
     if (!copy) {
@@ -2582,6 +2611,15 @@ int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, str
         return -ERR_NOMEM;
     }
     memcpy(copy, text, len);
+    pthread_mutex_lock(&c->mu);
+    struct grammar *had = cache_lookup(c, text, len); /* another thread compiled it meanwhile: keep that one */
+    if (had) {
+        pthread_mutex_unlock(&c->mu);
+        free(copy);
+        grammar_unref(g);
+        *out = had;
+        return 0;
+    }
     int32_t slot = c->n;
     if (c->n == c->cap) {
         slot = 0;
@@ -2605,5 +2643,6 @@ int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, str
         c->e[old] = c->e[--c->n];
         if (slot == c->n) slot = old;
     }
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }

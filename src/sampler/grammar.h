@@ -3,7 +3,9 @@
  *
  * GBNF: rules `name ::= alternatives` (names of letters, digits, '-' and '_'), one per line
  * (newlines are allowed after `|` and inside parentheses), the start rule `root`. Alternatives
- * `a | b`, sequences `a b`, groups `( ... )`, postfix `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`,
+ * `a | b`, sequences `a b`, groups `( ... )`, postfix `*` `+` `?` `{m}` `{m,}` `{m,n}` `{,n}`
+ * (stacked ones nest, as in llama.cpp; stacked `*` `+` `?` compile as the one repetition they
+ * amount to: `x?+` as `x*`),
  * string literals "..." and character classes [a-z0-9_] / negated [^"\\] with the escapes
  * \n \r \t \\ \" \[ \] \- \xHH \uHHHH \UHHHHHHHH (code points, written as UTF-8), `.` (any
  * character), `# comments` to the end of a line. A rule defined twice keeps its last definition.
@@ -145,13 +147,25 @@ struct grammar_budget_stats {
 void grammar_budget_set(int64_t bytes);
 void grammar_budget_get(struct grammar_budget_stats *out);
 
-/* Compiled grammars by text, least recently used evicted beyond cap. Not thread-safe: one
- * thread (the server's loop) compiles and looks up. */
+/* Compiled grammars by text, least recently used evicted beyond cap. Thread-safe (a mutex that
+ * is never held while compiling): the server's loop thread looks up with grammar_cache_find,
+ * which never compiles, and on a miss compiles on its thread pool with grammar_cache_get, so a
+ * grammar slow to compile never stalls the loop.
+ *
+ *   struct grammar *g;
+ *   if (grammar_cache_find(c, text, len, &g) == 0) ... use g at once ...
+ *   else ... on another thread: grammar_cache_get(c, text, len, &g, why, sizeof why) ...
+ *   grammar_unref(g);
+ */
 int grammar_cache_create(struct grammar_cache **out, const struct grammar_vocab *v, int32_t cap);
 void grammar_cache_free(struct grammar_cache *c);
-/* A reference to the compiled text (the caller unrefs it): grammar_compile's returns. Over the
- * memory budget, the least recently used other entries are dropped until it fits (or only this
- * one is left). */
+/* A reference to the compiled text (the caller unrefs it), never compiling: 0, or -ERR_NOTFOUND
+ * when it is not in the cache. Cheap (a scan of at most cap texts). */
+int grammar_cache_find(struct grammar_cache *c, const char *text, size_t len, struct grammar **out);
+/* A reference to the compiled text (the caller unrefs it), compiled on a miss (then kept):
+ * grammar_compile's returns. Two threads compiling the same text both return the one kept. Over
+ * the memory budget, the least recently used other entries are dropped until it fits (or only
+ * this one is left). */
 int grammar_cache_get(struct grammar_cache *c, const char *text, size_t len, struct grammar **out, char *why,
                       size_t why_len);
 

@@ -300,6 +300,13 @@ int model_engine_grammar_get(struct model_engine *e, const char *text, size_t le
     return rc;
 }
 
+int model_engine_grammar_find(struct model_engine *e, const char *text, size_t len, struct model_engine_grammar **out) {
+    struct grammar *g;
+    int rc = grammar_cache_find(e->grammars, text, len, &g);
+    if (!rc) *out = (struct model_engine_grammar *)g;
+    return rc;
+}
+
 void model_engine_grammar_release(struct model_engine_grammar *g) { grammar_unref((struct grammar *)g); }
 
 /* A choice's sampler, and its grammar state when the request has a grammar. A lazy grammar

@@ -82,7 +82,7 @@ struct model_engine {
     int32_t max_outputs;    /* logits rows per forward (sched_config.max_outputs) */
     char tokenizer_warning[256]; /* "" or what tokenizer_load warned about */
     struct grammar_vocab *gvocab;  /* the vocabulary's trie for grammars (sampler/grammar.h) */
-    struct grammar_cache *grammars;/* compiled grammars by text (loop thread) */
+    struct grammar_cache *grammars;/* compiled grammars by text (thread-safe) */
     uint64_t *grammar_allow;       /* one mask: steps sample one row at a time (worker thread) */
     struct draft_model *draft;     /* config.draft_path loaded, or NULL (worker thread) */
 };
@@ -137,9 +137,14 @@ struct model_engine_grammar;
 
 /* The compiled grammar of GBNF text[0..len), from the engine's cache (compiled on a miss): a
  * reference the caller releases. 0, or -ERR_INVAL / -ERR_TOOBIG with why = "LINE:COL: what" (or a
- * whole-grammar reason), -ERR_NOMEM. Loop thread. */
+ * whole-grammar reason), -ERR_NOMEM. Any thread; a compile may take long (a small grammar with
+ * stacked repetitions can take seconds), so the server calls it on its thread pool. */
 int model_engine_grammar_get(struct model_engine *e, const char *text, size_t len, struct model_engine_grammar **out,
                              char *why, size_t why_len);
+/* The compiled grammar of text[0..len) if the cache has it (a reference), never compiling: 0 or
+ * -ERR_NOTFOUND. Cheap: for the loop thread, which then compiles a miss with
+ * model_engine_grammar_get off the loop. */
+int model_engine_grammar_find(struct model_engine *e, const char *text, size_t len, struct model_engine_grammar **out);
 void model_engine_grammar_release(struct model_engine_grammar *g);
 
 /* The grammar vocabulary of a tokenizer: text tokens by their bytes, control tokens by their text,

@@ -356,3 +356,46 @@ TEST(generate_batch_echo_gives_each_prompts_logprobs) {
     fake_http_free(&f);
     fake_serving_close(&fs);
 }
+
+/* A grammar the engine has not compiled is compiled off the loop (http_queue_work), whatever the
+ * body's size; the same grammar again is found compiled and goes on at once; a grammar that does
+ * not compile is a 400 naming where; a client leaving while its grammar compiles is told then. */
+TEST(generate_grammars_compile_off_the_loop) {
+    struct fake_serving fs;
+    CHECK_EQ_INT(fake_serving_open(&fs, NULL), 0);
+    static const char body[] = "{\"prompt\":\"" PROMPT "\",\"n_predict\":8,\"grammar\":\"root ::= \\\" yes\\\" | \\\" no\\\"\"}";
+    struct fake_http f;
+    for (int round = 0; round < 2; round++) {
+        fake_http_init(&f, "POST", "/completion", body);
+        fake_serving_request(&fs, &f);
+        CHECK_EQ_INT(f.works, round == 0 ? 1 : 0); /* compiled once, on the pool */
+        CHECK_EQ_INT(f.status, 200);
+        CHECK_EQ_INT(f.ends, 1);
+        CHECK(f.body && (strstr(f.body, "\"content\":\" yes\"") || strstr(f.body, "\"content\":\" no\"")));
+        fake_http_free(&f);
+    }
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"grammar\":\"root ::= valu\"}");
+    fake_serving_request(&fs, &f);
+    CHECK_EQ_INT(f.works, 1);
+    CHECK_EQ_INT(f.status, 400);
+    CHECK(f.body && strstr(f.body, "\"param\":\"grammar\"") && strstr(f.body, "undefined rule 'valu'"));
+    fake_http_free(&f);
+
+    uint64_t before = fs.srv.metrics.requests_total;
+    fake_http_init(&f, "POST", "/completion", "{\"prompt\":\"" PROMPT "\",\"grammar\":\"root ::= [a-z]+ \\\".\\\"\"}");
+    router_dispatch(&fs.router, &f.req);
+    CHECK_EQ_INT(f.works, 1);
+    CHECK_EQ_INT(f.status, 0);
+    fake_http_disconnect(&f);
+    fake_http_closed(&f);
+    CHECK_EQ_INT(fake_http_run_work(&f), 1);
+    CHECK_EQ_INT(f.ends, 1); /* the after callback heard -ERR_CANCELLED, and freed */
+    CHECK_EQ_INT(f.status, 0);
+    CHECK_EQ_INT(fs.srv.metrics.requests_total, before + 1);
+    CHECK_EQ_INT(fake_serving_run(&fs), 0);
+    struct sched_stats st;
+    sched_stats(fs.srv.sched, serving_now_ms(), &st);
+    CHECK_EQ_INT(st.active_requests, 0);
+    fake_http_free(&f);
+    fake_serving_close(&fs);
+}

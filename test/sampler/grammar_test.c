@@ -6,6 +6,7 @@
 #include "common/err.h"
 #include "sampler/grammar.h"
 
+#include <pthread.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,5 +416,100 @@ TEST(grammar_cache_shares_by_text_and_evicts) {
     grammar_unref(b);
     grammar_cache_free(c);
     grammar_unref(x);
+    grammar_vocab_free(v);
+}
+
+/* grammar_cache_find never compiles (the loop's lookup); grammar_cache_get from several threads at
+ * once compiles the text and all of them, and later finds, get the one grammar kept. */
+struct cache_race {
+    struct grammar_cache *c;
+    const char *text;
+    struct grammar *got;
+    int rc;
+};
+
+static void *cache_race_get(void *arg) {
+    struct cache_race *r = arg;
+    char why[128];
+    r->rc = grammar_cache_get(r->c, r->text, strlen(r->text), &r->got, why, sizeof why);
+    return NULL;
+}
+
+TEST(grammar_cache_find_never_compiles_and_gets_share_across_threads) {
+    struct grammar_vocab *v = byte_vocab();
+    struct grammar_cache *c;
+    CHECK(grammar_cache_create(&c, v, 4) == 0);
+    static const char text[] = "root ::= [a-z]+ \"!\"\n";
+    struct grammar_budget_stats before, after;
+    grammar_budget_get(&before);
+    struct grammar *g = NULL;
+    CHECK_EQ_INT(grammar_cache_find(c, text, strlen(text), &g), -ERR_NOTFOUND);
+    CHECK(g == NULL);
+    CHECK_EQ_INT(grammar_cache_find(c, "root ::= q\n", 10, &g), -ERR_NOTFOUND); /* not even parsed */
+    grammar_budget_get(&after);
+    CHECK_EQ_INT(after.grammars, before.grammars); /* nothing compiled */
+
+    enum { N = 4 };
+    struct cache_race r[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (struct cache_race){.c = c, .text = text, .rc = -1};
+        CHECK(pthread_create(&th[i], NULL, cache_race_get, &r[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    CHECK_EQ_INT(grammar_cache_find(c, text, strlen(text), &g), 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(r[i].rc, 0);
+        CHECK(r[i].got == g); /* the one kept, whichever thread compiled first */
+    }
+    CHECK_EQ_INT(M(g, "abc!"), 1);
+    CHECK_EQ_INT(M(g, "abc"), 0);
+    grammar_budget_get(&after);
+    CHECK_EQ_INT(after.grammars, before.grammars + 1); /* the losers' compiles were freed */
+    for (int i = 0; i < N; i++) grammar_unref(r[i].got);
+    grammar_unref(g);
+    grammar_cache_free(c);
+    grammar_budget_get(&after);
+    CHECK_EQ_INT(after.grammars, before.grammars);
+    grammar_vocab_free(v);
+}
+
+/* Stacked `?` `*` `+` are the one repetition they amount to (llama.cpp nests them: the same
+ * language), compiled as such: no more states than the single operator, whatever the stack. */
+TEST(grammar_stacked_postfix_operators_merge) {
+    struct grammar_vocab *v = byte_vocab();
+    static const struct {
+        const char *stacked, *single;
+    } cases[] = {
+        {"root ::= \"ab\"??\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"*+\n", "root ::= \"ab\"*\n"},
+        {"root ::= \"ab\"+++\n", "root ::= \"ab\"+\n"},
+        {"root ::= \"ab\"?+\n", "root ::= \"ab\"*\n"},
+        {"root ::= \"ab\"+?\n", "root ::= \"ab\"*\n"},
+        {"root ::= (\"ab\"?)?\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"{1}?\n", "root ::= \"ab\"?\n"},
+        {"root ::= \"ab\"?*?+??*+?+*?++??*?+*?++*?+?*+?++*?*?+?*+?+\n", "root ::= \"ab\"*\n"},
+    };
+    static const char *const inputs[] = {"", "ab", "abab", "ababab", "a", "abx", "aba"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct grammar *a = compile(v, cases[i].stacked), *b = compile(v, cases[i].single);
+        CHECK(a && b);
+        if (!a || !b) continue;
+        CHECK(grammar_n_states(a) <= grammar_n_states(b));
+        for (size_t k = 0; k < sizeof inputs / sizeof *inputs; k++) {
+            if (M(a, inputs[k]) != M(b, inputs[k])) fprintf(stderr, "  %s on \"%s\"\n", cases[i].stacked, inputs[k]);
+            CHECK_EQ_INT(M(a, inputs[k]), M(b, inputs[k]));
+        }
+        grammar_unref(a);
+        grammar_unref(b);
+    }
+    /* a counted repetition is not merged: ("ab"{2})? is "" or "abab" */
+    struct grammar *g = compile(v, "root ::= \"ab\"{2}?\n");
+    CHECK(g);
+    CHECK_EQ_INT(M(g, ""), 1);
+    CHECK_EQ_INT(M(g, "ab"), 0);
+    CHECK_EQ_INT(M(g, "abab"), 1);
+    CHECK_EQ_INT(M(g, "ababab"), -1);
+    grammar_unref(g);
     grammar_vocab_free(v);
 }

@@ -1,0 +1,70 @@
+"""A request's grammar is compiled off the loop thread: while grammars slow to compile (a few hundred
+ms each in the release build) are compiled, /health keeps answering at once; each such request
+still gets its own answer (here the 400 that says why the grammar is refused), and a grammar
+compiled once is found in the engine's cache by the next request."""
+import threading
+import time
+
+from serving_helpers import PROMPT, post, start
+
+# Three blocks of 9000 optional characters: the compile builds them before refusing the start as
+# too ambiguous: about 0.15 s on an idle machine with the default model. A distinct text per
+# request, so that none is found compiled.
+SLOW = "root ::= (.?){9000} (.?){9000} (.?){%d}\n"
+HEALTH_MAX_S = 0.05
+
+
+def poll_health(srv, stop, lat):
+    """GET /health on one kept-alive connection until stop is set: each answer's latency in lat."""
+    c = srv.conn(timeout=10)
+    try:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            c.request("GET", "/health")
+            r = c.getresponse()
+            r.read()
+            lat.append((time.monotonic() - t0, r.status))
+            time.sleep(0.002)
+    finally:
+        c.close()
+
+
+def test_slow_grammars_do_not_stall_health():
+    srv = start()
+    try:
+        stop, lat = threading.Event(), []
+        poller = threading.Thread(target=poll_health, args=(srv, stop, lat))
+        poller.start()
+        time.sleep(0.2)  # the poller is answered before the grammars come
+        answers = [None] * 4
+
+        def one(i):
+            answers[i] = post(srv, "/completion", {"prompt": PROMPT, "n_predict": 4, "grammar": SLOW % (9001 + i)})
+
+        t0 = time.monotonic()
+        senders = [threading.Thread(target=one, args=(i,)) for i in range(len(answers))]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+        spent = time.monotonic() - t0
+        n_during = len(lat)
+        time.sleep(0.1)
+        stop.set()
+        poller.join()
+        for status, body in answers:
+            assert status == 400, body
+            assert body["error"]["param"] == "grammar" and "ambiguous" in body["error"]["message"], body
+        assert spent > 0.2, spent  # the grammars were slow enough for the check below to mean something
+        assert n_during >= 10, lat  # /health was polled all along
+        assert all(status == 200 for _, status in lat), lat
+        worst = max(s for s, _ in lat)
+        assert worst < HEALTH_MAX_S, "a /health answer took %.0f ms" % (worst * 1e3)
+
+        # a grammar that compiles: generated under it, then found compiled the next time
+        for _ in range(2):
+            status, body = post(srv, "/completion", {"prompt": PROMPT, "n_predict": 8,
+                                                     "grammar": 'root ::= " yes" | " no"'})
+            assert status == 200 and body["content"] in (" yes", " no"), body
+    finally:
+        srv.check_clean_exit()
