@@ -517,7 +517,7 @@ AVX512VNNI static void scores_q8_rows_avx512(const void *qq, size_t qq_stride, i
         for (; c + 2 <= n_c; c += 2) {
             const block_q8_0 *ka = (const block_q8_0 *)((const uint8_t *)k + (size_t)cells[c] * k_stride);
             const block_q8_0 *kb = (const block_q8_0 *)((const uint8_t *)k + (size_t)cells[c + 1] * k_stride);
-            if (c + 2 * SCQ8_ROWS < n_c) { /* strided rows from memory: ask ahead */
+            if (c + 2 * SCQ8_ROWS + 1 < n_c) { /* strided rows from memory: ask ahead */
                 _mm_prefetch((const char *)k + (size_t)cells[c + 2 * SCQ8_ROWS] * k_stride, _MM_HINT_T0);
                 _mm_prefetch((const char *)k + (size_t)cells[c + 2 * SCQ8_ROWS + 1] * k_stride, _MM_HINT_T0);
             }
