@@ -113,10 +113,9 @@ def test_responses_stream_events(srv):
 
 
 @pytest.mark.parametrize("body,param,word", [
-    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}, "input[0]",
-     "function_call"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0]",
-     "function_call_output"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id", "required"),
+    ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output", "required"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "reasoning"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]",
      "input_image"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "robot"),
@@ -124,7 +123,10 @@ def test_responses_stream_events(srv):
     ({}, "input", "required"),
     ({"input": PROMPT, "max_output_tokens": 0}, "max_output_tokens", "[1,"),
     ({"input": PROMPT, "temperature": 3}, "temperature", "[0, 2]"),
-    ({"input": PROMPT, "tools": [{"type": "function", "name": "f"}]}, "tools", "not supported"),
+    ({"input": PROMPT, "tools": [{"type": "web_search"}]}, "tools[0]", "web_search"),
+    ({"input": PROMPT, "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function",
+                                                                                      "name": "g"}},
+     "tool_choice.name", "g"),
     ({"input": PROMPT, "previous_response_id": "resp_1"}, "previous_response_id", "not stored"),
     ({"input": PROMPT, "text": {"format": {"type": "json_object"}}}, "text.format", "text"),
 ])

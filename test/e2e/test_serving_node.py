@@ -1,8 +1,8 @@
 """Real client SDKs from npm (pinned in test/e2e/node/package.json, installed by scripts/install-deps
 with npm ci) against uvlm: the OpenAI Node SDK (chat stream, completion n=2, the Responses API),
 the Anthropic TypeScript SDK (messages, streaming, count_tokens, errors), the Vercel AI SDK's
-OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK and
-LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
+OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK (chat
+and Responses) and LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
 import json
 import os
 import re
@@ -120,6 +120,29 @@ def test_openai_node_sdk_tool_calls_whole_and_streamed(tmp_path):
     d = got["deltas"]
     assert d[0]["index"] == 0 and d[0]["function"]["name"] == "get_weather" and d[0]["id"]
     assert len(d) >= 2 and all("id" not in x for x in d[1:])
+
+
+def test_openai_node_sdk_responses_tools_whole_streamed_and_sent_back(tmp_path):
+    got = run_node("openai_responses_tools.mjs", "openai", server_args=qwen_tools_server_args(tmp_path))
+    whole = got["whole"]
+    assert whole["status"] == "completed" and whole["tool_choice"] == "required"
+    assert [t["name"] for t in whole["tools"]] == ["get_weather"]
+    assert len(whole["output"]) == 1
+    call = whole["output"][0]
+    assert call["type"] == "function_call" and call["status"] == "completed" and call["name"] == "get_weather"
+    assert call["call_id"].startswith("call_") and call["id"].startswith("fc_")
+    args = json.loads(call["arguments"])
+    assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 8
+    s = got["streamed"]
+    assert s["sequence"] == list(range(len(s["types"])))
+    assert s["types"][:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert s["types"][-3:] == ["response.function_call_arguments.done", "response.output_item.done",
+                               "response.completed"]
+    # greedy: the stream makes the same call, its arguments in fragments
+    assert "".join(s["deltas"]) == s["done"] == call["arguments"] == s["output"][0]["arguments"]
+    assert s["output"][0]["name"] == "get_weather"
+    nxt = got["next"]
+    assert nxt["status"] in ("completed", "incomplete") and nxt["types"] == ["message"] and nxt["output_text"]
 
 
 def test_langchain_js_bind_tools_and_structured_output(tmp_path):
