@@ -12,7 +12,7 @@
  * text (stream_text.h) and end a choice by returning false from on_token; a stop string, or its
  * possible start, never reaches a streaming client. A chat output is read for reasoning and tool
  * calls (tool_calls.h) when the request has tools or the template a reasoning block: whole at the
- * end, or fed to a tool_stream whose deltas become the chunks (/v1/responses: output items).
+ * end, or fed to a tool_stream whose deltas become the chunks (/v1/responses: output items, /v1/messages: content blocks).
  *
  * A batch of prompts (params.h: prompt as an array of prompts) is one job with one part per
  * prompt: each part is a scheduler request of its own (they run at once, like separate
@@ -102,6 +102,7 @@ struct gen_job {
     size_t piece_cap;
     int64_t seq;                    /* /v1/responses streams: the next event's sequence_number */
     struct responses_stream rst;    /* /v1/responses streams with tools: the output items */
+    struct anthropic_stream ast;    /* /v1/messages streams with tools: the content blocks */
 };
 
 static void job_free(struct gen_job *job) {
@@ -371,10 +372,11 @@ static void send_events(struct gen_job *job, struct sse_event *ev, int n) {
 /* The events that open the stream: the response (message) and its empty output. */
 static void typed_open(struct gen_job *job) {
     struct sse_event ev[SSE_EVENTS_MAX];
-    bool items = job->p.endpoint == API_OAI_RESPONSES && job->parse; /* output items open as they come */
-    int n = items ? responses_tools_open(&job->seq, &job->meta, &job->p, ev)
-            : job->p.endpoint == API_OAI_RESPONSES ? responses_stream_open(&job->seq, &job->meta, &job->p, ev)
-                                                   : anthropic_stream_open(&job->meta, (int32_t)job->n_prompt, ev);
+    bool resp = job->p.endpoint == API_OAI_RESPONSES; /* with parse: items or blocks open as they come */
+    int n = resp && job->parse ? responses_tools_open(&job->seq, &job->meta, &job->p, ev)
+            : resp             ? responses_stream_open(&job->seq, &job->meta, &job->p, ev)
+            : job->parse       ? anthropic_tools_open(&job->meta, (int32_t)job->n_prompt, ev)
+                               : anthropic_stream_open(&job->meta, (int32_t)job->n_prompt, ev);
     send_events(job, ev, n);
 }
 
@@ -387,10 +389,11 @@ static void typed_text(struct gen_job *job, const char *text, size_t len) {
 
 static void typed_close(struct gen_job *job, const struct completion_result *r) {
     struct sse_event ev[SSE_EVENTS_MAX];
-    bool items = job->p.endpoint == API_OAI_RESPONSES && job->parse;
-    int n = items ? responses_tools_close(&job->seq, &job->rst, &job->meta, &job->p, r, ev)
-            : job->p.endpoint == API_OAI_RESPONSES ? responses_stream_close(&job->seq, &job->meta, &job->p, r, ev)
-                                                   : anthropic_stream_close(r, ev);
+    bool resp = job->p.endpoint == API_OAI_RESPONSES;
+    int n = resp && job->parse ? responses_tools_close(&job->seq, &job->rst, &job->meta, &job->p, r, ev)
+            : resp             ? responses_stream_close(&job->seq, &job->meta, &job->p, r, ev)
+            : job->parse       ? anthropic_tools_close(&job->ast, r, ev)
+                               : anthropic_stream_close(r, ev);
     send_events(job, ev, n);
 }
 
@@ -404,11 +407,14 @@ static void typed_error(struct gen_job *job, const struct api_error *err) {
 /* A typed stream read for tool calls: the events of what tool_stream_feed made of the new text. */
 static void typed_parsed(struct gen_job *job, const struct tool_delta *d) {
     struct sse_event ev[SSE_EVENTS_MAX];
-    send_events(job, ev, responses_tools_text(&job->seq, &job->rst, &job->meta, d->content, d->content_len, ev));
+    bool resp = job->p.endpoint == API_OAI_RESPONSES;
+    send_events(job, ev, resp ? responses_tools_text(&job->seq, &job->rst, &job->meta, d->content, d->content_len, ev)
+                              : anthropic_tools_text(&job->ast, d->content, d->content_len, ev));
     for (size_t k = 0; k < d->n_calls && !job->dead; k++) {
         const struct tool_call_delta *c = &d->calls[k];
-        send_events(job, ev, responses_tools_call(&job->seq, &job->rst, &job->meta, c->id, c->name, c->args,
-                                                  c->args_len, ev));
+        send_events(job, ev, resp ? responses_tools_call(&job->seq, &job->rst, &job->meta, c->id, c->name, c->args,
+                                                         c->args_len, ev)
+                                  : anthropic_tools_call(&job->ast, c->id, c->name, c->args, c->args_len, ev));
     }
 }
 
@@ -850,14 +856,14 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     job_start(job);
 }
 
-/* Chat and /v1/responses (whose params keep reasoning in the text): whether and how the output
+/* Chat, /v1/responses and /v1/messages (whose params keep reasoning in the text): whether and how the output
  * is read for reasoning and tool calls, and the calls' grammar
  * (into p.grammar: "required" and a named tool from the start, "auto" lazily from the syntax's
  * opener; a tool schema the converter refuses is a 400 then, and leaves "auto" unconstrained). */
 static int job_tools(struct gen_job *job, struct api_error *err) {
     struct serving *srv = job->srv;
     struct completion_params *p = &job->p;
-    if (p->endpoint != API_OAI_CHAT && p->endpoint != API_OAI_RESPONSES) return 0;
+    if (p->endpoint != API_OAI_CHAT && p->endpoint != API_OAI_RESPONSES && p->endpoint != API_ANTHROPIC) return 0;
     const struct tool_dialect *d = &srv->tools;
     bool tools = p->tool_choice != TOOL_CHOICE_NONE;
     bool extract = p->reasoning_format >= 0 ? p->reasoning_format > 0

@@ -185,15 +185,17 @@ def test_messages_stream_events(srv):
 
 @pytest.mark.parametrize("body,word", [
     ({"messages": [{"role": "user", "content": PROMPT}]}, "max_tokens: required"),
-    ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+    ({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
      "messages[0].content[0]: content blocks of type \"tool_result\""),
     ({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}]},
-     "\"tool_use\""),
+     "messages[0].content[0]: a tool_use block needs"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "\"image\""),
     ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
     ({"max_tokens": 8, "messages": []}, "messages: must not be empty"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5}, "temperature"),
-    ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}, "tools"),
+    ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305",
+                                                                                 "name": "web_search"}]},
+     "tools[0]: tools of type"),
 ])
 def test_messages_bad_input_is_400_in_anthropic_shape(srv, body, word):
     status, _, err = call(srv, "/v1/messages", body, ANTHROPIC)

@@ -2,7 +2,7 @@
 with npm ci) against uvlm: the OpenAI Node SDK (chat stream, completion n=2, the Responses API),
 the Anthropic TypeScript SDK (messages, streaming, count_tokens, errors), the Vercel AI SDK's
 OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK (chat
-and Responses) and LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
+and Responses), the Anthropic SDK and LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
 import json
 import os
 import re
@@ -143,6 +143,24 @@ def test_openai_node_sdk_responses_tools_whole_streamed_and_sent_back(tmp_path):
     assert s["output"][0]["name"] == "get_weather"
     nxt = got["next"]
     assert nxt["status"] in ("completed", "incomplete") and nxt["types"] == ["message"] and nxt["output_text"]
+
+
+def test_anthropic_sdk_tool_use_whole_streamed_and_sent_back(tmp_path):
+    got = run_node("anthropic_tools.mjs", "@anthropic-ai/sdk", server_args=qwen_tools_server_args(tmp_path), path="")
+    whole = got["whole"]
+    assert whole["stop_reason"] == "tool_use"
+    assert len(whole["content"]) == 1
+    use = whole["content"][0]
+    assert use["type"] == "tool_use" and use["name"] == "get_weather" and use["id"]
+    assert set(use["input"]) == {"city"} and isinstance(use["input"]["city"], str) and len(use["input"]["city"]) <= 8
+    s = got["streamed"]
+    types = [t for t in s["types"] if t != "ping"]  # the SDK's iterator may leave pings out
+    assert types[:2] == ["message_start", "content_block_start"]
+    assert types[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    # greedy: the stream makes the same call, which the SDK assembles from input_json_delta fragments
+    assert s["stop_reason"] == "tool_use" and len(s["partial"]) >= 2
+    assert json.loads("".join(s["partial"])) == s["content"][0]["input"] == use["input"]
+    assert got["next"]["types"] == ["text"] and got["next"]["stop_reason"] in ("end_turn", "max_tokens")
 
 
 def test_langchain_js_bind_tools_and_structured_output(tmp_path):
