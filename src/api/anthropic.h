@@ -6,20 +6,30 @@
  * Request (unknown fields ignored, null means the default):
  *   messages        required, non-empty: [{"role": "user" | "assistant", "content": string |
  *                   [blocks]}]; {"type": "text", "text": string} blocks are concatenated in
- *                   order; image, document, tool_use, tool_result, thinking, ... blocks are
- *                   refused with a 400 naming them (uvlm reads text and has no tools).
+ *                   order. An assistant turn's {"type": "tool_use", "id", "name", "input"}
+ *                   blocks become its tool_calls (arguments: input as JSON text); a user turn's
+ *                   {"type": "tool_result", "tool_use_id", "content": string | [text blocks]}
+ *                   blocks become "tool" messages before its text. image, document, thinking,
+ *                   ... blocks are refused with a 400 naming them (text only).
  *   system          a string or an array of text blocks: the system message, first.
  *   max_tokens      required (as Anthropic requires it) on /v1/messages: >= 1; not read by
  *                   count_tokens (API_ANTHROPIC_COUNT).
  *   stop_sequences  an array of strings (params.h's limits for stop strings).
  *   temperature     [0, 1]; top_k >= 0 (0: off); top_p [0, 1]; stream (bool); model (echoed).
- *   tools (non-empty) is refused (400 "tools"); metadata, thinking, tool_choice, service_tier
- *   are ignored. The other sampling settings keep params.h's defaults.
+ *   tools           [{"name", "description"?, "input_schema"?}] (type absent or "custom"; server
+ *                   tools are a 400), read as the chat API's function tools (tool_calls.h).
+ *                   tool_choice {"type": "auto" (default with tools) | "any" | "tool" (with
+ *                   "name") | "none", "disable_parallel_tool_use"?}. Reasoning blocks stay in
+ *                   the text.
+ *   metadata, thinking, service_tier are ignored. The other sampling settings keep params.h's
+ *   defaults.
  *
  * Message object:
- *   {id: "msg_...", type: "message", role: "assistant", model, content: [{type: "text", text}],
- *    stop_reason: "end_turn" (end of generation) | "max_tokens" (max_tokens or the end of the
- *    context) | "stop_sequence", stop_sequence: the one matched or null,
+ *   {id: "msg_...", type: "message", role: "assistant", model, content: [{type: "text", text},
+ *    then per tool call {type: "tool_use", id: "call_...", name, input: {...}}] (the text block
+ *    only when there is text or no call), stop_reason: "end_turn" (end of generation) |
+ *    "max_tokens" (max_tokens or the end of the context) | "stop_sequence" | "tool_use" (calls
+ *    were made), stop_sequence: the one matched or null,
  *    usage: {input_tokens, output_tokens}}
  * input_tokens counts the whole prompt, as POST /v1/messages/count_tokens's {"input_tokens"}.
  *
@@ -31,6 +41,11 @@
  *   close: content_block_stop {index: 0}, message_delta {delta: {stop_reason, stop_sequence},
  *          usage: {output_tokens}}, message_stop {}
  *   error: error {error: {type, message}}
+ * With tools (struct anthropic_stream, the anthropic_tools_* functions) blocks open as they
+ * come: open gives message_start and ping; text opens a text block unless one is open; a call
+ * stops the open block and starts {type: "tool_use", id, name, input: {}} whose input arrives as
+ * content_block_delta {index, delta: {type: "input_json_delta", partial_json}}; close stops the
+ * open block (an empty text block when none came), then message_delta and message_stop.
  * Each stream function fills ev[] (at most SSE_EVENTS_MAX) and returns the count; an event whose
  * data is NULL ran out of memory (the caller ends the stream). The caller frees every data.
  *
@@ -45,6 +60,7 @@
 #ifndef UVLM_API_ANTHROPIC_H
 #define UVLM_API_ANTHROPIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +72,16 @@ char *render_anthropic_message(const struct response_meta *meta, const struct co
 int anthropic_stream_open(const struct response_meta *meta, int32_t n_prompt, struct sse_event *ev);
 int anthropic_stream_text(const char *text, size_t len, struct sse_event *ev);
 int anthropic_stream_close(const struct completion_result *r, struct sse_event *ev);
+struct anthropic_stream {      /* a stream with tools; zero-initialised, nothing to free */
+    int n_blocks;               /* content blocks started */
+    bool open, open_call;       /* the last one is open; it is a tool_use block */
+};
+int anthropic_tools_open(const struct response_meta *meta, int32_t n_prompt, struct sse_event *ev);
+int anthropic_tools_text(struct anthropic_stream *st, const char *text, size_t len, struct sse_event *ev);
+/* id and name: a new call (tool_call_delta's), else more input of the open one. */
+int anthropic_tools_call(struct anthropic_stream *st, const char *id, const char *name, const char *args, size_t len,
+                         struct sse_event *ev);
+int anthropic_tools_close(struct anthropic_stream *st, const struct completion_result *r, struct sse_event *ev);
 int anthropic_stream_error(const struct api_error *err, struct sse_event *ev);
 
 /* The error body of err in Anthropic's shape. NULL: out of memory. */

@@ -14,7 +14,7 @@
  * text (stream_text.h) and end a choice by returning false from on_token; a stop string, or its
  * possible start, never reaches a streaming client. A chat output is read for reasoning and tool
  * calls (tool_calls.h) when the request has tools or the template a reasoning block: whole at the
- * end, or fed to a tool_stream whose deltas become the chunks.
+ * end, or fed to a tool_stream whose deltas become the chunks (/v1/responses: output items, /v1/messages: content blocks).
  *
  * A batch of prompts (params.h: prompt as an array of prompts) is one job with one part per
  * prompt: each part is a scheduler request of its own (they run at once, like separate
@@ -105,6 +105,8 @@ struct gen_job {
     char *piece;                    /* detokenizer output buffer */
     size_t piece_cap;
     int64_t seq;                    /* /v1/responses streams: the next event's sequence_number */
+    struct responses_stream rst;    /* /v1/responses streams with tools: the output items */
+    struct anthropic_stream ast;    /* /v1/messages streams with tools: the content blocks */
 };
 
 static void job_free(struct gen_job *job) {
@@ -127,6 +129,7 @@ static void job_free(struct gen_job *job) {
     free(job->piece);
     free(job->bias);
     free(job->tool_gbnf);
+    responses_stream_free(&job->rst);
     if (job->grammar) model_engine_grammar_release(job->grammar);
     completion_params_free(&job->p);
     free(job);
@@ -373,8 +376,11 @@ static void send_events(struct gen_job *job, struct sse_event *ev, int n) {
 /* The events that open the stream: the response (message) and its empty output. */
 static void typed_open(struct gen_job *job) {
     struct sse_event ev[SSE_EVENTS_MAX];
-    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_open(&job->seq, &job->meta, &job->p, ev)
-                                                 : anthropic_stream_open(&job->meta, (int32_t)job->n_prompt, ev);
+    bool resp = job->p.endpoint == API_OAI_RESPONSES; /* with parse: items or blocks open as they come */
+    int n = resp && job->parse ? responses_tools_open(&job->seq, &job->meta, &job->p, ev)
+            : resp             ? responses_stream_open(&job->seq, &job->meta, &job->p, ev)
+            : job->parse       ? anthropic_tools_open(&job->meta, (int32_t)job->n_prompt, ev)
+                               : anthropic_stream_open(&job->meta, (int32_t)job->n_prompt, ev);
     send_events(job, ev, n);
 }
 
@@ -387,8 +393,11 @@ static void typed_text(struct gen_job *job, const char *text, size_t len) {
 
 static void typed_close(struct gen_job *job, const struct completion_result *r) {
     struct sse_event ev[SSE_EVENTS_MAX];
-    int n = job->p.endpoint == API_OAI_RESPONSES ? responses_stream_close(&job->seq, &job->meta, &job->p, r, ev)
-                                                 : anthropic_stream_close(r, ev);
+    bool resp = job->p.endpoint == API_OAI_RESPONSES;
+    int n = resp && job->parse ? responses_tools_close(&job->seq, &job->rst, &job->meta, &job->p, r, ev)
+            : resp             ? responses_stream_close(&job->seq, &job->meta, &job->p, r, ev)
+            : job->parse       ? anthropic_tools_close(&job->ast, r, ev)
+                               : anthropic_stream_close(r, ev);
     send_events(job, ev, n);
 }
 
@@ -399,12 +408,26 @@ static void typed_error(struct gen_job *job, const struct api_error *err) {
     send_events(job, ev, n);
 }
 
+/* A typed stream read for tool calls: the events of what tool_stream_feed made of the new text. */
+static void typed_parsed(struct gen_job *job, const struct tool_delta *d) {
+    struct sse_event ev[SSE_EVENTS_MAX];
+    bool resp = job->p.endpoint == API_OAI_RESPONSES;
+    send_events(job, ev, resp ? responses_tools_text(&job->seq, &job->rst, &job->meta, d->content, d->content_len, ev)
+                              : anthropic_tools_text(&job->ast, d->content, d->content_len, ev));
+    for (size_t k = 0; k < d->n_calls && !job->dead; k++) {
+        const struct tool_call_delta *c = &d->calls[k];
+        send_events(job, ev, resp ? responses_tools_call(&job->seq, &job->rst, &job->meta, c->id, c->name, c->args,
+                                                         c->args_len, ev)
+                                  : anthropic_tools_call(&job->ast, c->id, c->name, c->args, c->args_len, ev));
+    }
+}
+
 /* Stream what became final in choice i (everything once it is done). */
 static void stream_progress(struct gen_job *job, int i) {
     struct gen_choice *c = &job->ch[i];
     size_t offset = c->st.sent, n;
     const char *fresh = stream_text_take(&c->st, c->done, &n);
-    if (typed_stream(job)) { /* the end is typed_close's, from job_finish */
+    if (typed_stream(job) && !job->parse) { /* the end is typed_close's, from job_finish */
         if (n > 0) typed_text(job, fresh, n);
         return;
     }
@@ -412,6 +435,10 @@ static void stream_progress(struct gen_job *job, int i) {
         struct tool_delta d;
         if (tool_stream_feed(&c->ts, fresh, n, c->done, &d) < 0) {
             job->dead = true; /* out of memory: the stream cannot go on truthfully */
+            return;
+        }
+        if (typed_stream(job)) { /* the end is typed_close's, from job_finish */
+            typed_parsed(job, &d);
             return;
         }
         if (d.content_len == 0 && d.reasoning_len == 0 && d.n_calls == 0 && c->n_probs == c->probs_sent && !c->done)
@@ -833,13 +860,14 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     job_start(job);
 }
 
-/* Chat: whether and how the output is read for reasoning and tool calls, and the calls' grammar
+/* Chat, /v1/responses and /v1/messages (whose params keep reasoning in the text): whether and how the output
+ * is read for reasoning and tool calls, and the calls' grammar
  * (into p.grammar: "required" and a named tool from the start, "auto" lazily from the syntax's
  * opener; a tool schema the converter refuses is a 400 then, and leaves "auto" unconstrained). */
 static int job_tools(struct gen_job *job, struct api_error *err) {
     struct serving *srv = job->srv;
     struct completion_params *p = &job->p;
-    if (p->endpoint != API_OAI_CHAT) return 0;
+    if (p->endpoint != API_OAI_CHAT && p->endpoint != API_OAI_RESPONSES && p->endpoint != API_ANTHROPIC) return 0;
     const struct tool_dialect *d = &srv->tools;
     bool tools = p->tool_choice != TOOL_CHOICE_NONE;
     bool extract = p->reasoning_format >= 0 ? p->reasoning_format > 0

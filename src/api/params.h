@@ -86,7 +86,8 @@
  *                At most one of grammar, json_schema and response_format (400 otherwise). The
  *                schema forms become grammar text here; the grammar itself is compiled by the
  *                handler (a 400 naming grammar_param with the grammar's "LINE:COL: what").
- *   tools        chat only (elsewhere a non-empty tools is a 400): OpenAI function tools
+ *   tools        chat only (/v1/responses reads its own form, responses.h; elsewhere a
+ *                non-empty tools is a 400): OpenAI function tools
  *                [{"type": "function", "function": {"name", "description", "parameters"}}];
  *                tool_choice "auto" (default with tools), "none", "required" or
  *                {"type": "function", "function": {"name"}}; parallel_tool_calls (default true);

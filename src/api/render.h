@@ -282,7 +282,7 @@ struct sse_event {
     const char *name;         /* static string */
     char *data;               /* compact JSON the sender frees; NULL when memory ran out */
 };
-#define SSE_EVENTS_MAX 4      /* the most events one call of a stream renderer gives */
+#define SSE_EVENTS_MAX 8      /* the most events one call of a stream renderer gives */
 
 /* The JSON string of s[0..len), invalid UTF-8 replaced as above (a jansson json_t *), or NULL
  * when memory runs out: for the other APIs' renderers. */

@@ -62,19 +62,29 @@ TEST(anthropic_parse_refusals_name_the_field) {
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\"}]}", "messages[0].content: required"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
          "messages[0].content[0]: content blocks of type \"image\""},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\","
+         "\"name\":\"f\",\"input\":{}}]}]}", "messages[0].content[0]: content blocks of type \"tool_use\""},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":"
-         "[{\"type\":\"text\",\"text\":\"y\"},{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]}]}",
-         "messages[1].content[1]: content blocks of type \"tool_use\""},
+         "[{\"type\":\"text\",\"text\":\"y\"},{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":3}]}]}",
+         "messages[1].content[1]: a tool_use block needs"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}",
-         "\"tool_result\""},
+         "messages[0].content[0].tool_use_id: required"},
         {"{\"max_tokens\":1,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
          "system[0]"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", "temperature"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_k\":-1}", "top_k"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop_sequences\":[\"\"]}",
          "stop_sequences[0]"},
-        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\"}]}",
-         "tools: tools are not supported"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"\"}]}",
+         "tools[0].name: required"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"bash_20250124\","
+         "\"name\":\"bash\"}]}", "tools[0]: tools of type \"bash_20250124\""},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\"}],"
+         "\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"}}", "tool_choice.name: no tool is named \"g\""},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"any\"}}",
+         "tool_choice: \"any\" needs tools"},
+        {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\"}],"
+         "\"tool_choice\":{\"type\":\"some\"}}", "tool_choice.type"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct completion_params p;
@@ -87,6 +97,45 @@ TEST(anthropic_parse_refusals_name_the_field) {
         }
         CHECK(p.messages == NULL && p.arena_ == NULL);
     }
+}
+
+TEST(anthropic_parse_tools_and_tool_blocks) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p, API_ANTHROPIC,
+                       "{\"max_tokens\":9,\"tools\":[{\"name\":\"get_weather\",\"description\":\"d\","
+                       "\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\","
+                       "\"disable_parallel_tool_use\":true},\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},"
+                       "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Let me see.\"},"
+                       "{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\","
+                       "\"content\":[{\"type\":\"text\",\"text\":\"21C\"}]},{\"type\":\"text\",\"text\":\"And?\"}]}]}",
+                       &err),
+                 0);
+    CHECK_EQ_INT(p.tool_choice, TOOL_CHOICE_NAMED);
+    CHECK_EQ_STR(p.tool_name, "get_weather");
+    CHECK(!p.parallel_tool_calls);
+    const json_t *fn = json_object_get(json_array_get(p.chat.tools, 0), "function");
+    CHECK_EQ_STR(json_string_value(json_object_get(fn, "description")), "d");
+    CHECK(json_is_object(json_object_get(fn, "parameters")));
+    CHECK_EQ_INT(json_array_size(p.chat.messages), 4); /* user, assistant + call, tool, user */
+    const json_t *a = json_array_get(p.chat.messages, 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(a, "content")), "Let me see.");
+    const json_t *call = json_array_get(json_object_get(a, "tool_calls"), 0);
+    CHECK_EQ_STR(json_string_value(json_object_get(call, "id")), "toolu_1");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")),
+                 "{\"city\":\"Paris\"}");
+    const json_t *tm = json_array_get(p.chat.messages, 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "role")), "tool");
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "tool_call_id")), "toolu_1");
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "content")), "21C");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(p.chat.messages, 3), "content")), "And?");
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, API_ANTHROPIC, "{\"max_tokens\":9,\"tools\":[{\"name\":\"f\"}],\"tool_choice\":{\"type\":\"any\"},"
+                                          "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &err), 0);
+    CHECK_EQ_INT(p.tool_choice, TOOL_CHOICE_REQUIRED);
+    CHECK(p.parallel_tool_calls);
+    completion_params_free(&p);
 }
 
 static json_t *load(char *text) {
@@ -152,6 +201,73 @@ static int names_are(struct sse_event *ev, int n, const char *const *names) {
 
 static void free_events(struct sse_event *ev, int n) {
     for (int i = 0; i < n; i++) free(ev[i].data);
+}
+
+TEST(anthropic_render_tool_use_whole_and_streamed) {
+    struct tool_call calls[1] = {{.id = "call_A", .name = "f", .args = "{\"a\":1}", .args_len = 7}};
+    struct completion_result r = {.text = "", .text_len = 0, .tool_calls = calls, .n_tool_calls = 1,
+                                  .made_tool_calls = true, .stop_type = STOP_TYPE_EOS};
+    json_t *j = load(render_anthropic_message(&meta, &r));
+    CHECK(j);
+    CHECK_EQ_STR(sget(j, "stop_reason"), "tool_use");
+    json_t *content = json_object_get(j, "content");
+    CHECK_EQ_INT(json_array_size(content), 1); /* no text: the call only */
+    json_t *b = json_array_get(content, 0);
+    CHECK_EQ_STR(sget(b, "type"), "tool_use");
+    CHECK_EQ_STR(sget(b, "id"), "call_A");
+    CHECK_EQ_STR(sget(b, "name"), "f");
+    CHECK_EQ_INT(iget(json_object_get(b, "input"), "a"), 1);
+    json_decref(j);
+    r.stop_type = STOP_TYPE_LIMIT; /* cut off: max_tokens wins */
+    j = load(render_anthropic_message(&meta, &r));
+    CHECK_EQ_STR(sget(j, "stop_reason"), "max_tokens");
+    json_decref(j);
+    r.stop_type = STOP_TYPE_EOS;
+
+    struct anthropic_stream st = {0};
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int n = anthropic_tools_open(&meta, 5, ev);
+    CHECK_EQ_INT(n, 2);
+    CHECK(names_are(ev, n, (const char *const[]){"message_start", "ping"}));
+    free_events(ev, n);
+    n = anthropic_tools_text(&st, "Hi", 2, ev);
+    CHECK_EQ_INT(n, 2);
+    CHECK(names_are(ev, n, (const char *const[]){"content_block_start", "content_block_delta"}));
+    free_events(ev, n);
+    n = anthropic_tools_call(&st, "call_A", "f", "{\"a\"", 4, ev);
+    CHECK_EQ_INT(n, 3);
+    CHECK(names_are(ev, n, (const char *const[]){"content_block_stop", "content_block_start", "content_block_delta"}));
+    json_t *start = load(ev[1].data), *delta = load(ev[2].data);
+    ev[1].data = ev[2].data = NULL;
+    CHECK_EQ_INT(iget(start, "index"), 1);
+    CHECK_EQ_STR(sget(json_object_get(start, "content_block"), "type"), "tool_use");
+    CHECK_EQ_STR(sget(json_object_get(start, "content_block"), "id"), "call_A");
+    CHECK(json_is_object(json_object_get(json_object_get(start, "content_block"), "input")));
+    CHECK_EQ_INT(iget(delta, "index"), 1);
+    CHECK_EQ_STR(sget(json_object_get(delta, "delta"), "type"), "input_json_delta");
+    CHECK_EQ_STR(sget(json_object_get(delta, "delta"), "partial_json"), "{\"a\"");
+    json_decref(start);
+    json_decref(delta);
+    free_events(ev, n);
+    n = anthropic_tools_call(&st, NULL, NULL, ":1}", 3, ev);
+    CHECK_EQ_INT(n, 1);
+    free_events(ev, n);
+    n = anthropic_tools_close(&st, &r, ev);
+    CHECK_EQ_INT(n, 3);
+    CHECK(names_are(ev, n, (const char *const[]){"content_block_stop", "message_delta", "message_stop"}));
+    json_t *md = load(ev[1].data);
+    ev[1].data = NULL;
+    CHECK_EQ_STR(sget(json_object_get(md, "delta"), "stop_reason"), "tool_use");
+    json_decref(md);
+    free_events(ev, n);
+
+    struct anthropic_stream empty = {0}; /* nothing came: one empty text block */
+    r.made_tool_calls = false;
+    n = anthropic_tools_close(&empty, &r, ev);
+    CHECK_EQ_INT(n, 4);
+    CHECK(names_are(ev, n, (const char *const[]){"content_block_start", "content_block_stop", "message_delta",
+                                                 "message_stop"}));
+    free_events(ev, n);
 }
 
 TEST(anthropic_stream_events_in_order) {

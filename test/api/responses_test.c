@@ -58,9 +58,12 @@ TEST(responses_parse_refusals_name_the_field) {
         {"{\"input\":\"\"}", "input", "empty"},
         {"{\"input\":[]}", "input", "empty"},
         {"{\"input\":5}", "input", "string"},
-        {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]", "\"function_call\""},
+        {"{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0].call_id", "required"},
+        {"{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":{}}]}",
+         "input[0].arguments", "string"},
         {"{\"input\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"function_call_output\",\"output\":\"y\"}]}",
-         "input[1]", "\"function_call_output\""},
+         "input[1].call_id", "required"},
+        {"{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", "input[0].output", "required"},
         {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0]", "\"reasoning\""},
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}", "input[0].content[0]",
          "\"input_image\""},
@@ -72,7 +75,18 @@ TEST(responses_parse_refusals_name_the_field) {
         {"{\"input\":\"x\",\"temperature\":2.5}", "temperature", "[0, 2]"},
         {"{\"input\":\"x\",\"top_p\":-1}", "top_p", "[0, 1]"},
         {"{\"input\":\"x\",\"instructions\":7}", "instructions", "string"},
-        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools", "not supported"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools[0].name", "required"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0]", "\"web_search\""},
+        {"{\"input\":\"x\",\"tools\":{}}", "tools", "array"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":3}]}",
+         "tools[0].parameters", "Schema"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":\"sometimes\"}",
+         "tool_choice", "\"auto\""},
+        {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice", "needs tools"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
+         "\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}}", "tool_choice.name", "\"g\""},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"parallel_tool_calls\":1}",
+         "parallel_tool_calls", "bool"},
         {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format", "text"},
         {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "not stored"},
         {"{\"input\":\"x\",\"conversation\":\"c\"}", "conversation", "not stored"},
@@ -89,6 +103,52 @@ TEST(responses_parse_refusals_name_the_field) {
         }
         CHECK(p.messages == NULL && p.arena_ == NULL); /* nothing left to free */
     }
+}
+
+TEST(responses_parse_tools_and_call_items) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p,
+                       "{\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"d\","
+                       "\"parameters\":{\"type\":\"object\"},\"strict\":true},{\"type\":\"function\",\"name\":\"f\"}],"
+                       "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},\"parallel_tool_calls\":false,\"input\":["
+                       "{\"role\":\"user\",\"content\":\"Weather?\"},"
+                       "{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"get_weather\",\"arguments\":\"{}\"},"
+                       "{\"type\":\"function_call\",\"call_id\":\"call_2\",\"name\":\"f\",\"arguments\":\"{}\"},"
+                       "{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"21C\"},"
+                       "{\"type\":\"function_call_output\",\"call_id\":\"call_2\","
+                       "\"output\":[{\"type\":\"input_text\",\"text\":\"ok\"}]}]}",
+                       &err),
+                 0);
+    CHECK_EQ_INT(p.tool_choice, TOOL_CHOICE_NAMED);
+    CHECK_EQ_STR(p.tool_name, "f");
+    CHECK(!p.parallel_tool_calls);
+    const json_t *fn = json_object_get(json_array_get(p.chat.tools, 0), "function");
+    CHECK_EQ_STR(json_string_value(json_object_get(fn, "name")), "get_weather");
+    CHECK_EQ_STR(json_string_value(json_object_get(fn, "description")), "d");
+    CHECK(json_is_object(json_object_get(fn, "parameters")));
+    CHECK_EQ_INT(json_array_size(p.chat.messages), 4); /* user, assistant with both calls, 2 tool */
+    const json_t *a = json_array_get(p.chat.messages, 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(a, "role")), "assistant");
+    const json_t *calls = json_object_get(a, "tool_calls");
+    CHECK_EQ_INT(json_array_size(calls), 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(calls, 1), "id")), "call_2");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments")),
+                 "{}");
+    const json_t *tm = json_array_get(p.chat.messages, 3);
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "role")), "tool");
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "tool_call_id")), "call_2");
+    CHECK_EQ_STR(json_string_value(json_object_get(tm, "content")), "ok");
+    completion_params_free(&p);
+
+    CHECK_EQ_INT(parse(&p, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", &err), 0);
+    CHECK_EQ_INT(p.tool_choice, TOOL_CHOICE_AUTO);
+    CHECK(p.parallel_tool_calls);
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
+                           "\"tool_choice\":\"none\"}", &err), 0);
+    CHECK_EQ_INT(p.tool_choice, TOOL_CHOICE_NONE);
+    completion_params_free(&p);
 }
 
 static json_t *load(char *text) {
@@ -227,6 +287,100 @@ TEST(responses_stream_events_in_order) {
     json_decref(e);
 }
 
+TEST(responses_render_function_calls_whole_and_streamed) {
+    struct completion_params p;
+    struct api_error err;
+    CHECK_EQ_INT(parse(&p, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\","
+                           "\"parameters\":{\"type\":\"object\"}}],\"tool_choice\":\"required\"}", &err), 0);
+    struct tool_call calls[2] = {{.id = "call_A", .name = "f", .args = "{\"a\":1}", .args_len = 7},
+                                 {.id = "call_B", .name = "f", .args = "{}", .args_len = 2}};
+    struct completion_result r = {.text = "", .text_len = 0, .tool_calls = calls, .n_tool_calls = 2,
+                                  .stop_type = STOP_TYPE_EOS};
+    json_t *j = load(render_response(&meta, &p, &r));
+    CHECK(j);
+    json_t *out = json_object_get(j, "output");
+    CHECK_EQ_INT(json_array_size(out), 2); /* no text: the calls only */
+    json_t *c = json_array_get(out, 0);
+    CHECK_EQ_STR(sget(c, "type"), "function_call");
+    CHECK_EQ_STR(sget(c, "id"), "fc_A");
+    CHECK_EQ_STR(sget(c, "call_id"), "call_A");
+    CHECK_EQ_STR(sget(c, "name"), "f");
+    CHECK_EQ_STR(sget(c, "arguments"), "{\"a\":1}");
+    CHECK_EQ_STR(sget(c, "status"), "completed");
+    CHECK_EQ_STR(sget(json_array_get(out, 1), "call_id"), "call_B");
+    CHECK_EQ_STR(sget(j, "tool_choice"), "required");
+    CHECK_EQ_STR(sget(json_array_get(json_object_get(j, "tools"), 0), "name"), "f");
+    CHECK(json_is_true(json_object_get(j, "parallel_tool_calls")));
+    json_decref(j);
+    r.text = "Hi";
+    r.text_len = 2;
+    j = load(render_response(&meta, &p, &r));
+    out = json_object_get(j, "output");
+    CHECK_EQ_INT(json_array_size(out), 3); /* text first */
+    CHECK_EQ_STR(sget(json_array_get(out, 0), "type"), "message");
+    json_decref(j);
+
+    /* streamed: text, then a call in two pieces, then the next call */
+    struct responses_stream st = {0};
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int64_t seq = 0;
+    int n = responses_tools_open(&seq, &meta, &p, ev);
+    CHECK_EQ_INT(n, 2);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.created", "response.in_progress"}, 0));
+    free_events(ev, n);
+    n = responses_tools_text(&seq, &st, &meta, "Hi", 2, ev);
+    CHECK_EQ_INT(n, 3);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.output_item.added", "response.content_part.added",
+                                                       "response.output_text.delta"}, 2));
+    free_events(ev, n);
+    n = responses_tools_call(&seq, &st, &meta, "call_A", "f", "{\"a\"", 4, ev);
+    CHECK_EQ_INT(n, 5);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.output_text.done", "response.content_part.done",
+                                                       "response.output_item.done", "response.output_item.added",
+                                                       "response.function_call_arguments.delta"}, 5));
+    json_t *added = load(ev[3].data);
+    ev[3].data = NULL;
+    CHECK_EQ_INT(iget(added, "output_index"), 1);
+    CHECK_EQ_STR(sget(json_object_get(added, "item"), "status"), "in_progress");
+    CHECK_EQ_STR(sget(json_object_get(added, "item"), "arguments"), "");
+    json_decref(added);
+    free_events(ev, n);
+    n = responses_tools_call(&seq, &st, &meta, NULL, NULL, ":1}", 3, ev);
+    CHECK_EQ_INT(n, 1);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.function_call_arguments.delta"}, 10));
+    json_t *d = load(ev[0].data);
+    ev[0].data = NULL;
+    CHECK_EQ_STR(sget(d, "item_id"), "fc_A");
+    CHECK_EQ_STR(sget(d, "delta"), ":1}");
+    json_decref(d);
+    free_events(ev, n);
+    n = responses_tools_call(&seq, &st, &meta, "call_B", "f", "{}", 2, ev);
+    CHECK_EQ_INT(n, 4);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.function_call_arguments.done",
+                                                       "response.output_item.done", "response.output_item.added",
+                                                       "response.function_call_arguments.delta"}, 11));
+    d = load(ev[0].data);
+    ev[0].data = NULL;
+    CHECK_EQ_STR(sget(d, "arguments"), "{\"a\":1}");
+    json_decref(d);
+    free_events(ev, n);
+    n = responses_tools_close(&seq, &st, &meta, &p, &r, ev);
+    CHECK_EQ_INT(n, 3);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.function_call_arguments.done",
+                                                       "response.output_item.done", "response.completed"}, 15));
+    json_t *final = load(ev[2].data);
+    ev[2].data = NULL;
+    out = json_object_get(json_object_get(final, "response"), "output");
+    CHECK_EQ_INT(json_array_size(out), 3);
+    CHECK_EQ_STR(sget(json_array_get(json_object_get(json_array_get(out, 0), "content"), 0), "text"), "Hi");
+    CHECK_EQ_STR(sget(json_array_get(out, 1), "arguments"), "{\"a\":1}");
+    CHECK_EQ_STR(sget(json_array_get(out, 2), "call_id"), "call_B");
+    json_decref(final);
+    free_events(ev, n);
+    responses_stream_free(&st);
+    completion_params_free(&p);
+}
+
 /* --- the endpoint, over the repository's model --------------------------------------------------- */
 
 TEST(responses_endpoint_streams_what_it_answers_whole) {
@@ -270,7 +424,7 @@ TEST(responses_endpoint_streams_what_it_answers_whole) {
     fake_http_init(&f, "POST", "/v1/responses", "{\"input\":[{\"type\":\"function_call\"}]}");
     CHECK_EQ_INT(fake_serving_request(&fs, &f), 0);
     CHECK_EQ_INT(f.status, 400);
-    CHECK(strstr(f.body, "\"param\":\"input[0]\""));
+    CHECK(strstr(f.body, "\"param\":\"input[0].call_id\""));
     fake_http_free(&f);
 
     fake_http_init(&f, "GET", "/v1/models/kjv", NULL);

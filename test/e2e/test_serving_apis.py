@@ -113,10 +113,9 @@ def test_responses_stream_events(srv):
 
 
 @pytest.mark.parametrize("body,param,word", [
-    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}, "input[0]",
-     "function_call"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0]",
-     "function_call_output"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id", "required"),
+    ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output", "required"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "reasoning"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]",
      "input_image"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "robot"),
@@ -124,7 +123,10 @@ def test_responses_stream_events(srv):
     ({}, "input", "required"),
     ({"input": PROMPT, "max_output_tokens": 0}, "max_output_tokens", "[1,"),
     ({"input": PROMPT, "temperature": 3}, "temperature", "[0, 2]"),
-    ({"input": PROMPT, "tools": [{"type": "function", "name": "f"}]}, "tools", "not supported"),
+    ({"input": PROMPT, "tools": [{"type": "web_search"}]}, "tools[0]", "web_search"),
+    ({"input": PROMPT, "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function",
+                                                                                      "name": "g"}},
+     "tool_choice.name", "g"),
     ({"input": PROMPT, "previous_response_id": "resp_1"}, "previous_response_id", "not stored"),
     ({"input": PROMPT, "text": {"format": {"type": "json_object"}}}, "text.format", "text"),
 ])
@@ -183,15 +185,17 @@ def test_messages_stream_events(srv):
 
 @pytest.mark.parametrize("body,word", [
     ({"messages": [{"role": "user", "content": PROMPT}]}, "max_tokens: required"),
-    ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+    ({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
      "messages[0].content[0]: content blocks of type \"tool_result\""),
     ({"max_tokens": 8, "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}]},
-     "\"tool_use\""),
+     "messages[0].content[0]: a tool_use block needs"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "\"image\""),
     ({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
     ({"max_tokens": 8, "messages": []}, "messages: must not be empty"),
     ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5}, "temperature"),
-    ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]}, "tools"),
+    ({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305",
+                                                                                 "name": "web_search"}]},
+     "tools[0]: tools of type"),
 ])
 def test_messages_bad_input_is_400_in_anthropic_shape(srv, body, word):
     status, _, err = call(srv, "/v1/messages", body, ANTHROPIC)

@@ -1,8 +1,8 @@
 """Real client SDKs from npm (pinned in test/e2e/node/package.json, installed by scripts/install-deps
 with npm ci) against uvlm: the OpenAI Node SDK (chat stream, completion n=2, the Responses API),
 the Anthropic TypeScript SDK (messages, streaming, count_tokens, errors), the Vercel AI SDK's
-OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK and
-LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
+OpenAI provider, whose default model calls /v1/responses, and tool calls through the OpenAI SDK (chat
+and Responses), the Anthropic SDK and LangChain JS (bindTools, withStructuredOutput) on the shared qwen2 model."""
 import json
 import os
 import re
@@ -120,6 +120,47 @@ def test_openai_node_sdk_tool_calls_whole_and_streamed(tmp_path):
     d = got["deltas"]
     assert d[0]["index"] == 0 and d[0]["function"]["name"] == "get_weather" and d[0]["id"]
     assert len(d) >= 2 and all("id" not in x for x in d[1:])
+
+
+def test_openai_node_sdk_responses_tools_whole_streamed_and_sent_back(tmp_path):
+    got = run_node("openai_responses_tools.mjs", "openai", server_args=qwen_tools_server_args(tmp_path))
+    whole = got["whole"]
+    assert whole["status"] == "completed" and whole["tool_choice"] == "required"
+    assert [t["name"] for t in whole["tools"]] == ["get_weather"]
+    assert len(whole["output"]) == 1
+    call = whole["output"][0]
+    assert call["type"] == "function_call" and call["status"] == "completed" and call["name"] == "get_weather"
+    assert call["call_id"].startswith("call_") and call["id"].startswith("fc_")
+    args = json.loads(call["arguments"])
+    assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 8
+    s = got["streamed"]
+    assert s["sequence"] == list(range(len(s["types"])))
+    assert s["types"][:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert s["types"][-3:] == ["response.function_call_arguments.done", "response.output_item.done",
+                               "response.completed"]
+    # greedy: the stream makes the same call, its arguments in fragments
+    assert "".join(s["deltas"]) == s["done"] == call["arguments"] == s["output"][0]["arguments"]
+    assert s["output"][0]["name"] == "get_weather"
+    nxt = got["next"]
+    assert nxt["status"] in ("completed", "incomplete") and nxt["types"] == ["message"] and nxt["output_text"]
+
+
+def test_anthropic_sdk_tool_use_whole_streamed_and_sent_back(tmp_path):
+    got = run_node("anthropic_tools.mjs", "@anthropic-ai/sdk", server_args=qwen_tools_server_args(tmp_path), path="")
+    whole = got["whole"]
+    assert whole["stop_reason"] == "tool_use"
+    assert len(whole["content"]) == 1
+    use = whole["content"][0]
+    assert use["type"] == "tool_use" and use["name"] == "get_weather" and use["id"]
+    assert set(use["input"]) == {"city"} and isinstance(use["input"]["city"], str) and len(use["input"]["city"]) <= 8
+    s = got["streamed"]
+    types = [t for t in s["types"] if t != "ping"]  # the SDK's iterator may leave pings out
+    assert types[:2] == ["message_start", "content_block_start"]
+    assert types[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    # greedy: the stream makes the same call, which the SDK assembles from input_json_delta fragments
+    assert s["stop_reason"] == "tool_use" and len(s["partial"]) >= 2
+    assert json.loads("".join(s["partial"])) == s["content"][0]["input"] == use["input"]
+    assert got["next"]["types"] == ["text"] and got["next"]["stop_reason"] in ("end_turn", "max_tokens")
 
 
 def test_langchain_js_bind_tools_and_structured_output(tmp_path):

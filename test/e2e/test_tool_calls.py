@@ -2,7 +2,8 @@
 Qwen2.5 template of ../shared/chat/tools.jsonl (Hermes <tool_call> syntax). With tool_choice
 "required" or a named tool every seeded generation is a call, whole and streamed, whose arguments
 validate against the tool's schema; "none" and "auto" answer text; the request fields' 400s; and
-reasoning_content under a template that opens the reasoning block (QwQ's)."""
+reasoning_content under a template that opens the reasoning block (QwQ's); the same tools through
+/v1/responses (function_call items) and /v1/messages (tool_use blocks)."""
 import json
 
 import pytest
@@ -180,3 +181,166 @@ def test_reasoning_content_when_the_template_opens_the_block(tmp_path):
         assert got == msg["reasoning_content"]
     finally:
         srv.stop()
+
+
+# --- /v1/responses: the same tools as Responses function tools and items -------------------------
+
+RESP_TOOLS = [dict(t["function"], type="function") for t in TOOLS]
+
+
+def resp_body(temperature=1.0, **extra):
+    """Sampled (the Responses API has no seed: each request draws its own) unless temperature 0."""
+    return dict({"input": "What is the weather in Paris?", "tools": RESP_TOOLS, "tool_choice": "required",
+                 "parallel_tool_calls": False, "temperature": temperature, "max_output_tokens": 300}, **extra)
+
+
+def check_item(item, names=SCHEMA):
+    assert item["type"] == "function_call" and item["status"] == "completed", item
+    assert item["call_id"].startswith("call_") and item["id"] == "fc_" + item["call_id"][5:], item
+    assert item["name"] in names, item
+    validate(json.loads(item["arguments"]), SCHEMA[item["name"]], SCHEMA[item["name"]])
+
+
+def typed_stream(srv, path, body):
+    """POST with stream: true; the (event name, data) pairs of a typed event stream."""
+    c = srv.conn(60.0)
+    try:
+        c.request("POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200, r.read()
+        events, name = [], None
+        while True:
+            line = r.readline()
+            if not line:
+                return events
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b"event: "):
+                name = line[7:].decode()
+            elif line.startswith(b"data: "):
+                events.append((name, json.loads(line[6:])))
+    finally:
+        c.close()
+
+
+def test_responses_required_makes_valid_calls(qwen):
+    for _ in range(6):
+        status, out = post(qwen, "/v1/responses", resp_body())
+        assert status == 200, out
+        assert out["status"] == "completed" and out["tool_choice"] == "required", out
+        assert [t["name"] for t in out["tools"]] == ["get_weather", "search"]
+        assert len(out["output"]) == 1, out["output"]
+        check_item(out["output"][0])
+    status, out = post(qwen, "/v1/responses", resp_body(tool_choice={"type": "function", "name": "search"}))
+    assert status == 200, out
+    assert [i["name"] for i in out["output"]] == ["search"]
+    check_item(out["output"][0], ["search"])
+
+
+def test_responses_streams_call_events_in_order(qwen):
+    for temperature in (1.0, 1.0, 1.0, 0.0):
+        events = typed_stream(qwen, "/v1/responses", resp_body(temperature))
+        names = [n for n, _ in events]
+        assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+        assert all(d["type"] == n for n, d in events)
+        assert names[:3] == ["response.created", "response.in_progress", "response.output_item.added"], names
+        assert names[-3:] == ["response.function_call_arguments.done", "response.output_item.done",
+                              "response.completed"], names
+        assert set(names[3:-3]) <= {"response.function_call_arguments.delta"}, names
+        added = events[2][1]["item"]
+        assert added["type"] == "function_call" and added["status"] == "in_progress" and added["arguments"] == ""
+        args = "".join(d["delta"] for n, d in events if n == "response.function_call_arguments.delta")
+        assert all(d["item_id"] == added["id"] and d["output_index"] == 0 for _, d in events[3:-2])
+        assert events[-3][1]["arguments"] == args
+        done = events[-2][1]["item"]
+        check_item(done)
+        assert done["id"] == added["id"] and done["arguments"] == args
+        final = events[-1][1]["response"]
+        assert final["output"] == [done]
+        if temperature > 0:
+            continue
+        # greedy without streaming: the same call
+        _, whole = post(qwen, "/v1/responses", resp_body(temperature))
+        assert {k: whole["output"][0][k] for k in ("name", "arguments")} == {"name": done["name"], "arguments": args}
+
+
+def test_responses_call_items_render_as_history(qwen):
+    items = [{"role": "user", "content": "What is the weather in Paris?"},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+             {"type": "function_call_output", "call_id": "call_1", "output": "{\"temp\": 21}"}]
+    status, out = post(qwen, "/v1/responses", {"input": items, "tools": RESP_TOOLS, "tool_choice": "none",
+                                               "max_output_tokens": 4, "temperature": 0})
+    assert status == 200, out
+    assert [i["type"] for i in out["output"]] == ["message"] and out["tool_choice"] == "none"
+    # the prompt is the chat API's for the same conversation
+    chat = [items[0], {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}]
+    _, ref = post(qwen, "/v1/chat/completions", {"messages": chat, "tools": TOOLS, "tool_choice": "none",
+                                                 "max_tokens": 4, "temperature": 0})
+    assert out["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
+    assert out["output"][0]["content"][0]["text"] == ref["choices"][0]["message"]["content"]
+
+
+# --- /v1/messages: Anthropic tools, tool_use and tool_result blocks ------------------------------
+
+ANTHROPIC_TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                    "input_schema": t["function"]["parameters"]} for t in TOOLS]
+
+
+def msg_body(temperature=1.0, **extra):
+    return dict({"max_tokens": 300, "messages": ASK, "tools": ANTHROPIC_TOOLS, "temperature": temperature,
+                 "tool_choice": {"type": "any", "disable_parallel_tool_use": True}}, **extra)
+
+
+def test_messages_any_makes_valid_tool_use(qwen):
+    for _ in range(6):
+        status, out = post(qwen, "/v1/messages", msg_body())
+        assert status == 200, out
+        assert out["stop_reason"] == "tool_use", out
+        assert [b["type"] for b in out["content"]] == ["tool_use"], out
+        b = out["content"][0]
+        assert b["id"].startswith("call_") and b["name"] in SCHEMA
+        validate(b["input"], SCHEMA[b["name"]], SCHEMA[b["name"]])
+    status, out = post(qwen, "/v1/messages",
+                       msg_body(tool_choice={"type": "tool", "name": "search", "disable_parallel_tool_use": True}))
+    assert status == 200, out
+    assert [b["name"] for b in out["content"]] == ["search"]
+
+
+def test_messages_streams_tool_use_blocks(qwen):
+    for temperature in (1.0, 1.0, 0.0):
+        events = typed_stream(qwen, "/v1/messages", msg_body(temperature))
+        names = [n for n, _ in events]
+        assert all(d["type"] == n for n, d in events)
+        assert names[:3] == ["message_start", "ping", "content_block_start"], names
+        assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"], names
+        assert set(names[3:-3]) <= {"content_block_delta"}, names
+        block = events[2][1]["content_block"]
+        assert block["type"] == "tool_use" and block["input"] == {} and block["name"] in SCHEMA
+        deltas = [d for n, d in events if n == "content_block_delta"]
+        assert all(d["index"] == 0 and d["delta"]["type"] == "input_json_delta" for d in deltas)
+        args = json.loads("".join(d["delta"]["partial_json"] for d in deltas))
+        validate(args, SCHEMA[block["name"]], SCHEMA[block["name"]])
+        assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+        if temperature == 0:  # greedy without streaming: the same call
+            _, whole = post(qwen, "/v1/messages", msg_body(temperature))
+            assert whole["content"][0]["name"] == block["name"] and whole["content"][0]["input"] == args
+
+
+def test_messages_tool_blocks_render_as_history(qwen):
+    messages = ASK + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "{\"temp\": 21}"}]},
+    ]
+    status, out = post(qwen, "/v1/messages", {"max_tokens": 4, "messages": messages, "tools": ANTHROPIC_TOOLS,
+                                              "tool_choice": {"type": "none"}, "temperature": 0})
+    assert status == 200, out
+    assert [b["type"] for b in out["content"]] == ["text"] and out["stop_reason"] != "tool_use"
+    chat = ASK + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}]
+    _, ref = post(qwen, "/v1/chat/completions", {"messages": chat, "tools": TOOLS, "tool_choice": "none",
+                                                 "max_tokens": 4, "temperature": 0})
+    assert out["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
+    assert out["content"][0]["text"] == ref["choices"][0]["message"]["content"]
