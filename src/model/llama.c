@@ -635,6 +635,9 @@ static int llama_memory_create(const struct model *m, const struct memory_config
     if (window < 0) return -ERR_UNSUPPORTED;
     /* Q8_0 blocks run along the head dimension: a block must not straddle two heads */
     if ((mc->type_k == KV_Q8_0 || mc->type_v == KV_Q8_0) && m->hp.head_dim % 32) return -ERR_UNSUPPORTED;
+    /* Q8_0 cells in a windowed pool do not give a sequence beside others the numbers it gets
+     * alone (test_serving_kvq8.py): refused */
+    if ((mc->type_k == KV_Q8_0 || mc->type_v == KV_Q8_0) && window > 0) return -ERR_UNSUPPORTED;
     struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv,
                              .type_k = mc->type_k, .type_v = mc->type_v};
     if (m->hp.tf.dn.d_conv > 0) return hybrid_memory_create(m, &shape, n_cells, n_seq_max, out);

@@ -131,6 +131,9 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
         if (rc == -ERR_UNSUPPORTED && (tk == KV_Q8_0 || tv == KV_Q8_0) && hp->head_dim % 32)
             snprintf(why, why_len, "q8_0 KV cells need a head size that is a multiple of 32 (this model's: %d)",
                      hp->head_dim);
+        else if (rc == -ERR_UNSUPPORTED && (tk == KV_Q8_0 || tv == KV_Q8_0))
+            snprintf(why, why_len, "q8_0 KV cells are not supported for models with sliding-window attention "
+                                   "layers: use --kv-type f16");
         else
             snprintf(why, why_len, "memory of %lld cells: %s%s", (long long)n_cells, err_str(rc),
                      rc == -ERR_NOMEM ? " (more than the machine has available: lower --kv-tokens)" : "");
