@@ -345,7 +345,7 @@ static json_t *call_item_out(const char *call_id, const char *name, const char *
 }
 
 /* The output items of a finished result: the reasoning (when there was some), the message (when
- * it has text or made no calls), then one function_call item per call. */
+ * it has text, or nothing else came), then one function_call item per call. */
 static json_t *output_of(const struct response_meta *meta, const struct completion_result *r) {
     json_t *out = json_array();
     bool think = r->reasoning_len > 0;
@@ -354,7 +354,7 @@ static json_t *output_of(const struct response_meta *meta, const struct completi
         json_decref(out);
         out = NULL;
     }
-    if (out && (r->text_len > 0 || r->n_tool_calls == 0) &&
+    if (out && (r->text_len > 0 || (r->n_tool_calls == 0 && !think)) && /* as streamed: items that have text */
         json_array_append_new(out, think ? message_at(meta, 1, status_of(r), r->text, r->text_len)
                                          : message_item(meta, r)) < 0) {
         json_decref(out);
@@ -551,9 +551,10 @@ static json_t *call_address(const struct responses_stream *st) {
     return json_pack("{s:s, s:i}", "item_id", id, "output_index", st->n_items - 1);
 }
 
-/* The events that finish the open item (at most 3); the item joins st->items. */
+/* The events that finish the open item (at most 3) with status (the last item's is the
+ * response's); the item joins st->items. */
 static int finish_item(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
-                       struct sse_event *ev) {
+                       struct sse_event *ev, const char *status) {
     int n = 0, k = st->n_items - 1;
     const char *text = st->buf ? st->buf : "";
     json_t *item = NULL;
@@ -562,15 +563,15 @@ static int finish_item(int64_t *seq, struct responses_stream *st, const struct r
         n += event(seq, ev + n, "response.output_text.done", render_with(o, "logprobs", json_array()));
         n += event(seq, ev + n, "response.content_part.done",
                    render_with(part_address_at(meta, k), "part", text_part(text, st->len)));
-        item = message_at(meta, k, "completed", text, st->len);
+        item = message_at(meta, k, status, text, st->len);
     } else if (st->open == RESPONSES_OPEN_REASONING) {
         n += event(seq, ev + n, "response.reasoning_text.done",
                    render_with(reasoning_address(meta, k), "text", render_json_text(text, st->len)));
-        item = reasoning_at(meta, k, "completed", text, st->len);
+        item = reasoning_at(meta, k, status, text, st->len);
     } else if (st->open == RESPONSES_OPEN_CALL) {
         n += event(seq, ev + n, "response.function_call_arguments.done",
                    render_with(call_address(st), "arguments", render_json_text(text, st->len)));
-        item = call_item_out(st->call_id, st->name, text, st->len, "completed");
+        item = call_item_out(st->call_id, st->name, text, st->len, status);
     } else
         return 0;
     if (!st->items) st->items = json_array();
@@ -598,7 +599,7 @@ int responses_tools_text(int64_t *seq, struct responses_stream *st, const struct
     int n = 0;
     if (len == 0) return 0;
     if (st->open != RESPONSES_OPEN_MESSAGE) {
-        n += finish_item(seq, st, meta, ev);
+        n += finish_item(seq, st, meta, ev, "completed");
         int k = st->n_items++;
         st->open = RESPONSES_OPEN_MESSAGE;
         n += event(seq, ev + n, "response.output_item.added",
@@ -618,7 +619,7 @@ int responses_tools_reasoning(int64_t *seq, struct responses_stream *st, const s
     int n = 0;
     if (len == 0) return 0;
     if (st->open != RESPONSES_OPEN_REASONING) {
-        n += finish_item(seq, st, meta, ev);
+        n += finish_item(seq, st, meta, ev, "completed");
         int k = st->n_items++;
         st->open = RESPONSES_OPEN_REASONING;
         n += event(seq, ev + n, "response.output_item.added",
@@ -635,7 +636,7 @@ int responses_tools_call(int64_t *seq, struct responses_stream *st, const struct
                          const char *call_id, const char *name, const char *args, size_t len, struct sse_event *ev) {
     int n = 0;
     if (call_id) { /* a new call: its item */
-        n += finish_item(seq, st, meta, ev);
+        n += finish_item(seq, st, meta, ev, "completed");
         free(st->name);
         st->name = strdup(name ? name : "");
         snprintf(st->call_id, sizeof st->call_id, "%s", call_id);
@@ -655,7 +656,7 @@ int responses_tools_call(int64_t *seq, struct responses_stream *st, const struct
 int responses_tools_close(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
                           const struct completion_params *p, const struct completion_result *r,
                           struct sse_event *ev) {
-    int n = finish_item(seq, st, meta, ev);
+    int n = finish_item(seq, st, meta, ev, status_of(r));
     json_t *items = st->items ? json_incref(st->items) : json_array();
     n += event(seq, ev + n, incomplete(r) ? "response.incomplete" : "response.completed",
                json_pack("{s:o}", "response", response_object_with(meta, p, r, items)));

@@ -38,7 +38,7 @@
  *    role: "assistant", content: [{type: "output_text", text, annotations: [], logprobs: []}]},
  *    then per tool call {id: "fc_...", type: "function_call", call_id: "call_...", name,
  *    arguments (JSON text), status: "completed"}] (the message only when it has text or no call
- *    was made), parallel_tool_calls, previous_response_id: null, reasoning: {effort: null,
+ *    was made and there was no reasoning), parallel_tool_calls, previous_response_id: null, reasoning: {effort: null,
  *    summary: null}, store: false, temperature, text: {format: {type: "text"}}, tool_choice,
  *    tools (the request's), top_p, truncation: "disabled", usage: {input_tokens,
  *    input_tokens_details: {cached_tokens}, output_tokens, output_tokens_details:
@@ -67,7 +67,8 @@
  * an item gives output_text.done + content_part.done, function_call_arguments.done {item_id,
  * output_index, arguments} or reasoning_text.done {item_id, output_index, content_index, text},
  * then output_item.done. A request whose output is read for reasoning streams this way too.
- * close finishes the open item, then response.completed whose output is the items streamed.
+ * close finishes the open item (its status the response's), then response.completed whose output is
+ * the items streamed.
  * Each stream function fills ev[] (at most SSE_EVENTS_MAX) and returns the count; an event whose
  * data is NULL ran out of memory (the caller ends the stream). The caller frees every data.
  *
