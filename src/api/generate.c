@@ -412,6 +412,8 @@ static void typed_error(struct gen_job *job, const struct api_error *err) {
 static void typed_parsed(struct gen_job *job, const struct tool_delta *d) {
     struct sse_event ev[SSE_EVENTS_MAX];
     bool resp = job->p.endpoint == API_OAI_RESPONSES;
+    if (resp && d->reasoning_len)
+        send_events(job, ev, responses_tools_reasoning(&job->seq, &job->rst, &job->meta, d->reasoning, d->reasoning_len, ev));
     send_events(job, ev, resp ? responses_tools_text(&job->seq, &job->rst, &job->meta, d->content, d->content_len, ev)
                               : anthropic_tools_text(&job->ast, d->content, d->content_len, ev));
     for (size_t k = 0; k < d->n_calls && !job->dead; k++) {
@@ -860,7 +862,7 @@ static void generate(struct http_request *req, struct serving *srv, enum api_end
     job_start(job);
 }
 
-/* Chat, /v1/responses and /v1/messages (whose params keep reasoning in the text): whether and how the output
+/* Chat, /v1/responses and /v1/messages (the last keeps reasoning in the text): whether and how the output
  * is read for reasoning and tool calls, and the calls' grammar
  * (into p.grammar: "required" and a named tool from the start, "auto" lazily from the syntax's
  * opener; a tool schema the converter refuses is a 400 then, and leaves "auto" unconstrained). */

@@ -115,9 +115,10 @@ static int input_item(struct params_parser *ps, const json_t *item, size_t i, js
         const char *t = json_string_value(type);
         if (!strcmp(t, "function_call")) return call_item(ps, item, i, msgs);
         if (!strcmp(t, "function_call_output")) return call_output_item(ps, item, i, msgs);
+        if (!strcmp(t, "reasoning")) return 0; /* a past turn's reasoning: templates drop it from history */
         if (strcmp(t, "message"))
             return params_bad(ps, where, "input items of type \"%.40s\" are not supported (message, "
-                              "function_call, function_call_output)", t);
+                              "function_call, function_call_output, reasoning)", t);
     }
     const char *role = json_string_value(json_object_get(item, "role"));
     snprintf(where, sizeof where, "input[%zu].role", i);
@@ -220,7 +221,7 @@ static int parse_tools(struct params_parser *ps, struct completion_params *p) {
     p->parallel_tool_calls = true;
     if ((rc = params_bool(ps, "parallel_tool_calls", &p->parallel_tool_calls)) < 0) return rc;
     p->tool_choice = n ? TOOL_CHOICE_AUTO : TOOL_CHOICE_NONE;
-    p->reasoning_format = 0; /* reasoning stays in the text: the output items are messages and calls */
+    p->reasoning_format = -1; /* the server's --reasoning-format: reasoning blocks become reasoning items */
     const json_t *tc = json_object_get(body, "tool_choice");
     if (json_is_string(tc)) {
         const char *s = json_string_value(tc);
@@ -315,6 +316,19 @@ static json_t *message_at(const struct response_meta *meta, int k, const char *s
                      "assistant", "content", content);
 }
 
+/* A reasoning item at output index k: its id is the message's with "rs_" for "msg_"; text NULL:
+ * in progress (content []). */
+static json_t *reasoning_at(const struct response_meta *meta, int k, const char *status, const char *text,
+                            size_t len) {
+    char id[96], rs[100];
+    item_id_at(meta, k, id, sizeof id);
+    snprintf(rs, sizeof rs, "rs_%s", id + 4);
+    json_t *content = text ? json_pack("[{s:s, s:o}]", "type", "reasoning_text", "text", render_json_text(text, len))
+                           : json_array();
+    return json_pack("{s:s, s:s, s:s, s:[], s:o}", "id", rs, "type", "reasoning", "status", status, "summary",
+                     "content", content);
+}
+
 /* The message item: r NULL while in progress (no content yet). */
 static json_t *message_item(const struct response_meta *meta, const struct completion_result *r) {
     return message_at(meta, 0, status_of(r), r ? r->text : NULL, r ? r->text_len : 0);
@@ -330,11 +344,19 @@ static json_t *call_item_out(const char *call_id, const char *name, const char *
                      status);
 }
 
-/* The output items of a finished result: the message (when it has text or made no calls), then
- * one function_call item per call. */
+/* The output items of a finished result: the reasoning (when there was some), the message (when
+ * it has text, or nothing else came), then one function_call item per call. */
 static json_t *output_of(const struct response_meta *meta, const struct completion_result *r) {
     json_t *out = json_array();
-    if (out && (r->text_len > 0 || r->n_tool_calls == 0) && json_array_append_new(out, message_item(meta, r)) < 0) {
+    bool think = r->reasoning_len > 0;
+    if (out && think &&
+        json_array_append_new(out, reasoning_at(meta, 0, status_of(r), r->reasoning, r->reasoning_len)) < 0) {
+        json_decref(out);
+        out = NULL;
+    }
+    if (out && (r->text_len > 0 || (r->n_tool_calls == 0 && !think)) && /* as streamed: items that have text */
+        json_array_append_new(out, think ? message_at(meta, 1, status_of(r), r->text, r->text_len)
+                                         : message_item(meta, r)) < 0) {
         json_decref(out);
         out = NULL;
     }
@@ -515,15 +537,24 @@ static json_t *part_address_at(const struct response_meta *meta, int k) {
     return json_pack("{s:s, s:i, s:i}", "item_id", id, "output_index", k, "content_index", 0);
 }
 
+/* {item_id, output_index, content_index: 0} of the open reasoning item. */
+static json_t *reasoning_address(const struct response_meta *meta, int k) {
+    char id[96], rs[100];
+    item_id_at(meta, k, id, sizeof id);
+    snprintf(rs, sizeof rs, "rs_%s", id + 4);
+    return json_pack("{s:s, s:i, s:i}", "item_id", rs, "output_index", k, "content_index", 0);
+}
+
 static json_t *call_address(const struct responses_stream *st) {
     char id[64];
     snprintf(id, sizeof id, "fc_%s", strncmp(st->call_id, "call_", 5) ? st->call_id : st->call_id + 5);
     return json_pack("{s:s, s:i}", "item_id", id, "output_index", st->n_items - 1);
 }
 
-/* The events that finish the open item (at most 3); the item joins st->items. */
+/* The events that finish the open item (at most 3) with status (the last item's is the
+ * response's); the item joins st->items. */
 static int finish_item(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
-                       struct sse_event *ev) {
+                       struct sse_event *ev, const char *status) {
     int n = 0, k = st->n_items - 1;
     const char *text = st->buf ? st->buf : "";
     json_t *item = NULL;
@@ -532,11 +563,15 @@ static int finish_item(int64_t *seq, struct responses_stream *st, const struct r
         n += event(seq, ev + n, "response.output_text.done", render_with(o, "logprobs", json_array()));
         n += event(seq, ev + n, "response.content_part.done",
                    render_with(part_address_at(meta, k), "part", text_part(text, st->len)));
-        item = message_at(meta, k, "completed", text, st->len);
+        item = message_at(meta, k, status, text, st->len);
+    } else if (st->open == RESPONSES_OPEN_REASONING) {
+        n += event(seq, ev + n, "response.reasoning_text.done",
+                   render_with(reasoning_address(meta, k), "text", render_json_text(text, st->len)));
+        item = reasoning_at(meta, k, status, text, st->len);
     } else if (st->open == RESPONSES_OPEN_CALL) {
         n += event(seq, ev + n, "response.function_call_arguments.done",
                    render_with(call_address(st), "arguments", render_json_text(text, st->len)));
-        item = call_item_out(st->call_id, st->name, text, st->len, "completed");
+        item = call_item_out(st->call_id, st->name, text, st->len, status);
     } else
         return 0;
     if (!st->items) st->items = json_array();
@@ -564,7 +599,7 @@ int responses_tools_text(int64_t *seq, struct responses_stream *st, const struct
     int n = 0;
     if (len == 0) return 0;
     if (st->open != RESPONSES_OPEN_MESSAGE) {
-        n += finish_item(seq, st, meta, ev);
+        n += finish_item(seq, st, meta, ev, "completed");
         int k = st->n_items++;
         st->open = RESPONSES_OPEN_MESSAGE;
         n += event(seq, ev + n, "response.output_item.added",
@@ -579,11 +614,29 @@ int responses_tools_text(int64_t *seq, struct responses_stream *st, const struct
     return n;
 }
 
+int responses_tools_reasoning(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
+                              const char *text, size_t len, struct sse_event *ev) {
+    int n = 0;
+    if (len == 0) return 0;
+    if (st->open != RESPONSES_OPEN_REASONING) {
+        n += finish_item(seq, st, meta, ev, "completed");
+        int k = st->n_items++;
+        st->open = RESPONSES_OPEN_REASONING;
+        n += event(seq, ev + n, "response.output_item.added",
+                   json_pack("{s:i, s:o}", "output_index", k, "item", reasoning_at(meta, k, "in_progress", NULL, 0)));
+    }
+    json_t *o = buf_add(st, text, len) ? render_with(reasoning_address(meta, st->n_items - 1), "delta",
+                                                     render_json_text(text, len))
+                                       : NULL;
+    n += event(seq, ev + n, "response.reasoning_text.delta", o);
+    return n;
+}
+
 int responses_tools_call(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
                          const char *call_id, const char *name, const char *args, size_t len, struct sse_event *ev) {
     int n = 0;
     if (call_id) { /* a new call: its item */
-        n += finish_item(seq, st, meta, ev);
+        n += finish_item(seq, st, meta, ev, "completed");
         free(st->name);
         st->name = strdup(name ? name : "");
         snprintf(st->call_id, sizeof st->call_id, "%s", call_id);
@@ -603,7 +656,7 @@ int responses_tools_call(int64_t *seq, struct responses_stream *st, const struct
 int responses_tools_close(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
                           const struct completion_params *p, const struct completion_result *r,
                           struct sse_event *ev) {
-    int n = finish_item(seq, st, meta, ev);
+    int n = finish_item(seq, st, meta, ev, status_of(r));
     json_t *items = st->items ? json_incref(st->items) : json_array();
     n += event(seq, ev + n, incomplete(r) ? "response.incomplete" : "response.completed",
                json_pack("{s:o}", "response", response_object_with(meta, p, r, items)));

@@ -10,14 +10,17 @@
  *                      "text": string}, concatenated in order; a function_call {call_id, name,
  *                      arguments} (joins the assistant turn before it as one of its tool_calls);
  *                      a function_call_output {call_id, output: string | [parts]} (a "tool"
- *                      message). Other part types (input_image, input_file, ...) and other items
- *                      (reasoning, ...) are refused with a 400 naming them (text only).
+ *                      message); a reasoning item (accepted and left out: templates drop past
+ *                      reasoning). Other part types (input_image, input_file, ...) and other items
+ *                      are refused with a 400 naming them (text only).
  *   tools              [{"type": "function", "name", "description"?, "parameters"?, "strict"?}]
  *                      (other tool types are a 400), read as the chat API's function tools
  *                      (tool_calls.h: the template shows them, a grammar holds the calls to the
  *                      schemas). tool_choice "auto" (default with tools), "none", "required" or
  *                      {"type": "function", "name"}; parallel_tool_calls (default true).
- *                      Reasoning blocks stay in the text.
+ *   The output is read for reasoning as on /v1/chat/completions (when the chat template has a
+ *   reasoning block and the server's --reasoning-format is not "none"): the reasoning becomes a
+ *   reasoning output item before the message.
  *   instructions       a string: the system message, before the input.
  *   max_output_tokens  >= 1 (absent: until EOS or the context ends).
  *   temperature        [0, 2]; top_p [0, 1]; stream (bool); model (echoed back).
@@ -29,11 +32,13 @@
  * Response object (what every renderer below builds on):
  *   {id: "resp_...", object: "response", created_at, status: "completed" | "incomplete" |
  *    "in_progress", error: null, incomplete_details: null | {reason: "max_output_tokens"},
- *    instructions, max_output_tokens, model, output: [{id: "msg_...", type: "message", status,
+ *    instructions, max_output_tokens, model, output: [{id: "rs_...", type: "reasoning", status,
+ *    summary: [], content: [{type: "reasoning_text", text}]} (when there was reasoning; the
+ *    message's id then ends "_1"), {id: "msg_...", type: "message", status,
  *    role: "assistant", content: [{type: "output_text", text, annotations: [], logprobs: []}]},
  *    then per tool call {id: "fc_...", type: "function_call", call_id: "call_...", name,
  *    arguments (JSON text), status: "completed"}] (the message only when it has text or no call
- *    was made), parallel_tool_calls, previous_response_id: null, reasoning: {effort: null,
+ *    was made and there was no reasoning), parallel_tool_calls, previous_response_id: null, reasoning: {effort: null,
  *    summary: null}, store: false, temperature, text: {format: {type: "text"}}, tool_choice,
  *    tools (the request's), top_p, truncation: "disabled", usage: {input_tokens,
  *    input_tokens_details: {cached_tokens}, output_tokens, output_tokens_details:
@@ -52,14 +57,18 @@
  *          response.output_item.done {output_index, item}, then response.completed {response}
  *          or, when incomplete, response.incomplete {response}
  *   error: error {code, message, param} (the generation failed mid-stream)
- * With tools the output items open as they come (struct responses_stream, the responses_tools_*
+ * With tools (or reasoning) the output items open as they come (struct responses_stream, the responses_tools_*
  * functions): open gives response.created and response.in_progress only; text opens a message
  * item (output_item.added, content_part.added) unless one is open, then output_text.delta; a
  * call finishes the open item and adds a function_call item (output_item.added with arguments
  * ""), its arguments arriving as response.function_call_arguments.delta {item_id, output_index,
- * delta}; finishing an item gives output_text.done + content_part.done or
- * function_call_arguments.done {item_id, output_index, arguments}, then output_item.done.
- * close finishes the open item, then response.completed whose output is the items streamed.
+ * delta}; reasoning opens a reasoning item (output_item.added, content []) unless one is open,
+ * then response.reasoning_text.delta {item_id, output_index, content_index: 0, delta}; finishing
+ * an item gives output_text.done + content_part.done, function_call_arguments.done {item_id,
+ * output_index, arguments} or reasoning_text.done {item_id, output_index, content_index, text},
+ * then output_item.done. A request whose output is read for reasoning streams this way too.
+ * close finishes the open item (its status the response's), then response.completed whose output is
+ * the items streamed.
  * Each stream function fills ev[] (at most SSE_EVENTS_MAX) and returns the count; an event whose
  * data is NULL ran out of memory (the caller ends the stream). The caller frees every data.
  *
@@ -93,7 +102,7 @@ int responses_stream_close(int64_t *seq, const struct response_meta *meta, const
 /* A stream with tools: its output items so far. Zero-initialised; responses_stream_free. */
 struct responses_stream {
     int n_items;                 /* output items opened */
-    enum { RESPONSES_OPEN_NONE = 0, RESPONSES_OPEN_MESSAGE, RESPONSES_OPEN_CALL } open;
+    enum { RESPONSES_OPEN_NONE = 0, RESPONSES_OPEN_MESSAGE, RESPONSES_OPEN_CALL, RESPONSES_OPEN_REASONING } open;
     char call_id[40];            /* the open call's */
     char *name;                  /* the open call's function (owned) */
     char *buf;                   /* the open item's text or arguments so far (owned) */
@@ -105,6 +114,9 @@ int responses_tools_open(int64_t *seq, const struct response_meta *meta, const s
                          struct sse_event *ev);
 int responses_tools_text(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
                          const char *text, size_t len, struct sse_event *ev);
+/* Reasoning text: opens a reasoning item unless one is open, then response.reasoning_text.delta. */
+int responses_tools_reasoning(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
+                              const char *text, size_t len, struct sse_event *ev);
 /* call_id and name: a new call (tool_call_delta's id, name), else more arguments of the open one. */
 int responses_tools_call(int64_t *seq, struct responses_stream *st, const struct response_meta *meta,
                          const char *call_id, const char *name, const char *args, size_t len, struct sse_event *ev);

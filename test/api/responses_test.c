@@ -64,7 +64,7 @@ TEST(responses_parse_refusals_name_the_field) {
         {"{\"input\":[{\"role\":\"user\",\"content\":\"x\"},{\"type\":\"function_call_output\",\"output\":\"y\"}]}",
          "input[1].call_id", "required"},
         {"{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", "input[0].output", "required"},
-        {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0]", "\"reasoning\""},
+        {"{\"input\":[{\"type\":\"web_search_call\"}]}", "input[0]", "\"web_search_call\""},
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}", "input[0].content[0]",
          "\"input_image\""},
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\"}]}]}", "input[0].content[0]", "text"},
@@ -375,6 +375,90 @@ TEST(responses_render_function_calls_whole_and_streamed) {
     CHECK_EQ_STR(sget(json_array_get(json_object_get(json_array_get(out, 0), "content"), 0), "text"), "Hi");
     CHECK_EQ_STR(sget(json_array_get(out, 1), "arguments"), "{\"a\":1}");
     CHECK_EQ_STR(sget(json_array_get(out, 2), "call_id"), "call_B");
+    json_decref(final);
+    free_events(ev, n);
+    responses_stream_free(&st);
+    completion_params_free(&p);
+}
+
+TEST(responses_render_reasoning_whole_and_streamed) {
+    struct completion_params p;
+    struct api_error err;
+    /* a reasoning item sent back is accepted and left out of the prompt */
+    CHECK_EQ_INT(parse(&p, "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"type\":\"reasoning\","
+                           "\"id\":\"rs_1\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"t\"}]},"
+                           "{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}",
+                       &err), 0);
+    CHECK_EQ_INT(p.reasoning_format, -1); /* the server's --reasoning-format decides */
+    completion_params_free(&p);
+    CHECK_EQ_INT(parse(&p, "{\"input\":\"x\"}", &err), 0);
+    struct completion_result r = {.text = "Hi", .text_len = 2, .reasoning = "hmm", .reasoning_len = 3,
+                                  .stop_type = STOP_TYPE_EOS};
+    json_t *j = load(render_response(&meta, &p, &r));
+    CHECK(j);
+    json_t *out = json_object_get(j, "output");
+    CHECK_EQ_INT(json_array_size(out), 2); /* the reasoning, then the message */
+    json_t *rs = json_array_get(out, 0);
+    CHECK_EQ_STR(sget(rs, "type"), "reasoning");
+    CHECK_EQ_STR(sget(rs, "id"), "rs_abc");
+    CHECK_EQ_INT(json_array_size(json_object_get(rs, "summary")), 0);
+    CHECK_EQ_STR(sget(json_array_get(json_object_get(rs, "content"), 0), "type"), "reasoning_text");
+    CHECK_EQ_STR(sget(json_array_get(json_object_get(rs, "content"), 0), "text"), "hmm");
+    CHECK_EQ_STR(sget(json_array_get(out, 1), "type"), "message");
+    CHECK_EQ_STR(sget(json_array_get(out, 1), "id"), "msg_abc_1");
+    json_decref(j);
+
+    /* streamed: reasoning in two pieces, then text */
+    struct responses_stream st = {0};
+    struct sse_event ev[SSE_EVENTS_MAX];
+    int64_t seq = 0;
+    int n = responses_tools_open(&seq, &meta, &p, ev);
+    free_events(ev, n);
+    n = responses_tools_reasoning(&seq, &st, &meta, "hm", 2, ev);
+    CHECK_EQ_INT(n, 2);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.output_item.added", "response.reasoning_text.delta"},
+                       2));
+    json_t *added = load(ev[0].data), *d = load(ev[1].data);
+    ev[0].data = ev[1].data = NULL;
+    CHECK_EQ_STR(sget(json_object_get(added, "item"), "type"), "reasoning");
+    CHECK_EQ_STR(sget(json_object_get(added, "item"), "status"), "in_progress");
+    CHECK_EQ_INT(iget(added, "output_index"), 0);
+    CHECK_EQ_STR(sget(d, "item_id"), "rs_abc");
+    CHECK_EQ_INT(iget(d, "output_index"), 0);
+    CHECK_EQ_INT(iget(d, "content_index"), 0);
+    CHECK_EQ_STR(sget(d, "delta"), "hm");
+    json_decref(added);
+    json_decref(d);
+    free_events(ev, n);
+    n = responses_tools_reasoning(&seq, &st, &meta, "m", 1, ev);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.reasoning_text.delta"}, 4));
+    free_events(ev, n);
+    n = responses_tools_text(&seq, &st, &meta, "Hi", 2, ev);
+    CHECK_EQ_INT(n, 5);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.reasoning_text.done", "response.output_item.done",
+                                                       "response.output_item.added", "response.content_part.added",
+                                                       "response.output_text.delta"}, 5));
+    json_t *rdone = load(ev[0].data), *idone = load(ev[1].data), *madded = load(ev[2].data);
+    ev[0].data = ev[1].data = ev[2].data = NULL;
+    CHECK_EQ_STR(sget(rdone, "text"), "hmm");
+    CHECK_EQ_STR(sget(rdone, "item_id"), "rs_abc");
+    CHECK_EQ_STR(sget(json_object_get(idone, "item"), "status"), "completed");
+    CHECK_EQ_STR(sget(json_array_get(json_object_get(json_object_get(idone, "item"), "content"), 0), "text"), "hmm");
+    CHECK_EQ_INT(iget(madded, "output_index"), 1);
+    CHECK_EQ_STR(sget(json_object_get(madded, "item"), "id"), "msg_abc_1");
+    json_decref(rdone);
+    json_decref(idone);
+    json_decref(madded);
+    free_events(ev, n);
+    n = responses_tools_close(&seq, &st, &meta, &p, &r, ev);
+    CHECK(check_events(t, ev, n, (const char *const[]){"response.output_text.done", "response.content_part.done",
+                                                       "response.output_item.done", "response.completed"}, 10));
+    json_t *final = load(ev[3].data);
+    ev[3].data = NULL;
+    out = json_object_get(json_object_get(final, "response"), "output");
+    CHECK_EQ_INT(json_array_size(out), 2);
+    CHECK_EQ_STR(sget(json_array_get(out, 0), "type"), "reasoning");
+    CHECK_EQ_STR(sget(json_array_get(out, 1), "type"), "message");
     json_decref(final);
     free_events(ev, n);
     responses_stream_free(&st);

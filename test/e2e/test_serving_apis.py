@@ -115,7 +115,7 @@ def test_responses_stream_events(srv):
 @pytest.mark.parametrize("body,param,word", [
     ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id", "required"),
     ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output", "required"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]", "reasoning"),
+    ({"input": [{"type": "web_search_call", "status": "completed"}]}, "input[0]", "web_search_call"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]",
      "input_image"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role", "robot"),

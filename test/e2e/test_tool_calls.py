@@ -2,7 +2,8 @@
 Qwen2.5 template of ../shared/chat/tools.jsonl (Hermes <tool_call> syntax). With tool_choice
 "required" or a named tool every seeded generation is a call, whole and streamed, whose arguments
 validate against the tool's schema; "none" and "auto" answer text; the request fields' 400s; and
-reasoning_content under a template that opens the reasoning block (QwQ's); the same tools through
+reasoning_content under a template that opens the reasoning block (QwQ's), and the same reasoning
+as /v1/responses reasoning items; the same tools through
 /v1/responses (function_call items) and /v1/messages (tool_use blocks)."""
 import json
 
@@ -179,6 +180,37 @@ def test_reasoning_content_when_the_template_opens_the_block(tmp_path):
         got = "".join(json.loads(e)["choices"][0]["delta"].get("reasoning_content") or ""
                       for e in events[:-1] if json.loads(e)["choices"])
         assert got == msg["reasoning_content"]
+        # /v1/responses: the same reasoning as a reasoning item before the message, whole and streamed
+        rbody = {"input": "2 + 2?", "temperature": 0, "max_output_tokens": 12}
+        status, whole = post(srv, "/v1/responses", rbody)
+        assert status == 200, whole
+        rs = whole["output"][0]
+        assert rs["type"] == "reasoning" and rs["id"].startswith("rs_") and rs["summary"] == [], rs
+        assert [c["type"] for c in rs["content"]] == ["reasoning_text"], rs
+        assert rs["content"][0]["text"] == msg["reasoning_content"]
+        assert [i["type"] for i in whole["output"][1:]] == (["message"] if msg["content"] else [])
+        if msg["content"]:
+            assert whole["output"][1]["content"][0]["text"] == msg["content"]
+        events = typed_stream(srv, "/v1/responses", rbody)
+        names = [n for n, _ in events]
+        assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+        assert names[:3] == ["response.created", "response.in_progress", "response.output_item.added"], names
+        added = events[2][1]["item"]
+        assert added["type"] == "reasoning" and added["id"].startswith("rs_") and events[2][1]["output_index"] == 0
+        deltas = [d for n, d in events if n == "response.reasoning_text.delta"]
+        assert all(d["item_id"] == added["id"] and d["output_index"] == 0 and d["content_index"] == 0 for d in deltas)
+        assert "".join(d["delta"] for d in deltas) == rs["content"][0]["text"]
+        assert names.index("response.reasoning_text.done") < names.index("response.output_item.done")
+        assert [d["text"] for n, d in events if n == "response.reasoning_text.done"] == [rs["content"][0]["text"]]
+        assert names[-1] in ("response.completed", "response.incomplete")
+        def no_ids(items):  # each response draws its own id
+            return [{k: v for k, v in i.items() if k != "id"} for i in items]
+        assert no_ids(events[-1][1]["response"]["output"]) == no_ids(whole["output"])
+        # the reasoning item sent back with the next turn is accepted
+        status, out = post(srv, "/v1/responses", {"input": [{"role": "user", "content": "2 + 2?"}, rs,
+                                                            {"role": "user", "content": "And 3 + 3?"}],
+                                                  "max_output_tokens": 4})
+        assert status == 200, out
     finally:
         srv.stop()
 
