@@ -4,6 +4,7 @@
 #include "api/anthropic.h"
 
 #include "api/errors.h"
+#include "api/tool_calls.h"
 #include "common/err.h"
 
 #include <jansson.h>
@@ -142,43 +143,11 @@ static int one_message(struct params_parser *ps, const char *role, const json_t 
 /* tools [{name, description?, input_schema?}] as chat tools in p->chat.tools, and tool_choice
  * {type: auto|any|tool|none, name, disable_parallel_tool_use} into p. */
 static int parse_tools(struct params_parser *ps, struct completion_params *p) {
+    static const struct tool_flat_api api = {"custom", false, "custom tools with input_schema only", "input_schema"};
     const json_t *body = params_body(ps);
-    const json_t *tools = json_object_get(body, "tools");
-    char where[96];
-    if (tools && !json_is_null(tools) && !json_is_array(tools)) return params_bad(ps, "tools", "expected an array");
-    size_t n = json_array_size(tools), i;
-    json_t *chat = json_array();
-    if (!chat) return -ERR_NOMEM;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        snprintf(where, sizeof where, "tools[%zu]", i);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        const json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
-        const json_t *schema = json_object_get(t, "input_schema");
-        int rc = 0;
-        if (!json_is_object(t)) rc = params_bad(ps, where, "expected a tool (an object)");
-        else if (type && strcmp(type, "custom"))
-            rc = params_bad(ps, where, "tools of type \"%.40s\" are not supported (custom tools with "
-                            "input_schema only)", type);
-        else if (!json_is_string(name) || json_string_length(name) == 0) {
-            snprintf(where, sizeof where, "tools[%zu].name", i);
-            rc = params_bad(ps, where, "required: a non-empty string");
-        } else if (schema && !json_is_null(schema) && !json_is_object(schema)) {
-            snprintf(where, sizeof where, "tools[%zu].input_schema", i);
-            rc = params_bad(ps, where, "expected a JSON Schema object");
-        }
-        json_t *fn = rc < 0 ? NULL : json_pack("{s:O}", "name", name);
-        if (fn && json_is_string(desc)) fn = render_with(fn, "description", json_incref((json_t *)desc));
-        if (fn && json_is_object(schema)) fn = render_with(fn, "parameters", json_incref((json_t *)schema));
-        json_t *ct = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
-        if (rc == 0 && (!ct || json_array_append_new(chat, ct) < 0)) rc = -ERR_NOMEM;
-        if (rc < 0) {
-            json_decref(chat);
-            return rc;
-        }
-    }
-    json_decref((json_t *)p->chat.tools);
-    p->chat.tools = chat; /* owned by p (chat_fields_free) */
+    size_t n;
+    int rc = tool_flat_parse(ps, p, &api, &n);
+    if (rc < 0) return rc;
     p->tool_choice = n ? TOOL_CHOICE_AUTO : TOOL_CHOICE_NONE;
     p->parallel_tool_calls = true;
     p->reasoning_format = 0; /* reasoning stays in the text */
@@ -198,11 +167,7 @@ static int parse_tools(struct params_parser *ps, struct completion_params *p) {
     } else if (!strcmp(type, "tool")) {
         const char *name = json_string_value(json_object_get(tc, "name"));
         if (!name) return params_bad(ps, "tool_choice.name", "required: a string");
-        for (i = 0; i < n && !p->tool_name; i++) {
-            const json_t *v = json_object_get(json_object_get(json_array_get(chat, i), "function"), "name");
-            if (!strcmp(json_string_value(v), name)) p->tool_name = json_string_value(v);
-        }
-        if (!p->tool_name) return params_bad(ps, "tool_choice.name", "no tool is named \"%.64s\"", name);
+        if (!(p->tool_name = tool_flat_named(p, name))) return params_bad(ps, "tool_choice.name", "no tool is named \"%.64s\"", name);
         p->tool_choice = TOOL_CHOICE_NAMED;
     } else
         return params_bad(ps, "tool_choice.type", "expected \"auto\", \"any\", \"tool\" or \"none\"");

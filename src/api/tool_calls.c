@@ -7,6 +7,7 @@
 #include "api/ids.h"
 #include "api/json_schema.h"
 #include "api/params.h"
+#include "api/render.h"
 #include "common/err.h"
 #include "common/strbuf.h"
 
@@ -1358,4 +1359,56 @@ int tool_params_parse(struct params_parser *pp, struct completion_params *p) {
             return params_bad(pp, "response_format", "cannot be combined with tools (use tool_choice \"none\")");
     }
     return 0;
+}
+
+int tool_flat_parse(struct params_parser *ps, struct completion_params *p, const struct tool_flat_api *api,
+                    size_t *n_tools) {
+    const json_t *tools = json_object_get(params_body(ps), "tools");
+    char where[96];
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) return params_bad(ps, "tools", "expected an array");
+    json_t *chat = json_array();
+    if (!chat) return -ERR_NOMEM;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        snprintf(where, sizeof where, "tools[%zu]", i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
+        const json_t *schema = json_object_get(t, api->schema_key);
+        int rc = 0;
+        if (!json_is_object(t) || (api->type_required && !type))
+            rc = params_bad(ps, where, api->type_required ? "expected a tool with a type" : "expected a tool (an object)");
+        else if (type && strcmp(type, api->type))
+            rc = params_bad(ps, where, "tools of type \"%.40s\" are not supported (%s)", type, api->types_served);
+        else if (!json_is_string(name) || json_string_length(name) == 0) {
+            snprintf(where, sizeof where, "tools[%zu].name", i);
+            rc = params_bad(ps, where, "required: a non-empty string");
+        } else if (schema && !json_is_null(schema) && !json_is_object(schema)) {
+            snprintf(where, sizeof where, "tools[%zu].%s", i, api->schema_key);
+            rc = params_bad(ps, where, "expected a JSON Schema object");
+        }
+        json_t *fn = rc < 0 ? NULL : json_pack("{s:O}", "name", name);
+        if (fn && json_is_string(desc)) fn = render_with(fn, "description", json_incref((json_t *)desc));
+        if (fn && json_is_object(schema)) fn = render_with(fn, "parameters", json_incref((json_t *)schema));
+        json_t *ct = fn ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
+        if (rc == 0 && (!ct || json_array_append_new(chat, ct) < 0)) rc = -ERR_NOMEM;
+        if (rc < 0) {
+            json_decref(chat);
+            return rc;
+        }
+    }
+    json_decref((json_t *)p->chat.tools);
+    p->chat.tools = chat; /* owned by p (chat_fields_free) */
+    *n_tools = json_array_size(tools);
+    return 0;
+}
+
+const char *tool_flat_named(const struct completion_params *p, const char *name) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(p->chat.tools, i, t) {
+        const char *v = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (v && !strcmp(v, name)) return v;
+    }
+    return NULL;
 }

@@ -180,4 +180,19 @@ struct params_parser;
 struct completion_params;
 int tool_params_parse(struct params_parser *pp, struct completion_params *p);
 
+/* The flat tools of /v1/responses and /v1/messages ({type, name, description, <schema_key>}) as
+ * chat function tools ({type: "function", function: {name, description, parameters}}) into
+ * p->chat.tools, replacing what it held; *n_tools: how many. 0, params.h's errors naming the field
+ * ("tools[2].name", "tools[0].input_schema"), -ERR_NOMEM. */
+struct tool_flat_api {
+    const char *type;          /* the one tool type served ("function", "custom") */
+    bool type_required;        /* a tool without a type is refused (else it is of that type) */
+    const char *types_served;  /* the refusal's parenthesis: "function only" */
+    const char *schema_key;    /* "parameters", "input_schema" */
+};
+int tool_flat_parse(struct params_parser *pp, struct completion_params *p, const struct tool_flat_api *api,
+                    size_t *n_tools);
+/* The name of p->chat.tools' tool called name (pointing into them), or NULL when none is. */
+const char *tool_flat_named(const struct completion_params *p, const char *name);
+
 #endif
