@@ -916,7 +916,7 @@ static int utf8_split(uint32_t lo, uint32_t hi, struct u8seq **seqs, int32_t *n,
     for (int i = 0; i < 3; i++)
         if (lo <= bounds[i] && hi > bounds[i])
             return utf8_split(lo, bounds[i], seqs, n, cap) || utf8_split(bounds[i] + 1, hi, seqs, n, cap) ? -ERR_NOMEM : 0;
-    uint8_t a[4], b[4];
+    uint8_t a[4] = {0}, b[4] = {0}; /* bytes past the length compare equal when forms are merged */
     int len = utf8_encode(lo, a);
     utf8_encode(hi, b);
     for (int i = 1; i < len; i++) {
@@ -1023,6 +1023,9 @@ static int twin_copies(struct compiler *c, int32_t nd, int32_t next, const int32
     if (body < 0) return -1;
     g->st[loop].out = body;
     if (g->n_st - t0 != size) return 0; /* not the same shape: no twins (never seen; a guard) */
+    for (int32_t i = 0; i < n_opt; i++) /* a twin stands for its copy only when their kinds match */
+        for (int32_t k = 0; k < size; k++)
+            if (g->st[block[i] + k].kind != g->st[t0 + k].kind) return 0;
     if (twin_cover(c, g->n_st)) return -1;
     for (int32_t i = 0; i < n_opt; i++)
         for (int32_t k = 0; k < size; k++) {
