@@ -3,6 +3,7 @@
 #   make fuzz FUZZ_SECONDS=600         longer runs
 #   make fuzz FUZZ_TARGETS=gguf        one target (http api gguf tokenizer sampler jinja grammar json_schema)
 #   make fuzz FUZZ_RUNS=10000000       stop each target after this many executions instead
+#   make fuzz FUZZ_JOBS=1              one target at a time (default: one per core)
 #   make -f scripts/fuzz.mk build      only build
 # Targets (test/fuzz/NAME_fuzz.c):
 #   http       the HTTP request parser (src/net/parse.c over llhttp), reads cut at every size
@@ -17,9 +18,10 @@
 # inputs in test/fuzz/regress/NAME/) and keeps what it finds in build-fuzz/corpus/NAME/. A crash is
 # written as build-fuzz/crash-*: reproduce with build-fuzz/fuzz-NAME FILE, fix, then commit the file
 # to test/fuzz/regress/NAME/ where `make test` replays it (test/fuzz/replay_test.c).
-# The run ends with one line per target: executions, seconds, and the result.
+# scripts/fuzz-run runs them and ends with one line per target: executions, seconds, and the result.
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS    ?= -1
+FUZZ_JOBS    ?= $(shell nproc)
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -58,28 +60,11 @@ FUZZ_MAXLEN_json_schema := 4096
 
 SHELL := /bin/bash
 .PHONY: run build
+.SECONDARY: # keep the objects: the next run rebuilds only what changed
 .SECONDEXPANSION:
 run: build
-	@summary=""; status=0; \
-	for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
-	  log=$(FUZZ_BUILD)/fuzz-$$t.log; \
-	  case $$t in gguf) maxlen=$(FUZZ_MAXLEN_gguf);; tokenizer) maxlen=$(FUZZ_MAXLEN_tokenizer);; \
-	              http) maxlen=$(FUZZ_MAXLEN_http);; sampler) maxlen=$(FUZZ_MAXLEN_sampler);; \
-	              jinja) maxlen=$(FUZZ_MAXLEN_jinja);; grammar) maxlen=$(FUZZ_MAXLEN_grammar);; \
-	              json_schema) maxlen=$(FUZZ_MAXLEN_json_schema);; \
-	              *) maxlen=$(FUZZ_MAXLEN_api);; esac; \
-	  seeds=test/fuzz/corpus/$$t; [ -d test/fuzz/regress/$$t ] && seeds="$$seeds test/fuzz/regress/$$t"; \
-	  echo "== fuzz-$$t for $(FUZZ_SECONDS)s (log: $$log)"; \
-	  start=$$(date +%s); \
-	  if $(FUZZ_BUILD)/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -rss_limit_mb=4096 \
-	       -max_len=$$maxlen -artifact_prefix=$(FUZZ_BUILD)/ -print_final_stats=1 \
-	       $(FUZZ_BUILD)/corpus/$$t $$seeds >$$log 2>&1; then result=clean; \
-	  else tail -40 $$log; result="FAILED (input saved as $(FUZZ_BUILD)/crash-*)"; status=1; fi; \
-	  execs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$log | tail -1); \
-	  summary="$$summary$$(printf '%-10s %12s executions %6ss  %s' $$t "$${execs:-?}" $$(( $$(date +%s) - start )) "$$result")\n"; \
-	done; \
-	printf "== fuzz summary (ASan+UBSan, libFuzzer)\n$$summary"; exit $$status
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_JOBS=$(FUZZ_JOBS) \
+	  scripts/fuzz-run $(foreach t,$(FUZZ_TARGETS),$(t):$(or $(FUZZ_MAXLEN_$(t)),$(FUZZ_MAXLEN_api)))
 
 build: $(patsubst %,$(FUZZ_BUILD)/fuzz-%,$(FUZZ_TARGETS))
 
