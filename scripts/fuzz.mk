@@ -72,20 +72,20 @@ run: build
 
 build: $(patsubst %,$(FUZZ_BUILD)/fuzz-%,$(FUZZ_TARGETS))
 
-$(FUZZ_BUILD)/fuzz-%: test/fuzz/%_fuzz.c $$(FUZZ_OBJS_$$*) $$(FUZZ_LLHTTP_$$*)
+$(FUZZ_BUILD)/fuzz-%: test/fuzz/%_fuzz.c $$(FUZZ_OBJS_$$*) $$(FUZZ_LLHTTP_$$*) scripts/fuzz.mk
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS_$*) -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $(filter-out scripts/fuzz.mk,$^) $(FUZZ_LIBS_$*) -lm
 
 # llhttp is generated code: built without our warning flags, strict as in deps.mk (the server's build).
 $(FUZZ_BUILD)/llhttp/%.o: $(LLHTTP_DIR)/%.c scripts/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) -c $< -o $@
 
-$(FUZZ_BUILD)/nocmp/%.o: %.c
+$(FUZZ_BUILD)/nocmp/%.o: %.c scripts/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fno-sanitize-coverage=trace-cmp -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/%.o: %.c
+$(FUZZ_BUILD)/%.o: %.c scripts/fuzz.mk
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
