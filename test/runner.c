@@ -2,6 +2,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Test registration happens in constructors before main: a list is the simplest home. */
@@ -39,9 +40,23 @@ static int selected(const char *name, int argc, char **argv) {
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* the slowest tests, printed at the end: where the suite's time goes */
+    enum { N_SLOW = 8 };
+    struct { const char *name; double s; } slow[N_SLOW] = {{0}};
     for (struct test_case *t = tests_head; t; t = t->next) {
         if (!selected(t->name, argc, argv)) continue;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         t->fn(t);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        int k = N_SLOW;
+        while (k > 0 && (!slow[k - 1].name || slow[k - 1].s < s)) k--;
+        if (k < N_SLOW) {
+            memmove(&slow[k + 1], &slow[k], (size_t)(N_SLOW - 1 - k) * sizeof slow[0]);
+            slow[k].name = t->name;
+            slow[k].s = s;
+        }
         if (t->failed) {
             failed++;
             printf("FAIL %s\n", t->name);
@@ -52,6 +67,8 @@ int main(int argc, char **argv) {
             passed++;
         }
     }
-    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("slowest:");
+    for (int k = 0; k < N_SLOW && slow[k].name; k++) printf(" %s %.1fs", slow[k].name, slow[k].s);
+    printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

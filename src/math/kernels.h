@@ -65,6 +65,8 @@ float quant_dot_q4_K_gemm(int64_t n, const void *w, const void *x);
 /* The same for Q2_K's repacked GEMM (lowbit.c: its chains step per 128 elements). */
 float quant_dot_q2_K_gemm(int64_t n, const void *w, const void *x);
 float quant_dot_f16_tinyblas(int64_t n, const void *w, const void *x);
+/* The same numbers with AVX-512 (simd_level_supported(SIMD_AVX512) only). */
+float quant_dot_f16_tinyblas_avx512(int64_t n, const void *w, const void *x);
 
 /* AVX-512 VNNI only (simd_level_supported(SIMD_AVX512)): y[t * n_out + o] = the dot of Q4_K
  * weight row o (rows w_stride bytes apart) with Q8_K token t (xq_stride bytes apart), for o in

@@ -523,7 +523,8 @@ static void vec_kernels(struct matmul_job *j, enum matmul_path path) {
     enum ggml_type wtype = j->wtype;
     if (path == MATMUL_REFERENCE) {
         j->dot = quant_get_vec_dot(SIMD_SCALAR, wtype);
-        if (wtype == GGML_TYPE_F16 && j->n_tok >= 2) j->dot = quant_dot_f16_tinyblas;
+        if (wtype == GGML_TYPE_F16 && j->n_tok >= 2)
+            j->dot = j->c->level == SIMD_AVX512 ? quant_dot_f16_tinyblas_avx512 : quant_dot_f16_tinyblas;
         if (wtype == GGML_TYPE_Q4_0) j->dot = quant_dot_q4_0_reference;
         if (wtype == GGML_TYPE_Q4_K) j->dot_grouped = quant_dot_q4_K_gemm;
         if (wtype == GGML_TYPE_Q2_K) j->dot_grouped = quant_dot_q2_K_gemm;

@@ -10,7 +10,10 @@
 #include "math/blocks.h"
 #include "math/simd_avx2.h"
 
+#include "math/quant.h"
+
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
@@ -162,6 +165,21 @@ AVX512 static float dot_f16(int64_t n, const void *w, const void *x) {
     float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     for (; i < n; i++) s += h2f(a[i]) * h2f(b[i]);
     return s;
+}
+
+/* quant_dot_f16_tinyblas bit for bit: lane k accumulates elements k, k + 16, ... with one fused
+ * multiply-add each (F16 -> F32 is exact), the tail into the lanes it would reach, the same fold. */
+AVX512 float quant_dot_f16_tinyblas_avx512(int64_t n, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), acc);
+    float lanes[16];
+    _mm512_storeu_ps(lanes, acc);
+    for (int k = 0; i < n; i++, k++) lanes[k] = fmaf(h2f(a[i]), h2f(b[i]), lanes[k]);
+    return quant_fold16(lanes);
 }
 
 /* int16 lane selectors: chunk k of 64 elements as 32 int16 pair-sums, lanes 0-15 take

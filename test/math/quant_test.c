@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const enum ggml_type weight_types[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
@@ -367,6 +368,23 @@ TEST(quant_degenerate_rows) {
                 fprintf(stderr, "  %s: element %d of +-1 decodes to %g\n", ggml_type_info(ty)->name, i, y[i]);
             CHECK((y[i] > 0) == (x[i] > 0));
         }
+    }
+}
+
+/* The AVX-512 tinyBLAS F16 dot gives the scalar one's float exactly, tails included. */
+TEST(quant_f16_tinyblas_avx512_equals_scalar) {
+    if (!simd_level_supported(SIMD_AVX512)) {
+        t->skipped = "no AVX-512 here";
+        return;
+    }
+    enum { N = 1040 };
+    static uint16_t a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = f32_to_fp16(nrand()), b[i] = f32_to_fp16(nrand() * 3.0f);
+    static const int64_t lens[] = {1, 7, 15, 16, 17, 31, 33, 64, 100, 257, 1024, 1040};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        float want = quant_dot_f16_tinyblas(lens[k], a, b), got = quant_dot_f16_tinyblas_avx512(lens[k], a, b);
+        if (memcmp(&want, &got, sizeof want)) fprintf(stderr, "  n %lld: scalar %a, avx512 %a\n", (long long)lens[k], want, got);
+        CHECK(!memcmp(&want, &got, sizeof want));
     }
 }
 
