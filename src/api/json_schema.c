@@ -753,7 +753,10 @@ static int key_excluding(struct conv *c, const char *const *keys, size_t n, size
         }
         struct re tmp = {.c = c, .p = keys[i] + plen, .end = keys[i] + strlen(keys[i]), .start = keys[i]};
         int32_t cp = re_utf8(&tmp);
-        if (cp < 0) return c->err;
+        if (cp < 0) {
+            free(r.s); /* r is this call's own rule */
+            return c->err;
+        }
         bool seen = false;
         for (int k = 0; k < n_next; k++) seen |= nexts[k] == (uint32_t)cp;
         if (!seen && n_next < 64) nexts[n_next++] = (uint32_t)cp, cps_add(&next, (uint32_t)cp, (uint32_t)cp);
@@ -780,7 +783,10 @@ static int key_excluding(struct conv *c, const char *const *keys, size_t n, size
     use(c, P_KCHAR);
     for (int k = 0; k < n_next && !c->err; k++) {
         char pre[512];
-        if (plen + 4 >= sizeof pre) return fail(c, "properties", "property names too long");
+        if (plen + 4 >= sizeof pre) {
+            fail(c, "properties", "property names too long");
+            break;
+        }
         memcpy(pre, prefix, plen);
         uint8_t u[4];
         uint32_t cp = nexts[k];
