@@ -684,6 +684,13 @@ struct byteset {
 };
 
 static bool bs_has(const struct byteset *s, unsigned b) { return (s->w[b >> 6] >> (b & 63)) & 1; }
+static bool bs_equal(const struct byteset *a, const struct byteset *b) {
+    return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
+static int bs_count(const struct byteset *s) {
+    return __builtin_popcountll(s->w[0]) + __builtin_popcountll(s->w[1]) + __builtin_popcountll(s->w[2]) +
+           __builtin_popcountll(s->w[3]);
+}
 static void bs_range(struct byteset *s, unsigned lo, unsigned hi) {
     for (unsigned b = lo; b <= hi; b++) s->w[b >> 6] |= 1ull << (b & 63);
 }
@@ -879,7 +886,7 @@ static int32_t new_set(struct compiler *c, const struct byteset *s) {
     struct grammar *g = c->g;
     /* the last few sets repeat most often (literal bytes, continuation ranges) */
     for (int32_t i = g->n_sets - 1; i >= 0 && i >= g->n_sets - 8; i--)
-        if (!memcmp(&g->sets[i], s, sizeof *s)) return i;
+        if (bs_equal(&g->sets[i], s)) return i;
     if (grow(&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) {
         c->err = -ERR_NOMEM;
         return -1;
@@ -1109,16 +1116,34 @@ static int32_t build(struct compiler *c, int32_t nd, int32_t next, int inline_de
 static void byte_classes(struct grammar *g) {
     uint8_t cls[256] = {0};
     int32_t n = 1;
+    int16_t size[256] = {256}; /* bytes per class */
+    const struct byteset *last = NULL;
     for (int32_t s = 0; s < g->n_sets && n < 256; s++) {
+        const struct byteset *set = &g->sets[s];
+        int count = bs_count(set);
+        if (count == 0 || count == 256 || (last && bs_equal(set, last))) continue; /* splits nothing new */
+        if (count == 1) { /* a literal byte (most sets): it leaves its class unless alone there */
+            unsigned b = 0;
+            while (!bs_has(set, b)) b++;
+            if (size[cls[b]] > 1) {
+                size[cls[b]]--;
+                cls[b] = (uint8_t)n;
+                size[n++] = 1;
+            }
+            continue;
+        }
+        last = set;
         int16_t map_in[256], map_out[256];
         for (int i = 0; i < 256; i++) map_in[i] = map_out[i] = -1;
         int32_t m = 0;
         for (int b = 0; b < 256; b++) {
-            int16_t *map = bs_has(&g->sets[s], (unsigned)b) ? map_in : map_out;
+            int16_t *map = bs_has(set, (unsigned)b) ? map_in : map_out;
             if (map[cls[b]] < 0) map[cls[b]] = (int16_t)m++;
             cls[b] = (uint8_t)map[cls[b]];
         }
         n = m;
+        memset(size, 0, sizeof size);
+        for (int b = 0; b < 256; b++) size[cls[b]]++;
     }
     g->n_cls = n;
     memcpy(g->cls, cls, 256);
