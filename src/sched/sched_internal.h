@@ -210,8 +210,11 @@ bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells);
 /* Free ids into ids[0..n), evicting cache entries other than keep as needed; returns how many
  * (< n when even evicting every other entry does not give n). */
 int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep);
-/* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
-bool sched_cache_make_room(struct sched *s, int64_t need);
+/* States (memory_usage.states_*) admitted sequences still need: one for each that holds none. */
+int64_t sched_cache_pending_states(const struct sched *s);
+/* Evict cache until need cells and states states are free on top of sched_cache_pending_need and
+ * sched_cache_pending_states (a memory without states: cells only); false if impossible. */
+bool sched_cache_make_room(struct sched *s, int64_t need, int64_t states);
 /* Longest shareable prefix of tokens[0..n) held by a live or cached id of the partition (*src). */
 int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const int32_t *tokens, int32_t n,
                                 int32_t *src);

@@ -80,6 +80,35 @@ def test_preemption_keeps_outputs():
         srv.check_clean_exit()
 
 
+def test_more_requests_than_states_take_turns():
+    # 2 recurrent states for 6 concurrent generations (cells to spare): the waiting requests do not
+    # wait for whole generations to end; running sequences are saved (cells and state) and resumed
+    # in turn, and every output is the one the request gives alone
+    srv = serve("--kv-tokens", "2048", "--max-seqs-recurrent", "2")
+    try:
+        m = metrics(srv)
+        assert m["uvlm_recurrent_states_capacity"] == 2 and m["uvlm_kv_cells_capacity"] == 2048
+        assert "2048 cells and 2 recurrent states" in srv.log()
+        reqs = [greedy(p, n_predict=40, cache_prompt=False, ignore_eos=True) for p in PROMPTS]
+        alone = [post(srv, "/completion", r)[1]["content"] for r in reqs]
+        assert metrics(srv)["uvlm_preemptions_total"] == 0
+        together = run_concurrently([lambda r=r: post(srv, "/completion", r) for r in reqs])
+        assert [s for s, _ in together] == [200] * len(reqs), together
+        assert [b["content"] for _, b in together] == alone and len(set(alone)) > 1
+        m = metrics(srv)
+        assert m["uvlm_preemptions_total"] > 0
+        assert m["uvlm_preempted_sequences"] == 0 and m["uvlm_kv_cells_used"] == 0
+        assert m["uvlm_recurrent_states_used"] == 0
+        # with the prompt cache on, states also hold cache entries (evicted for waiting work)
+        cached = run_concurrently([lambda r=r: post(srv, "/completion", dict(r, cache_prompt=True))[1]
+                                   for r in reqs])
+        assert [b["content"] for b in cached] == alone
+        m2 = metrics(srv)
+        assert m2["uvlm_preemptions_total"] > m["uvlm_preemptions_total"]
+        assert 0 < m2["uvlm_recurrent_states_used"] <= 2 and m2["uvlm_recurrent_states_live"] == 0
+    finally:
+        srv.check_clean_exit()
+
 def qwen35_template():
     with open(shared_file("chat", "tools.jsonl")) as f:
         for line in f:
