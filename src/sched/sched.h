@@ -74,6 +74,11 @@
  *     completes, and the last token runs with the next step's decodes. The same prompt again
  *     then reuses n_prompt - 1 tokens (tokens_cached) and runs one, with identical output;
  *     prompt_tokens counts that last token as prompt although it rides with the decodes.
+ *     Such a prompt also keeps a copy of its state at the ends of its first SCHED_PROMPT_COPIES
+ *     (4) chunks, each a cache entry of its own (taken only from a free id and state: they never
+ *     evict), so that a prompt sharing only a prefix of it (a system prompt, earlier turns)
+ *     restarts from the last copy at or before the shared length instead of from scratch, as a
+ *     whole-prefix match of that entry.
  *
  *   - speculative decoding, for a request with draft_max > 0 (one choice, a memory with partial
  *     removal, an engine with sample_draft): a generating sequence's decode carries up to k draft

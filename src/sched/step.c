@@ -845,8 +845,13 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
                 q->last_served = st->number;
                 if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
                     if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
-                        sched_cache_checkpoint(s, st->entries[i].seq);
+                        sched_cache_checkpoint(s, st->entries[i].seq, true);
                     q->checkpoint_at = 0;
+                } else if (q->checkpoint_at > q->n_past && q->n_copies < SCHED_PROMPT_COPIES &&
+                           q->kind == SEQ_LIVE && !q->req->cancelled) {
+                    /* a chunk of a prompt kept as cache ended: a copy of the state here lets a
+                     * prompt sharing only this much restart from it (sched.h) */
+                    q->n_copies += sched_cache_checkpoint(s, st->entries[i].seq, false);
                 }
             }
         }

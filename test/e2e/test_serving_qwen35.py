@@ -1,6 +1,7 @@
 """Serving a hybrid model (../shared/models/qwen35-q8_0.gguf: three gated delta-net layers with a
 recurrent state per sequence, one gated attention layer with KV cells, in one split memory):
-concurrent greedy requests, n choices, the prompt cache, preemption and taking turns on fewer
+concurrent greedy requests, n choices, the prompt cache (exact, whole-prefix and shared-prefix
+reuse), preemption and taking turns on fewer
 recurrent states (--max-seqs-recurrent) each give what the request gives alone, a disconnect frees
 both halves of the memory, and Qwen3.5's chat template (../shared/chat) serves it through /v1/chat/completions.
 
@@ -65,6 +66,23 @@ def test_prompt_cache_exact_and_whole_prefix(srv):
     assert cached["tokens_cached"] >= len(prompt) and alone["tokens_cached"] == 0
     assert cached["content"] == alone["content"]
 
+
+def test_prompt_cache_restarts_a_shared_prefix_from_a_chunk_end(srv):
+    # a recurrent state cannot be cut back, so a cached prompt keeps copies of it at its first
+    # chunk ends (24 tokens each here): a longer prompt sharing only the first 70 tokens restarts
+    # from the copy at 48, with the output a cold run gives
+    def tokens(text):
+        _, tok = post(srv, "/tokenize", {"content": text, "add_special": False})
+        return tok["tokens"]
+    first = tokens("In the beginning God created the heaven and the earth. " * 10)[:100]
+    second = first[:70] + tokens(" Then a quite different story begins, about ships and the sea." * 4)
+    assert len(first) == 100 and len(second) > 100
+    _, a = post(srv, "/completion", greedy(first, n_predict=8, ignore_eos=True))
+    _, b = post(srv, "/completion", greedy(second, n_predict=8, ignore_eos=True))
+    _, cold = post(srv, "/completion", greedy(second, n_predict=8, ignore_eos=True, cache_prompt=False))
+    assert a["tokens_cached"] == 0 and cold["tokens_cached"] == 0
+    assert 0 < b["tokens_cached"] <= 70 and b["timings"]["cache_n"] == b["tokens_cached"]
+    assert b["content"] == cold["content"]
 
 def test_preemption_keeps_outputs():
     # 6 sequences of ~60-90 tokens each on 256 cells: some are saved (cells and states) and restored

@@ -447,6 +447,57 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
     }
 }
 
+/* Without partial removal a cached prompt keeps copies of its state at its first chunk ends
+ * (SCHED_PROMPT_COPIES, 4): a prompt sharing only a prefix of it restarts from the last copy at or
+ * before the shared length, with the output it gives alone. The copies only take free states. */
+TEST(sched_a_shared_prefix_restarts_from_a_copy_at_a_chunk_end) {
+    int32_t pa[100], pb[100];
+    fake_prompt(pa, 100, 17, VOCAB);
+    memcpy(pb, pa, 70 * sizeof *pa);
+    fake_prompt(pb + 70, 30, 18, VOCAB);
+    static const int kinds[] = {MEM_WHOLE_ONLY, MEM_RECURRENT};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        struct fx f;
+        struct sched_config c = base_config();
+        c.batch_tokens = 24; /* chunks of at most 24 tokens: ends at 24, 48, 72, 96 */
+        CHECK_EQ_INT(fx_init(&f, kinds[k] == MEM_RECURRENT ? 8 : 512, 8, kinds[k], &c), 0);
+        struct recorder a, b, alone;
+        struct sched_request qa = request(pa, 100, 3), qb = request(pb, 100, 3);
+        CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        /* copies at 24, 48, 72 and 96, the one before the last prompt token, the end */
+        CHECK_EQ_INT(st.cached_seqs, 4 + 2);
+        int64_t before = f.eng.tokens_forwarded;
+        CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(b.counts[0].n_cached, 48);
+        CHECK_EQ_INT(f.eng.tokens_forwarded - before, 100 - 48 + 2);
+        CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+        CHECK(same_output(&alone, &b, 0));
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+    /* two states: the live sequence's and one spare, which the copy before the last prompt token
+     * takes (evicting what it must); chunk-end copies never evict, and outputs stay the same */
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 24;
+    CHECK_EQ_INT(fx_init(&f, 2, 8, MEM_RECURRENT, &c), 0);
+    struct recorder a, b, alone;
+    struct sched_request qa = request(pa, 100, 3), qb = request(pb, 100, 3);
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+    CHECK(same_output(&alone, &b, 0));
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK(st.cached_seqs <= 2);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
 TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
     struct fx f;
     CHECK_EQ_INT(fx_init(&f, 256, 4, MEM_KV, NULL), 0);
