@@ -11,8 +11,9 @@
  *
  * Counting: the first half is the one counted, the one that grows with every token (the
  * full-attention layers' cells): memory_usage's cells, memory_seq_cells, memory_seq_cells_own and
- * memory_cells_held are its own. The second is sized by its creator to hold what the first's
- * cells imply (a window per sequence, kv_window_cells; a hybrid's states, --max-seqs-recurrent); memory_cells_needed and
+ * memory_cells_held are its own. The second is sized by its creator: to hold what the first's
+ * cells imply (a window per sequence, kv_window_cells), or a budget of its own (a hybrid's
+ * states, memory_usage's states_*); memory_cells_needed and
  * memory_restore_cells_needed are the first's need plus any shortfall of the second's free cells
  * against its own need, so that the scheduler waits (or evicts prompt cache) rather than admit
  * work the second half cannot take. When it runs short anyway, memory_reserve fails as a whole

@@ -188,9 +188,9 @@ void sched_cache_keep(struct sched *s, int32_t id) {
     drop_redundant(s, id);
 }
 
-/* Copy what live id holds into a new cache entry: a free id and room for the copy are free, or
- * with evict come from evicting older cache (never from what admitted sequences still need);
- * otherwise no copy. */
+/* Copy what live id holds into a new cache entry, into a free id with room for the copy; with
+ * evict, the id and the room may come from evicting older cache (never from what admitted
+ * sequences still need). Otherwise no copy. */
 bool sched_cache_checkpoint(struct sched *s, int32_t id, bool evict) {
     const struct seq *q = &s->seqs[id];
     int32_t dst = -1;
