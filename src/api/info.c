@@ -283,6 +283,12 @@ void serving_metrics_handle(struct http_request *req, void *data) {
                        "the prompt cache included).", (double)st.cells_live);
     metrics_text_gauge(&mt, "uvlm_kv_cells_cached", "KV cells held by the prompt cache alone (evicted first when "
                        "memory is needed).", (double)st.cells_cached);
+    metrics_text_gauge(&mt, "uvlm_recurrent_states_capacity", "Recurrent sequence states of a recurrent or hybrid "
+                       "model (--max-seqs-recurrent; 0 without recurrent layers).", (double)st.states_total);
+    metrics_text_gauge(&mt, "uvlm_recurrent_states_used", "Recurrent states held, by running sequences and the "
+                       "prompt cache.", (double)st.states_used);
+    metrics_text_gauge(&mt, "uvlm_recurrent_states_live", "Recurrent states held by running sequences.",
+                       (double)st.states_live);
     metrics_text_gauge(&mt, "uvlm_queue_length", "Requests waiting for admission.", (double)st.queued);
     metrics_text_gauge(&mt, "uvlm_preempted_sequences", "Preempted sequences waiting to resume.", (double)st.preempted);
     metrics_text_gauge(&mt, "uvlm_active_requests", "Requests admitted and not finished.", (double)st.active_requests);

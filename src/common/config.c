@@ -80,8 +80,8 @@ const struct config_setting config_settings[] = {
      "what /props reports as total_slots, for clients that size their concurrency by it (llama-server's "
      "-np; uvlm admits by memory, not by slots; 0: the sequences that fit at full context in kv-tokens)"},
     {"max-seqs-recurrent", 0, CONFIG_INT, F(max_seqs_recurrent), "0", 0, 1 << 20, NULL,
-     "recurrent (Mamba) models: sequence states held at once, live or cached; more requests "
-     "take turns (0: one per sequence id, the larger of 64 and 4 x max-n)"},
+     "recurrent (Mamba) and hybrid (Qwen3.5) models: recurrent sequence states held at once, live or "
+     "cached; more requests take turns (0: one per sequence id, the larger of 64 and 4 x max-n)"},
     /* speculative decoding */
     {"model-draft", 0, CONFIG_STR, F(model_draft), "", 0, 0, NULL,
      "a small GGUF model with the same vocabulary that drafts tokens for the served model to verify "

@@ -61,7 +61,7 @@ struct config {
     long long kv_tokens, batch_tokens, max_step_ms, max_queue, max_n, threads, compute_nice, loop_slice_us, max_seq_tokens;
     long long solo_step_ms, compute_yield_us;
     long long stall_timeout_ms;
-    long long max_seqs_recurrent; /* state cells of a recurrent model (0: one per sequence id) */
+    long long max_seqs_recurrent; /* states of a recurrent or hybrid model (0: one per sequence id) */
     long long ctx_size;         /* llama-server's -c: resolved into max_seq_tokens by config_load */
     long long parallel;         /* what /props reports as total_slots (0: computed) */
     /* defaults of the requests that omit them (params.h: struct params_defaults) */

@@ -264,6 +264,7 @@ static void kv_usage(const struct memory *m, struct memory_usage *u) {
     u->cells_total = kv->n_cells;
     u->cells_used = kv->n_used;
     u->bytes = kv_bytes(&kv->shape, kv->n_cells, kv->n_words, kv->base.n_seq_max);
+    u->states_total = u->states_used = 0;
 }
 
 int64_t kv_seq_cell_list(const struct kv_memory *kv, int32_t seq, int32_t *out, int64_t cap) {

@@ -38,6 +38,10 @@ struct memory_usage {
     int64_t cells_total;  /* pool size: tokens (kv) or sequence states (recurrent) */
     int64_t cells_used;   /* cells referenced by at least one sequence */
     size_t bytes;         /* bytes of the pool */
+    /* Fixed-size sequence states (a recurrent memory's cells, a split's recurrent half's; 0 for
+     * KV cells alone): every sequence holding anything holds exactly one, so a sequence that
+     * holds nothing needs a free one before it can run (the scheduler counts them beside cells). */
+    int64_t states_total, states_used;
 };
 
 struct memory_ops {

@@ -131,6 +131,8 @@ static void rm_usage(const struct memory *m, struct memory_usage *u) {
     u->cells_total = r->n_cells;
     u->cells_used = r->n_used;
     u->bytes = r->states ? (size_t)r->n_cells * (size_t)r->cell_floats * sizeof(float) : 0;
+    u->states_total = r->n_cells;
+    u->states_used = r->n_used;
 }
 
 static int rm_seq_save(struct memory *m, int32_t seq, struct memory_snapshot **out) {

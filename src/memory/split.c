@@ -114,6 +114,8 @@ static void split_usage(const struct memory *m, struct memory_usage *u) {
     memory_usage(sm->half[0], u);
     memory_usage(sm->half[1], &u1);
     u->bytes += u1.bytes + (size_t)sm->n_layer * (sizeof *sm->layer_half + sizeof *sm->layer_index);
+    u->states_total += u1.states_total;
+    u->states_used += u1.states_used;
 }
 
 static void split_snapshot_free(struct memory_snapshot *s) {

@@ -11,13 +11,14 @@
  *
  * Counting: the first half is the one counted, the one that grows with every token (the
  * full-attention layers' cells): memory_usage's cells, memory_seq_cells, memory_seq_cells_own and
- * memory_cells_held are its own. The second is sized by its creator to hold what the first's
- * cells imply (a window per sequence, kv_window_cells; a state per sequence); memory_cells_needed and
+ * memory_cells_held are its own. The second is sized by its creator: to hold what the first's
+ * cells imply (a window per sequence, kv_window_cells), or a budget of its own (a hybrid's
+ * states, memory_usage's states_*); memory_cells_needed and
  * memory_restore_cells_needed are the first's need plus any shortfall of the second's free cells
  * against its own need, so that the scheduler waits (or evicts prompt cache) rather than admit
  * work the second half cannot take. When it runs short anyway, memory_reserve fails as a whole
- * with -ERR_NOMEM and the scheduler makes room as on a full memory. memory_usage's bytes are both
- * halves'.
+ * with -ERR_NOMEM and the scheduler makes room as on a full memory. memory_usage's bytes and
+ * states (a hybrid's recurrent half's) are both halves'.
  *
  * Capabilities: partial_removal when both halves have it (a windowed KV pool has it, refusing the
  * removals and prefix copies its window makes impossible: -ERR_UNSUPPORTED, nothing changed, and

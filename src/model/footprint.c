@@ -188,8 +188,8 @@ int model_footprint(const struct gguf_file *f, const struct footprint_config *cf
                        5 * (uint64_t)s->n_layer;
         }
     }
-    if (s->n_recurrent_layers > 0) { /* a hybrid (attention layers too) keeps a state per sequence id */
-        bool own_budget = s->n_attn_layers == 0 && cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq;
+    if (s->n_recurrent_layers > 0) { /* states of their own budget, a hybrid's as a recurrent model's */
+        bool own_budget = cfg->recurrent_states > 0 && cfg->recurrent_states < n_seq;
         out->n_states = own_budget ? cfg->recurrent_states : n_seq;
         out->kv += (uint64_t)out->n_states * s->state_bytes;
         if (s->n_attn_layers > 0) out->kv += 5 * (uint64_t)s->n_layer; /* the split's layer map */

@@ -6,8 +6,8 @@
  *   kv       K and V of every full-attention layer for kv_tokens cells (of the config's cell
  *            types, F16 or Q8_0, as memory/kv.h keeps them, with the cells' bookkeeping); of the sliding-window layers (Gemma 3's local
  *            layers) for the cells their window pool has (kv_window_cells: a window per
- *            sequence, not kv_tokens); plus one recurrent state per sequence for the recurrent
- *            layers (F32, memory/recurrent.h); exact for the memories uvlm has
+ *            sequence, not kv_tokens); plus the recurrent layers' states (F32, memory/recurrent.h),
+ *            one per sequence or recurrent_states of them; exact for the memories uvlm has
  *   buffers  the forward pass's activations, attention scratch, logits and sampling buffers for
  *            steps of batch_tokens tokens: an estimate of what the architecture allocates
  *            (test/model/footprint_test.c holds it to within a quarter of the real figure)
@@ -35,7 +35,7 @@ struct footprint_config {
     int32_t batch_tokens;     /* most tokens per step */
     int32_t n_seq_max;        /* sequence ids */
     int32_t max_seq_tokens;   /* per-sequence limit below the model's context (0: none) */
-    int32_t recurrent_states; /* a recurrent model's states (0: one per sequence id; a hybrid always has that) */
+    int32_t recurrent_states; /* a recurrent or hybrid model's states (0: one per sequence id) */
     int32_t extra_outputs;    /* logits rows a step may have beyond one per sequence (drafts) */
     enum kv_type type_k, type_v; /* the cells' K and V rows (F16: the zero value) */
 };

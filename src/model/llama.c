@@ -604,10 +604,10 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
 }
 
 /* A hybrid's memory (memory/split.h): the attention layers' KV pool of n_cells, counted, and the
- * delta-net layers' states, one per sequence id (a state is the same size however long the
- * sequence: n_seq_max of them never run short). */
+ * delta-net layers' states, n_states of them (0 or more than n_seq_max: one per sequence id; fewer
+ * make sequences take turns on them, sched.h's time-slicing). */
 static int hybrid_memory_create(const struct model *m, const struct kv_shape *shape, int64_t n_cells,
-                                int32_t n_seq_max, struct memory **out) {
+                                int32_t n_seq_max, int32_t n_states, struct memory **out) {
     uint8_t *half = malloc((size_t)m->hp.n_layer);
     if (!half) return -ERR_NOMEM;
     int32_t n_rec = 0;
@@ -617,7 +617,8 @@ static int hybrid_memory_create(const struct model *m, const struct kv_shape *sh
     struct recurrent_shape rs = deltanet_state_shape(&m->hp.tf.dn, n_rec);
     struct memory *first = NULL, *second = NULL;
     int rc = kv_memory_create(&first, &attn, n_cells, n_seq_max);
-    if (rc == 0) rc = recurrent_memory_create(&second, &rs, n_seq_max, n_seq_max);
+    if (n_states < 1 || n_states > n_seq_max) n_states = n_seq_max;
+    if (rc == 0) rc = recurrent_memory_create(&second, &rs, n_states, n_seq_max);
     if (rc == 0) rc = split_memory_create(out, first, second, m->hp.n_layer, half);
     else memory_destroy(first);
     free(half);
@@ -640,7 +641,7 @@ static int llama_memory_create(const struct model *m, const struct memory_config
     if ((mc->type_k == KV_Q8_0 || mc->type_v == KV_Q8_0) && window > 0) return -ERR_UNSUPPORTED;
     struct kv_shape shape = {.n_layer = m->hp.n_layer, .n_embd_k = n_embd_kv, .n_embd_v = n_embd_kv,
                              .type_k = mc->type_k, .type_v = mc->type_v};
-    if (m->hp.tf.dn.d_conv > 0) return hybrid_memory_create(m, &shape, n_cells, n_seq_max, out);
+    if (m->hp.tf.dn.d_conv > 0) return hybrid_memory_create(m, &shape, n_cells, n_seq_max, mc->n_states, out);
     if (window == 0) return kv_memory_create(out, &shape, n_cells, n_seq_max);
     uint8_t *half = malloc((size_t)m->hp.n_layer);
     if (!half) return -ERR_NOMEM;

@@ -173,6 +173,8 @@ struct memory_config {
     int64_t n_cells;      /* tokens shared by all sequences (a recurrent model: sequence states) */
     int32_t n_seq_max;    /* sequence ids */
     int32_t max_batch;    /* most tokens per batch (a sliding window's pool holds one more batch) */
+    int32_t n_states;     /* a hybrid's recurrent states, live and cached (0, or more than n_seq_max:
+                           * one per sequence id) */
     enum kv_type type_k, type_v; /* the attention cells' K and V rows (memory/kv.h; F16 is 0) */
 };
 

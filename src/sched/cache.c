@@ -13,6 +13,14 @@ static int64_t free_cells(const struct sched *s) {
     return u.cells_total - u.cells_used;
 }
 
+/* Free states, and whether the memory has any (memory.h: a hybrid's recurrent half). */
+static int64_t free_states(const struct sched *s, bool *has) {
+    struct memory_usage u;
+    memory_usage(s->mem, &u);
+    *has = u.states_total > 0;
+    return u.states_total - u.states_used;
+}
+
 /* Cells the admitted sequences still need to finish their prompts and take one more step:
  * admission and resumption leave this much free so they do not immediately force preemption. */
 int64_t sched_cache_pending_need(const struct sched *s) {
@@ -22,6 +30,19 @@ int64_t sched_cache_pending_need(const struct sched *s) {
         if (q->kind != SEQ_LIVE) continue;
         if (q->in_memory) need += memory_cells_needed(s->mem, i, q->n_tokens - q->n_past);
         else if (q->forking && s->seqs[q->req->seqs[0]].in_memory) need += 1; /* not while its prompt is preempted */
+    }
+    return need;
+}
+
+/* A sequence holding nothing needs a state before it runs (every one holding anything has one);
+ * its forking siblings each get a copy of their parent's. */
+int64_t sched_cache_pending_states(const struct sched *s) {
+    int64_t need = 0;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        const struct seq *q = &s->seqs[i];
+        if (q->kind != SEQ_LIVE) continue;
+        if (q->in_memory) need += memory_seq_pos_max(s->mem, i) < 0;
+        else if (q->forking && s->seqs[q->req->seqs[0]].in_memory) need += 1;
     }
     return need;
 }
@@ -74,10 +95,22 @@ int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int3
     }
 }
 
-/* Evict cache until `need` cells are free on top of what admitted work still needs. */
-bool sched_cache_make_room(struct sched *s, int64_t need) {
-    while (free_cells(s) < need + sched_cache_pending_need(s))
-        if (!sched_cache_evict_lru(s, -1, true)) return false;
+/* Are `need` cells and `states` states free on top of what admitted work still needs? *cells_short
+ * says which was short when not. */
+static bool has_room(const struct sched *s, int64_t need, int64_t states, bool *cells_short) {
+    bool has_states;
+    *cells_short = free_cells(s) < need + sched_cache_pending_need(s);
+    bool states_short = free_states(s, &has_states) < states + sched_cache_pending_states(s) && has_states;
+    return !*cells_short && !states_short;
+}
+
+/* Evict cache until `need` cells and `states` states are free on top of what admitted work still
+ * needs. Every cache entry holds a state: when states are short, the least recently used entry
+ * goes even if its cells live on in sequences sharing them. */
+bool sched_cache_make_room(struct sched *s, int64_t need, int64_t states) {
+    bool cells_short;
+    while (!has_room(s, need, states, &cells_short))
+        if (!sched_cache_evict_lru(s, -1, cells_short)) return false;
     return true;
 }
 
@@ -155,19 +188,30 @@ void sched_cache_keep(struct sched *s, int32_t id) {
     drop_redundant(s, id);
 }
 
-/* Copy what live id holds into a new cache entry: a free id and room for the copy come from
- * evicting older cache (never from what admitted sequences still need); otherwise no copy. */
-void sched_cache_checkpoint(struct sched *s, int32_t id) {
+/* Copy what live id holds into a new cache entry, into a free id with room for the copy; with
+ * evict, the id and the room may come from evicting older cache (never from what admitted
+ * sequences still need). Otherwise no copy. */
+bool sched_cache_checkpoint(struct sched *s, int32_t id, bool evict) {
     const struct seq *q = &s->seqs[id];
-    int32_t dst;
-    if (sched_cache_take_free_ids(s, &dst, 1, -1) < 1) return;
-    /* the copy of a state takes one cell (checkpoints are taken only without partial removal) */
-    if (!sched_cache_make_room(s, 1) || memory_seq_cp(s->mem, id, dst, 0, q->n_past) != 0) return;
+    int32_t dst = -1;
+    bool cells_short;
+    if (evict) {
+        if (sched_cache_take_free_ids(s, &dst, 1, -1) < 1) return false;
+    } else {
+        for (int32_t i = 0; i < s->n_seq && dst < 0; i++)
+            if (s->seqs[i].kind == SEQ_FREE) dst = i;
+        if (dst < 0) return false;
+    }
+    /* the copy of a state takes one cell, or one state of a hybrid (checkpoints are taken only
+     * without partial removal) */
+    bool room = evict ? sched_cache_make_room(s, 1, 1) : has_room(s, 1, 1, &cells_short);
+    if (!room || memory_seq_cp(s->mem, id, dst, 0, q->n_past) != 0) return false;
     struct seq *c = &s->seqs[dst];
     memcpy(c->tokens, q->tokens, (size_t)q->n_past * sizeof *c->tokens);
     *c = (struct seq){.kind = SEQ_CACHE, .tokens = c->tokens, .n_tokens = q->n_past, .n_past = q->n_past,
                       .last_served = -1, .lru = ++s->lru_clock, .partition = q->partition};
     drop_redundant(s, dst);
+    return true;
 }
 
 void sched_cache_refresh_usage(struct sched *s) {

@@ -125,7 +125,7 @@ int model_engine_load(struct model_engine **out, const struct model_engine_confi
     int64_t n_cells = kv_tokens;
     if (model_memory_counts_states(e->model)) n_cells = cfg->recurrent_states > 0 ? cfg->recurrent_states : cfg->n_seq_max;
     struct memory_config mc = {.n_cells = n_cells, .n_seq_max = cfg->n_seq_max, .max_batch = cfg->batch_tokens,
-                               .type_k = tk, .type_v = tv};
+                               .n_states = cfg->recurrent_states, .type_k = tk, .type_v = tv};
     rc = model_memory_create_with(e->model, &mc, &e->mem);
     if (rc) {
         if (rc == -ERR_UNSUPPORTED && (tk == KV_Q8_0 || tv == KV_Q8_0) && hp->head_dim % 32)
@@ -215,13 +215,17 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
     struct memory_usage u;
     memory_usage(e->mem, &u);
     const struct model_hparams *hp = &e->model->hp;
+    /* a hybrid's states are a budget of their own beside its cells (a recurrent memory's cells are states) */
+    char states[48] = "";
+    if (u.states_total > 0 && strcmp(e->mem->ops->kind, "recurrent") != 0)
+        snprintf(states, sizeof states, " and %lld recurrent states", (long long)u.states_total);
     snprintf(out, cap,
              "%s: %d layers, n_embd %d, n_vocab %d, context %d (trained %d); weights %.1f MiB%s; "
-             "memory (%s, K %s, V %s) %lld cells for %d sequences, %.1f MiB; forward buffers %.1f MiB",
+             "memory (%s, K %s, V %s) %lld cells%s for %d sequences, %.1f MiB; forward buffers %.1f MiB",
              hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
              (double)e->model->weight_bytes / (1 << 20),
              e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind,
-             e->kv_type_k, e->kv_type_v, (long long)u.cells_total,
+             e->kv_type_k, e->kv_type_v, (long long)u.cells_total, states,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
     size_t len = strlen(out);
     if (e->draft && len < cap)

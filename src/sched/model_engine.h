@@ -53,7 +53,7 @@ struct model_engine_config {
     int32_t batch_tokens;   /* most tokens per step */
     int32_t n_seq_max;      /* sequence ids (live choices + prompt cache entries) */
     int32_t max_seq_tokens; /* per-sequence limit below the model's context (0: none) */
-    int32_t recurrent_states; /* a recurrent model's state cells (0: one per sequence id) */
+    int32_t recurrent_states; /* a recurrent or hybrid model's states (0: one per sequence id) */
     int n_threads;          /* compute threads of the forward pass (<= 0: all cores) */
     int64_t yield_us;       /* forward_config.yield_us */
     bool allow_unknown_pretokenizer; /* tokenizer_options.allow_unknown_pretokenizer */

@@ -320,6 +320,11 @@ void sched_stats(const struct sched *s, double now_ms, struct sched_stats *out) 
     for (int32_t i = 0; i < s->n_seq; i++) s->live_flags[i] = s->seqs[i].kind == SEQ_LIVE;
     out->cells_live = memory_cells_held(s->mem, s->live_flags);
     out->cells_cached = out->cells_used - out->cells_live;
+    out->states_total = s->usage.states_total;
+    out->states_used = s->usage.states_used;
+    if (out->states_total > 0) /* every sequence holding anything holds one state (memory.h) */
+        for (int32_t i = 0; i < s->n_seq; i++)
+            out->states_live += s->live_flags[i] && memory_seq_pos_max(s->mem, i) >= 0;
     out->tokens_per_s = rate_per_s(&s->rate, now_ms);
     out->step_in_flight = s->in_flight;
     out->step_started_ms = s->in_flight ? s->step.started_ms : 0;

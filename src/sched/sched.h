@@ -41,8 +41,10 @@
  *     VM) and ~2 ms to restore, where recomputing it is a forward pass over 1000 tokens
  *     (~270 GFLOP: seconds on 2 cores, and it would delay every other sequence's steps);
  *   - time-slicing, for a memory whose sequences never grow (memory_ops.fixed_seq_cells: a
- *     recurrent state, one cell per sequence): memory pressure never preempts there, so with
- *     every cell taken a request would wait for whole generations to end. Instead, when the next
+ *     recurrent state, one cell per sequence), and for a hybrid's states (memory_usage.states_*,
+ *     counted beside cells in admission: a sequence holding nothing needs one) when live
+ *     sequences hold them all: memory pressure never preempts for them, so with every state taken
+ *     a request would wait for whole generations to end. Instead, when the next
  *     waiter (see below) has waited config.timeslice_steps steps and lacks only a cell, the live
  *     sequence that has held its cell longest, if for timeslice_steps at least (no thrashing;
  *     ties: the earliest admitted), is preempted: its state is saved on the worker during the
@@ -72,6 +74,11 @@
  *     completes, and the last token runs with the next step's decodes. The same prompt again
  *     then reuses n_prompt - 1 tokens (tokens_cached) and runs one, with identical output;
  *     prompt_tokens counts that last token as prompt although it rides with the decodes.
+ *     Such a prompt also keeps a copy of its state at the ends of its first SCHED_PROMPT_COPIES
+ *     (4) chunks, each a cache entry of its own (taken only from a free id and state: they never
+ *     evict), so that a prompt sharing only a prefix of it (a system prompt, earlier turns)
+ *     restarts from the last copy at or before the shared length instead of from scratch, as a
+ *     whole-prefix match of that entry.
  *
  *   - speculative decoding, for a request with draft_max > 0 (one choice, a memory with partial
  *     removal, an engine with sample_draft): a generating sequence's decode carries up to k draft
@@ -414,6 +421,8 @@ struct sched_stats {
     int64_t cells_total, cells_used;
     int64_t cells_live;       /* of cells_used, held by a live sequence (shared ones once) */
     int64_t cells_cached;     /* held by prompt-cache entries alone: cells_used - cells_live */
+    int64_t states_total, states_used; /* recurrent states (memory_usage's; 0 without) */
+    int64_t states_live;      /* of states_used, held by live sequences (the rest: prompt cache) */
     double tokens_per_s;      /* generated tokens per second over the last 5 s */
     bool step_in_flight;
     double step_started_ms;   /* when the step in flight was built */

@@ -23,6 +23,11 @@
 
 enum seq_kind { SEQ_FREE, SEQ_LIVE, SEQ_CACHE };
 
+/* Copies of a recurrent state a prompt keeps as cache at its first chunk ends (sched.h), besides
+ * the one before its last token: each holds a state and a sequence id, so a few; the first chunks
+ * are what prompts most often share (a system prompt, the earlier turns of a chat). */
+#define SCHED_PROMPT_COPIES 4
+
 struct seq {
     enum seq_kind kind;
     struct sched_req *req;  /* LIVE */
@@ -39,6 +44,7 @@ struct seq {
     int64_t cells;          /* cells held, refreshed after each step */
     int64_t held_since;     /* LIVE in memory: first step it could run in since it got memory */
     int32_t checkpoint_at;  /* LIVE: > 0: when n_past reaches it, a copy becomes prompt cache */
+    int32_t n_copies;       /* LIVE: copies taken at its prompt's chunk ends (SCHED_PROMPT_COPIES) */
     int64_t wait_since;     /* preempted: the step that saved it (time-slicing) */
     bool sliced;            /* preempted by time-slicing: waits its turn behind older waiters */
     uint64_t partition;     /* LIVE and CACHE: the cache partition of the request it came from */
@@ -210,8 +216,11 @@ bool sched_cache_evict_lru(struct sched *s, int32_t keep, bool for_cells);
 /* Free ids into ids[0..n), evicting cache entries other than keep as needed; returns how many
  * (< n when even evicting every other entry does not give n). */
 int32_t sched_cache_take_free_ids(struct sched *s, int32_t *ids, int32_t n, int32_t keep);
-/* Evict cache until need cells are free on top of sched_cache_pending_need; false if impossible. */
-bool sched_cache_make_room(struct sched *s, int64_t need);
+/* States (memory_usage.states_*) admitted sequences still need: one for each that holds none. */
+int64_t sched_cache_pending_states(const struct sched *s);
+/* Evict cache until need cells and states states are free on top of sched_cache_pending_need and
+ * sched_cache_pending_states (a memory without states: cells only); false if impossible. */
+bool sched_cache_make_room(struct sched *s, int64_t need, int64_t states);
 /* Longest shareable prefix of tokens[0..n) held by a live or cached id of the partition (*src). */
 int32_t sched_cache_best_prefix(const struct sched *s, uint64_t partition, const int32_t *tokens, int32_t n,
                                 int32_t *src);
@@ -220,9 +229,10 @@ int32_t sched_cache_attach_prefix(struct sched *s, int32_t id, uint64_t partitio
                                   int32_t n);
 /* A finished choice's cells become prompt cache (redundant entries dropped). */
 void sched_cache_keep(struct sched *s, int32_t id);
-/* A copy of what live id holds now becomes prompt cache, when a cell and an id can be had by
- * evicting older cache (see sched.h: exact prompt reuse without partial removal). */
-void sched_cache_checkpoint(struct sched *s, int32_t id);
+/* A copy of what live id holds now becomes prompt cache (sched.h: prompt reuse without partial
+ * removal), when a cell (and a state) and an id are free, or with evict, can be had by evicting
+ * older cache; true when it was taken. */
+bool sched_cache_checkpoint(struct sched *s, int32_t id, bool evict);
 /* Refresh the usage and per-id cell counts that stats read while a step computes. */
 void sched_cache_refresh_usage(struct sched *s);
 

@@ -38,7 +38,12 @@ static bool admit_one(struct sched *s, struct sched_req *r, double now_ms) {
     int64_t siblings = r->n_choices - 1;
     int64_t most = s->usage.cells_total - memory_seq_cells(s->mem, parent) - need;
     need += siblings < most ? siblings : most > 0 ? most : 0;
-    if (!sched_cache_make_room(s, need)) {
+    /* states (a hybrid's): the parent's unless the shared prefix brought one, and the siblings',
+     * as far as the memory can ever hold them, likewise */
+    int64_t states = memory_seq_pos_max(s->mem, parent) < 0;
+    int64_t most_states = s->usage.states_total - 1;
+    states += siblings < most_states ? siblings : most_states > 0 ? most_states : 0;
+    if (!sched_cache_make_room(s, need, states)) {
         if (shared) memory_seq_rm(s->mem, parent, 0, -1);
         for (int32_t c = 0; c < r->n_choices; c++) r->seqs[c] = -1;
         return false;
@@ -89,10 +94,10 @@ static bool resume_one(struct sched *s, int32_t id) {
          * counts, not its own forking choices (they fall back to recomputing) */
         for (int64_t need = -1, now; (now = memory_restore_cells_needed(s->mem, id, q->snap)) != need;) {
             need = now;
-            if (!sched_cache_make_room(s, need)) return false;
+            if (!sched_cache_make_room(s, need, 1)) return false;
         }
         if (memory_seq_restore(s->mem, id, q->snap) != 0) return false;
-        if (!sched_cache_make_room(s, memory_cells_needed(s->mem, id, q->n_tokens - q->n_past))) {
+        if (!sched_cache_make_room(s, memory_cells_needed(s->mem, id, q->n_tokens - q->n_past), 0)) {
             int rc = memory_seq_rm(s->mem, id, 0, -1);
             ASSERT(rc == 0);
             return false;
@@ -108,7 +113,7 @@ static bool resume_one(struct sched *s, int32_t id) {
      * it reads: neither shares anything */
     int32_t shared = q->req->embed || wants_prompt_rows(q) ? 0 : sched_cache_attach_prefix(s, id, q->partition, q->tokens, q->n_tokens);
     q->n_past = shared;
-    if (sched_cache_make_room(s, 0)) {
+    if (sched_cache_make_room(s, 0, 0)) { /* its state, if it still needs one, is pending (in_memory) */
         resumed(s, q);
         return true;
     }
@@ -376,9 +381,16 @@ static int32_t preempt_victim(const struct sched *s) {
 /* The time-slice victim (sched.h): when the next waiter has waited timeslice_steps and lacks
  * only memory, the live sequence that has held its memory longest, if for timeslice_steps at
  * least (ties: the earliest admitted); -1 otherwise. Only for a memory whose sequences never grow
- * (memory_ops.fixed_seq_cells): elsewhere memory pressure preempts, and a save is costly. */
+ * (memory_ops.fixed_seq_cells), or whose states (a hybrid's) live sequences all hold (the prompt
+ * cache's are evicted for waiting work): elsewhere memory pressure preempts, and a save is costly. */
 static int32_t timeslice_victim(const struct sched *s) {
-    if (!s->mem->ops->fixed_seq_cells || s->cfg.timeslice_steps <= 0) return -1;
+    if (s->cfg.timeslice_steps <= 0) return -1;
+    if (!s->mem->ops->fixed_seq_cells) {
+        int64_t live = 0;
+        for (int32_t i = 0; i < s->n_seq; i++)
+            live += s->seqs[i].kind == SEQ_LIVE && s->seqs[i].in_memory && memory_seq_pos_max(s->mem, i) >= 0;
+        if (s->usage.states_total == 0 || live < s->usage.states_total) return -1;
+    }
     int64_t now = s->step.number, slice = s->cfg.timeslice_steps;
     int32_t wid;
     struct sched_req *r;
@@ -833,8 +845,13 @@ int sched_step_complete_some(struct sched *s, struct sched_step *st, double now_
                 q->last_served = st->number;
                 if (q->checkpoint_at > 0 && q->n_past >= q->checkpoint_at) {
                     if (q->n_past == q->checkpoint_at && q->kind == SEQ_LIVE && !q->req->cancelled)
-                        sched_cache_checkpoint(s, st->entries[i].seq);
+                        sched_cache_checkpoint(s, st->entries[i].seq, true);
                     q->checkpoint_at = 0;
+                } else if (q->checkpoint_at > q->n_past && q->n_copies < SCHED_PROMPT_COPIES &&
+                           q->kind == SEQ_LIVE && !q->req->cancelled) {
+                    /* a chunk of a prompt kept as cache ended: a copy of the state here lets a
+                     * prompt sharing only this much restart from it (sched.h) */
+                    q->n_copies += sched_cache_checkpoint(s, st->entries[i].seq, false);
                 }
             }
         }

@@ -62,6 +62,34 @@ TEST(footprint_matches_what_loading_allocates) {
     check_model(t, "models/qwen35-q8_0.gguf", 1000, 64);
 }
 
+/* --max-seqs-recurrent gives a hybrid's states a budget of their own, as a recurrent model's: the
+ * estimate and the memory the server creates agree on it, and the cells stay as they were. */
+TEST(footprint_counts_a_hybrids_own_state_budget) {
+    SHARED(path, "models/qwen35-q8_0.gguf");
+    struct model_footprint fp, all;
+    char why[256];
+    struct footprint_config cfg = {.kv_tokens = 1000, .batch_tokens = 64, .n_seq_max = 64, .recurrent_states = 3};
+    CHECK_EQ_INT(model_footprint_of_path(path, &cfg, &fp, why, sizeof why), 0);
+    CHECK_EQ_INT(fp.n_states, 3);
+    CHECK_EQ_INT(fp.n_cells, 1000);
+    cfg.recurrent_states = 0;
+    CHECK_EQ_INT(model_footprint_of_path(path, &cfg, &all, why, sizeof why), 0);
+    CHECK_EQ_INT(all.n_states, 64);
+    CHECK_EQ_INT(all.kv - fp.kv, 61 * fp.shape.state_bytes);
+    struct model *m;
+    CHECK_EQ_INT(model_load(&m, path, &(struct model_options){.serving_layout = true}, why, sizeof why), 0);
+    struct memory *mem;
+    CHECK_EQ_INT(model_memory_create_with(m, &(struct memory_config){.n_cells = 1000, .n_seq_max = 64,
+                                                                     .max_batch = 64, .n_states = 3}, &mem), 0);
+    struct memory_usage u;
+    memory_usage(mem, &u);
+    CHECK_EQ_INT(u.states_total, 3);
+    CHECK_EQ_INT(u.cells_total, 1000);
+    CHECK_EQ_INT(fp.kv, u.bytes);
+    memory_destroy(mem);
+    model_free(m);
+}
+
 TEST(footprint_reads_the_shapes_of_other_families) {
     struct model_footprint fp;
     char why[256];

@@ -31,6 +31,10 @@ struct memory *fake_kv_create(int64_t n_cells, int32_t n_seq_max);
  * the full pool's history and counts a hole for every position of the window (pos - window, pos]
  * the windowed pool does not hold with the same token. */
 struct memory *fake_split_create(int64_t n_cells, int32_t n_seq_max, int32_t window, int32_t max_batch);
+/* A hybrid's memory (memory/split.h): the real KV pool of fake_kv_create, counted, and a
+ * bookkeeping-only recurrent memory (memory/recurrent.h) of n_states states. The fake engine hashes
+ * the KV pool's history; the recurrent half refuses a batch that skips or repeats a position. */
+struct memory *fake_hybrid_create(int64_t n_cells, int32_t n_states, int32_t n_seq_max);
 /* A recurrent-like memory: one state per sequence (n_states of them), whole-sequence removal and
  * sharing only; the fake engine folds each token into the state, so a state that skipped or
  * repeated a token yields different text. */

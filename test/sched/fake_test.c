@@ -4,6 +4,7 @@
 
 #include "common/err.h"
 #include "memory/kv.h"
+#include "memory/recurrent.h"
 #include "memory/split.h"
 #include "test.h"
 
@@ -370,10 +371,18 @@ struct memory *fake_split_create(int64_t n_cells, int32_t n_seq_max, int32_t win
     return m;
 }
 
-/* The KV pools of mem: a KV memory's, or a split's full and windowed ones (win NULL otherwise). */
+struct memory *fake_hybrid_create(int64_t n_cells, int32_t n_states, int32_t n_seq_max) {
+    struct memory *rec, *m;
+    ASSERT(recurrent_memory_create(&rec, NULL, n_states, n_seq_max) == 0);
+    ASSERT(split_memory_create(&m, fake_kv_create(n_cells, n_seq_max), rec, 2, (const uint8_t[]){0, 1}) == 0);
+    return m;
+}
+
+/* The KV pools of mem: a KV memory's, a split's full and windowed ones, or a hybrid's KV half
+ * (win NULL but for the windowed pool). */
 static struct kv_memory *kv_pools(struct memory *mem, struct kv_memory **win) {
     *win = kv_from_memory(split_half(mem, 1));
-    return *win ? kv_from_memory(split_half(mem, 0)) : kv_from_memory(mem);
+    return split_half(mem, 0) ? kv_from_memory(split_half(mem, 0)) : kv_from_memory(mem);
 }
 
 /* The tokens memory holds for seq at 0..pos, -1 where none (a hole). With the real KV memory

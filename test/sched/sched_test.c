@@ -39,6 +39,8 @@ enum mem_kind {
     MEM_FAKE_KV = 2,    /* fake memory with partial removal */
     MEM_RECURRENT = 3,  /* fake recurrent state: `cells` is the number of states */
     MEM_SPLIT = 4,      /* a full KV pool and a windowed one (window SPLIT_WINDOW), Gemma 3's shape */
+    MEM_HYBRID = 5,     /* a KV pool of `cells` and a recurrent state per sequence id, Qwen3.5's
+                         * shape (fx_init_hybrid: fewer states) */
 };
 
 enum { SPLIT_WINDOW = 4 };
@@ -51,7 +53,19 @@ static int fx_init(struct fx *f, int64_t cells, int32_t n_seq, int kind, const s
     f->mem = kind == MEM_KV          ? fake_kv_create(cells, n_seq)
              : kind == MEM_RECURRENT ? fake_recurrent_create((int32_t)cells, n_seq)
              : kind == MEM_SPLIT     ? fake_split_create(cells, n_seq, SPLIT_WINDOW, c->batch_tokens)
+             : kind == MEM_HYBRID    ? fake_hybrid_create(cells, n_seq, n_seq)
                                      : fake_memory_create(cells, n_seq, kind == MEM_FAKE_KV);
+    fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
+    f->now = 1000;
+    return sched_create(&f->s, c, f->mem, &fake_engine_ops, &f->eng);
+}
+
+/* A hybrid memory of n_cells KV cells and n_states recurrent states. */
+static int fx_init_hybrid(struct fx *f, int64_t cells, int32_t n_states, int32_t n_seq, const struct sched_config *c) {
+    struct sched_config base = base_config();
+    if (!c) c = &base;
+    memset(f, 0, sizeof *f);
+    f->mem = fake_hybrid_create(cells, n_states, n_seq);
     fake_engine_init(&f->eng, f->mem, VOCAB, n_seq);
     f->now = 1000;
     return sched_create(&f->s, c, f->mem, &fake_engine_ops, &f->eng);
@@ -445,6 +459,100 @@ TEST(sched_shares_prefixes_with_the_prompt_cache) {
         CHECK_EQ_INT(st.cached_tokens, (partial ? 30 : 0) + 42);
         CHECK_EQ_INT(fx_free(&f), 0);
     }
+}
+
+/* Without partial removal a cached prompt keeps copies of its state at its first chunk ends
+ * (SCHED_PROMPT_COPIES, 4): a prompt sharing only a prefix of it restarts from the last copy at or
+ * before the shared length, with the output it gives alone. The copies only take free states. */
+TEST(sched_a_shared_prefix_restarts_from_a_copy_at_a_chunk_end) {
+    int32_t pa[100], pb[100];
+    fake_prompt(pa, 100, 17, VOCAB);
+    memcpy(pb, pa, 70 * sizeof *pa);
+    fake_prompt(pb + 70, 30, 18, VOCAB);
+    static const int kinds[] = {MEM_WHOLE_ONLY, MEM_RECURRENT, MEM_HYBRID};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        struct fx f;
+        struct sched_config c = base_config();
+        c.batch_tokens = 24; /* chunks of at most 24 tokens: ends at 24, 48, 72, 96 */
+        CHECK_EQ_INT(fx_init(&f, kinds[k] == MEM_RECURRENT ? 8 : 512, 8, kinds[k], &c), 0);
+        struct recorder a, b, alone;
+        struct sched_request qa = request(pa, 100, 3), qb = request(pb, 100, 3);
+        CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        /* copies at 24, 48, 72 and 96, the one before the last prompt token, the end */
+        CHECK_EQ_INT(st.cached_seqs, 4 + 2);
+        int64_t before = f.eng.tokens_forwarded;
+        CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+        fake_run(f.s, &f.now, 1, 100);
+        CHECK_EQ_INT(b.counts[0].n_cached, 48);
+        CHECK_EQ_INT(f.eng.tokens_forwarded - before, 100 - 48 + 2);
+        CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+        CHECK(same_output(&alone, &b, 0));
+        CHECK_EQ_INT(fx_free(&f), 0);
+    }
+    /* two states: the live sequence's and one spare, which the copy before the last prompt token
+     * takes (evicting what it must); chunk-end copies never evict, and outputs stay the same */
+    struct fx f;
+    struct sched_config c = base_config();
+    c.batch_tokens = 24;
+    CHECK_EQ_INT(fx_init(&f, 2, 8, MEM_RECURRENT, &c), 0);
+    struct recorder a, b, alone;
+    struct sched_request qa = request(pa, 100, 3), qb = request(pb, 100, 3);
+    CHECK_EQ_INT(submit(&f, &a, &qa, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(submit(&f, &b, &qb, NULL), 0);
+    fake_run(f.s, &f.now, 1, 100);
+    CHECK_EQ_INT(run_alone(&qb, &alone), 0);
+    CHECK(same_output(&alone, &b, 0));
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK(st.cached_seqs <= 2);
+    CHECK_EQ_INT(fx_free(&f), 0);
+}
+
+/* A hybrid memory with fewer recurrent states than requests, cells to spare: admission counts the
+ * states (no more sequences hold memory than there are states, the rest wait in the queue rather
+ * than sit admitted without one), and the running ones take turns (time-slicing), each output the
+ * request's alone. */
+TEST(sched_hybrid_states_are_counted_and_time_sliced) {
+    struct fx f;
+    CHECK_EQ_INT(fx_init_hybrid(&f, 512, 2, 8, NULL), 0);
+    static int32_t prompts[5][8];
+    static struct recorder rec[5];
+    struct sched_request q[5];
+    for (int i = 0; i < 5; i++) {
+        q[i] = prompt_request(prompts[i], 8, 90 + (uint32_t)i, 40);
+        q[i].cache_prompt = false;
+        CHECK_EQ_INT(submit(&f, &rec[i], &q[i], NULL), 0);
+    }
+    int most_held = 0, max_queued = 0;
+    for (int step_no = 0; step_no < 1000; step_no++) {
+        struct sched_step *step;
+        if (sched_build_step(f.s, f.now, &step) == 0) break;
+        sched_step_compute(f.s, step);
+        sched_step_complete(f.s, step, f.now += 1);
+        struct sched_stats st;
+        sched_stats(f.s, f.now, &st);
+        int held = st.active_seqs - st.preempted;
+        most_held = held > most_held ? held : most_held;
+        max_queued = st.queued > max_queued ? st.queued : max_queued;
+        CHECK(st.states_used <= 2 && st.states_total == 2);
+    }
+    CHECK_EQ_INT(most_held, 2);
+    CHECK_EQ_INT(max_queued, 3);
+    struct sched_stats st;
+    sched_stats(f.s, f.now, &st);
+    CHECK(st.preemptions > 0);
+    CHECK_EQ_INT(st.active_requests + st.queued + st.preempted, 0);
+    CHECK_EQ_INT(st.states_used, 0);
+    for (int i = 0; i < 5; i++) {
+        struct recorder alone;
+        CHECK_EQ_INT(run_alone(&q[i], &alone), 0);
+        CHECK(same_output(&alone, &rec[i], 0));
+    }
+    CHECK_EQ_INT(fx_free(&f), 0);
 }
 
 TEST(sched_cache_prompt_false_neither_reuses_nor_keeps) {
