@@ -52,7 +52,8 @@ $(BUILD)/src/api/webui.o: CFLAGS += -I$(BUILD)/gen
 test:
 	$(MAKE) unit
 	$(MAKE) e2e
-unit: layers $(RUNNER) $(BIN)
+# the benchmarks are built too, so that a change that breaks one fails here, not at `make bench`
+unit: layers $(RUNNER) $(BIN) $(BENCH_BINS)
 	$(RUNNER)
 # The one-way layers of src/ (scripts/check-layers), on the includes and the built objects.
 layers: $(LIB_OBJS) $(BUILD)/src/main.o

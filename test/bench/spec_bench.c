@@ -47,7 +47,7 @@ static void on_error(void *o, int err) {
     fprintf(stderr, "request failed: %s\n", err_str(err));
     exit(1);
 }
-static const struct sched_sink sink = {on_token, on_done, on_error};
+static const struct sched_sink sink = {.on_token = on_token, .on_done = on_done, .on_error = on_error};
 
 static double now_s(void) {
     struct timespec ts;
