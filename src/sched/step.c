@@ -9,6 +9,8 @@
 /* Prompts always get at least this many tokens per step, even when decodes alone fill the time
  * target: otherwise a crowd of generating sequences would starve every new prompt. */
 #define SCHED_MIN_PROMPT_TOKENS 16
+/* The share of max_step_ms a step carrying a newcomer's prompt aims at. */
+#define SCHED_NEWCOMER_STEP_SHARE 0.5
 /* SCHED_PROBE_TOKENS (sched.h): until a step has been measured its cost is unknown, so the first
  * prompt step of a fresh server is this small (a fraction of a second for a 1B model on 2 cores:
  * scripts/bench.d/40-forward gives the prompt tokens/s) and a request arriving during it does not
@@ -284,6 +286,13 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
     }
 }
 
+/* Does the step carry a newcomer's prompt (admitted, never served: it goes first)? */
+static bool carries_newcomer(const struct sched *s) {
+    for (int32_t k = 0; k < s->n_prompt; k++)
+        if (s->seqs[s->prompt_order[k]].last_served < 0) return true;
+    return false;
+}
+
 /* Whether prompt i of prompt_order takes all the budget the decodes and the prompts before it
  * leave, not chunk_cap: the last one, served most recently (a long prompt being read beside
  * streaming requests), so that its steps stay as full as alone instead of paying each step's
@@ -291,10 +300,7 @@ static void add_tokens(struct sched *s, int32_t id, int32_t n) {
  * which stays short: the newcomer's first token waits for it (scripts/bench.d/50-serving,
  * fairness). */
 static bool fills_rest(const struct sched *s, int32_t i) {
-    if (i != s->n_prompt - 1) return false;
-    for (int32_t k = 0; k < s->n_prompt; k++)
-        if (s->seqs[s->prompt_order[k]].last_served < 0) return false;
-    return true;
+    return i == s->n_prompt - 1 && !carries_newcomer(s);
 }
 
 /* A decode with d drafts after it (sched_spec_plan): every row wants logits, the first sample's
@@ -441,18 +447,47 @@ static void fail_batch(struct sched *s, int err) {
     s->in_callbacks--;
 }
 
+/* Prompt tokens, in the order fill() takes them (each chunk at most chunk_cap but the rest-filling
+ * one, all together at most most), that fit in target_ms beside decodes of rows rows attending
+ * attn cells. */
+static int32_t prompt_fit(const struct sched *s, double target_ms, int32_t chunk_cap, int32_t most, int32_t rows,
+                          double attn) {
+    int32_t cap = 0;
+    for (int32_t i = 0; i < s->n_prompt && cap < most; i++) {
+        const struct seq *q = &s->seqs[s->prompt_order[i]];
+        int32_t chunk = q->n_tokens - q->n_past;
+        if (chunk > chunk_cap && !fills_rest(s, i)) chunk = chunk_cap;
+        if (chunk > most - cap) chunk = most - cap;
+        int32_t fit = step_cost_tokens_within(&s->cost, target_ms, rows, attn, q->n_past);
+        if (fit < chunk) { /* the budget ends inside this chunk (fit is at least 1: check it) */
+            if (fit > 1 || step_cost_predict_ms(&s->cost, rows + 1, attn + q->n_past + 1) <= target_ms) cap += fit;
+            break;
+        }
+        cap += chunk;
+        rows += chunk;
+        attn += step_cost_attn(q->n_past, chunk);
+    }
+    return cap;
+}
+
 /* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
- * fits in max_step_ms after the decodes; a prompt alone gets batch_tokens, cut to what fits in
- * solo_step_ms (when set). Before any step was measured, SCHED_PROBE_TOKENS. The cost counts
- * attention (step_cost.h): the decodes' contexts, then the prompts' chunks at their positions in
- * the order fill() takes them, so a chunk late in a long prompt gets fewer tokens. */
+ * fits in max_step_ms after the decodes (in half of it in a step carrying a newcomer's prompt),
+ * not below SCHED_PROBE_TOKENS rows as far as max_step_ms holds them; a prompt alone gets
+ * batch_tokens, cut to what fits in solo_step_ms (when set). Before any step was measured,
+ * SCHED_PROBE_TOKENS. The cost counts attention (step_cost.h): the decodes' contexts, then the
+ * prompts' chunks at their positions in the order fill() takes them, so a chunk late in a long
+ * prompt gets fewer tokens. */
 static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_cap) {
     bool others = s->n_decode + s->n_prompt > 1 || s->queue_head || oldest_preempted(s) >= 0;
     *prompt_cap = s->cfg.batch_tokens;
     *chunk_cap = s->cfg.batch_tokens;
     double target_ms = s->cfg.max_step_ms;
-    if (others) *chunk_cap = s->cfg.chunk_tokens;
-    else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
+    if (others) {
+        *chunk_cap = s->cfg.chunk_tokens;
+        /* a newcomer's first token waits for the step in flight and then for its own: a shorter
+         * own step keeps the sum well under twice max_step_ms */
+        if (carries_newcomer(s)) target_ms *= SCHED_NEWCOMER_STEP_SHARE;
+    } else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
     else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;
     if (s->cost.observed == 0) {
         *prompt_cap = SCHED_PROBE_TOKENS < s->cfg.batch_tokens ? SCHED_PROBE_TOKENS : s->cfg.batch_tokens;
@@ -465,25 +500,19 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
         attn += step_cost_attn(q->n_past, 1 + q->n_plan);
         rows += q->n_plan;
     }
-    int32_t cap = 0;
-    for (int32_t i = 0; i < s->n_prompt && cap < *prompt_cap; i++) {
-        const struct seq *q = &s->seqs[s->prompt_order[i]];
-        int32_t chunk = q->n_tokens - q->n_past;
-        if (chunk > *chunk_cap && !fills_rest(s, i)) chunk = *chunk_cap;
-        if (chunk > *prompt_cap - cap) chunk = *prompt_cap - cap;
-        int32_t fit = step_cost_tokens_within(&s->cost, target_ms, rows, attn, q->n_past);
-        if (fit < chunk) { /* the budget ends inside this chunk (fit is at least 1: check it) */
-            if (fit > 1 || step_cost_predict_ms(&s->cost, rows + 1, attn + q->n_past + 1) <= target_ms) cap += fit;
-            break;
-        }
-        cap += chunk;
-        rows += chunk;
-        attn += step_cost_attn(q->n_past, chunk);
+    int32_t cap = prompt_fit(s, target_ms, *chunk_cap, *prompt_cap, rows, attn);
+    /* at least the probe's rows, the decodes' included: smaller steps cost several times more
+     * per token (below 32 rows the matmuls take the per-row path, which reads the weights once
+     * per 4 tokens), and a machine that slow misses the time target with a few tokens more or
+     * less. Beside others only as far as max_step_ms holds them (a newcomer's shorter step
+     * grows up to it), and beside many decodes prompts still get SCHED_MIN_PROMPT_TOKENS. */
+    int32_t floor = SCHED_PROBE_TOKENS - rows;
+    if (others && floor > cap) {
+        int32_t full = target_ms < s->cfg.max_step_ms
+                           ? prompt_fit(s, s->cfg.max_step_ms, *chunk_cap, *prompt_cap, rows, attn) : cap;
+        if (floor > full) floor = full;
     }
-    /* alone, never below the probe: smaller prefill steps cost several times more per token
-     * (below 32 rows the matmuls take the per-row path, which reads the weights once per 4
-     * tokens), and a machine that slow misses the time target with a few tokens more or less */
-    int32_t floor = others ? SCHED_MIN_PROMPT_TOKENS : SCHED_PROBE_TOKENS;
+    if (others && floor < SCHED_MIN_PROMPT_TOKENS) floor = SCHED_MIN_PROMPT_TOKENS;
     cap = cap > floor ? cap : floor;
     if (cap < *prompt_cap) *prompt_cap = cap;
 }
