@@ -16,12 +16,12 @@
  *     fixed + per token + per attended cell, so chunks shrink as a long prompt's context grows);
  *     a prompt alone gets the whole budget up to what fits in config.solo_step_ms (100 ms,
  *     never below max_step_ms; 0: no time cap, batch_tokens only). A step carrying a newcomer's
- *     prompt aims at half of max_step_ms (but keeps 32 rows, the probe's, as far as max_step_ms
+ *     prompt aims at 70% of max_step_ms (but keeps 32 rows, the probe's, as far as max_step_ms
  *     holds them: smaller steps cost several times more per token). The promises together: a
  *     request that arrives while a long prompt is read waits for the step in flight
  *     (<= solo_step_ms alone, <= max_step_ms beside others) and then for its own step
- *     (<= max_step_ms / 2 mostly), so its first token comes after about solo_step_ms +
- *     max_step_ms / 2 at worst; a longer solo_step_ms amortizes the fixed
+ *     (<= 0.7 max_step_ms mostly), so its first token comes after about solo_step_ms +
+ *     0.7 max_step_ms at worst; a longer solo_step_ms amortizes the fixed
  *     cost per step over more tokens of the lone prompt at the price of that wait
  *     (scripts/bench.d/50-serving shows both: the time to first token during a long prefill and
  *     the prefill's time).

@@ -10,7 +10,7 @@
  * target: otherwise a crowd of generating sequences would starve every new prompt. */
 #define SCHED_MIN_PROMPT_TOKENS 16
 /* The share of max_step_ms a step carrying a newcomer's prompt aims at. */
-#define SCHED_NEWCOMER_STEP_SHARE 0.5
+#define SCHED_NEWCOMER_STEP_SHARE 0.7
 /* SCHED_PROBE_TOKENS (sched.h): until a step has been measured its cost is unknown, so the first
  * prompt step of a fresh server is this small (a fraction of a second for a 1B model on 2 cores:
  * scripts/bench.d/40-forward gives the prompt tokens/s) and a request arriving during it does not
@@ -471,7 +471,7 @@ static int32_t prompt_fit(const struct sched *s, double target_ms, int32_t chunk
 }
 
 /* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
- * fits in max_step_ms after the decodes (in half of it in a step carrying a newcomer's prompt),
+ * fits in max_step_ms after the decodes (in SCHED_NEWCOMER_STEP_SHARE of it in a step carrying a newcomer's prompt),
  * not below SCHED_PROBE_TOKENS rows as far as max_step_ms holds them; a prompt alone gets
  * batch_tokens, cut to what fits in solo_step_ms (when set). Before any step was measured,
  * SCHED_PROBE_TOKENS. The cost counts attention (step_cost.h): the decodes' contexts, then the
@@ -485,7 +485,10 @@ static void budget(const struct sched *s, int32_t *prompt_cap, int32_t *chunk_ca
     if (others) {
         *chunk_cap = s->cfg.chunk_tokens;
         /* a newcomer's first token waits for the step in flight and then for its own: a shorter
-         * own step keeps the sum well under twice max_step_ms */
+         * own step keeps the sum under twice max_step_ms; one much shorter costs the others
+         * more steps (scripts/bench.d/50-serving, fairness: 0.5 gave the short requests a TTFT
+         * p99 of 0.15-0.19 s and the long prompt 1.18-1.24x its time alone, 0.7 0.17-0.18 s and
+         * 1.08-1.15x, the full target 0.21-0.27 s) */
         if (carries_newcomer(s)) target_ms *= SCHED_NEWCOMER_STEP_SHARE;
     } else if (!(s->cfg.solo_step_ms > 0)) return; /* no time cap alone: the whole budget */
     else if (s->cfg.solo_step_ms > target_ms) target_ms = s->cfg.solo_step_ms;

@@ -1157,7 +1157,7 @@ TEST(sched_a_lone_prompt_is_capped_by_solo_step_ms) {
     for (int k = 0; k < steps - 1; k++) CHECK_EQ_INT(sizes[k], 32);
 }
 
-/* A step carrying a newcomer's prompt aims at half of max_step_ms (its first token waits for the
+/* A step carrying a newcomer's prompt aims at 70% of max_step_ms (its first token waits for the
  * step in flight, then for this one), but keeps SCHED_PROBE_TOKENS rows as far as max_step_ms
  * holds them (smaller steps cost more per token). A lone 400-token prompt with solo_step_ms 200
  * and max_step_ms 100, steps costing 5 ms + ms_per_token per token; a 6-token request arrives
@@ -1173,15 +1173,15 @@ static int newcomer_step(struct test_case *t, double ms_per_token, int *before) 
     return sizes[i];
 }
 
-TEST(sched_a_newcomer_step_aims_at_half_of_max_step_ms) {
+TEST(sched_a_newcomer_step_aims_at_70_percent_of_max_step_ms) {
     int before;
-    /* half of 100 ms holds (50 - 5) / 1 = 45 tokens: the newcomer's 6 and 39 of the long prompt */
-    CHECK_EQ_INT(newcomer_step(t, 1, &before), 45);
+    /* 70 ms hold (70 - 5) / 1 = 65 tokens: the newcomer's 6 and 59 of the long prompt */
+    CHECK_EQ_INT(newcomer_step(t, 1, &before), 65);
     CHECK(before > 95); /* the step in flight: a solo one, beyond max_step_ms */
-    /* (50 - 5) / 2 = 22 tokens, below the probe's 32 rows, which fit in 100 ms */
-    CHECK_EQ_INT(newcomer_step(t, 2, &before), SCHED_PROBE_TOKENS);
-    CHECK(before > 47);
-    /* (50 - 5) / 4 = 11, and 100 ms hold only (100 - 5) / 4 = 23 of the 32 rows */
+    /* (70 - 5) / 2.2 = 29 tokens, below the probe's 32 rows, which fit in 100 ms */
+    CHECK_EQ_INT(newcomer_step(t, 2.2, &before), SCHED_PROBE_TOKENS);
+    CHECK(before > 43);
+    /* (70 - 5) / 4 = 16, and 100 ms hold only (100 - 5) / 4 = 23 of the 32 rows */
     CHECK_EQ_INT(newcomer_step(t, 4, &before), 23);
 }
 
