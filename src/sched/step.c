@@ -471,9 +471,9 @@ static int32_t prompt_fit(const struct sched *s, double target_ms, int32_t chunk
 }
 
 /* The prompt budget of this step (sched.h): while others wait, what the learned step cost says
- * fits in max_step_ms after the decodes (in SCHED_NEWCOMER_STEP_SHARE of it in a step carrying a newcomer's prompt),
- * not below SCHED_PROBE_TOKENS rows as far as max_step_ms holds them; a prompt alone gets
- * batch_tokens, cut to what fits in solo_step_ms (when set). Before any step was measured,
+ * fits in max_step_ms after the decodes (in SCHED_NEWCOMER_STEP_SHARE of it in a step carrying
+ * a newcomer's prompt), not below SCHED_PROBE_TOKENS rows as far as max_step_ms holds them; a
+ * prompt alone gets batch_tokens, cut to what fits in solo_step_ms (when set). Before any step was measured,
  * SCHED_PROBE_TOKENS. The cost counts attention (step_cost.h): the decodes' contexts, then the
  * prompts' chunks at their positions in the order fill() takes them, so a chunk late in a long
  * prompt gets fewer tokens. */
