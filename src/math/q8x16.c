@@ -418,6 +418,13 @@ static block_q4_K k4_block(const void *w, int64_t n_in, int64_t n_out, int64_t r
     return b;
 }
 
+void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
+    for (int64_t i = 0; i < n_in / QK_K; i++) { /* the GGUF super-block back, decoded by quant.c */
+        const block_q4_K b = k4_block(w, n_in, n_out, r, i);
+        quant_to_float(GGML_TYPE_Q4_K, &b, out + i * QK_K, QK_K);
+    }
+}
+
 float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq) {
     const block_q8_K *x = xq;
     float a = 0.0f, m = 0.0f;
