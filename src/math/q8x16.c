@@ -370,7 +370,7 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
 #define K4_NIB 2048
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
-/* Tokens per pass over a group (each holds three accumulators beside 8 weight registers). */
+/* Tokens per pass over a group (each holds four accumulators beside 8 weight registers). */
 #define K4_TOKEN_TILE 4
 /* Super-blocks (2304 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q4_K of kquant_avx512.c: into L1,
  * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2). */
@@ -470,7 +470,7 @@ AVX512 static inline __attribute__((always_inline)) void k4_scales16(const uint8
  * apart): y[t * n_out + l]. Per super-block: the rows' scales and mins unpacked once; per
  * sub-block j, its nibbles (8 registers: 16 rows x 32 levels) once for the tile's tokens, 8
  * vpdpbusd per token into the exact integer dot of each row, times the row's scale; then per
- * token the mins' integer sum and the two fmas of dot_q4_K's order (quant.c). */
+ * token the mins' integer sum (4 vpdpwssd) and the two fmas of dot_q4_K's order (quant.c). */
 AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t nb, const void *w, int64_t g,
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
