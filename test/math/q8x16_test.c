@@ -241,11 +241,11 @@ TEST(q4kx16_row_to_float_keeps_every_value) {
 }
 
 /* q4kx16_rows against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's scalar
- * dot_q4_K (quant.c): token counts of 1 to 9, row ranges of whole groups and the tail rows, both
+ * dot_q4_K (quant.c): token counts of 1 to 21, row ranges of whole groups and the tail rows, both
  * alignments, nothing written outside the range; the scales and mins use all 6 bits. */
 TEST(q4kx16_rows_equal_the_gguf_numbers) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 9 };
+    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 21 };
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
     static uint8_t xq[MAX_TOK * N_IN * 2];
     const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, N_IN), row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
