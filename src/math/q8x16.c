@@ -370,10 +370,11 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
 #define K4_NIB 2048
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
-/* Tokens per pass over a group (each holds three accumulators beside 8 weight registers). */
+/* Tokens per pass over a group (each holds four accumulators beside 8 weight registers). */
 #define K4_TOKEN_TILE 4
-/* Super-blocks (2304 bytes each) fetched ahead of use. */
-#define K4_PREFETCH_SB 3
+/* Super-blocks (2304 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q4_K of kquant_avx512.c: into L1,
+ * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2). */
+#define K4_PREFETCH_SB 7
 
 struct k4_parts {
     uint8_t *nib;    /* [32 words][16 rows][4 bytes]: word k of row l = GGUF qs[4k .. 4k + 3] */
@@ -415,6 +416,13 @@ static block_q4_K k4_block(const void *w, int64_t n_in, int64_t n_out, int64_t r
     for (int k = 0; k < K_SCALE_SIZE; k++) b.scales[k] = p.planes[k * Q8X16_ROWS + l];
     for (int k = 0; k < QK_K / 8; k++) memcpy(b.qs + 4 * k, p.nib + k * 64 + l * 4, 4);
     return b;
+}
+
+void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out) {
+    for (int64_t i = 0; i < n_in / QK_K; i++) { /* the GGUF super-block back, decoded by quant.c */
+        const block_q4_K b = k4_block(w, n_in, n_out, r, i);
+        quant_to_float(GGML_TYPE_Q4_K, &b, out + i * QK_K, QK_K);
+    }
 }
 
 float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq) {
@@ -462,31 +470,36 @@ AVX512 static inline __attribute__((always_inline)) void k4_scales16(const uint8
  * apart): y[t * n_out + l]. Per super-block: the rows' scales and mins unpacked once; per
  * sub-block j, its nibbles (8 registers: 16 rows x 32 levels) once for the tile's tokens, 8
  * vpdpbusd per token into the exact integer dot of each row, times the row's scale; then per
- * token the mins' integer sum and the two fmas of dot_q4_K's order (quant.c). */
+ * token the mins' integer sum (4 vpdpwssd) and the two fmas of dot_q4_K's order (quant.c). */
 AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t nb, const void *w, int64_t g,
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m4hi = _mm512_set1_epi8((char)0xF0);
     __m512 a[K4_TOKEN_TILE], m[K4_TOKEN_TILE];
     for (int t = 0; t < nt; t++) a[t] = m[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
-        /* K4_PREFETCH_SB super-blocks ahead (past the matrix's end near its last group: lines
-         * nobody reads; a prefetch never faults) */
+        /* K4_PREFETCH_SB super-blocks ahead into L2 (past the matrix's end near its last group:
+         * lines nobody reads; a prefetch never faults) */
         const char *pf = (const char *)p.nib + K4_PREFETCH_SB * K4_SB;
 #pragma GCC unroll 36
-        for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+        for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
         __m128i sc[8], mn[8];
         k4_scales16(p.planes, sc, mn);
-        __m512i sumi[K4_TOKEN_TILE];
-        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
+        /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane, for vpdpwssd */
+        __m512i mn2[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(mn[2 * q]), _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * q + 1]), 16));
+        /* sumi: the even sub-blocks (low nibbles); sumh: the odd ones on the high nibbles in place,
+         * 16 times their value (no shift per load; divided back exactly once per super-block) */
+        __m512i sumi[K4_TOKEN_TILE], sumh[K4_TOKEN_TILE];
+        for (int t = 0; t < nt; t++) sumi[t] = sumh[t] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i wv[8];
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m512i raw = _mm512_loadu_si512(p.nib + (size_t)(8 * (j / 2) + k) * 64);
-                wv[k] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
-            }
+            for (int k = 0; k < 8; k++)
+                wv[k] = _mm512_and_si512(_mm512_loadu_si512(p.nib + (size_t)(8 * (j / 2) + k) * 64), j % 2 ? m4hi : m4);
             const __m512i scj = _mm512_cvtepu8_epi32(sc[j]);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
@@ -500,7 +513,9 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
                     s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(x0));
                     s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(x1));
                 }
-                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), scj));
+                const __m512i prod = _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), scj);
+                if (j % 2) sumh[t] = _mm512_add_epi32(sumh[t], prod);
+                else sumi[t] = _mm512_add_epi32(sumi[t], prod);
             }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
@@ -508,13 +523,17 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
+            /* |16 * odd part| <= 16 * 4 * 63 * 32 * 15 * 128 < 2^31; the sub-blocks' sums of 32
+             * levels fit int16 */
+            const __m512i si = _mm512_add_epi32(sumi[t], _mm512_srai_epi32(sumh[t], 4));
             __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                summ = _mm512_add_epi32(summ, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(mn[j]),
-                                                                 _mm512_set1_epi32(x->bsums[2 * j] + x->bsums[2 * j + 1])));
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const int32_t b0 = x->bsums[4 * q] + x->bsums[4 * q + 1], b1 = x->bsums[4 * q + 2] + x->bsums[4 * q + 3];
+                summ = _mm512_dpwssd_epi32(summ, mn2[q], _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16)));
+            }
             const __m512 xd = _mm512_set1_ps(x->d);
-            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, xd), a[t]);
+            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw, xd), a[t]);
             m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmw, xd), m[t]);
         }
     }

@@ -95,9 +95,11 @@ float q5x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const
  * activations are the matmul's Q8_K rows as they are. Numbers: quant.c's dot_q4_K order exactly
  * (per super-block the exact integer sums, then a = fma(sumi, d_w * d_x, a), m = fma(summ,
  * dmin_w * d_x, m); a - m), the order every Q4_K kernel of the serving path computes: rewriting
- * changes no number, only speed. Tied embeddings of this type are not rewritten (no row lookup).
- * As above, the layout depends on the address mod 64: rewrite in place, never move the bytes. */
+ * changes no number, only speed. As above, the layout depends on the address mod 64: rewrite in
+ * place, never move the bytes. */
 int q4kx16_repack(void *w, int64_t n_in, int64_t n_out);
+/* Row r to F32, exactly GGUF Q4_K's values (the embedding lookup of a tied output matrix). */
+void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, float *out);
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
                  int64_t n_tok, float *y);

@@ -506,6 +506,8 @@ static void embed(const struct model *m, const struct batch *b, float *x) {
             q8x16_row_to_float(w->data, E, w->n_out, b->token[i], x + i * E);
         else if (w->type == UVLM_TYPE_Q5_0_X16)
             q5x16_row_to_float(w->data, E, w->n_out, b->token[i], x + i * E);
+        else if (w->type == UVLM_TYPE_Q4_K_X16)
+            q4kx16_row_to_float(w->data, E, w->n_out, b->token[i], x + i * E);
         else
             quant_to_float(w->type, (const char *)w->data + (size_t)b->token[i] * row_bytes, x + i * E, E);
     }

@@ -418,7 +418,7 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
 }
 
 /* model_options.serving_layout: each Q8_0, Q5_0 and Q4_K matrix the forward pass multiplies by
- * (the output once when it is the embedding too; not when that is Q4_K) rewritten in place into
+ * (the output once when it is the embedding too) rewritten in place into
  * q8x16.h's layouts. Q6_K stays as the file has it: its layout streams a decode step no faster
  * than the GGUF kernels (see q8x16.h). A tensor not on a 32-byte boundary (general.alignment
  * below 32) keeps the file's layout. */
@@ -432,7 +432,7 @@ static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_
     } else if (w->type == GGML_TYPE_Q5_0) {
         rc = q5x16_repack((void *)w->data, w->n_in, w->n_out);
         to = UVLM_TYPE_Q5_0_X16;
-    } else if (w->type == GGML_TYPE_Q4_K && w->data != m->token_embd.data) { /* no row lookup in Q4_K's */
+    } else if (w->type == GGML_TYPE_Q4_K) {
         rc = q4kx16_repack((void *)w->data, w->n_in, w->n_out);
         to = UVLM_TYPE_Q4_K_X16;
     } else {

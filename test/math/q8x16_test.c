@@ -217,12 +217,35 @@ TEST(matmul_q5_0_x16_numbers_do_not_depend_on_the_batch) {
 
 /* ---- Q4_K ---- */
 
+/* Every row of a rewritten Q4_K matrix (a tied embedding's lookup) decodes to the GGUF row's
+ * values, tail rows and both alignments included. */
+TEST(q4kx16_row_to_float_keeps_every_value) {
+    enum { N_IN = 512, N_OUT = 37 };
+    static float a[N_IN], b[N_IN];
+    const size_t row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
+    int bad = 0, nonzero = 0;
+    for (size_t offset = 0; offset <= 32; offset += 32) {
+        struct pair p;
+        CHECK_EQ_INT(make_pair_type(&p, GGML_TYPE_Q4_K, N_IN, N_OUT, offset), 0);
+        CHECK(memcmp(p.gguf, p.x16, row * 16) != 0); /* the first group was rewritten */
+        for (int64_t r = 0; r < N_OUT; r++) {
+            quant_to_float(GGML_TYPE_Q4_K, (const uint8_t *)p.gguf + (size_t)r * row, a, N_IN);
+            q4kx16_row_to_float(p.x16, N_IN, N_OUT, r, b);
+            bad += memcmp(a, b, sizeof a) != 0;
+            for (int i = 0; i < N_IN; i++) nonzero += b[i] != 0.0f;
+        }
+        free_pair(&p);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(nonzero > N_OUT * N_IN);
+}
+
 /* q4kx16_rows against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's scalar
- * dot_q4_K (quant.c): token counts of 1 to 9, row ranges of whole groups and the tail rows, both
+ * dot_q4_K (quant.c): token counts of 1 to 21, row ranges of whole groups and the tail rows, both
  * alignments, nothing written outside the range; the scales and mins use all 6 bits. */
 TEST(q4kx16_rows_equal_the_gguf_numbers) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 9 };
+    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 21 };
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
     static uint8_t xq[MAX_TOK * N_IN * 2];
     const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, N_IN), row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);

@@ -374,8 +374,8 @@ TEST(model_serving_layout_refuses_reference_contexts) {
 }
 
 /* Q4_K in the serving layout (math/q8x16.h's Q4_K_X16) changes no number: models written by
- * mkmodel as q4_k, tied (the output is the embedding: kept GGUF, as the lookup reads it) and
- * untied, and as q4_k_m (its Q6_K output, and attn_v and ffn_down of layer 1, beside the
+ * mkmodel as q4_k, tied (the output is the embedding: rewritten too, the lookup reading the
+ * layout) and untied, and as q4_k_m (its Q6_K output, and attn_v and ffn_down of layer 1, beside the
  * rewritten Q4_K), give bit-identical logits loaded for serving and as the file has them, over a
  * prompt and three decode steps on 2 threads. */
 static void q4_k_layouts_agree(struct test_case *t, const char *type, bool tied) {
@@ -415,6 +415,7 @@ static void q4_k_layouts_agree(struct test_case *t, const char *type, bool tied)
         }
     }
     if (q8x16_supported()) CHECK(f[0].m && f[0].m->serving_layout); /* something was rewritten */
+    if (q8x16_supported() && tied && f[0].m) CHECK(f[0].m->token_embd.type == UVLM_TYPE_Q4_K_X16);
     if (logits[0] && logits[1]) {
         CHECK(max_diff(logits[0], logits[1], V * 4) == 0);
         CHECK(max_diff(logits[0], logits[0] + V, V) > 0); /* the steps do differ */
