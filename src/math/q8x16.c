@@ -576,9 +576,13 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
 _Static_assert(K6_QL + K6_QH + K6_SC + 2 * Q8X16_ROWS == K6_SB, "q6kx16 super-block size");
 /* Tokens per pass over a group (each holds two integer chains beside 8 level registers). */
 #define K6_TOKEN_TILE 4
-/* Super-blocks (3360 bytes each) fetched ahead of use, into L2: fetched into L1 (T0) a decode
- * step streams at half the speed (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
-#define K6_PREFETCH_SB 4
+/* Super-blocks (3360 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q6_K of
+ * kquant_avx512.c), K6_PREFETCH_LINES lines per lane pass rather than all 53 at once: a burst
+ * of 53 prefetches holds the core's miss buffers and one token streams at two thirds the speed;
+ * into L1 (T0), at half (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
+#define K6_PREFETCH_SB 5
+#define K6_PREFETCH_LINES 7
+_Static_assert(8 * K6_PREFETCH_LINES * 64 >= K6_SB, "the 8 lane passes prefetch a whole super-block");
 
 /* Where GGUF's ql word o (bytes 4o..4o+3, o = 16h + 8b + k) and qh word o (o = 8h + k) of a row
  * go: in the order the kernel's lane k reads them (k6_group_tile), so it streams its super-block
@@ -659,11 +663,9 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct k6_parts p = k6_sb(w, nb, g, i);
-        /* K6_PREFETCH_SB super-blocks ahead (past the matrix's end near its last group: lines
-         * nobody reads; a prefetch never faults) */
+        /* K6_PREFETCH_SB super-blocks ahead, a part in each lane pass below (past the matrix's
+         * end near its last group: lines nobody reads; a prefetch never faults) */
         const char *pf = (const char *)p.ql + K6_PREFETCH_SB * K6_SB;
-#pragma GCC unroll 53
-        for (size_t off = 0; off < K6_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
         /* scale s of the 16 rows as int32 lanes [scale, 0] */
         __m512i scv[QK_K / 16];
 #pragma GCC unroll 16
@@ -684,6 +686,8 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
         }
 #pragma GCC unroll 1
         for (int k = 0; k < 8; k++) {
+#pragma GCC unroll 7
+            for (int q = 0; q < K6_PREFETCH_LINES; q++) _mm_prefetch(pf + (size_t)(K6_PREFETCH_LINES * k + q) * 64, _MM_HINT_T1);
             /* word 8j + k of the super-block (elements 32j + 4k .. +3): in half h = j / 4, with
              * jj = j % 4, the low (jj < 2) or high nibbles of ql word 16h + 8(jj % 2) + k and
              * bits 2jj, 2jj + 1 of qh word 8h + k */
