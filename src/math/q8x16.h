@@ -113,10 +113,10 @@ float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, cons
  * ql, where the super-block starts 32 bytes past a 64-byte boundary (every other super-block:
  * 3360 = 52.5 * 64). Activations: the matmul's Q8_K rows as they are. Numbers: quant.c's
  * dot_q6_K order exactly (per row 8 float lanes over the super-blocks, then fold8), the order of
- * every Q6_K kernel of the serving path: rewriting changes no number, only speed. With the
- * weights in L2 it computes faster than the GGUF kernels, but a decode step streaming them from
- * memory runs no faster, so the model loader does not use it (build/bench/kernels --small-batch
- * --type q6_kx16 / q6_k --threads 1). No row lookup (a tied embedding cannot be in it). The
+ * every Q6_K kernel of the serving path: rewriting changes no number, only speed. Faster than
+ * the GGUF kernels from one token on (build/bench/kernels --small-batch --type q6_kx16 / q6_k
+ * --threads 1), but the model loader does not use it: a whole hybrid decode step of 8 rows runs
+ * slower with it (docs/performance.md, Kernels). No row lookup (a tied embedding cannot be in it). The
  * layout depends on the address mod 64: rewrite in place, never move the bytes. */
 int q6kx16_repack(void *w, int64_t n_in, int64_t n_out);
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */

@@ -419,8 +419,8 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
 
 /* model_options.serving_layout: each Q8_0, Q5_0 and Q4_K matrix the forward pass multiplies by
  * (the output once when it is the embedding too) rewritten in place into
- * q8x16.h's layouts. Q6_K stays as the file has it: its layout streams a decode step no faster
- * than the GGUF kernels (see q8x16.h). A tensor not on a 32-byte boundary (general.alignment
+ * q8x16.h's layouts. Q6_K stays as the file has it: with its layout a whole decode step of 8
+ * rows runs slower (see q8x16.h). A tensor not on a 32-byte boundary (general.alignment
  * below 32) keeps the file's layout. */
 static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
     int rc;
