@@ -577,9 +577,9 @@ _Static_assert(K6_QL + K6_QH + K6_SC + 2 * Q8X16_ROWS == K6_SB, "q6kx16 super-bl
 /* Tokens per pass over a group (each holds two integer chains beside 8 level registers). */
 #define K6_TOKEN_TILE 4
 /* Super-blocks (3360 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q6_K of
- * kquant_avx512.c), K6_PREFETCH_LINES lines per lane pass rather than all 53 at once: a burst
- * of 53 prefetches holds the core's miss buffers and one token streams at two thirds the speed;
- * into L1 (T0), at half (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
+ * kquant_avx512.c), K6_PREFETCH_LINES lines in each of the 8 lane passes: all 53 lines at the
+ * super-block's start, one token of 2048 x 5632 takes 475-615 us instead of 285-338; into L1
+ * (T0), about twice as long (build/bench/kernels --small-batch --type q6_kx16 --threads 1). */
 #define K6_PREFETCH_SB 5
 #define K6_PREFETCH_LINES 7
 _Static_assert(8 * K6_PREFETCH_LINES * 64 >= K6_SB, "the 8 lane passes prefetch a whole super-block");
