@@ -62,8 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         struct jinja_render_opts o = JINJA_RENDER_OPTS_DEFAULT;
         o.now = 1795694400;
-        o.limits.max_steps = 200000;
-        o.limits.max_output = 1 << 20;
+        o.limits.max_steps = 20000;
+        o.limits.max_output = 1 << 16;
         o.limits.max_memory = 64u << 20;
         o.limits.max_call_depth = 40;
         char *out;
