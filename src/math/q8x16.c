@@ -367,6 +367,13 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
  * (see q8x16.h). Every super-block of a tensor lies at the same offset mod 64 (2304 = 36 * 64),
  * so when they start 32 bytes past a 64-byte boundary d comes first and the nibbles' 64-byte
  * loads stay aligned. */
+/* The K-quants' kernels take tokens in blocks of KX16_TOKEN_BLOCK, each block group by group
+ * and each group tile by tile: a group's super-blocks (9-32 KB at 1024-3584 inputs) stay in L1
+ * for the block's tiles, the block's activations (16 x 292 bytes per super-block) in L2. With the
+ * tiles outermost, 8 tokens read every group twice from L2: 5-8% slower (build/bench/kernels
+ * --small-batch --type q4_kx16 --threads 1). */
+#define KX16_TOKEN_BLOCK 16
+
 #define K4_NIB 2048
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
@@ -545,18 +552,20 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += K4_TOKEN_TILE) {
-        const int64_t nt = n_tok - t0 < K4_TOKEN_TILE ? n_tok - t0 : K4_TOKEN_TILE;
-        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
-        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
-            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-            switch (nt) {
-            case 1: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
-            case 2: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
-            case 3: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
-            default: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+    for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
+        const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
+            for (int64_t t0 = b0; t0 < b1; t0 += K4_TOKEN_TILE) {
+                const int64_t nt = b1 - t0 < K4_TOKEN_TILE ? b1 - t0 : K4_TOKEN_TILE;
+                const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
+                float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+                switch (nt) {
+                case 1: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
+                case 2: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
+                case 3: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
+                default: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+                }
             }
-        }
     }
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
@@ -735,18 +744,20 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += K6_TOKEN_TILE) {
-        const int64_t nt = n_tok - t0 < K6_TOKEN_TILE ? n_tok - t0 : K6_TOKEN_TILE;
-        const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
-        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
-            float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-            switch (nt) {
-            case 1: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
-            case 2: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
-            case 3: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
-            default: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+    for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
+        const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
+            for (int64_t t0 = b0; t0 < b1; t0 += K6_TOKEN_TILE) {
+                const int64_t nt = b1 - t0 < K6_TOKEN_TILE ? b1 - t0 : K6_TOKEN_TILE;
+                const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
+                float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+                switch (nt) {
+                case 1: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
+                case 2: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
+                case 3: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
+                default: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+                }
             }
-        }
     }
     /* the tail rows are GGUF rows: the type's own kernel, whose numbers are dot_q6_K's */
     const size_t rb = (size_t)nb * sizeof(block_q6_K);

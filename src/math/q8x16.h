@@ -115,9 +115,8 @@ float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, cons
  * dot_q6_K order exactly (per row 8 float lanes over the super-blocks, then fold8), the order of
  * every Q6_K kernel of the serving path: rewriting changes no number, only speed. Faster than
  * the GGUF kernels from one token on (build/bench/kernels --small-batch --type q6_kx16 / q6_k
- * --threads 1), but the model loader does not use it: a whole hybrid decode step of 8 rows runs
- * slower with it (docs/performance.md, Kernels). No row lookup (a tied embedding cannot be in it). The
- * layout depends on the address mod 64: rewrite in place, never move the bytes. */
+ * --threads 1). No row lookup (a tied embedding stays in GGUF's layout). The layout depends on
+ * the address mod 64: rewrite in place, never move the bytes. */
 int q6kx16_repack(void *w, int64_t n_in, int64_t n_out);
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "math/quant.h"
 
 /* One worker's buffers for a chunk (deltanet_ctx.slots: one per compute thread). */
 struct dn_slot {
@@ -109,7 +110,6 @@ void deltanet_ctx_destroy(struct deltanet_ctx *d) {
 
 size_t deltanet_ctx_bytes(const struct deltanet_ctx *d) { return d->bytes; }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 static inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 static inline float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
@@ -144,6 +144,27 @@ struct layer_job {
     const struct batch *b;
 };
 
+/* x = silu(x) = x / (1 + e^-x) over n, with the vectorized expf (math/quant.h) in blocks of a
+ * constant count so that the divisions vectorize too. */
+enum { SILU_BLOCK = 256 };
+static void silu_block(float *restrict x, const float *restrict e) {
+    for (int k = 0; k < SILU_BLOCK; k++) x[k] = x[k] / (1.0f + e[k]);
+}
+
+static void silu_n(float *x, int64_t n) {
+    float e[SILU_BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += SILU_BLOCK) {
+        int64_t m = n - i0 < SILU_BLOCK ? n - i0 : SILU_BLOCK;
+        for (int64_t k = 0; k < m; k++) e[k] = 0.0f - x[i0 + k];
+        quant_expf_n(e, e, m);
+        if (m == SILU_BLOCK) {
+            silu_block(x + i0, e);
+            continue;
+        }
+        for (int64_t k = 0; k < m; k++) x[i0 + k] = x[i0 + k] / (1.0f + e[k]);
+    }
+}
+
 /* The causal conv over channels [c0, c1): each entry in batch order reads its sequence's conv
  * state (oldest input first), then the state slides by one input; qkv becomes silu(conv). */
 static void conv_channels(void *arg, int64_t c0, int64_t c1) {
@@ -161,8 +182,9 @@ static void conv_channels(void *arg, int64_t c0, int64_t c1) {
             sum += x[c] * w[n_hist];
             for (int32_t k = 0; k + 1 < n_hist; k++) st[(int64_t)k * C + c] = st[(int64_t)(k + 1) * C + c];
             if (n_hist > 0) st[(int64_t)(n_hist - 1) * C + c] = x[c];
-            x[c] = silu(sum);
+            x[c] = sum;
         }
+        silu_n(x + c0, c1 - c0);
     }
 }
 
@@ -208,7 +230,7 @@ static inline v8f v8_load(const float *p) {
     return v;
 }
 
-static float dot(const float *a, const float *b, int32_t n) {
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int32_t n) {
     float s = 0;
     if (n % 8 == 0) {
         v8f acc = {0};
@@ -221,7 +243,7 @@ static float dot(const float *a, const float *b, int32_t n) {
 }
 
 /* y += a * x over n. */
-static void axpy(float *restrict y, float a, const float *restrict x, int32_t n) {
+static inline __attribute__((always_inline)) void axpy(float *restrict y, float a, const float *restrict x, int32_t n) {
     if (n % 8 == 0) {
         v8f va = {a, a, a, a, a, a, a, a};
         for (int32_t i = 0; i < n; i += 8) {
@@ -283,6 +305,28 @@ static void run_chunk(const struct deltanet_ctx *d, struct dn_slot *sl, float *S
     }
 }
 
+/* A chunk of one token (every decode step) in one pass over S: each row's dots with k and q,
+ * then its update while it is in cache (run_chunk reads S twice). The same operations in the same
+ * order as run_chunk with n = 1, so the same numbers. */
+static void step_one(const struct deltanet_ctx *d, float *S, int32_t i, int32_t h) {
+    const struct delta_net_desc *dn = &d->dn;
+    const int64_t C = deltanet_channels(dn), V = deltanet_v_width(dn);
+    const int32_t D = dn->head_dim, Hk = dn->n_k_heads, Hv = dn->n_v_heads, kh = h % Hk;
+    const float *x = d->qkv + (int64_t)i * C;
+    const float *q = x + (int64_t)kh * D, *k = x + (int64_t)(Hk + kh) * D, *v = x + (int64_t)(2 * Hk) * D + (int64_t)h * D;
+    float G = 0.0f + d->g[(int64_t)i * Hv + h], beta = d->beta[(int64_t)i * Hv + h];
+    float eG = expf(G), e0 = expf(G - G), qk = e0 * dot(q, k, D);
+    float *o = d->o + (int64_t)i * V + (int64_t)h * D;
+    for (int32_t jv = 0; jv < D; jv++) {
+        float *row = S + (int64_t)jv * D;
+        float w = dot(row, k, D), sq = dot(row, q, D);
+        float u = (v[jv] - eG * w) * beta;
+        o[jv] = eG * sq + qk * u;
+        for (int32_t c = 0; c < D; c++) row[c] *= eG;
+        axpy(row, e0 * u, k, D);
+    }
+}
+
 /* Items [i0, i1) of (group, v head) pairs: each walks its sequence's entries chunk by chunk. */
 static void delta_items(void *arg, int64_t i0, int64_t i1) {
     const struct layer_job *j = arg;
@@ -294,6 +338,10 @@ static void delta_items(void *arg, int64_t i0, int64_t i1) {
     for (int64_t it = i0; it < i1; it++) {
         int32_t k = (int32_t)(it / Hv), h = (int32_t)(it % Hv);
         float *S = recurrent_ssm_state(j->r, d->grp_seq[k], j->layer) + (int64_t)h * D * D;
+        if (d->grp[k + 1] - d->grp[k] == 1) {
+            step_one(d, S, d->order[d->grp[k]], h);
+            continue;
+        }
         for (int32_t a = d->grp[k]; a < d->grp[k + 1]; a += DELTANET_CHUNK) {
             int32_t n = d->grp[k + 1] - a < DELTANET_CHUNK ? d->grp[k + 1] - a : DELTANET_CHUNK;
             run_chunk(d, sl, S, d->order + a, n, h);
@@ -309,12 +357,12 @@ static void gated_norm_rows(void *arg, int64_t r0, int64_t r1) {
     const int32_t D = d->dn.head_dim;
     for (int64_t r = r0; r < r1; r++)
         for (int32_t h = 0; h < d->dn.n_v_heads; h++) {
-            float *o = d->o + r * V + (int64_t)h * D;
-            const float *z = d->z + r * V + (int64_t)h * D;
+            float *o = d->o + r * V + (int64_t)h * D, *z = d->z + r * V + (int64_t)h * D;
             double ss = 0;
             for (int32_t i = 0; i < D; i++) ss += (double)(o[i] * o[i]);
             float scale = 1.0f / sqrtf((float)(ss / D) + d->rms_eps);
-            for (int32_t i = 0; i < D; i++) o[i] = o[i] * scale * j->L->ssm_norm[i] * silu(z[i]);
+            silu_n(z, D);
+            for (int32_t i = 0; i < D; i++) o[i] = o[i] * scale * j->L->ssm_norm[i] * z[i];
         }
 }
 

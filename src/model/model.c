@@ -417,12 +417,12 @@ static int load_weights(struct model *m, char *why, size_t why_len) {
     return 0;
 }
 
-/* model_options.serving_layout: each Q8_0, Q5_0 and Q4_K matrix the forward pass multiplies by
- * (the output once when it is the embedding too) rewritten in place into
- * q8x16.h's layouts. Q6_K stays as the file has it: with its layout a whole decode step of 8
- * rows runs slower (see q8x16.h). A tensor not on a 32-byte boundary (general.alignment
- * below 32) keeps the file's layout. */
-static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_t why_len) {
+/* model_options.serving_layout: each Q8_0, Q5_0, Q4_K and Q6_K matrix the forward pass
+ * multiplies by (the output once when it is the embedding too) rewritten in place into
+ * q8x16.h's layouts. `lookup`: the matrix is also the token embedding, whose rows are read one
+ * by one (Q6_K's layout has no row lookup: it stays). A tensor not on a 32-byte boundary
+ * (general.alignment below 32) keeps the file's layout. */
+static int rewrite_x16(struct model *m, struct model_weight *w, bool lookup, char *why, size_t why_len) {
     int rc;
     if ((uintptr_t)w->data % 32) return 0;
     enum ggml_type to;
@@ -435,6 +435,9 @@ static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_
     } else if (w->type == GGML_TYPE_Q4_K) {
         rc = q4kx16_repack((void *)w->data, w->n_in, w->n_out);
         to = UVLM_TYPE_Q4_K_X16;
+    } else if (w->type == GGML_TYPE_Q6_K && !lookup) {
+        rc = q6kx16_repack((void *)w->data, w->n_in, w->n_out);
+        to = UVLM_TYPE_Q6_K_X16;
     } else {
         return 0;
     }
@@ -445,12 +448,12 @@ static int rewrite_x16(struct model *m, struct model_weight *w, char *why, size_
 }
 
 static int serving_layout(struct model *m, char *why, size_t why_len) {
-    int rc = rewrite_x16(m, &m->output, why, why_len);
+    int rc = rewrite_x16(m, &m->output, m->output.data == m->token_embd.data, why, why_len);
     for (int32_t i = 0; rc == 0 && i < m->hp.n_layer; i++) {
         struct model_layer *L = &m->layers[i];
         struct model_weight *w[] = {&L->wq,    &L->wk,  &L->wv,     &L->wo,      &L->w_gate, &L->w_up,
                                     &L->w_down, &L->w_qkv, &L->w_z, &L->w_beta, &L->w_alpha, &L->ssm_out};
-        for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_x16(m, w[k], why, why_len);
+        for (size_t k = 0; rc == 0 && k < sizeof w / sizeof w[0]; k++) rc = rewrite_x16(m, w[k], false, why, why_len);
     }
     if (m->output.data == m->token_embd.data) m->token_embd = m->output; /* tied (or one tensor named twice) */
     return rc;

@@ -151,15 +151,15 @@ struct model {
     struct model_layer *layers;             /* [n_layer] */
     struct mamba_model *mamba;              /* MODEL_ARCH_MAMBA: its layers (model/mamba.h), else NULL */
     size_t weight_bytes;                    /* bytes of the weights read per token */
-    bool serving_layout;                    /* some Q8_0 / Q5_0 / Q4_K matrices rewritten (model_options.serving_layout) */
+    bool serving_layout;                    /* some Q8_0 / Q5_0 / Q4_K / Q6_K matrices rewritten (model_options.serving_layout) */
 };
 
 struct model_options {
-    /* Rewrite the Q8_0, Q5_0 and Q4_K matrices of the transformer families into math/q8x16.h's
-     * layouts where the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16):
+    /* Rewrite the Q8_0, Q5_0, Q4_K and Q6_K matrices of the transformer families into math/q8x16.h's
+     * layouts where the CPU has its kernels (types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16, _Q6_K_X16):
      * faster at every batch size (a decode step of several sequences most of all), with every
      * token's numbers still independent of its batch, but not the reference's float order
-     * (Q4_K's keep it), so a forward_ctx with `reference` refuses the model.
+     * (Q4_K's and Q6_K's keep it), so a forward_ctx with `reference` refuses the model.
      * For serving; eval-logits and the golden tests' reference runs load without it. */
     bool serving_layout;
 };
