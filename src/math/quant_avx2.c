@@ -503,8 +503,15 @@ AVX2 static void from_float_q8_K(const float *x, void *dst, int64_t n) {
             continue;
         }
         float max = 0; /* the first element of that magnitude, with its sign, as the scalar scan */
-        for (int j = 0; j < QK_K; j++)
-            if (x[j] == amax || x[j] == -amax) { max = x[j]; break; }
+        const __m256 pos = _mm256_set1_ps(amax), neg = _mm256_set1_ps(-amax);
+        for (int k = 0; k < QK_K; k += 8) {
+            const __m256 v = _mm256_loadu_ps(x + k);
+            int hit = _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(v, pos, _CMP_EQ_OQ), _mm256_cmp_ps(v, neg, _CMP_EQ_OQ)));
+            if (hit) {
+                max = x[k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
         float iscale = -127.f / max;
         __m256 vs = _mm256_set1_ps(iscale);
         const __m256i lim = _mm256_set1_epi32(127);
