@@ -373,12 +373,39 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
  * tiles outermost, 8 tokens read every group twice from L2: 5-8% slower (build/bench/kernels
  * --small-batch --type q4_kx16 --threads 1). */
 #define KX16_TOKEN_BLOCK 16
+/* Tokens per pass over a group, both kernels (each token holds accumulators beside 8 weight
+ * registers). */
+#define KX16_TOKEN_TILE 4
+
+/* k4_group_tile / k6_group_tile: group g against tokens [0, nt) of xq into y (see each). */
+typedef void kx16_tile_fn(int64_t nb, const void *w, int64_t g, const uint8_t *xq, size_t xq_stride, float *y,
+                          int64_t n_out, const int nt);
+
+/* Groups [g0, g1) against n_tok tokens: blocks, groups, tiles as above. Inlined into each
+ * kernel's rows function, so that `tile` is called directly with a constant tile size. */
+AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_fn *tile, int64_t nb, const void *w,
+                                                                     int64_t g0, int64_t g1, const void *xq,
+                                                                     size_t xq_stride, int64_t n_tok, float *y,
+                                                                     int64_t n_out) {
+    for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
+        const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t t0 = b0; t0 < b1; t0 += KX16_TOKEN_TILE) {
+                const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
+                float *yg = y + t0 * n_out + g * Q8X16_ROWS;
+                switch (b1 - t0 < KX16_TOKEN_TILE ? b1 - t0 : KX16_TOKEN_TILE) {
+                case 1: tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
+                case 2: tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
+                case 3: tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
+                default: tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+                }
+            }
+    }
+}
 
 #define K4_NIB 2048
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
-/* Tokens per pass over a group (each holds four accumulators beside 8 weight registers). */
-#define K4_TOKEN_TILE 4
 /* Super-blocks (2304 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q4_K of kquant_avx512.c: into L1,
  * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2). */
 #define K4_PREFETCH_SB 7
@@ -482,7 +509,7 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m4hi = _mm512_set1_epi8((char)0xF0);
-    __m512 a[K4_TOKEN_TILE], m[K4_TOKEN_TILE];
+    __m512 a[KX16_TOKEN_TILE], m[KX16_TOKEN_TILE];
     for (int t = 0; t < nt; t++) a[t] = m[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
@@ -500,7 +527,7 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
             mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(mn[2 * q]), _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * q + 1]), 16));
         /* sumi: the even sub-blocks (low nibbles); sumh: the odd ones on the high nibbles in place,
          * 16 times their value (no shift per load; divided back exactly once per super-block) */
-        __m512i sumi[K4_TOKEN_TILE], sumh[K4_TOKEN_TILE];
+        __m512i sumi[KX16_TOKEN_TILE], sumh[KX16_TOKEN_TILE];
         for (int t = 0; t < nt; t++) sumi[t] = sumh[t] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i wv[8];
@@ -552,21 +579,7 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
-        const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
-        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
-            for (int64_t t0 = b0; t0 < b1; t0 += K4_TOKEN_TILE) {
-                const int64_t nt = b1 - t0 < K4_TOKEN_TILE ? b1 - t0 : K4_TOKEN_TILE;
-                const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
-                float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-                switch (nt) {
-                case 1: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
-                case 2: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
-                case 3: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
-                default: k4_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
-                }
-            }
-    }
+    kx16_groups(k4_group_tile, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
@@ -583,8 +596,6 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
 #define K6_SC 256
 #define K6_SB (Q8X16_ROWS * sizeof(block_q6_K))
 _Static_assert(K6_QL + K6_QH + K6_SC + 2 * Q8X16_ROWS == K6_SB, "q6kx16 super-block size");
-/* Tokens per pass over a group (each holds two integer chains beside 8 level registers). */
-#define K6_TOKEN_TILE 4
 /* Super-blocks (3360 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q6_K of
  * kquant_avx512.c), K6_PREFETCH_LINES lines in each of the 8 lane passes: all 53 lines at the
  * super-block's start, one token of 2048 x 5632 takes 475-615 us instead of 285-338; into L1
@@ -667,7 +678,7 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
-    __m512 acc[K6_TOKEN_TILE][8];
+    __m512 acc[KX16_TOKEN_TILE][8];
     for (int t = 0; t < nt; t++)
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -681,8 +692,8 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
         for (int s = 0; s < QK_K / 16; s++)
             scv[s] = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * s))));
         /* per token: -32 * (the sum of each word's 4 activations), and d_w * d_x of the 16 rows */
-        int32_t neg[K6_TOKEN_TILE][QK_K / 4];
-        __m512 dwx[K6_TOKEN_TILE];
+        int32_t neg[KX16_TOKEN_TILE][QK_K / 4];
+        __m512 dwx[KX16_TOKEN_TILE];
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
@@ -744,21 +755,7 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
-        const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
-        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
-            for (int64_t t0 = b0; t0 < b1; t0 += K6_TOKEN_TILE) {
-                const int64_t nt = b1 - t0 < K6_TOKEN_TILE ? b1 - t0 : K6_TOKEN_TILE;
-                const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
-                float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-                switch (nt) {
-                case 1: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
-                case 2: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
-                case 3: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
-                default: k6_group_tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
-                }
-            }
-    }
+    kx16_groups(k6_group_tile, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
     /* the tail rows are GGUF rows: the type's own kernel, whose numbers are dot_q6_K's */
     const size_t rb = (size_t)nb * sizeof(block_q6_K);
     quant_vec_dot_fn dot = quant_get_vec_dot(simd_level_best(), GGML_TYPE_Q6_K);
