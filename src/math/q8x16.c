@@ -360,13 +360,8 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
     rows(n_in, n_out, w, r0, r1, acts, n_tok, y, true);
 }
 
-/* ---- Q4_K ------------------------------------------------------------------------------- */
+/* ---- Q4_K and Q6_K: the loop of both kernels ------------------------------------------ */
 
-/* A group's super-block i (16 rows of 256 elements, 2304 bytes: 16 GGUF super-blocks) in four
- * parts: 2048 bytes of nibbles, 32 bytes of the rows' d, 32 of their dmin, 192 of packed scales
- * (see q8x16.h). Every super-block of a tensor lies at the same offset mod 64 (2304 = 36 * 64),
- * so when they start 32 bytes past a 64-byte boundary d comes first and the nibbles' 64-byte
- * loads stay aligned. */
 /* The K-quants' kernels take tokens in blocks of KX16_TOKEN_BLOCK, each block group by group
  * and each group tile by tile: a group's super-blocks (9-32 KB at 1024-3584 inputs) stay in L1
  * for the block's tiles, the block's activations (16 x 292 bytes per super-block) in L2. With the
@@ -403,6 +398,15 @@ AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_f
     }
 }
 
+/* ---- Q4_K ------------------------------------------------------------------------------- */
+
+/* ---- Q4_K ------------------------------------------------------------------------------- */
+
+/* A group's super-block i (16 rows of 256 elements, 2304 bytes: 16 GGUF super-blocks) in four
+ * parts: 2048 bytes of nibbles, 32 bytes of the rows' d, 32 of their dmin, 192 of packed scales
+ * (see q8x16.h). Every super-block of a tensor lies at the same offset mod 64 (2304 = 36 * 64),
+ * so when they start 32 bytes past a 64-byte boundary d comes first and the nibbles' 64-byte
+ * loads stay aligned. */
 #define K4_NIB 2048
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
