@@ -1112,16 +1112,36 @@ static int32_t build(struct compiler *c, int32_t nd, int32_t next, int inline_de
     return -1;
 }
 
-/* Byte classes: bytes that every set treats alike share a class (refinement, one set at a time). */
+/* Whether an equal set is in `seen` (open addressing over set indices, -1 empty, cap a power of
+ * two); if not, set s goes in. */
+static bool set_seen(const struct grammar *g, int32_t *seen, size_t cap, int32_t s) {
+    const struct byteset *set = &g->sets[s];
+    uint64_t h = (set->w[0] * 0x9E3779B97F4A7C15ull) ^ (set->w[1] * 0xC2B2AE3D27D4EB4Full) ^
+                 (set->w[2] * 0x165667B19E3779F9ull) ^ (set->w[3] * 0x27D4EB2F165667C5ull);
+    for (size_t i = (size_t)(h ^ h >> 29) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+        if (seen[i] < 0) {
+            seen[i] = s;
+            return false;
+        }
+        if (bs_equal(&g->sets[seen[i]], set)) return true;
+    }
+}
+
+/* Byte classes: bytes that every set treats alike share a class (refinement, one set at a time).
+ * A set equal to one already applied splits nothing: skipped (counted repetitions copy their
+ * sets many times over). */
 static void byte_classes(struct grammar *g) {
     uint8_t cls[256] = {0};
     int32_t n = 1;
     int16_t size[256] = {256}; /* bytes per class */
-    const struct byteset *last = NULL;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)g->n_sets) cap <<= 1;
+    int32_t *seen = malloc(cap * sizeof *seen); /* NULL: every set applied, the same classes */
+    if (seen) memset(seen, 0xFF, cap * sizeof *seen);
     for (int32_t s = 0; s < g->n_sets && n < 256; s++) {
         const struct byteset *set = &g->sets[s];
         int count = bs_count(set);
-        if (count == 0 || count == 256 || (last && bs_equal(set, last))) continue; /* splits nothing new */
+        if (count == 0 || count == 256 || (seen && set_seen(g, seen, cap, s))) continue; /* splits nothing new */
         if (count == 1) { /* a literal byte (most sets): it leaves its class unless alone there */
             unsigned b = 0;
             while (!bs_has(set, b)) b++;
@@ -1132,7 +1152,6 @@ static void byte_classes(struct grammar *g) {
             }
             continue;
         }
-        last = set;
         int16_t map_in[256], map_out[256];
         for (int i = 0; i < 256; i++) map_in[i] = map_out[i] = -1;
         int32_t m = 0;
@@ -1145,6 +1164,7 @@ static void byte_classes(struct grammar *g) {
         memset(size, 0, sizeof size);
         for (int b = 0; b < 256; b++) size[cls[b]]++;
     }
+    free(seen);
     g->n_cls = n;
     memcpy(g->cls, cls, 256);
     for (int b = 255; b >= 0; b--) g->rep[cls[b]] = (uint8_t)b;
