@@ -1009,6 +1009,7 @@ static struct jv g_raise(struct jrender *r, struct jv self, const struct jargs *
     (void)self;
     const struct jv *m = arg(a, 0, "message");
     struct jv s = m ? jv_to_str(&r->a, *m) : str_lit("raise_exception");
+    if (s.n == 0) s = str_lit("raise_exception with an empty message"); /* an error always says something */
     jfail(&r->fail, -ERR_INVAL, "%.*s", (int)(s.n > 200 ? 200 : s.n), s.u.s);
 }
 

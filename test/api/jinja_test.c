@@ -268,6 +268,11 @@ TEST(jinja_globals) {
     char *out;
     CHECK_EQ_INT(render_full("a{{ raise_exception('Roles must alternate') }}", NULL, NULL, &out), -ERR_INVAL);
     CHECK(strstr(last_why, "Roles must alternate"));
+    /* an empty or undefined message still gives the error a message */
+    CHECK_EQ_INT(render_full("{{ raise_exception('') }}", NULL, NULL, &out), -ERR_INVAL);
+    CHECK(strstr(last_why, "raise_exception"));
+    CHECK_EQ_INT(render_full("{{ raise_exception('x'.nothing) }}", NULL, NULL, &out), -ERR_INVAL);
+    CHECK(strstr(last_why, "raise_exception"));
     /* strftime_now reads the render's clock (local time) */
     struct jinja_render_opts o = JINJA_RENDER_OPTS_DEFAULT;
     o.now = 1795694400; /* 2026-11-26 12:00 UTC */
