@@ -400,8 +400,6 @@ AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_f
 
 /* ---- Q4_K ------------------------------------------------------------------------------- */
 
-/* ---- Q4_K ------------------------------------------------------------------------------- */
-
 /* A group's super-block i (16 rows of 256 elements, 2304 bytes: 16 GGUF super-blocks) in four
  * parts: 2048 bytes of nibbles, 32 bytes of the rows' d, 32 of their dmin, 192 of packed scales
  * (see q8x16.h). Every super-block of a tensor lies at the same offset mod 64 (2304 = 36 * 64),

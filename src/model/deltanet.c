@@ -355,15 +355,17 @@ static void gated_norm_rows(void *arg, int64_t r0, int64_t r1) {
     const struct deltanet_ctx *d = j->d;
     const int64_t V = deltanet_v_width(&d->dn);
     const int32_t D = d->dn.head_dim;
-    for (int64_t r = r0; r < r1; r++)
+    for (int64_t r = r0; r < r1; r++) {
+        silu_n(d->z + r * V, V); /* the whole row at once: silu_n's blocks of a constant count */
         for (int32_t h = 0; h < d->dn.n_v_heads; h++) {
-            float *o = d->o + r * V + (int64_t)h * D, *z = d->z + r * V + (int64_t)h * D;
+            float *o = d->o + r * V + (int64_t)h * D;
+            const float *z = d->z + r * V + (int64_t)h * D;
             double ss = 0;
             for (int32_t i = 0; i < D; i++) ss += (double)(o[i] * o[i]);
             float scale = 1.0f / sqrtf((float)(ss / D) + d->rms_eps);
-            silu_n(z, D);
             for (int32_t i = 0; i < D; i++) o[i] = o[i] * scale * j->L->ssm_norm[i] * z[i];
         }
+    }
 }
 
 static void mm(struct compute *c, bool reference, const struct model_weight *w, const float *x, int64_t n, float *y) {
