@@ -368,31 +368,41 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
  * tiles outermost, 8 tokens read every group twice from L2: 5-8% slower (build/bench/kernels
  * --small-batch --type q4_kx16 --threads 1). */
 #define KX16_TOKEN_BLOCK 16
-/* Tokens per pass over a group, both kernels (each token holds accumulators beside 8 weight
- * registers). */
-#define KX16_TOKEN_TILE 4
-
-/* k4_group_tile / k6_group_tile: group g against tokens [0, nt) of xq into y (see each). */
+/* Tokens per pass over a group, each holding its accumulators beside the weight registers:
+ * Q4_K's one integer sum per token fits 8 (against 4: pp512 of the TinyLlama-shaped Q4_K_M file
+ * 6% faster, build/bench/forward_bench --pp-only); Q6_K's eight float lanes per token, 4. */
+#define K4_TILE 8
+#define K6_TILE 4
+/* k4_group_tile / k6_group_tile: group g against tokens [0, nt) of xq into y (see each), nt at
+ * most the kernel's tile (K4_TILE, K6_TILE). */
 typedef void kx16_tile_fn(int64_t nb, const void *w, int64_t g, const uint8_t *xq, size_t xq_stride, float *y,
                           int64_t n_out, const int nt);
 
-/* Groups [g0, g1) against n_tok tokens: blocks, groups, tiles as above. Inlined into each
- * kernel's rows function, so that `tile` is called directly with a constant tile size. */
-AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_fn *tile, int64_t nb, const void *w,
-                                                                     int64_t g0, int64_t g1, const void *xq,
-                                                                     size_t xq_stride, int64_t n_tok, float *y,
-                                                                     int64_t n_out) {
+/* Groups [g0, g1) against n_tok tokens: blocks, groups, tiles of at most `max_tile` (<= 8) tokens
+ * as above. Inlined into each kernel's rows function, so that `tile` is called directly with a
+ * constant tile size. */
+AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_fn *tile, const int max_tile, int64_t nb,
+                                                                     const void *w, int64_t g0, int64_t g1,
+                                                                     const void *xq, size_t xq_stride, int64_t n_tok,
+                                                                     float *y, int64_t n_out) {
     for (int64_t b0 = 0; b0 < n_tok; b0 += KX16_TOKEN_BLOCK) {
         const int64_t b1 = n_tok - b0 < KX16_TOKEN_BLOCK ? n_tok : b0 + KX16_TOKEN_BLOCK;
         for (int64_t g = g0; g < g1; g++)
-            for (int64_t t0 = b0; t0 < b1; t0 += KX16_TOKEN_TILE) {
+            for (int64_t t0 = b0; t0 < b1; t0 += max_tile) {
                 const uint8_t *x = (const uint8_t *)xq + (size_t)t0 * xq_stride;
                 float *yg = y + t0 * n_out + g * Q8X16_ROWS;
-                switch (b1 - t0 < KX16_TOKEN_TILE ? b1 - t0 : KX16_TOKEN_TILE) {
-                case 1: tile(nb, w, g, x, xq_stride, yg, n_out, 1); break;
-                case 2: tile(nb, w, g, x, xq_stride, yg, n_out, 2); break;
-                case 3: tile(nb, w, g, x, xq_stride, yg, n_out, 3); break;
-                default: tile(nb, w, g, x, xq_stride, yg, n_out, 4); break;
+                /* a case past max_tile never runs: its constant stays within the kernel's arrays */
+#define KX16_TILE(n) tile(nb, w, g, x, xq_stride, yg, n_out, (n) <= max_tile ? (n) : max_tile)
+                switch (b1 - t0 < max_tile ? b1 - t0 : max_tile) {
+                case 1: KX16_TILE(1); break;
+                case 2: KX16_TILE(2); break;
+                case 3: KX16_TILE(3); break;
+                case 4: KX16_TILE(4); break;
+                case 5: KX16_TILE(5); break;
+                case 6: KX16_TILE(6); break;
+                case 7: KX16_TILE(7); break;
+                default: KX16_TILE(8); break;
+#undef KX16_TILE
                 }
             }
     }
@@ -485,33 +495,30 @@ float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, cons
     return a - m;
 }
 
-/* k4_scale_min for the 16 rows at once (byte l of each vector: row l): sc[j], mn[j]. The shifts
- * are 16-bit, the masks keep each byte's own bits. */
-AVX512 static inline __attribute__((always_inline)) void k4_scales16(const uint8_t *planes, __m128i sc[8],
-                                                                     __m128i mn[8]) {
-    __m128i q[K_SCALE_SIZE];
-    for (int b = 0; b < K_SCALE_SIZE; b++) q[b] = _mm_loadu_si128((const __m128i *)(planes + 16 * b));
+/* k4_scale_min for the 16 rows at once (byte l of each vector: row l): sub-block j's scale
+ * (mins = false) or min (true) from the 12 planes. The shifts are 16-bit, the masks keep each
+ * byte's own bits. Computed where used, so that the 16 vectors never sit in registers together. */
+AVX512 static inline __attribute__((always_inline)) __m128i k4_scale16(const uint8_t *planes, int j, bool mins) {
+#define K4_PLANE(b) _mm_loadu_si128((const __m128i *)(planes + 16 * (b)))
     const __m128i c63 = _mm_set1_epi8(63), c15 = _mm_set1_epi8(15), c48 = _mm_set1_epi8(0x30);
-    for (int j = 0; j < 4; j++) {
-        sc[j] = _mm_and_si128(q[j], c63);
-        mn[j] = _mm_and_si128(q[j + 4], c63);
-        /* (x >> 6) << 4 = (x >> 2) & 0x30 */
-        sc[j + 4] = _mm_or_si128(_mm_and_si128(q[j + 8], c15), _mm_and_si128(_mm_srli_epi16(q[j], 2), c48));
-        mn[j + 4] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 8], 4), c15),
-                                 _mm_and_si128(_mm_srli_epi16(q[j + 4], 2), c48));
-    }
+    const int b = j % 4 + (mins ? 4 : 0);
+    if (j < 4) return _mm_and_si128(K4_PLANE(b), c63);
+    /* (x >> 6) << 4 = (x >> 2) & 0x30 */
+    const __m128i lo = mins ? _mm_srli_epi16(K4_PLANE(j + 4), 4) : K4_PLANE(j + 4);
+    return _mm_or_si128(_mm_and_si128(lo, c15), _mm_and_si128(_mm_srli_epi16(K4_PLANE(b), 2), c48));
+#undef K4_PLANE
 }
 
 /* Group g (16 rows from row 16g) against tokens [0, nt) of the Q8_K rows xq (xq_stride bytes
- * apart): y[t * n_out + l]. Per super-block: the rows' scales and mins unpacked once; per
- * sub-block j, its nibbles (8 registers: 16 rows x 32 levels) once for the tile's tokens, 8
- * vpdpbusd per token into the exact integer dot of each row, times the row's scale; then per
- * token the mins' integer sum (4 vpdpwssd) and the two fmas of dot_q4_K's order (quant.c). */
+ * apart): y[t * n_out + l]. Per sub-block j of a super-block: its nibbles (8 registers: 16 rows x
+ * 32 levels) once for the tile's tokens, 8 vpdpbusd per token into the exact integer dot of each
+ * row, times the row's scale, into one sum per token; then per token the mins' integer sum (4
+ * vpdpwssd) and the two fmas of dot_q4_K's order (quant.c). */
 AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t nb, const void *w, int64_t g,
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m4hi = _mm512_set1_epi8((char)0xF0);
-    __m512 a[KX16_TOKEN_TILE], m[KX16_TOKEN_TILE];
+    __m512 a[K4_TILE], m[K4_TILE];
     for (int t = 0; t < nt; t++) a[t] = m[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
@@ -520,24 +527,19 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
         const char *pf = (const char *)p.nib + K4_PREFETCH_SB * K4_SB;
 #pragma GCC unroll 36
         for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
-        __m128i sc[8], mn[8];
-        k4_scales16(p.planes, sc, mn);
-        /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane, for vpdpwssd */
-        __m512i mn2[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(mn[2 * q]), _mm512_slli_epi32(_mm512_cvtepu8_epi32(mn[2 * q + 1]), 16));
-        /* sumi: the even sub-blocks (low nibbles); sumh: the odd ones on the high nibbles in place,
-         * 16 times their value (no shift per load; divided back exactly once per super-block) */
-        __m512i sumi[KX16_TOKEN_TILE], sumh[KX16_TOKEN_TILE];
-        for (int t = 0; t < nt; t++) sumi[t] = sumh[t] = _mm512_setzero_si512();
+        /* 16 times each row's integer dot: the odd sub-blocks sit on the high nibbles in place
+         * (16 times their value, no shift per load), the even ones take 16 times their scale;
+         * divided back exactly once per super-block. |16 * dot| <= 16 * 8 * 63 * 32 * 15 * 128
+         * < 2^31. */
+        __m512i sum[K4_TILE];
+        for (int t = 0; t < nt; t++) sum[t] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i wv[8];
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++)
                 wv[k] = _mm512_and_si512(_mm512_loadu_si512(p.nib + (size_t)(8 * (j / 2) + k) * 64), j % 2 ? m4hi : m4);
-            const __m512i scj = _mm512_cvtepu8_epi32(sc[j]);
-#pragma GCC unroll 4
+            const __m512i scj = _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p.planes, j, false)), j % 2 ? 0 : 4);
+#pragma GCC unroll 8
             for (int t = 0; t < nt; t++) {
                 const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].qs + 32 * j;
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
@@ -549,19 +551,21 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
                     s0 = _mm512_dpbusd_epi32(s0, wv[k], _mm512_set1_epi32(x0));
                     s1 = _mm512_dpbusd_epi32(s1, wv[k + 1], _mm512_set1_epi32(x1));
                 }
-                const __m512i prod = _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), scj);
-                if (j % 2) sumh[t] = _mm512_add_epi32(sumh[t], prod);
-                else sumi[t] = _mm512_add_epi32(sumi[t], prod);
+                sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), scj));
             }
         }
+        /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane, for vpdpwssd
+         * (the sub-blocks' sums of 32 levels fit int16) */
+        __m512i mn2[4];
+#pragma GCC unroll 8
+        for (int q = 0; q < 4; q++)
+            mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p.planes, 2 * q, true)),
+                                     _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p.planes, 2 * q + 1, true)), 16));
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
         const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
-            /* |16 * odd part| <= 16 * 4 * 63 * 32 * 15 * 128 < 2^31; the sub-blocks' sums of 32
-             * levels fit int16 */
-            const __m512i si = _mm512_add_epi32(sumi[t], _mm512_srai_epi32(sumh[t], 4));
             __m512i summ = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
@@ -569,7 +573,7 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
                 summ = _mm512_dpwssd_epi32(summ, mn2[q], _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16)));
             }
             const __m512 xd = _mm512_set1_ps(x->d);
-            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw, xd), a[t]);
+            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(sum[t], 4)), _mm512_mul_ps(dw, xd), a[t]);
             m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmw, xd), m[t]);
         }
     }
@@ -581,7 +585,7 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    kx16_groups(k4_group_tile, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
+    kx16_groups(k4_group_tile, K4_TILE, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
@@ -680,7 +684,7 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
-    __m512 acc[KX16_TOKEN_TILE][8];
+    __m512 acc[K6_TILE][8];
     for (int t = 0; t < nt; t++)
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -694,8 +698,8 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
         for (int s = 0; s < QK_K / 16; s++)
             scv[s] = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * s))));
         /* per token: -32 * (the sum of each word's 4 activations), and d_w * d_x of the 16 rows */
-        int32_t neg[KX16_TOKEN_TILE][QK_K / 4];
-        __m512 dwx[KX16_TOKEN_TILE];
+        int32_t neg[K6_TILE][QK_K / 4];
+        __m512 dwx[K6_TILE];
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
         for (int t = 0; t < nt; t++) {
             const block_q8_K *x = (const block_q8_K *)(xq + (size_t)t * xq_stride) + i;
@@ -757,7 +761,7 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS;
-    kx16_groups(k6_group_tile, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
+    kx16_groups(k6_group_tile, K6_TILE, nb, w, r0 / Q8X16_ROWS, g1, xq, xq_stride, n_tok, y, n_out);
     /* the tail rows are GGUF rows: the type's own kernel, whose numbers are dot_q6_K's */
     const size_t rb = (size_t)nb * sizeof(block_q6_K);
     quant_vec_dot_fn dot = quant_get_vec_dot(simd_level_best(), GGML_TYPE_Q6_K);
