@@ -342,6 +342,10 @@ int cmd_mkmodel(int argc, char **argv) {
             gguf_writer_set_u32(&w, KEY("ssm.inner_size"), (uint32_t)mk.d_inner);
             gguf_writer_set_u32(&w, KEY("full_attention_interval"), 4);
             gguf_writer_set_u32(&w, KEY("rope.dimension_count"), (uint32_t)mk.n_rot);
+            /* the interleaved rope's sections (t, h, w, other), as Qwen3.5's files hold them (the
+             * reference's loader requires the key): pair p in section p % 3, 11, 11, 10 of 32 */
+            const int32_t pairs = mk.n_rot / 2, sections[4] = {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0};
+            gguf_writer_set_arr_i32(&w, KEY("rope.dimension_sections"), sections, 4);
         }
         if (mk.head_dim * mk.n_head != mk.n_embd) {
             gguf_writer_set_u32(&w, KEY("attention.key_length"), (uint32_t)mk.head_dim);

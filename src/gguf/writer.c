@@ -60,6 +60,13 @@ void gguf_writer_set_bool(struct gguf_writer *w, const char *k, bool v) {
     put(w, &b, 1);
 }
 
+void gguf_writer_set_arr_i32(struct gguf_writer *w, const char *k, const int32_t *v, uint32_t n) {
+    key(w, k, GGUF_ARRAY);
+    put_u32(w, (uint32_t)GGUF_INT32);
+    put_u64(w, n);
+    put(w, v, (size_t)n * sizeof *v);
+}
+
 void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv) {
     if (!kv) {
         if (!w->err) w->err = -ERR_INVAL;

@@ -51,6 +51,8 @@ void gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *val
 void gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t value);
 void gguf_writer_set_f32(struct gguf_writer *w, const char *key, float value);
 void gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool value);
+/* An array of n int32 values. */
+void gguf_writer_set_arr_i32(struct gguf_writer *w, const char *key, const int32_t *values, uint32_t n);
 /* Copy a key/value read from another file (e.g. the tokenizer.* keys of a vocabulary). */
 void gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv);
 /* A tensor of ne1 rows of ne0 elements (ne0 a multiple of the type's block size). */

@@ -622,6 +622,31 @@ TEST(model_mkmodel_writes_each_family_as_its_files_are) {
     }
 }
 
+/* mkmodel's qwen35 files carry the interleaved rope's sections as Qwen3.5's do (the reference's
+ * loader requires them): each section the count of its pairs (p % 3), 11, 11, 10 of 32 pairs. */
+TEST(model_mkmodel_qwen35_writes_the_rope_sections) {
+    SHARED(vocab, "vocab/ggml-vocab-qwen35.gguf");
+    char path[] = "/tmp/uvlm-mk-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    char *argv[] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--arch", "qwen35", "--type", "q8_0",
+                    "--n-layer", "4", "--n-embd", "128", "--n-head", "2", "--n-head-kv", "1", "--head-dim", "64",
+                    "--n-rot", "64", "--n-ff", "256", "--d-state", "16", "--dt-rank", "4", "--n-group", "2"};
+    CHECK_EQ_INT(cmd_mkmodel((int)(sizeof argv / sizeof *argv), argv), 0);
+    struct model *m = NULL;
+    char why[256];
+    CHECK_EQ_INT(model_load(&m, path, NULL, why, sizeof why), 0);
+    unlink(path);
+    if (!m) return;
+    const struct gguf_array *sec = gguf_get_arr(&m->file, "qwen35.rope.dimension_sections");
+    CHECK(sec != NULL && sec->n == 4);
+    static const int64_t want[4] = {11, 11, 10, 0};
+    for (uint64_t i = 0; sec && i < 4 && i < sec->n; i++) CHECK_EQ_INT(gguf_arr_int(sec, i), want[i]);
+    model_free(m);
+}
+
 TEST(eval_topk_sorts_and_breaks_ties_by_id) {
     float l[6] = {1, 5, 3, 5, -2, 4};
     struct eval_topk top[4];
