@@ -1,6 +1,6 @@
-"""A request's grammar is compiled off the loop thread: while grammars slow to compile (a few hundred
-ms each in the release build) are compiled, /health keeps answering at once; each such request
-still gets its own answer (here the 400 that says why the grammar is refused), and a grammar
+"""A request's grammar is compiled off the loop thread: while grammars slow to compile (about a
+tenth of a second each in the release build) are compiled, /health keeps answering at once; each
+such request still gets its own answer (here the 400 that says why the grammar is refused), and a grammar
 compiled once is found in the engine's cache by the next request."""
 import threading
 import time
@@ -8,10 +8,10 @@ import time
 from serving_helpers import PROMPT, post, start
 
 # Three blocks of 9000 optional characters: the compile builds them before refusing the start as
-# too ambiguous: about 0.15 s on an idle machine with the default model. A distinct text per
-# request, so that none is found compiled.
+# too ambiguous: about 0.1 s on an idle machine with the default model (a fourth block passes the
+# state limit instead). A distinct text per request, so that none is found compiled.
 SLOW = "root ::= (.?){9000} (.?){9000} (.?){%d}\n"
-HEALTH_MAX_S = 0.1  # a compile on the loop holds it 0.15 s and more
+HEALTH_MAX_S = 0.1  # a compile on the loop would hold it about as long, eight of them 0.4 s
 
 
 def poll_health(srv, stop, lat):
@@ -36,7 +36,7 @@ def test_slow_grammars_do_not_stall_health():
         poller = threading.Thread(target=poll_health, args=(srv, stop, lat))
         poller.start()
         time.sleep(0.2)  # the poller is answered before the grammars come
-        answers = [None] * 4
+        answers = [None] * 8  # on 2 cores four rounds of compiles: 0.3-0.5 s in all
 
         def one(i):
             answers[i] = post(srv, "/completion", {"prompt": PROMPT, "n_predict": 4, "grammar": SLOW % (9001 + i)})
