@@ -14,14 +14,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* mkmodel into a fresh temporary file (path: a "/tmp/uvlm-...-XXXXXX" buffer). */
-static int make_model(char *path, const char *vocab, const char *arch, const char *type) {
+/* mkmodel into a fresh temporary file (path: a "/tmp/uvlm-...-XXXXXX" buffer); `tied`: one
+ * 32000-row matrix for the embedding and the output, half the quantizing of two. */
+static int make_model(char *path, const char *vocab, const char *arch, const char *type, bool tied) {
     int fd = mkstemp(path);
     if (fd < 0) return -1;
     close(fd);
     char *argv[] = {"mkmodel", "--out", path, "--vocab", (char *)vocab, "--arch", (char *)arch, "--type", (char *)type,
-                    "--n-layer", "1", "--n-embd", "256", "--n-ff", "512"};
-    return cmd_mkmodel((int)(sizeof argv / sizeof *argv), argv);
+                    "--n-layer", "1", "--n-embd", "256", "--n-ff", "512", "--tied"};
+    return cmd_mkmodel((int)(sizeof argv / sizeof *argv) - !tied, argv);
 }
 
 /* The type of tensor `name` in the GGUF file at path rewritten in place (its tensor-info record:
@@ -48,7 +49,7 @@ TEST(model_load_refuses_unsupported_types_naming_tensor_and_type) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         char path[] = "/tmp/uvlm-types-XXXXXX";
-        CHECK_EQ_INT(make_model(path, vocab, cases[k].arch, "q8_0"), 0);
+        CHECK_EQ_INT(make_model(path, vocab, cases[k].arch, "q8_0", false), 0);
         /* IQ2_XXS: a GGUF type (its rows smaller than Q8_0's) without kernels here */
         int rc = set_tensor_type(path, cases[k].tensor, GGML_TYPE_IQ2_XXS);
         struct model *m = NULL;
@@ -71,7 +72,7 @@ TEST(model_load_runs_the_low_bit_types) {
     static const enum ggml_type want[] = {GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
     for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
         char path[] = "/tmp/uvlm-types-XXXXXX";
-        CHECK_EQ_INT(make_model(path, vocab, "llama", types[k]), 0);
+        CHECK_EQ_INT(make_model(path, vocab, "llama", types[k], true), 0);
         struct model *m = NULL;
         char why[256] = "";
         int rc = model_load(&m, path, NULL, why, sizeof why);
