@@ -557,7 +557,7 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
         /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane, for vpdpwssd
          * (the sub-blocks' sums of 32 levels fit int16) */
         __m512i mn2[4];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p.planes, 2 * q, true)),
                                      _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p.planes, 2 * q + 1, true)), 16));
