@@ -480,6 +480,17 @@ static void cps_class_escape(struct cpset *s, char k) {
     }
 }
 
+/* 4 hex digits at r->p: their value, or -1 (error set). */
+static int32_t re_hex4(struct re *r) {
+    int32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return re_fail(r, "\\u needs 4 hex digits"), -1;
+        char h = *r->p++;
+        v = v << 4 | (h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
 /* The code point of an escape's character (after the backslash), or -1 (error set). */
 static int32_t re_escape_char(struct re *r) {
     char k = *r->p++;
@@ -491,13 +502,19 @@ static int32_t re_escape_char(struct re *r) {
     case 'v': return '\v';
     case '0': return 0;
     case 'u': {
-        uint32_t cp = 0;
-        for (int i = 0; i < 4; i++) {
-            if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return re_fail(r, "\\u needs 4 hex digits"), -1;
-            char h = *r->p++;
-            cp = cp << 4 | (uint32_t)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+        /* a UTF-16 unit, as ECMA-262 writes characters past U+FFFF: a high surrogate followed
+         * by an escaped low one is one code point; a surrogate alone is no character */
+        int32_t cp = re_hex4(r);
+        if (cp < 0xD800 || cp > 0xDFFF) return cp; /* -1 included */
+        if (cp <= 0xDBFF && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u') {
+            const char *at = r->p;
+            r->p += 2;
+            int32_t lo = re_hex4(r);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) return 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            if (lo < 0) return -1;
+            r->p = at;
         }
-        return (int32_t)cp;
+        return re_fail(r, "a \\u escape of a UTF-16 surrogate without its pair"), -1;
     }
     }
     if (isalnum((unsigned char)k)) return re_fail(r, "this escape is not supported"), -1;
