@@ -35,9 +35,15 @@ def _haproxy_installed():
 
 
 def free_ports(n):
-    """n consecutive loopback ports that were free a moment ago."""
+    """n consecutive loopback ports that were free a moment ago, below the kernel's ephemeral range
+    (there an outgoing connection's source port can take one before HAProxy binds it)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
     for _ in range(200):
-        base = random.randrange(20000, 60000)
+        base = random.randrange(10000, max(10001, ephemeral - n))
         socks = []
         try:
             for p in range(base, base + n):
