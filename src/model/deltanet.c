@@ -242,6 +242,41 @@ static inline __attribute__((always_inline)) float dot(const float *a, const flo
     return s;
 }
 
+/* *ka = dot(a, k, n) and *qa = dot(a, q, n) in one pass over a: two chains, each in dot's order. */
+static inline __attribute__((always_inline)) void dot2(const float *a, const float *k, const float *q, int32_t n,
+                                                        float *ka, float *qa) {
+    if (n % 8 != 0) {
+        *ka = dot(a, k, n);
+        *qa = dot(a, q, n);
+        return;
+    }
+    v8f acc_k = {0}, acc_q = {0};
+    for (int32_t i = 0; i < n; i += 8) {
+        const v8f r = v8_load(a + i);
+        acc_k += r * v8_load(k + i);
+        acc_q += r * v8_load(q + i);
+    }
+    float sk = 0, sq = 0;
+    for (int l = 0; l < 8; l++) sk += acc_k[l], sq += acc_q[l];
+    *ka = sk;
+    *qa = sq;
+}
+
+/* y = y * c + a * x over n in one pass, each element rounded as `y *= c` then axpy would round it
+ * (the build does not contract a * b + c into an fma: -std=c11). */
+static inline __attribute__((always_inline)) void scale_axpy(float *restrict y, float c, float a, const float *restrict x,
+                                                              int32_t n) {
+    if (n % 8 == 0) {
+        const v8f vc = {c, c, c, c, c, c, c, c}, va = {a, a, a, a, a, a, a, a};
+        for (int32_t i = 0; i < n; i += 8) {
+            v8f r = v8_load(y + i) * vc + va * v8_load(x + i);
+            memcpy(y + i, &r, sizeof r);
+        }
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) y[i] = y[i] * c + a * x[i];
+}
+
 /* y += a * x over n. */
 static inline __attribute__((always_inline)) void axpy(float *restrict y, float a, const float *restrict x, int32_t n) {
     if (n % 8 == 0) {
@@ -273,11 +308,7 @@ static void run_chunk(const struct deltanet_ctx *d, struct dn_slot *sl, float *S
     }
     /* S0 k_t and S0 q_t: rows of S dotted with each token's k and q */
     for (int32_t t = 0; t < n; t++)
-        for (int32_t jv = 0; jv < D; jv++) {
-            const float *row = S + (int64_t)jv * D;
-            sl->w[t * D + jv] = dot(row, k[t], D);
-            sl->sq[t * D + jv] = dot(row, q[t], D);
-        }
+        for (int32_t jv = 0; jv < D; jv++) dot2(S + (int64_t)jv * D, k[t], q[t], D, &sl->w[t * D + jv], &sl->sq[t * D + jv]);
     for (int32_t t = 0; t < n; t++)
         for (int32_t s = 0; s <= t; s++) {
             float e = expf(sl->G[t] - sl->G[s]);
@@ -300,8 +331,8 @@ static void run_chunk(const struct deltanet_ctx *d, struct dn_slot *sl, float *S
     for (int32_t s = 0; s < n; s++) f[s] = expf(sl->G[n - 1] - sl->G[s]);
     for (int32_t jv = 0; jv < D; jv++) {
         float *row = S + (int64_t)jv * D;
-        for (int32_t i = 0; i < D; i++) row[i] *= eGn;
-        for (int32_t s = 0; s < n; s++) axpy(row, f[s] * sl->u[s * D + jv], k[s], D);
+        scale_axpy(row, eGn, f[0] * sl->u[jv], k[0], D); /* n >= 1 */
+        for (int32_t s = 1; s < n; s++) axpy(row, f[s] * sl->u[s * D + jv], k[s], D);
     }
 }
 
@@ -318,12 +349,11 @@ static void step_one(const struct deltanet_ctx *d, float *S, int32_t i, int32_t 
     float eG = expf(G), e0 = expf(G - G), qk = e0 * dot(q, k, D);
     float *o = d->o + (int64_t)i * V + (int64_t)h * D;
     for (int32_t jv = 0; jv < D; jv++) {
-        float *row = S + (int64_t)jv * D;
-        float w = dot(row, k, D), sq = dot(row, q, D);
+        float *row = S + (int64_t)jv * D, w, sq;
+        dot2(row, k, q, D, &w, &sq);
         float u = (v[jv] - eG * w) * beta;
         o[jv] = eG * sq + qk * u;
-        for (int32_t c = 0; c < D; c++) row[c] *= eG;
-        axpy(row, e0 * u, k, D);
+        scale_axpy(row, eG, e0 * u, k, D);
     }
 }
 
