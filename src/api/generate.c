@@ -635,17 +635,22 @@ static void gen_on_error(void *owner, int err) {
     struct gen_job *job = part->job;
     part->handle = NULL;
     cancel_parts(job); /* one prompt failed: so does the request */
-    char msg[128];
-    snprintf(msg, sizeof msg, "generation failed: %s", err_str(err));
+    struct api_error e;
+    if (job->grammar && (err == -ERR_TOOBIG || err == -ERR_INVAL)) /* the matcher's bounds, or a dead end */
+        api_error_set(&e, 400, "invalid_request_error", job->p.grammar_param, "%s: %s", job->p.grammar_param,
+                      err == -ERR_TOOBIG ? "the grammar is too ambiguous to match past this point of the output"
+                                         : "the grammar allows no token at this point of the output");
+    else { /* a stream's head is sent: its error event says 500 */
+        int status = job->p.stream ? 500 : api_err_status(err);
+        api_error_set(&e, status, api_error_type(status), NULL, "generation failed: %s", err_str(err));
+    }
     if (job->p.stream) {
-        struct api_error e;
-        api_error_set(&e, 500, "server_error", NULL, "%s", msg);
         if (typed_stream(job)) typed_error(job, &e);
         else stream_send(job, api_error_render(&e));
-        serving_count(job->srv, 500);
+        serving_count(job->srv, e.status);
         http_sse_end(job->req);
     } else {
-        respond_err_code(job->srv, job->req, err, NULL, msg);
+        respond_error(job->srv, job->req, &e);
     }
     job_free(job);
 }

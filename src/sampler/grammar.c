@@ -778,6 +778,7 @@ struct grammar {
     int32_t vis_cap, n_vis;
     int32_t *out;
     int32_t n_out, cap_out;
+    int32_t work_left;   /* closure steps the current call may still take (GRAMMAR_MAX_WORK at each call) */
     int32_t *walk_cf;    /* per trie depth */
     /* live states, so a flush can save and restore them */
     struct grammar_state *live;
@@ -1353,13 +1354,15 @@ static int visit(struct grammar *g, int32_t state, int32_t parent) {
 }
 
 /* Runs the work list to its closure: tops (BYTE states) into g->out, *complete when a pop left
- * the bottom. 0, CF_NOMEM, or -ERR_TOOBIG as a config-size overflow. */
+ * the bottom. 0, CF_NOMEM, or -ERR_TOOBIG as a config-size overflow or when the call's work
+ * budget (g->work_left) runs out. */
 static int run_closure(struct grammar *g, uint8_t *complete) {
     while (g->n_work) {
         int32_t parent = g->work[--g->n_work], s = g->work[--g->n_work];
         int seen = visit(g, s, parent);
         if (seen < 0) return CF_NOMEM;
         if (!seen) continue;
+        if (--g->work_left < 0) return -ERR_TOOBIG;
         const struct pstate *p = &g->st[s];
         switch (p->kind) {
         case PS_BYTE: {
@@ -1843,6 +1846,7 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const c
     g->soft_cf = (int32_t)((8u << 20) / (uint32_t)g->n_cls);
     if (g->soft_cf > (1 << 18)) g->soft_cf = 1 << 18;
     /* the start must exist: a grammar whose root can match nothing is refused here */
+    g->work_left = GRAMMAR_MAX_WORK;
     int32_t s0 = start_cf(g);
     bool any = s0 >= 0 && (g->cf_complete[s0] & CF_COMPLETE);
     for (int32_t i = 0; s0 >= 0 && !any && i < g->cf_len[s0]; i++) {
@@ -1903,6 +1907,7 @@ int grammar_state_create(struct grammar_state **out, struct grammar *g) {
     struct grammar_state *st = calloc(1, sizeof *st);
     if (!st) return -ERR_NOMEM;
     pthread_mutex_lock(&g->mu);
+    g->work_left = GRAMMAR_MAX_WORK;
     int rc = maybe_flush(g);
     int32_t c = rc ? CF_NOMEM : start_cf(g);
     if (c >= 0) {
@@ -2338,6 +2343,7 @@ static int32_t keep_mask(struct grammar *g, int32_t c, uint64_t *m, uint64_t *ou
 int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow) {
     struct grammar *g = st->g;
     pthread_mutex_lock(&g->mu);
+    g->work_left = GRAMMAR_MAX_WORK;
     int32_t rc = state_ready(st);
     if (!rc) {
         rc = mask_of(g, st->cf, allow);
@@ -2369,6 +2375,7 @@ int grammar_state_accept(struct grammar_state *st, int32_t token) {
     const struct grammar_vocab *v = g->v;
     if (token < 0 || token >= v->n_vocab) return -ERR_INVAL;
     pthread_mutex_lock(&g->mu);
+    g->work_left = GRAMMAR_MAX_WORK;
     int rc = state_ready(st);
     if (!rc) {
         switch (v->kind[token]) {
@@ -2390,6 +2397,7 @@ int grammar_state_accept(struct grammar_state *st, int32_t token) {
 int grammar_state_accept_bytes(struct grammar_state *st, const char *bytes, size_t len) {
     struct grammar *g = st->g;
     pthread_mutex_lock(&g->mu);
+    g->work_left = GRAMMAR_MAX_WORK;
     int rc = state_ready(st);
     if (!rc) rc = accept_locked(st, (const uint8_t *)bytes, len);
     budget_enforce(g);

@@ -40,6 +40,14 @@
  * Compiled grammars are shared through struct grammar_cache (keyed by the grammar text, least
  * recently used evicted).
  *
+ * Work per call: an ambiguous grammar's stacks can multiply with every byte (`p ::= . ""{0,6}{5517}
+ * p*? p*` doubles them while each walks 33,000 empty positions), and the server masks and accepts
+ * on the compute thread, inside a step other sequences share. So every call (grammar_state_create,
+ * _mask, _accept, _accept_bytes, and grammar_compile's check of the start) takes at most
+ * GRAMMAR_MAX_WORK closure steps and otherwise fails with -ERR_TOOBIG. Real grammars take far
+ * fewer: json_object's and a 26,000-state schema's masks on the 151936-token qwen2 vocabulary at
+ * most 12,000 (scripts/bench.d/25-grammar).
+ *
  * Tokens: text tokens match their bytes; control tokens are never allowed unless their text
  * appears inside one of the grammar's string literals (then they match that text); end-of-
  * generation tokens are allowed exactly when the grammar is complete (root matched whole);
@@ -72,6 +80,7 @@
 #define GRAMMAR_MAX_REPEAT 10000     /* m and n of {m,n} */
 #define GRAMMAR_MAX_MASKS 1024       /* kept masks per grammar, of each kind (n_vocab / 8 bytes each, allocated as used) */
 #define GRAMMAR_MAX_DEPTH 1024       /* nesting of recursive rules a sequence may reach */
+#define GRAMMAR_MAX_WORK (1 << 18)   /* closure steps one call may take: 20-40 ms (see "Work per call") */
 #define GRAMMAR_BUDGET_DEFAULT (256ll << 20) /* bytes, until grammar_budget_set */
 
 /* How a token takes part in matching (grammar_vocab_create's kinds). */
@@ -119,13 +128,15 @@ void grammar_state_free(struct grammar_state *st);
 /* Fill allow[grammar_mask_words] with the tokens the grammar accepts next (EOG ones when
  * complete). Returns the number of allowed tokens (0: nothing can follow, which a grammar
  * reaching a dead end by GRAMMAR_MAX_DEPTH can do), or -ERR_NOMEM / -ERR_TOOBIG (the state's
- * stacks outgrew the matcher's bounds: an ambiguous grammar). */
+ * stacks outgrew the matcher's bounds, or the call its GRAMMAR_MAX_WORK: an ambiguous grammar;
+ * the state is dead then, and every later call fails). */
 int32_t grammar_state_mask(struct grammar_state *st, uint64_t *allow);
 /* Advance by a token: 0, or -ERR_INVAL when the grammar does not accept it here (the state is
  * then unchanged), -ERR_NOMEM / -ERR_TOOBIG as above. An EOG token is accepted only when the
  * grammar is complete, and leaves the state as it was. */
 int grammar_state_accept(struct grammar_state *st, int32_t token);
-/* Advance by raw bytes (tests, and text a caller forces): 0 or -ERR_INVAL (unchanged). */
+/* Advance by raw bytes (tests, and text a caller forces): 0 or -ERR_INVAL (unchanged),
+ * -ERR_NOMEM / -ERR_TOOBIG as above. */
 int grammar_state_accept_bytes(struct grammar_state *st, const char *bytes, size_t len);
 /* Has root matched whole (may the sequence end here)? */
 bool grammar_state_complete(const struct grammar_state *st);

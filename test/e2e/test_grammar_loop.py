@@ -2,10 +2,11 @@
 tenth of a second each in the release build) are compiled, /health keeps answering at once; each
 such request still gets its own answer (here the 400 that says why the grammar is refused), and a grammar
 compiled once is found in the engine's cache by the next request."""
+import json
 import threading
 import time
 
-from serving_helpers import PROMPT, post, start
+from serving_helpers import PROMPT, post, sse_events, start
 
 # Three blocks of 9000 optional characters: the compile builds them before refusing the start as
 # too ambiguous: about 0.1 s on an idle machine with the default model (a fourth block passes the
@@ -66,5 +67,61 @@ def test_slow_grammars_do_not_stall_health():
             status, body = post(srv, "/completion", {"prompt": PROMPT, "n_predict": 8,
                                                      "grammar": 'root ::= " yes" | " no"'})
             assert status == 200 and body["content"] in (" yes", " no"), body
+    finally:
+        srv.check_clean_exit()
+
+
+# Stacks that double with every byte while each walks 33,000 empty positions: the matcher stops at
+# its work bound per call (sampler/grammar.h) within milliseconds; without one it ran for seconds
+# on the compute thread, inside the steps the other requests share.
+AMBIGUOUS = 'root ::= p\np ::= . ""{0,6}{5517} p*? p*\n'
+GAP_MAX_S = 1.0  # release: a few ms between tokens; ASan: tens of ms
+
+
+def test_ambiguous_grammar_fails_alone_without_stalling_other_streams():
+    srv = start()
+    try:
+        times, stop = [], threading.Event()
+
+        def other():
+            c = srv.conn(timeout=60)
+            try:
+                c.request("POST", "/completion", json.dumps({"prompt": PROMPT, "n_predict": 100000, "ignore_eos": True,
+                                                             "stream": True}), {"Content-Type": "application/json"})
+                r = c.getresponse()
+                assert r.status == 200
+                for _ in sse_events(r):
+                    times.append(time.monotonic())
+                    if stop.is_set():
+                        break
+            finally:
+                c.close()
+
+        streamer = threading.Thread(target=other)
+        streamer.start()
+        while len(times) < 20:  # the stream is under way
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        for body in ({"prompt": PROMPT, "n_predict": 16, "grammar": AMBIGUOUS},
+                     {"prompt": PROMPT, "n_predict": 16, "grammar": AMBIGUOUS, "stream": True}):
+            c = srv.conn(timeout=60)
+            c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if body.get("stream"):  # the head is sent: the error comes as the last event
+                assert r.status == 200
+                err = json.loads(list(sse_events(r))[-1])["error"]
+            else:
+                assert r.status == 400
+                err = json.loads(r.read())["error"]
+            c.close()
+            assert err["code"] == 400 and err["type"] == "invalid_request_error", err
+            assert "too ambiguous" in err["message"], err
+        t1 = time.monotonic()
+        time.sleep(0.2)
+        stop.set()
+        streamer.join()
+        during = [b - a for a, b in zip(times, times[1:]) if t0 <= b <= t1 + 0.2]
+        assert len(during) >= 5, (t1 - t0, len(times))  # the other stream ran all along
+        assert max(during) < GAP_MAX_S, "the other stream paused %.2f s" % max(during)
     finally:
         srv.check_clean_exit()

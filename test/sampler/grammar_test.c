@@ -120,6 +120,37 @@ TEST(grammar_recursion_and_nullable_loops) {
     grammar_vocab_free(v);
 }
 
+static void check_error(struct test_case *t, struct grammar_vocab *v, const char *text, int code, const char *want);
+
+/* Every call stops at GRAMMAR_MAX_WORK closure steps: an ambiguous grammar whose stacks double
+ * with each byte while each walks 33,000 empty positions fails within a few bytes, where the
+ * stack bound alone let it run for seconds (on the compute thread, inside a shared step). */
+TEST(grammar_work_per_call_is_bounded) {
+    struct grammar_vocab *v = byte_vocab();
+    struct grammar *g = compile(v, "root ::= p\np ::= . \"\"{0,6}{5517} p*? p*\n");
+    CHECK(g);
+    struct grammar_state *st;
+    CHECK_EQ_INT(grammar_state_create(&st, g), 0);
+    int rc = 0, n = 0;
+    while (n < 12 && (rc = grammar_state_accept_bytes(st, "a", 1)) == 0) n++;
+    CHECK_EQ_INT(rc, -ERR_TOOBIG);
+    CHECK(n >= 1 && n <= 4);
+    uint64_t *m = malloc(grammar_mask_words(v) * sizeof *m);
+    CHECK(grammar_state_mask(st, m) < 0); /* the state is dead */
+    free(m);
+    grammar_state_free(st);
+    grammar_unref(g);
+    /* a start past the budget is refused when compiled */
+    check_error(t, v, "root ::= \"\"{0,10000}{0,30} \"a\"\n", -ERR_TOOBIG, "ambiguous");
+    /* a chain of 200,000 empty positions, below it, still matches */
+    g = compile(v, "root ::= \"\"{0,10000}{0,20} \"b\"\n");
+    CHECK(g);
+    CHECK_EQ_INT(M(g, "b"), 1);
+    CHECK_EQ_INT(M(g, "ab"), -1);
+    grammar_unref(g);
+    grammar_vocab_free(v);
+}
+
 static void check_error(struct test_case *t, struct grammar_vocab *v, const char *text, int code, const char *want) {
     struct grammar *g = NULL;
     char why[256];
