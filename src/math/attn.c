@@ -770,6 +770,199 @@ void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_
                 (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
 }
 
+/* ---- a block of prompt rows on the F16 cells (attn_rows_f16) ---------------------------- */
+
+/* Each row's mask and softmax, the probabilities rounded to F16 when p_f16. */
+static void rows_softmax(enum simd_level level, float *sc, int64_t n_rows, int64_t nv, const int32_t *cpos,
+                         const int32_t *row_pos, int32_t window, float scale, bool p_f16) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
+        softmax_at(level, sc + r * nv, nv, cpos, row_pos[r], scale, p_f16);
+    }
+}
+
+/* The definition: one fma chain per score (over d) and per output element (over the cells). */
+static void rows_f16_scalar(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const int32_t *cells,
+                            int64_t nv, int32_t hd, float *sc) {
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t c = 0; c < nv; c++) {
+            const uint16_t *kr = k + (size_t)cells[c] * k_stride;
+            float acc = 0;
+            for (int32_t d = 0; d < hd; d++) acc = fmaf(q[r * hd + d], fp16_to_f32(kr[d]), acc);
+            sc[r * nv + c] = acc;
+        }
+}
+
+static void rows_f16_mix_scalar(const float *sc, int64_t n_rows, const uint16_t *v, size_t v_stride,
+                                const int32_t *cells, int64_t nv, int32_t hd, float *out) {
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int32_t d = 0; d < hd; d++) {
+            float acc = 0;
+            for (int64_t c = 0; c < nv; c++)
+                acc = fmaf(sc[r * nv + c], fp16_to_f32(v[(size_t)cells[c] * v_stride + d]), acc);
+            out[r * hd + d] = acc;
+        }
+}
+
+enum { RF_CELLS = 16, RF_SC_ROWS = 8, RF_MIX_ROWS = 4 }; /* cells per tile; rows per register tile */
+
+/* Scores of rows [0, R) against a tile of 16 cells given transposed (kt[d * 16 + l]: element d of
+ * the tile's cell l): one accumulator per row, its lanes the cells. */
+AVX512 static inline __attribute__((always_inline)) void rf_scores_tile(const float *q, int32_t hd, const float *kt,
+                                                                        const int R, float *sc, int64_t nv,
+                                                                        __mmask16 live) {
+    __m512 acc[RF_SC_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int32_t d = 0; d < hd; d++) {
+        const __m512 kv = _mm512_loadu_ps(kt + d * RF_CELLS);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * hd + d]), kv, acc[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(sc + r * nv, live, acc[r]);
+}
+
+/* out rows [0, R) x elements [d0, d0 + 16 J) += the tile's m cells (vb[l * hd + d]) weighed by
+ * each row's probabilities (p + r * nv), cell after cell. */
+AVX512 static inline __attribute__((always_inline)) void rf_mix_tile(const float *p, int64_t nv, const float *vb,
+                                                                     int32_t hd, int32_t d0, const int R, const int J,
+                                                                     int m, float *out) {
+    __m512 acc[RF_MIX_ROWS][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < J; j++) acc[r][j] = _mm512_loadu_ps(out + r * hd + d0 + 16 * j);
+    for (int l = 0; l < m; l++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < J; j++) {
+            vv[j] = _mm512_loadu_ps(vb + l * hd + d0 + 16 * j);
+            __asm__("" : "+v"(vv[j])); /* in a register for the R rows, not reloaded by each fma */
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 pr = _mm512_set1_ps(p[r * nv + l]);
+#pragma GCC unroll 4
+            for (int j = 0; j < J; j++) acc[r][j] = _mm512_fmadd_ps(pr, vv[j], acc[r][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < J; j++) _mm512_storeu_ps(out + r * hd + d0 + 16 * j, acc[r][j]);
+}
+
+/* o[e] = element e of r[0 .. 16) (a 16 x 16 transpose in four rounds of shuffles). */
+AVX512 static inline __attribute__((always_inline)) void transpose16(const __m512 r[16], __m512 o[16]) {
+    __m512 t[16], u[16], v[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) { /* lane k: r_i[4k], r_i+1[4k], r_i[4k + 1], ... */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) { /* u[i + e], lane k: rows i .. i + 3, element 4k + e */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) { /* v[e], v[e + 4]: rows 0 .. 7 (v[e + 8], v[e + 12]: 8 .. 15) */
+        v[e] = _mm512_shuffle_f32x4(u[e], u[e + 4], 0x88);
+        v[e + 4] = _mm512_shuffle_f32x4(u[e], u[e + 4], 0xDD);
+        v[e + 8] = _mm512_shuffle_f32x4(u[e + 8], u[e + 12], 0x88);
+        v[e + 12] = _mm512_shuffle_f32x4(u[e + 8], u[e + 12], 0xDD);
+    }
+#pragma GCC unroll 8
+    for (int e = 0; e < 8; e++) {
+        o[e] = _mm512_shuffle_f32x4(v[e], v[e + 8], 0x88);
+        o[e + 8] = _mm512_shuffle_f32x4(v[e], v[e + 8], 0xDD);
+    }
+}
+
+AVX512 static void rows_f16_avx512(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride,
+                                   const int32_t *cells, int64_t nv, int32_t hd, float *sc, float *tile) {
+    for (int64_t c0 = 0; c0 < nv; c0 += RF_CELLS) {
+        const int m = nv - c0 < RF_CELLS ? (int)(nv - c0) : RF_CELLS;
+        for (int32_t d = 0; d < hd; d += 16) { /* the tile transposed: element d of cell l at d * 16 + l */
+            __m512 r[16], o[16];
+            for (int l = 0; l < RF_CELLS; l++)
+                r[l] = l < m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (size_t)cells[c0 + l] * k_stride + d)))
+                             : _mm512_setzero_ps();
+            transpose16(r, o);
+#pragma GCC unroll 16
+            for (int e = 0; e < 16; e++) _mm512_storeu_ps(tile + (d + e) * RF_CELLS, o[e]);
+        }
+        const __mmask16 live = (__mmask16)((1u << m) - 1);
+        for (int64_t r0 = 0; r0 < n_rows; r0 += RF_SC_ROWS) {
+            const float *qr = q + r0 * hd;
+            float *sr = sc + r0 * nv + c0;
+            switch (n_rows - r0 < RF_SC_ROWS ? n_rows - r0 : RF_SC_ROWS) {
+#define RF_SC(R) rf_scores_tile(qr, hd, tile, R, sr, nv, live); break
+            case 1: RF_SC(1); case 2: RF_SC(2); case 3: RF_SC(3); case 4: RF_SC(4);
+            case 5: RF_SC(5); case 6: RF_SC(6); case 7: RF_SC(7); default: RF_SC(8);
+#undef RF_SC
+            }
+        }
+    }
+}
+
+AVX512 static void rows_f16_mix_avx512(const float *sc, int64_t n_rows, const uint16_t *v, size_t v_stride,
+                                       const int32_t *cells, int64_t nv, int32_t hd, float *tile, float *out) {
+    memset(out, 0, (size_t)n_rows * (size_t)hd * sizeof *out);
+    for (int64_t c0 = 0; c0 < nv; c0 += RF_CELLS) {
+        const int m = nv - c0 < RF_CELLS ? (int)(nv - c0) : RF_CELLS;
+        for (int l = 0; l < m; l++) { /* the tile's V rows in F32, as stored */
+            const uint16_t *vr = v + (size_t)cells[c0 + l] * v_stride;
+            for (int32_t d = 0; d < hd; d += 16)
+                _mm512_storeu_ps(tile + l * hd + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + d))));
+        }
+        for (int64_t r0 = 0; r0 < n_rows; r0 += RF_MIX_ROWS) {
+            const int R = n_rows - r0 < RF_MIX_ROWS ? (int)(n_rows - r0) : RF_MIX_ROWS;
+            const float *pr = sc + r0 * nv + c0;
+            float *orow = out + r0 * hd;
+            for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+                const int J = hd - d0 < 64 ? (hd - d0) / 16 : 4;
+#define RF_MIX(RR, JJ) rf_mix_tile(pr, nv, tile, hd, d0, RR, JJ, m, orow)
+#define RF_MIX_R(JJ)                                                                                                   \
+    switch (R) {                                                                                                       \
+    case 1: RF_MIX(1, JJ); break;                                                                                      \
+    case 2: RF_MIX(2, JJ); break;                                                                                      \
+    case 3: RF_MIX(3, JJ); break;                                                                                      \
+    default: RF_MIX(4, JJ);                                                                                            \
+    }
+                switch (J) {
+                case 1: RF_MIX_R(1); break;
+                case 2: RF_MIX_R(2); break;
+                case 3: RF_MIX_R(3); break;
+                default: RF_MIX_R(4);
+                }
+#undef RF_MIX_R
+#undef RF_MIX
+            }
+        }
+    }
+}
+
+void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride,
+                         const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd,
+                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16,
+                         float *sc, float *tile, float *out) {
+    ASSERT(hd % 16 == 0);
+    if (n_rows <= 0) return;
+    if (nv <= 0) {
+        memset(out, 0, (size_t)n_rows * (size_t)hd * sizeof *out);
+        return;
+    }
+    if (level == SIMD_AVX512) rows_f16_avx512(q, n_rows, k, k_stride, cells, nv, hd, sc, tile);
+    else rows_f16_scalar(q, n_rows, k, k_stride, cells, nv, hd, sc);
+    rows_softmax(level, sc, n_rows, nv, cpos, row_pos, window, scale, p_f16);
+    if (level == SIMD_AVX512) rows_f16_mix_avx512(sc, n_rows, v, v_stride, cells, nv, hd, tile, out);
+    else rows_f16_mix_scalar(sc, n_rows, v, v_stride, cells, nv, hd, out);
+}
+
 /* Resolved once before main (as quant.c's kernels): these run per attention row. */
 static enum simd_level best_level;
 __attribute__((constructor)) static void attn_resolve_level(void) {
@@ -795,6 +988,13 @@ void attn_mix_f16(const float *p, const uint16_t *v, size_t v_stride, const int3
 void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint16_t *v, size_t v_stride,
                        const int32_t *cells, int64_t n_c, int32_t hd, float *out, size_t out_stride) {
     mix_rows_at(best_level, p, p_stride, n_p, v, v_stride, cells, n_c, hd, out, out_stride);
+}
+
+void attn_rows_f16(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const uint16_t *v,
+                   size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd, const int32_t *cpos,
+                   const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc, float *tile, float *out) {
+    attn_rows_f16_level(best_level, q, n_rows, k, k_stride, v, v_stride, cells, nv, hd, cpos, row_pos, window, scale,
+                        p_f16, sc, tile, out);
 }
 
 void attn_scores_q8_0_rows(const void *qq, size_t qq_stride, int32_t n_q, const void *k, size_t k_stride,

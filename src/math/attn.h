@@ -16,8 +16,9 @@
  * None of these allocate or use threads.
  *
  * Also here: the softmax of one attention row in the reference's numbers (attn_softmax_row,
- * between the two products), and the attention of a block of query rows over F32 copies of the
- * cells through two sgemm calls (attn_rows_f32: a prompt chunk's rows, one block per thread).
+ * between the two products), and the attention of a block of query rows (a prompt chunk's rows,
+ * one block per thread) on the F16 cells in tiles (attn_rows_f16: its own numbers, one fma chain
+ * per dot) or over F32 copies of the cells through two sgemm calls (attn_rows_f32).
  *
  *   attn_scores_f16(q, kv_k_row(kv, layer, 0) + h * hd, n_embd_k, cells, n_c, hd, scores);
  *   ... mask, softmax, round p to F16 ...
@@ -90,6 +91,21 @@ void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *
 void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_t nv, int32_t hd, const int32_t *cpos,
                                const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *out);
 
+/* The attention of a block of n_rows query rows over F16 cells read as stored (a prompt chunk's
+ * rows of one kv head: no F32 copy of the cells, no packing), on the calling thread:
+ *   sc[r][c] = q[r] . K row of cells[c]   (one fma chain over d = 0 .. hd - 1; q F16-exact)
+ *   attn_mask_window and attn_softmax_row (p_f16) or attn_softmax_row_f32 at row_pos[r]
+ *   out[r][d] = the fma chain over c = 0 .. nv - 1 of sc[r][c] * V[cells[c]][d]
+ * q: n_rows x hd; sc: n_rows x nv scratch (rows nv apart); tile: RF_TILE_FLOATS(hd) floats of
+ * scratch; out: n_rows x hd. hd a multiple of 16. A row's numbers depend on its own inputs only
+ * (not on n_rows or the block it is in); the tiles (16 cells: K transposed once for all the
+ * rows, V converted once) keep every read in cache. Vectorized for AVX-512; other levels run the
+ * scalar definition. */
+#define RF_TILE_FLOATS(hd) (16 * (size_t)(hd))
+void attn_rows_f16(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const uint16_t *v,
+                   size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd, const int32_t *cpos,
+                   const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc, float *tile, float *out);
+
 /* Q8_0 cells (memory/kv.h: blocks of 32 values along the head dimension, hd a multiple of 32).
  * Scores: the query rows quantized to Q8_0 too (qq: n_q rows qq_stride bytes apart), as the
  * reference dots Q8_0 cells; scores[r * sc_stride + c] = quant_vec_dot(GGML_TYPE_Q8_0, hd,
@@ -125,6 +141,10 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
 void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_stride, int32_t n_p,
                              const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t n_c, int32_t hd,
                              float *out, size_t out_stride);
+void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride,
+                         const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd,
+                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16,
+                         float *sc, float *tile, float *out);
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                             float scale);
 void attn_softmax_row_f32_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,

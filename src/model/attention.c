@@ -16,9 +16,11 @@
  *   - the other sequences (gseq) are attended one at a time by attend_seq, in chunks of up to
  *     ATT_CHUNK_ENTRIES entries: a chunk too small for sgemm on the F16 cells (direct_rows), a
  *     bigger one as blocks of query rows (a kv head's, up to ATT_BLOCK_ROWS) shared by the
- *     compute threads, each block two sgemm calls around its softmax on F32 copies of the cells
- *     (chunk_blocks, attn_rows_f32, V multiplied as stored); with `reference` per kv head in the
- *     reference's dot orders (chunk_reference).
+ *     compute threads (chunk_blocks): on the F16 cells as stored in tiles of 16 cells
+ *     (attn_rows_f16) when the sequence has at most ATT_DIRECT_CHUNKS chunks in the step, else
+ *     two sgemm calls around the softmax on F32 copies of the cells gathered once per layer
+ *     (attn_rows_f32, V multiplied as stored); with `reference` per kv head in the reference's
+ *     dot orders (chunk_reference).
  * A sliding window (attn_params.window) starts a chunk's cells at the first one its first entry
  * sees (cells are sorted by position: the ones no entry of the chunk sees are a prefix), and each
  * row masks the cells its own entry no longer sees (attn_mask_window) before the softmax: every
@@ -52,6 +54,8 @@ enum { REF_KV_PAD = 256 };
  * numbers of a one-entry decode step: speculative decoding verifies up to 16 rows of a sequence
  * in one step (sched.h, SCHED_SPEC_ROWS) and its greedy output must be the plain one. */
 enum { ATT_DIRECT_ENTRIES = 16 };
+/* Most chunks of a sequence in a step for which chunk_blocks reads F16 cells directly (direct_f16). */
+enum { ATT_DIRECT_CHUNKS = 2 };
 /* Fewest cells of a decode attention score item (see attn_plan). */
 enum { ATT_MIN_CELL_BLOCK = 128 };
 /* Below this many score multiply-adds (visible cells x query heads x head_dim, summed over the
@@ -82,6 +86,7 @@ struct attn_ctx {
     int32_t att_rows;   /* rows of one attention chunk: group * min(max_tokens, ATT_CHUNK_ENTRIES) */
     int32_t n_slots;    /* direct_rows: one slot (row of qg, sc, h16) per compute thread */
     int32_t chunk_slots; /* chunk_blocks: min(n_slots, ATT_CHUNK_SLOTS) slots of ATT_BLOCK_ROWS rows */
+    bool direct_chunks; /* chunk_blocks reads F16 cells as stored (attn_rows_f16: head_dim a multiple of 16) */
     size_t sc_stride;   /* a row of sc: n_ctx */
 
     /* The step (attn_plan) and the layer (attn_layer) being attended. */
@@ -103,6 +108,7 @@ struct attn_ctx {
      * slot (< chunk_slots) for chunk_blocks, or one row per slot (< n_slots) for direct_rows;
      * they have qg_rows >= all three. */
     float *qg;          /* [qg_rows][head_dim] queries of one kv head's group */
+    float *tile;        /* [chunk_slots][RF_TILE_FLOATS(head_dim)] attn_rows_f16's cell tiles */
     float *sc;          /* [qg_rows][n_ctx] scores, then probabilities */
     uint16_t *h16;      /* [qg_rows][head_dim] F16 staging for rounding the queries */
     float *og;          /* [qg_rows][head_dim] attention output of the chunk */
@@ -153,7 +159,7 @@ static void *ctx_alloc(struct attn_ctx *a, size_t n, size_t elt, bool *ok) {
 
 void attn_ctx_destroy(struct attn_ctx *a) {
     if (!a) return;
-    void *bufs[] = {a->ent, a->done, a->cells, a->cpos, a->kf, a->vf, a->vt, a->order, a->qg, a->sc, a->h16,
+    void *bufs[] = {a->ent, a->done, a->cells, a->cpos, a->kf, a->vf, a->vt, a->order, a->qg, a->tile, a->sc, a->h16,
                     a->og, a->dseq, a->dent, a->gent, a->gseq, a->gcount, a->acells, a->acpos, a->dsc, a->qq,
                     (void *)a->sc_left, (void *)a->mix_left};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
@@ -212,6 +218,9 @@ int attn_ctx_create(struct attn_ctx **out, const struct attn_params *p, int32_t 
     a->sc = ctx_alloc(a, qg_rows * a->sc_stride, sizeof(float), &ok);
     a->h16 = ctx_alloc(a, qg_rows * hd, sizeof(uint16_t), &ok);
     a->og = ctx_alloc(a, qg_rows * hd, sizeof(float), &ok);
+    /* attn_rows_f16 is vectorized for AVX-512 only (elsewhere its scalar definition: the gather) */
+    a->direct_chunks = !reference && p->head_dim % 16 == 0 && simd_level_best() == SIMD_AVX512;
+    a->tile = ctx_alloc(a, a->direct_chunks ? (size_t)a->chunk_slots * RF_TILE_FLOATS(hd) : 0, sizeof(float), &ok);
     if (p->head_dim % 32 == 0) {
         a->qq_head = kv_type_row_bytes(KV_Q8_0, p->head_dim);
         a->qq_row = (size_t)p->n_head * a->qq_head;
@@ -237,6 +246,16 @@ static void round_f16(float *x, uint16_t *tmp, int64_t n) {
 
 /* Bytes from a cell row's start to kv head h's first element (F16 or Q8_0 blocks). */
 static size_t head_off(enum kv_type t, int32_t h, int32_t hd) { return kv_type_row_bytes(t, (int64_t)h * hd); }
+
+/* Does chunk_blocks read a sequence's F16 cells as stored (attn_rows_f16) rather than gather them
+ * once per layer for sgemm? When it has few chunks in the step: each block then transposes its
+ * cells' K in tiles, where the gather and sgemm's packing are paid once per layer whatever the
+ * chunk. build/bench/forward_bench bench-models/smollm2-135m-q8_0-ctx4k.gguf --threads 2 --prefill
+ * 3072 --step S, three alternating pairs: S = 32 4169-4815 ms against 6530-6701 gathered, 128
+ * 3525-4166 against 3697-4722, 512 (8 chunks a step) 3753-4196 against 3521-3732. */
+static bool direct_f16(const struct attn_ctx *a, int32_t n_ent) {
+    return a->direct_chunks && !a->k_q8 && !a->v_q8 && n_ent <= ATT_DIRECT_CHUNKS * ATT_CHUNK_ENTRIES;
+}
 
 /* Scores of n_q query heads qh0.. of entry i (one GQA group's or part of it, kv head kvh) over
  * cells[0 .. n) of layer a->layer into sc (rows sc_stride apart): F16 cells against the F16-exact
@@ -533,13 +552,14 @@ struct chunk_job {
     const int32_t *cpos; /* [nv] their positions */
     const int32_t *cells; /* [nv] the cells themselves (Q8_0 K is read from them) */
     int64_t block_rows, n_blocks; /* per kv head: n_blocks blocks of block_rows rows (the last fewer) */
+    bool direct;        /* F16 cells read as stored (direct_f16), not from kf / vf */
     int64_t n_items;    /* n_head_kv * n_blocks */
     _Atomic int64_t next; /* items handed out */
     _Atomic int slot;   /* scratch slots handed out */
 };
 
-/* The items of a chunk, item = (kv head, block of rows), each computed whole by attn_rows_f32 in
- * this thread's slot (queries rounded to F16 as the reference's product with the F16 cells sees
+/* The items of a chunk, item = (kv head, block of rows), each computed whole by attn_rows_f16
+ * (j->direct) or attn_rows_f32 in this thread's slot (queries rounded to F16 as the reference's product with the F16 cells sees
  * them); every thread that joins takes items until none is left, so one the OS preempts does not
  * hold the chunk up. */
 static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
@@ -576,8 +596,17 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
                 memcpy(qg + r * hd, a->q + i * nq + qh * hd, (size_t)hd * sizeof(float));
             }
             round_f16(qg, h16, n * hd);
-            attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale, !a->v_q8,
-                          sc, og);
+            if (j->direct) {
+                const struct kv_memory *kv = a->kv;
+                const uint8_t *kh = (const uint8_t *)kv_k_row(kv, a->layer, 0) + head_off(kv->shape.type_k, h, hd);
+                const uint8_t *vh = (const uint8_t *)kv_v_row(kv, a->layer, 0) + head_off(kv->shape.type_v, h, hd);
+                attn_rows_f16(qg, n, (const uint16_t *)kh, (size_t)kv->shape.n_embd_k, (const uint16_t *)vh,
+                              (size_t)kv->shape.n_embd_v, j->cells, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale,
+                              true, sc, a->tile + (size_t)slot * RF_TILE_FLOATS(hd), og);
+            } else {
+                attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale,
+                              !a->v_q8, sc, og);
+            }
         }
         for (int64_t r = 0; r < n; r++) {
             int32_t i = j->ent[(r0 + r) / group];
@@ -695,16 +724,16 @@ static void fa_rows(void *arg, int64_t r0, int64_t r1) {
 }
 
 /* Attention of the entries of one sequence (a->ent[0..n_ent)) over that sequence's cells, in
- * chunks of entries: a chunk whose rows would take matmul's sgemm path runs on F32 copies of the
- * cells (gathered once), all kv heads in one parallel job of row blocks; a smaller one (a decode
- * step) on the F16 cells directly. */
+ * chunks of entries: a chunk whose rows would take matmul's sgemm path runs as one parallel job
+ * of row blocks of all kv heads, on the F16 cells as stored or on F32 copies (gathered once, for
+ * many chunks: direct_f16); a smaller one (a decode step) on the F16 cells directly. */
 static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
     int32_t group = a->group;
     int64_t n_c = kv_seq_cell_list(a->kv, seq, a->cells, (int64_t)a->sc_stride); /* cells: [n_ctx] */
     ASSERT(n_c >= 0); /* the forward pass's check: no sequence holds more than n_ctx cells */
     sort_cells_by_pos(a, a->cells, a->cpos, n_c);
     int32_t chunk = a->att_rows / group;
-    bool gathered = false;
+    bool gathered = false, direct = direct_f16(a, n_ent);
     /* Entries come in increasing positions: cells the first one does not see (a window's) no
      * entry sees, and are never gathered. */
     int64_t g0 = n_hidden(a->cpos, n_c, a->b->pos[a->ent[0]], a->p.window), n_g = n_c - g0;
@@ -725,7 +754,7 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
             compute_parallel_for_work(a->c, (int64_t)ne * a->p.n_head, 4 * nv * a->p.head_dim, fa_rows, &fj);
             continue;
         }
-        if (!gathered) {
+        if (!gathered && !direct) {
             struct gather_job gj = {.a = a, .g0 = g0, .n_c = n_g};
             compute_parallel_for_work(a->c, n_g, 2 * (int64_t)a->p.n_head_kv * a->p.head_dim, gather_kv, &gj);
             gathered = true;
@@ -735,7 +764,7 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
             continue;
         }
         struct chunk_job cj = {.a = a, .ent = a->ent + e0, .rows = rows, .n_g = n_g, .lo = lo - g0, .nv = nv,
-                               .cpos = a->cpos + lo, .cells = a->cells + lo};
+                               .cpos = a->cpos + lo, .cells = a->cells + lo, .direct = direct};
         split_chunk(&cj, a->p.n_head_kv, a->chunk_slots);
         compute_parallel_for(a->c, a->chunk_slots, chunk_blocks, &cj); /* one call per slot */
     }

@@ -392,6 +392,73 @@ TEST(attn_rows_f32_matches_double_attention) {
             }
 }
 
+/* attn_rows_f16 (a prompt chunk's block of rows on the F16 cells as stored): every level gives
+ * the scalar definition's bits (over scattered cells, with 16-cell tails and head sizes of one to
+ * eight 16s), each row the same bits alone as in any block, and the attention in double within
+ * rounding: probabilities to 2e-3 (they are F16), outputs to 1e-5 of their magnitude. */
+TEST(attn_rows_f16_equals_definition_at_every_level) {
+    enum { R = 40, NV = 150, HDM = 128, KSTRIDE = 3 * HDM };
+    static uint16_t kc[POOL * KSTRIDE], vc[POOL * KSTRIDE];
+    static float q[R * HDM], sc[R * NV], sc2[R * NV], out[R * HDM], out2[R * HDM], tile[16 * HDM];
+    static int32_t cells[NV], cpos[NV], row_pos[R];
+    for (int64_t i = 0; i < POOL * KSTRIDE; i++) {
+        kc[i] = f32_to_fp16(nrand());
+        vc[i] = f32_to_fp16(nrand());
+    }
+    const int64_t rows_[] = {1, 3, 9, 40}, nvs[] = {1, 16, 37, 150};
+    const int32_t hds[] = {16, 64, 128};
+    enum simd_level best = simd_level_best();
+    for (size_t hi = 0; hi < 3; hi++)
+        for (size_t ri = 0; ri < 4; ri++)
+            for (size_t ni = 0; ni < 4; ni++) {
+                int32_t hd = hds[hi];
+                int64_t n_rows = rows_[ri], nv = nvs[ni];
+                const uint16_t *k = kc + hd, *v = vc + 2 * hd; /* a head at an offset in each row */
+                for (int64_t c = 0; c < nv; c++) {
+                    cells[c] = (int32_t)((c * 97 + 13) % POOL); /* scattered */
+                    cpos[c] = (int32_t)c;
+                }
+                for (int64_t i = 0; i < n_rows * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(nrand()));
+                for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv);
+                float scale = 1.0f / sqrtf((float)hd);
+                attn_rows_f16_level(SIMD_SCALAR, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0, scale,
+                                    true, sc, tile, out);
+                attn_rows_f16_level(best, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0, scale, true,
+                                    sc2, tile, out2);
+                CHECK(!memcmp(sc, sc2, (size_t)(n_rows * nv) * sizeof *sc));
+                CHECK(!memcmp(out, out2, (size_t)(n_rows * hd) * sizeof *out));
+                int64_t r1 = n_rows - 1; /* the last row alone: its bits */
+                attn_rows_f16_level(best, q + r1 * hd, 1, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos + r1, 0,
+                                    scale, true, sc2, tile, out2);
+                CHECK(!memcmp(out + r1 * hd, out2, (size_t)hd * sizeof *out));
+                for (int64_t r = 0; r < n_rows; r++) {
+                    const float *p = sc + r * nv;
+                    double ex[NV], mx = -INFINITY, sum = 0;
+                    for (int64_t c = 0; c <= row_pos[r]; c++) {
+                        const uint16_t *kr = k + (size_t)cells[c] * KSTRIDE;
+                        double d = 0;
+                        for (int32_t i = 0; i < hd; i++) d += (double)q[r * hd + i] * fp16_to_f32(kr[i]);
+                        ex[c] = d * scale;
+                        if (ex[c] > mx) mx = ex[c];
+                    }
+                    for (int64_t c = 0; c <= row_pos[r]; c++) sum += exp(ex[c] - mx);
+                    for (int64_t c = 0; c < nv; c++) {
+                        double want = c <= row_pos[r] ? exp(ex[c] - mx) / sum : 0.0;
+                        CHECK(fabs(p[c] - want) <= 2e-3 * want + 1e-6);
+                    }
+                    for (int32_t d = 0; d < hd; d++) {
+                        double want = 0, mag = 0;
+                        for (int64_t c = 0; c < nv; c++) {
+                            double x = (double)p[c] * fp16_to_f32(v[(size_t)cells[c] * KSTRIDE + d]);
+                            want += x;
+                            mag += fabs(x);
+                        }
+                        CHECK(fabs(out[r * hd + d] - want) <= 1e-5 * mag + 1e-30);
+                    }
+                }
+            }
+}
+
 /* Q8_0 cells: rows of random values quantized as the forward pass writes them, a head at an
  * offset in each row (blocks of 32 along the head), cells scattered over the pool. */
 enum { QPOOL = 300, QHD_MAX = 256, QROW = 3 * QHD_MAX / 32 * 34 };

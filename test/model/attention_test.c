@@ -1,8 +1,8 @@
 /* Tests of model/attention.h on a KV memory filled with random F16 rows, without a model:
  * attn_layer against attention written out from its definition (softmax over the cells of the
  * entry's sequence at positions <= its own, and within its sliding window when there is one, in
- * double), for every strategy (a prompt chunk on
- * sgemm, decode-sized sequences as whole units or as split items, a decode-sized chunk of a
+ * double), for every strategy (a prompt's chunks on the F16 cells as stored or on gathered F32
+ * copies with sgemm, decode-sized sequences as whole units or as split items, a decode-sized chunk of a
  * sequence planned per layer, the reference's orders), with cells out of position order, a
  * layer's own scale, GQA groups; and the promise that a row's numbers depend neither on the
  * thread count nor on the other sequences of the step (nor on the strategy that follows). */
@@ -145,7 +145,8 @@ static double run_step(struct fixture *f, struct attn_ctx *a, const struct batch
 
 /* The steps of a server's life on 1-4 threads: a prompt beside short prompts, decode steps of
  * several sequences, a freed sequence whose cells others take (out of position order), decode
- * steps of one sequence (fewer units than threads; over 128+ cells), a chunk of 2 entries. */
+ * steps of one sequence (fewer units than threads; over 128+ cells), a chunk of 2 entries, a
+ * second prompt over the cells out of order. */
 static void check_strategies(struct test_case *t, bool reference, int32_t window) {
     static float out[N_LAYER][MAX_TOKENS * NQ];
     for (int nt = 1; nt <= 4; nt++) {
@@ -161,7 +162,7 @@ static void check_strategies(struct test_case *t, bool reference, int32_t window
         double worst = 0;
         for (int step = 0; step < 12; step++) {
             batch_clear(&f.b);
-            if (step == 0) { /* 140 x 3 rows: sgemm chunks; 5 x 3 and 1 x 3 rows: decode-sized */
+            if (step == 0) { /* 140 x 3 rows: gathered sgemm chunks; 5 x 3 and 1 x 3 rows: decode-sized */
                 add(&f, 0, 140);
                 add(&f, 1, 5);
                 add(&f, 2, 1);
@@ -173,6 +174,10 @@ static void check_strategies(struct test_case *t, bool reference, int32_t window
                 add(&f, 2, 1); /* alone: 2 units (fewer than 3 or 4 threads: split items) */
             } else if (step == 10) {
                 add(&f, 0, 1); /* alone, over more cells than a score item takes: a softmax phase */
+            } else if (step == 11) { /* 100 x 3 rows over cells out of position order: two chunks
+                                       * on the F16 cells as stored (140 entries take the gather) */
+                add(&f, 3, 100);
+                add(&f, 0, 1);
             } else if (step == 9) {
                 add(&f, 0, 2); /* a 2-entry decode-sized chunk beside single entries */
                 add(&f, 3, 1);
