@@ -394,7 +394,7 @@ TEST(attn_rows_f32_matches_double_attention) {
 
 /* attn_rows_f16 (a prompt chunk's block of rows on the F16 cells as stored): every level gives
  * the scalar definition's bits (over scattered cells, with 16-cell tails and head sizes of one to
- * eight 16s), each row the same bits alone as in any block, and the attention in double within
+ * eight 16s, 96 among them), each row the same bits alone as in any block, and the attention in double within
  * rounding: probabilities to 2e-3 (they are F16), outputs to 1e-5 of their magnitude. */
 TEST(attn_rows_f16_equals_definition_at_every_level) {
     enum { R = 40, NV = 150, HDM = 128, KSTRIDE = 3 * HDM };
@@ -406,9 +406,9 @@ TEST(attn_rows_f16_equals_definition_at_every_level) {
         vc[i] = f32_to_fp16(nrand());
     }
     const int64_t rows_[] = {1, 3, 9, 40}, nvs[] = {1, 16, 37, 150};
-    const int32_t hds[] = {16, 64, 128};
+    const int32_t hds[] = {16, 64, 96, 128}; /* 96: four 16s and then two */
     enum simd_level best = simd_level_best();
-    for (size_t hi = 0; hi < 3; hi++)
+    for (size_t hi = 0; hi < 4; hi++)
         for (size_t ri = 0; ri < 4; ri++)
             for (size_t ni = 0; ni < 4; ni++) {
                 int32_t hd = hds[hi];
