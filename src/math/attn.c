@@ -749,6 +749,16 @@ void attn_mix_f16_level(enum simd_level level, const float *p, const uint16_t *v
 
 /* ---- F32 row blocks through sgemm ---------------------------------------------------------- */
 
+/* Each row's mask and softmax (rows nv apart), the probabilities rounded to F16 when p_f16. */
+static void rows_softmax(float *sc, int64_t n_rows, int64_t nv, const int32_t *cpos, const int32_t *row_pos,
+                         int32_t window, float scale, bool p_f16) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
+        if (p_f16) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
+        else attn_softmax_row_f32(sc + r * nv, nv, cpos, row_pos[r], scale);
+    }
+}
+
 void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *v, int64_t nv, int32_t hd,
                    const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc,
                    float *out) {
@@ -761,25 +771,12 @@ void attn_rows_f32(const float *q, int64_t n_rows, const float *k, const float *
 void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_t nv, int32_t hd, const int32_t *cpos,
                                const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *out) {
     if (n_rows <= 0 || nv <= 0) return;
-    for (int64_t r = 0; r < n_rows; r++) {
-        attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
-        if (p_f16) attn_softmax_row(sc + r * nv, nv, cpos, row_pos[r], scale);
-        else attn_softmax_row_f32(sc + r * nv, nv, cpos, row_pos[r], scale);
-    }
+    rows_softmax(sc, n_rows, nv, cpos, row_pos, window, scale, p_f16);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n_rows, (blasint)hd, (blasint)nv, 1.0f, sc,
                 (blasint)nv, v, (blasint)hd, 0.0f, out, (blasint)hd);
 }
 
 /* ---- a block of prompt rows on the F16 cells (attn_rows_f16) ---------------------------- */
-
-/* Each row's mask and softmax, the probabilities rounded to F16 when p_f16. */
-static void rows_softmax(enum simd_level level, float *sc, int64_t n_rows, int64_t nv, const int32_t *cpos,
-                         const int32_t *row_pos, int32_t window, float scale, bool p_f16) {
-    for (int64_t r = 0; r < n_rows; r++) {
-        attn_mask_window(sc + r * nv, nv, cpos, row_pos[r], window);
-        softmax_at(level, sc + r * nv, nv, cpos, row_pos[r], scale, p_f16);
-    }
-}
 
 /* The definition: one fma chain per score (over d) and per output element (over the cells). */
 static void rows_f16_scalar(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const int32_t *cells,
@@ -958,7 +955,7 @@ void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, 
     }
     if (level == SIMD_AVX512) rows_f16_avx512(q, n_rows, k, k_stride, cells, nv, hd, sc, tile);
     else rows_f16_scalar(q, n_rows, k, k_stride, cells, nv, hd, sc);
-    rows_softmax(level, sc, n_rows, nv, cpos, row_pos, window, scale, p_f16);
+    rows_softmax(sc, n_rows, nv, cpos, row_pos, window, scale, p_f16); /* bits the same at every level */
     if (level == SIMD_AVX512) rows_f16_mix_avx512(sc, n_rows, v, v_stride, cells, nv, hd, tile, out);
     else rows_f16_mix_scalar(sc, n_rows, v, v_stride, cells, nv, hd, out);
 }

@@ -108,7 +108,7 @@ struct attn_ctx {
      * slot (< chunk_slots) for chunk_blocks, or one row per slot (< n_slots) for direct_rows;
      * they have qg_rows >= all three. */
     float *qg;          /* [qg_rows][head_dim] queries of one kv head's group */
-    float *tile;        /* [chunk_slots][RF_TILE_FLOATS(head_dim)] attn_rows_f16's cell tiles */
+    float *tile;        /* [chunk_slots][ATTN_TILE_FLOATS(head_dim)] attn_rows_f16's cell tiles */
     float *sc;          /* [qg_rows][n_ctx] scores, then probabilities */
     uint16_t *h16;      /* [qg_rows][head_dim] F16 staging for rounding the queries */
     float *og;          /* [qg_rows][head_dim] attention output of the chunk */
@@ -220,7 +220,7 @@ int attn_ctx_create(struct attn_ctx **out, const struct attn_params *p, int32_t 
     a->og = ctx_alloc(a, qg_rows * hd, sizeof(float), &ok);
     /* attn_rows_f16 is vectorized for AVX-512 only (elsewhere its scalar definition: the gather) */
     a->direct_chunks = !reference && p->head_dim % 16 == 0 && simd_level_best() == SIMD_AVX512;
-    a->tile = ctx_alloc(a, a->direct_chunks ? (size_t)a->chunk_slots * RF_TILE_FLOATS(hd) : 0, sizeof(float), &ok);
+    a->tile = ctx_alloc(a, a->direct_chunks ? (size_t)a->chunk_slots * ATTN_TILE_FLOATS(hd) : 0, sizeof(float), &ok);
     if (p->head_dim % 32 == 0) {
         a->qq_head = kv_type_row_bytes(KV_Q8_0, p->head_dim);
         a->qq_row = (size_t)p->n_head * a->qq_head;
@@ -247,6 +247,14 @@ static void round_f16(float *x, uint16_t *tmp, int64_t n) {
 /* Bytes from a cell row's start to kv head h's first element (F16 or Q8_0 blocks). */
 static size_t head_off(enum kv_type t, int32_t h, int32_t hd) { return kv_type_row_bytes(t, (int64_t)h * hd); }
 
+/* Kv head h's K (V) in cell 0's row of the layer being attended: cell c's at + c * k_row (v_row). */
+static const uint8_t *k_head(const struct attn_ctx *a, int32_t h) {
+    return (const uint8_t *)kv_k_row(a->kv, a->layer, 0) + head_off(a->kv->shape.type_k, h, a->p.head_dim);
+}
+static const uint8_t *v_head(const struct attn_ctx *a, int32_t h) {
+    return (const uint8_t *)kv_v_row(a->kv, a->layer, 0) + head_off(a->kv->shape.type_v, h, a->p.head_dim);
+}
+
 /* Does chunk_blocks read a sequence's F16 cells as stored (attn_rows_f16) rather than gather them
  * once per layer for sgemm? When it has few chunks in the step: each block then transposes its
  * cells' K in tiles, where the gather and sgemm's packing are paid once per layer whatever the
@@ -264,7 +272,7 @@ static void scores_of(const struct attn_ctx *a, int32_t i, int32_t qh0, int32_t 
                       int64_t n, float *sc, size_t sc_stride) {
     const struct kv_memory *kv = a->kv;
     int32_t hd = a->p.head_dim;
-    const uint8_t *k0 = (const uint8_t *)kv_k_row(kv, a->layer, 0) + head_off(kv->shape.type_k, kvh, hd);
+    const uint8_t *k0 = k_head(a, kvh);
     if (a->k_q8) {
         attn_scores_q8_0_rows(a->qq + (size_t)i * a->qq_row + (size_t)qh0 * a->qq_head, a->qq_head, n_q, k0, kv->k_row,
                               cells, n, hd, sc, sc_stride);
@@ -280,9 +288,7 @@ static void scores_of(const struct attn_ctx *a, int32_t i, int32_t qh0, int32_t 
 static void mix_of(const struct attn_ctx *a, const float *p, size_t p_stride, int32_t n_p, int32_t kvh, int32_t d0,
                    int32_t len, const int32_t *cells, int64_t n, float *out, size_t out_stride) {
     const struct kv_memory *kv = a->kv;
-    int32_t hd = a->p.head_dim;
-    const uint8_t *v0 = (const uint8_t *)kv_v_row(kv, a->layer, 0) + head_off(kv->shape.type_v, kvh, hd) +
-                        kv_type_row_bytes(kv->shape.type_v, d0);
+    const uint8_t *v0 = v_head(a, kvh) + kv_type_row_bytes(kv->shape.type_v, d0);
     if (a->v_q8) attn_mix_q8_0_rows(p, p_stride, n_p, v0, kv->v_row, cells, n, len, out, out_stride);
     else attn_mix_f16_rows(p, p_stride, n_p, (const uint16_t *)v0, (size_t)kv->shape.n_embd_v, cells, n, len, out,
                            out_stride);
@@ -559,9 +565,9 @@ struct chunk_job {
 };
 
 /* The items of a chunk, item = (kv head, block of rows), each computed whole by attn_rows_f16
- * (j->direct) or attn_rows_f32 in this thread's slot (queries rounded to F16 as the reference's product with the F16 cells sees
- * them); every thread that joins takes items until none is left, so one the OS preempts does not
- * hold the chunk up. */
+ * (j->direct) or attn_rows_f32 in this thread's slot (queries rounded to F16 as the reference's
+ * product with the F16 cells sees them); every thread that joins takes items until none is left,
+ * so one the OS preempts does not hold the chunk up. */
 static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
     struct chunk_job *j = arg;
     struct attn_ctx *a = j->a;
@@ -598,11 +604,10 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
             round_f16(qg, h16, n * hd);
             if (j->direct) {
                 const struct kv_memory *kv = a->kv;
-                const uint8_t *kh = (const uint8_t *)kv_k_row(kv, a->layer, 0) + head_off(kv->shape.type_k, h, hd);
-                const uint8_t *vh = (const uint8_t *)kv_v_row(kv, a->layer, 0) + head_off(kv->shape.type_v, h, hd);
-                attn_rows_f16(qg, n, (const uint16_t *)kh, (size_t)kv->shape.n_embd_k, (const uint16_t *)vh,
-                              (size_t)kv->shape.n_embd_v, j->cells, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale,
-                              true, sc, a->tile + (size_t)slot * RF_TILE_FLOATS(hd), og);
+                attn_rows_f16(qg, n, (const uint16_t *)k_head(a, h), (size_t)kv->shape.n_embd_k,
+                              (const uint16_t *)v_head(a, h), (size_t)kv->shape.n_embd_v, j->cells, j->nv, hd, j->cpos,
+                              row_pos, a->p.window, a->p.scale, true, sc, a->tile + (size_t)slot * ATTN_TILE_FLOATS(hd),
+                              og);
             } else {
                 attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale,
                               !a->v_q8, sc, og);
