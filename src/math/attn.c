@@ -885,9 +885,10 @@ AVX512 static void rows_f16_avx512(const float *q, int64_t n_rows, const uint16_
         const int m = nv - c0 < RF_CELLS ? (int)(nv - c0) : RF_CELLS;
         for (int32_t d = 0; d < hd; d += 16) { /* the tile transposed: element d of cell l at d * 16 + l */
             __m512 r[16], o[16];
-            for (int l = 0; l < RF_CELLS; l++)
-                r[l] = l < m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (size_t)cells[c0 + l] * k_stride + d)))
-                             : _mm512_setzero_ps();
+            for (int l = 0; l < RF_CELLS; l++) {
+                const uint16_t *kr = l < m ? k + (size_t)cells[c0 + l] * k_stride + d : NULL;
+                r[l] = kr ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)kr)) : _mm512_setzero_ps();
+            }
             transpose16(r, o);
 #pragma GCC unroll 16
             for (int e = 0; e < 16; e++) _mm512_storeu_ps(tile + (d + e) * RF_CELLS, o[e]);
@@ -945,8 +946,8 @@ AVX512 static void rows_f16_mix_avx512(const float *sc, int64_t n_rows, const ui
 
 void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride,
                          const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd,
-                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16,
-                         float *sc, float *tile, float *out) {
+                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc,
+                         float *tile, float *out) {
     ASSERT(hd % 16 == 0);
     if (n_rows <= 0) return;
     if (nv <= 0) {
@@ -955,7 +956,7 @@ void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, 
     }
     if (level == SIMD_AVX512) rows_f16_avx512(q, n_rows, k, k_stride, cells, nv, hd, sc, tile);
     else rows_f16_scalar(q, n_rows, k, k_stride, cells, nv, hd, sc);
-    rows_softmax(sc, n_rows, nv, cpos, row_pos, window, scale, p_f16); /* bits the same at every level */
+    rows_softmax(sc, n_rows, nv, cpos, row_pos, window, scale, true); /* bits the same at every level */
     if (level == SIMD_AVX512) rows_f16_mix_avx512(sc, n_rows, v, v_stride, cells, nv, hd, tile, out);
     else rows_f16_mix_scalar(sc, n_rows, v, v_stride, cells, nv, hd, out);
 }
@@ -989,9 +990,9 @@ void attn_mix_f16_rows(const float *p, size_t p_stride, int32_t n_p, const uint1
 
 void attn_rows_f16(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const uint16_t *v,
                    size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd, const int32_t *cpos,
-                   const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc, float *tile, float *out) {
+                   const int32_t *row_pos, int32_t window, float scale, float *sc, float *tile, float *out) {
     attn_rows_f16_level(best_level, q, n_rows, k, k_stride, v, v_stride, cells, nv, hd, cpos, row_pos, window, scale,
-                        p_f16, sc, tile, out);
+                        sc, tile, out);
 }
 
 void attn_scores_q8_0_rows(const void *qq, size_t qq_stride, int32_t n_q, const void *k, size_t k_stride,

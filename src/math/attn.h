@@ -94,7 +94,8 @@ void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_
 /* The attention of a block of n_rows query rows over F16 cells read as stored (a prompt chunk's
  * rows of one kv head: no F32 copy of the cells, no packing), on the calling thread:
  *   sc[r][c] = q[r] . K row of cells[c]   (one fma chain over d = 0 .. hd - 1; q F16-exact)
- *   attn_mask_window and attn_softmax_row (p_f16) or attn_softmax_row_f32 at row_pos[r]
+ *   attn_mask_window and attn_softmax_row at row_pos[r] (probabilities rounded to F16, as the
+ *   product with F16 V cells takes them)
  *   out[r][d] = the fma chain over c = 0 .. nv - 1 of sc[r][c] * V[cells[c]][d]
  * q: n_rows x hd; sc: n_rows x nv scratch (rows nv apart); tile: ATTN_TILE_FLOATS(hd) floats of
  * scratch; out: n_rows x hd. hd a multiple of 16. A row's numbers depend on its own inputs only
@@ -104,7 +105,7 @@ void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_
 #define ATTN_TILE_FLOATS(hd) (16 * (size_t)(hd))
 void attn_rows_f16(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const uint16_t *v,
                    size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd, const int32_t *cpos,
-                   const int32_t *row_pos, int32_t window, float scale, bool p_f16, float *sc, float *tile, float *out);
+                   const int32_t *row_pos, int32_t window, float scale, float *sc, float *tile, float *out);
 
 /* Q8_0 cells (memory/kv.h: blocks of 32 values along the head dimension, hd a multiple of 32).
  * Scores: the query rows quantized to Q8_0 too (qq: n_q rows qq_stride bytes apart), as the
@@ -143,8 +144,8 @@ void attn_mix_f16_rows_level(enum simd_level level, const float *p, size_t p_str
                              float *out, size_t out_stride);
 void attn_rows_f16_level(enum simd_level level, const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride,
                          const uint16_t *v, size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd,
-                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, bool p_f16,
-                         float *sc, float *tile, float *out);
+                         const int32_t *cpos, const int32_t *row_pos, int32_t window, float scale, float *sc,
+                         float *tile, float *out);
 void attn_softmax_row_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,
                             float scale);
 void attn_softmax_row_f32_level(enum simd_level level, float *row, int64_t n, const int32_t *cpos, int32_t pos,

@@ -606,8 +606,7 @@ static void chunk_blocks(void *arg, int64_t i0, int64_t i1) {
                 const struct kv_memory *kv = a->kv;
                 attn_rows_f16(qg, n, (const uint16_t *)k_head(a, h), (size_t)kv->shape.n_embd_k,
                               (const uint16_t *)v_head(a, h), (size_t)kv->shape.n_embd_v, j->cells, j->nv, hd, j->cpos,
-                              row_pos, a->p.window, a->p.scale, true, sc, a->tile + (size_t)slot * ATTN_TILE_FLOATS(hd),
-                              og);
+                              row_pos, a->p.window, a->p.scale, sc, a->tile + (size_t)slot * ATTN_TILE_FLOATS(hd), og);
             } else {
                 attn_rows_f32(qg, n, a->kf + k0, a->vf + k0, j->nv, hd, j->cpos, row_pos, a->p.window, a->p.scale,
                               !a->v_q8, sc, og);

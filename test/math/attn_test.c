@@ -421,15 +421,15 @@ TEST(attn_rows_f16_equals_definition_at_every_level) {
                 for (int64_t i = 0; i < n_rows * hd; i++) q[i] = fp16_to_f32(f32_to_fp16(nrand()));
                 for (int64_t r = 0; r < n_rows; r++) row_pos[r] = (int32_t)(nv - 1 - (r * 5) % nv);
                 float scale = 1.0f / sqrtf((float)hd);
-                attn_rows_f16_level(SIMD_SCALAR, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0, scale,
-                                    true, sc, tile, out);
-                attn_rows_f16_level(best, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0, scale, true,
-                                    sc2, tile, out2);
+                attn_rows_f16_level(SIMD_SCALAR, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0,
+                                    scale, sc, tile, out);
+                attn_rows_f16_level(best, q, n_rows, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos, 0, scale, sc2,
+                                    tile, out2);
                 CHECK(!memcmp(sc, sc2, (size_t)(n_rows * nv) * sizeof *sc));
                 CHECK(!memcmp(out, out2, (size_t)(n_rows * hd) * sizeof *out));
                 int64_t r1 = n_rows - 1; /* the last row alone: its bits */
-                attn_rows_f16_level(best, q + r1 * hd, 1, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos + r1, 0,
-                                    scale, true, sc2, tile, out2);
+                attn_rows_f16_level(best, q + r1 * hd, 1, k, KSTRIDE, v, KSTRIDE, cells, nv, hd, cpos, row_pos + r1,
+                                    0, scale, sc2, tile, out2);
                 CHECK(!memcmp(out + r1 * hd, out2, (size_t)hd * sizeof *out));
                 for (int64_t r = 0; r < n_rows; r++) {
                     const float *p = sc + r * nv;
