@@ -698,13 +698,13 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
          * int32 lane: scp[s] for s = 4q + h, h < 2 (the scales of words 8j + k and 8j + 8 + k,
          * j = 2q, in lane pass k with k / 4 = h) */
         __m512i scp[QK_K / 32];
+#define K6_SCALE16(s) _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * (s)))))
 #pragma GCC unroll 8
         for (int q = 0; q < QK_K / 32; q++) {
             const int s0 = 4 * (q / 2) + q % 2;
-            const __m512i lo = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * s0))));
-            const __m512i hi = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p.sc + 16 * (s0 + 2)))));
-            scp[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+            scp[q] = _mm512_or_si512(K6_SCALE16(s0), _mm512_slli_epi32(K6_SCALE16(s0 + 2), 16));
         }
+#undef K6_SCALE16
         /* per token: -32 * (the sum of each word's 4 activations), and d_w * d_x of the 16 rows */
         int32_t neg[K6_TILE][QK_K / 4];
         __m512 dwx[K6_TILE];

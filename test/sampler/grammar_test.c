@@ -120,7 +120,16 @@ TEST(grammar_recursion_and_nullable_loops) {
     grammar_vocab_free(v);
 }
 
-static void check_error(struct test_case *t, struct grammar_vocab *v, const char *text, int code, const char *want);
+static void check_error(struct test_case *t, struct grammar_vocab *v, const char *text, int code, const char *want) {
+    struct grammar *g = NULL;
+    char why[256];
+    int rc = grammar_compile(&g, v, text, strlen(text), why, sizeof why);
+    if (rc != code || !strstr(why, want)) {
+        fprintf(stderr, "  grammar %s: rc %d why \"%s\", expected %d \"%s\"\n", text, rc, why, code, want);
+        t->failed = 1;
+    }
+    if (g) grammar_unref(g);
+}
 
 /* Every call stops at GRAMMAR_MAX_WORK closure steps: an ambiguous grammar whose stacks double
  * with each byte while each walks 33,000 empty positions fails within a few bytes, where the
@@ -149,17 +158,6 @@ TEST(grammar_work_per_call_is_bounded) {
     CHECK_EQ_INT(M(g, "ab"), -1);
     grammar_unref(g);
     grammar_vocab_free(v);
-}
-
-static void check_error(struct test_case *t, struct grammar_vocab *v, const char *text, int code, const char *want) {
-    struct grammar *g = NULL;
-    char why[256];
-    int rc = grammar_compile(&g, v, text, strlen(text), why, sizeof why);
-    if (rc != code || !strstr(why, want)) {
-        fprintf(stderr, "  grammar %s: rc %d why \"%s\", expected %d \"%s\"\n", text, rc, why, code, want);
-        t->failed = 1;
-    }
-    if (g) grammar_unref(g);
 }
 
 TEST(grammar_parse_errors_name_line_and_column) {
