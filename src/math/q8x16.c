@@ -27,7 +27,10 @@
 
 /* Tokens per pass over a group: 8 accumulators beside 8 weight registers. */
 #define TOKEN_TILE 8
-/* Blocks (512 bytes of levels each) fetched ahead of use. */
+/* Blocks (512 bytes of levels each) fetched ahead of use, by tiles of two tokens or more. A
+ * one-token tile (a single stream's decode step) streams its weights faster on the hardware
+ * prefetcher alone; tiles of more tokens compute long enough per block that the hardware
+ * prefetcher falls behind (see K4_PREFETCH_SB). */
 #define PREFETCH_BLOCKS 8
 
 bool q8x16_supported(void) { return simd_level_supported(SIMD_AVX512); }
@@ -304,8 +307,10 @@ AVX512 static inline __attribute__((always_inline)) void group_tile(int64_t nb, 
         /* the data pf_blocks ahead: near the group's end its scales and the next group's first
          * bytes (past the matrix's end, lines nobody reads: a prefetch never faults) */
         const char *pf = (const char *)(dat + (size_t)(i + pf_blocks) * db);
+        if (q5 || nt > 1) {
 #pragma GCC unroll 8
-        for (size_t off = 0; off < db; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+            for (size_t off = 0; off < db; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+        }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(i ? sc + i * Q8X16_ROWS : sc0)));
         __m512i w[8];
         block_levels(dat + (size_t)i * db, q5, w);
@@ -429,7 +434,11 @@ AVX512 static inline __attribute__((always_inline)) void kx16_groups(kx16_tile_f
 #define K4_SB (Q8X16_ROWS * sizeof(block_q4_K))
 _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4kx16 super-block size");
 /* Super-blocks (2304 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q4_K of kquant_avx512.c: into L1,
- * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2). */
+ * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2),
+ * by tiles of two tokens or more. A one-token tile streams faster on the hardware prefetcher alone
+ * (TinyLlama-shaped Q4_K_M, build/bench/forward_bench MODEL --threads 2 --tg-only 2 --depth 0: 7-10%
+ * more tokens/s without), while 8 tokens' tiles need it (--rows 8: a step takes 59 ms without, 40
+ * with). */
 #define K4_PREFETCH_SB 7
 
 struct k4_parts {
@@ -535,8 +544,10 @@ AVX512 static inline __attribute__((always_inline)) void k4_group_tile(int64_t n
         /* K4_PREFETCH_SB super-blocks ahead into L2 (past the matrix's end near its last group:
          * lines nobody reads; a prefetch never faults) */
         const char *pf = (const char *)p.nib + K4_PREFETCH_SB * K4_SB;
+        if (nt > 1) {
 #pragma GCC unroll 36
-        for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
+            for (size_t off = 0; off < K4_SB; off += 64) _mm_prefetch(pf + off, _MM_HINT_T1);
+        }
         /* 16 times each row's integer dot: the odd sub-blocks sit on the high nibbles in place
          * (16 times their value, no shift per load), the even ones take 16 times their scale;
          * divided back exactly once per super-block. |16 * dot| <= 16 * 8 * 63 * 32 * 15 * 128
