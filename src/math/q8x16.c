@@ -27,10 +27,10 @@
 
 /* Tokens per pass over a group: 8 accumulators beside 8 weight registers. */
 #define TOKEN_TILE 8
-/* Blocks (512 bytes of levels each) fetched ahead of use, by tiles of two tokens or more. A
- * one-token tile (a single stream's decode step) streams its weights faster on the hardware
- * prefetcher alone; tiles of more tokens compute long enough per block that the hardware
- * prefetcher falls behind (see K4_PREFETCH_SB). */
+/* Blocks (512 bytes of levels each) fetched ahead of use. Q8_0's one-token tiles (a single
+ * stream's decode step) leave it to the hardware prefetcher, as Q4_K's do (K4_PREFETCH_SB): for
+ * Q8_0 no slower (TinyLlama-shaped Q8_0 tg64 the same within the host's noise); Q5_0's keep it
+ * (not measured). */
 #define PREFETCH_BLOCKS 8
 
 bool q8x16_supported(void) { return simd_level_supported(SIMD_AVX512); }
@@ -436,7 +436,7 @@ _Static_assert(K4_NIB + 4 * Q8X16_ROWS + K_SCALE_SIZE * Q8X16_ROWS == K4_SB, "q4
 /* Super-blocks (2304 bytes each) fetched ahead of use, into L2 (16 KB, as dotr_q4_K of kquant_avx512.c: into L1,
  * or 3 ahead, a decode step streams slower: build/bench/kernels --small-batch --type q4_kx16 --threads 2),
  * by tiles of two tokens or more. A one-token tile streams faster on the hardware prefetcher alone
- * (TinyLlama-shaped Q4_K_M, build/bench/forward_bench MODEL --threads 2 --tg-only 2 --depth 0: 7-10%
+ * (TinyLlama-shaped Q4_K_M, build/bench/forward_bench MODEL --threads 2 --tg-only 2 --depth 0: 7-12%
  * more tokens/s without), while 8 tokens' tiles need it (--rows 8: a step takes 59 ms without, 40
  * with). */
 #define K4_PREFETCH_SB 7
