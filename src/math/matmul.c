@@ -60,6 +60,7 @@ struct compute {
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
+    bool amx;            /* Q4_K_X16 batches take q4kx16_rows_amx (AMX-INT8 here, UVLM_NO_AMX unset) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -91,12 +92,13 @@ static x16_rows_fn x16_kernel(enum ggml_type t) {
 /* The K-quant layouts of q8x16.h: their kernel on the Q8_K activations as they are (NULL otherwise). */
 typedef void (*kx16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
                              size_t xq_stride, int64_t n_tok, float *y);
-static kx16_rows_fn kx16_kernel(enum ggml_type t) {
-    return t == UVLM_TYPE_Q4_K_X16 ? q4kx16_rows : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows : NULL;
+static kx16_rows_fn kx16_kernel(const struct compute *c, enum ggml_type t) {
+    return t == UVLM_TYPE_Q4_K_X16 ? (c->amx ? q4kx16_rows_amx : q4kx16_rows) : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows : NULL;
 }
 /* Any of q8x16.h's layouts. */
-static bool is_x16(enum ggml_type t) { return x16_kernel(t) || kx16_kernel(t); }
-static enum ggml_type x16_xtype(enum ggml_type t) { return kx16_kernel(t) ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0; }
+static bool is_kx16(enum ggml_type t) { return t == UVLM_TYPE_Q4_K_X16 || t == UVLM_TYPE_Q6_K_X16; }
+static bool is_x16(enum ggml_type t) { return x16_kernel(t) || is_kx16(t); }
+static enum ggml_type x16_xtype(enum ggml_type t) { return is_kx16(t) ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0; }
 
 /* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
 static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
@@ -132,6 +134,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     }
     size_t acts16_bytes = 0;
     if (q8x16_supported()) {
+        c->amx = !getenv("UVLM_NO_AMX") && q8x16_amx_enable(); /* UVLM_NO_AMX: the vector kernels only */
         acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
         c->acts16 = aligned_alloc(64, acts16_bytes);
     }
@@ -593,7 +596,7 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
             j->x16_acts = true;
-        } else if ((d->kx16 = kx16_kernel(types[m]))) {
+        } else if ((d->kx16 = kx16_kernel(c, types[m]))) {
             ASSERT(j->xtype == GGML_TYPE_Q8_K);
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);

@@ -18,10 +18,13 @@
 #include "common/err.h"
 #include "gguf/types.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -607,6 +610,182 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
+}
+
+/* ---- Q4_K on AMX ----------------------------------------------------------------------- */
+
+/* AMX multiplies int8 tiles: tdpbsud adds to each of 16 x 16 int32 (16 tokens x 16 rows) the dot
+ * of 64 signed activations with 64 unsigned weights, 16384 byte products per instruction. A Q4_K
+ * row's integer sum over a super-block is sum_j sc_j * dot_j (sub-block j's 6-bit scale times
+ * its 32 levels' dot), and a tile sums 64 elements, two sub-blocks, under one scale per column.
+ * So each scale is split in two 3-bit parts, sc = 8 * hi + lo, and the levels are multiplied by
+ * them before the tiles (level * part <= 15 * 7, a byte): two int32 tiles sum the lo and the hi
+ * products over the whole super-block, 4 tdpbsud each, and sumi = 8 * hi + lo exactly. The rest
+ * is the vector kernel's: the mins' sum by vpdpwssd, then its two fmas per super-block, so the
+ * numbers are dot_q4_K's. The scaled levels of a group's super-block (8 KB: K4_AMX_B tiles)
+ * are built once for up to K4_AMX_TILES tiles of 16 tokens. */
+#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
+#define AMX_TOKENS 16
+#define K4_AMX_TILES 8
+/* GCC's tile intrinsics paste their tile numbers' spelling: expand the names first */
+#define TILE(op, ...) op(__VA_ARGS__)
+#define T_LO 0 /* C: the lo products' sums, 16 tokens x 16 rows of int32 */
+#define T_HI 1 /* C: the hi products' */
+#define T_A0 2 /* A: 16 tokens x 64 activations (even 64-element chunks) */
+#define T_A1 3 /* (odd chunks) */
+#define T_BL0 4 /* B: 16 x (16 rows x 4 levels), lo-scaled (even chunks) */
+#define T_BH0 5 /* hi-scaled (even chunks) */
+#define T_BL1 6 /* (odd chunks) */
+#define T_BH1 7
+
+bool q8x16_amx_enable(void) {
+    unsigned a, b, c, d;
+    if (!q8x16_supported() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1))
+        return false; /* AMX-TILE, AMX-INT8 */
+    /* Linux hands out the tile registers' state (8 KB per thread) only on request: asked once
+     * per process, granted to all its threads; asking again is harmless */
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+
+/* This thread's tile configuration (palette 1): all 8 tiles 16 rows of 64 bytes. */
+AMX static void amx_configure(void) {
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int k = 0; k < 8; k++) {
+        cfg.rows[k] = AMX_TOKENS;
+        cfg.colsb[k] = 64;
+    }
+    /* not _tile_loadconfig: GCC 12's declares only the first 8 bytes read, and drops the stores
+     * of the shapes */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+/* A group's super-block, scaled for the tiles: b[c][p] the B tile of 64-element chunk c (sub-blocks
+ * 2c, 2c + 1) and scale part p (0: lo, 1: hi): row kk (< 8: word 8c + kk's low nibbles, sub-block
+ * 2c; >= 8: word 8c + kk - 8's high nibbles, sub-block 2c + 1) x part; and the mins as mn2. */
+struct k4_amx_b {
+    uint8_t b[4][2][16][64];
+    __m512i mn2[4]; /* as k4_group_tile's */
+};
+
+AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7);
+    for (int c = 0; c < 4; c++) {
+        __m512i part[2][2]; /* [sub-block 2c + h][lo, hi]: each row's part in both 16-bit halves */
+        for (int h = 0; h < 2; h++) {
+            const __m512i sc = _mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * c + h, false));
+            const __m512i lo = _mm512_and_si512(sc, c7), hi = _mm512_srli_epi32(sc, 3);
+            part[h][0] = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
+            part[h][1] = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
+        }
+#pragma GCC unroll 8
+        for (int kk = 0; kk < 8; kk++) {
+            const __m512i v = _mm512_loadu_si512(p->nib + (size_t)(8 * c + kk) * 64);
+            const __m512i lv[2] = {_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)};
+            /* a 16-bit multiply scales both bytes of a pair: byte * part <= 105, no carry */
+            for (int h = 0; h < 2; h++)
+                for (int q = 0; q < 2; q++)
+                    _mm512_store_si512(out->b[c][q][kk + 8 * h], _mm512_mullo_epi16(lv[h], part[h][q]));
+        }
+    }
+    for (int q = 0; q < 4; q++)
+        out->mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q, true)),
+                                      _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q + 1, true)), 16));
+}
+
+/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the built b: the lo
+ * and hi sums into lo[t][l], hi[t][l]. */
+AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct k4_amx_b *b, const uint8_t *xq,
+                                                                   size_t xq_stride, int64_t i,
+                                                                   int32_t lo[AMX_TOKENS][Q8X16_ROWS],
+                                                                   int32_t hi[AMX_TOKENS][Q8X16_ROWS]) {
+    const int8_t *qs = ((const block_q8_K *)xq)[i].qs;
+    TILE(_tile_zero, T_LO);
+    TILE(_tile_zero, T_HI);
+    for (int c = 0; c < 4; c += 2) {
+        TILE(_tile_loadd, T_A0, qs + 64 * c, xq_stride);
+        TILE(_tile_loadd, T_BL0, b->b[c][0], 64);
+        TILE(_tile_loadd, T_BH0, b->b[c][1], 64);
+        TILE(_tile_dpbsud, T_LO, T_A0, T_BL0);
+        TILE(_tile_dpbsud, T_HI, T_A0, T_BH0);
+        TILE(_tile_loadd, T_A1, qs + 64 * (c + 1), xq_stride);
+        TILE(_tile_loadd, T_BL1, b->b[c + 1][0], 64);
+        TILE(_tile_loadd, T_BH1, b->b[c + 1][1], 64);
+        TILE(_tile_dpbsud, T_LO, T_A1, T_BL1);
+        TILE(_tile_dpbsud, T_HI, T_A1, T_BH1);
+    }
+    TILE(_tile_stored, T_LO, lo, 64);
+    TILE(_tile_stored, T_HI, hi, 64);
+}
+
+/* Group g against the tokens of n_tiles tiles of 16 (tile k's Q8_K rows at xq + 16 k xq_stride)
+ * into y[t * n_out + l]. */
+AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t *xq, size_t xq_stride, int n_tiles,
+                             float *y, int64_t n_out) {
+    /* super-block i's scaled levels in b[i % 2], built while the tiles of i - 1 run: a tile load
+     * of bytes still in the store buffer waits for them to drain */
+    struct k4_amx_b b[2] __attribute__((aligned(64)));
+    int32_t lo[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))), hi[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64)));
+    __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS]; /* as k4_group_tile's a, m */
+    for (int k = 0; k < n_tiles; k++)
+        for (int t = 0; t < AMX_TOKENS; t++) a[k][t] = m[k][t] = _mm512_setzero_ps();
+    struct k4_parts next = k4_sb(w, nb, g, 0);
+    k4_amx_build(&next, &b[0]);
+    for (int64_t i = 0; i < nb; i++) {
+        const struct k4_parts p = next;
+        if (i + 1 < nb) {
+            next = k4_sb(w, nb, g, i + 1);
+            k4_amx_build(&next, &b[(i + 1) % 2]);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
+        const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
+        for (int k = 0; k < n_tiles; k++) {
+            const uint8_t *xk = xq + (size_t)k * AMX_TOKENS * xq_stride;
+            k4_amx_tiles(&b[i % 2], xk, xq_stride, i, lo, hi);
+#pragma GCC unroll 4
+            for (int t = 0; t < AMX_TOKENS; t++) {
+                const block_q8_K *x = (const block_q8_K *)(xk + (size_t)t * xq_stride) + i;
+                const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi[t]), 3), _mm512_load_si512(lo[t]));
+                __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    const int32_t b0 = x->bsums[4 * q] + x->bsums[4 * q + 1], b1 = x->bsums[4 * q + 2] + x->bsums[4 * q + 3];
+                    summ = _mm512_dpwssd_epi32(summ, b[i % 2].mn2[q], _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16)));
+                }
+                const __m512 xd = _mm512_set1_ps(x->d);
+                a[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), a[k][t]);
+                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmw, xd), m[k][t]);
+            }
+        }
+    }
+    for (int k = 0; k < n_tiles; k++)
+        for (int t = 0; t < AMX_TOKENS; t++)
+            _mm512_storeu_ps(y + (size_t)(k * AMX_TOKENS + t) * (size_t)n_out, _mm512_sub_ps(a[k][t], m[k][t]));
+}
+
+AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                         size_t xq_stride, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
+    if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
+        amx_configure();
+        for (int64_t t0 = 0; t0 < n_amx; t0 += K4_AMX_TILES * AMX_TOKENS) {
+            const int n_tiles = (int)((n_amx - t0) / AMX_TOKENS < K4_AMX_TILES ? (n_amx - t0) / AMX_TOKENS : K4_AMX_TILES);
+            for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
+                k4_amx_group(nb, w, g, (const uint8_t *)xq + (size_t)t0 * xq_stride, xq_stride, n_tiles,
+                             y + t0 * n_out + g * Q8X16_ROWS, n_out);
+        }
+        _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
+    }
+    if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */
+        q4kx16_rows(n_in, n_out, w, full > r0 ? full : r0, r1, xq, xq_stride, n_amx, y);
+    if (n_tok > n_amx) /* the tokens past the last whole tile: the vector kernel */
+        q4kx16_rows(n_in, n_out, w, r0, r1, (const uint8_t *)xq + (size_t)n_amx * xq_stride, xq_stride, n_tok - n_amx,
+                    y + n_amx * n_out);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------------- */

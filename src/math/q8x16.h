@@ -103,6 +103,13 @@ void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, 
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
                  int64_t n_tok, float *y);
+/* Whether this CPU and OS run q4kx16_rows_amx's tiles (AMX-TILE and AMX-INT8; on Linux the process
+ * asks for the tile state here, once for all its threads, before any thread uses it). */
+bool q8x16_amx_enable(void);
+/* q4kx16_rows with whole tiles of 16 tokens on AMX, the rest of the tokens on the vector kernel;
+ * the same numbers. Only after q8x16_amx_enable() returned true. */
+void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                     size_t xq_stride, int64_t n_tok, float *y);
 /* Row r . one token's Q8_K row by scalar code, in the order above (tests; the tail rows). */
 float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
 

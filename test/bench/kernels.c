@@ -188,11 +188,11 @@ static int small_batch(int n_threads, enum ggml_type ty) {
                                                         : ty;
     static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152},
                                     {2048, 2048}, {2048, 5632}, {5632, 2048}};
-    static const int toks[] = {1, 2, 4, 8, 16};
+    static const int toks[] = {1, 2, 4, 8, 16, 64};
     struct compute *c;
     if (compute_create(&c, n_threads, 512, 5632) < 0) return 1;
-    float *x = random_floats((int64_t)16 * 5632, 2);
-    float *y = malloc(sizeof(float) * 16 * 49152);
+    float *x = random_floats((int64_t)64 * 5632, 2);
+    float *y = malloc(sizeof(float) * 64 * 49152);
     printf("small batches, %s, %d threads: us per matmul, best wall / best CPU (all threads), GMAC/s of CPU\n",
            ty == file_ty                ? ggml_type_info(ty)->name
            : ty == UVLM_TYPE_Q8_0_X16 ? "q8_0x16"

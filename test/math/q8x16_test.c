@@ -240,18 +240,20 @@ TEST(q4kx16_row_to_float_keeps_every_value) {
     CHECK(nonzero > N_OUT * N_IN);
 }
 
-/* q4kx16_rows against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's scalar
- * dot_q4_K (quant.c): token counts of 1 to 21, row ranges of whole groups and the tail rows, both
- * alignments, nothing written outside the range; the scales and mins use all 6 bits. */
-TEST(q4kx16_rows_equal_the_gguf_numbers) {
-    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 21 };
+typedef void kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                       size_t xq_stride, int64_t n_tok, float *y);
+
+/* rows (a Q4_K kernel) against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's
+ * scalar dot_q4_K (quant.c): the token counts n_toks, row ranges of whole groups and the tail
+ * rows, both alignments, nothing written outside the range; the scales and mins use all 6 bits. */
+static void check_q4k_rows(struct test_case *t, kx16_rows *rows, const int *n_toks, size_t n_n_toks) {
+    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 70 };
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
     static uint8_t xq[MAX_TOK * N_IN * 2];
     const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, N_IN), row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
     quant_vec_dot_fn gguf_dot = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q4_K);
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 5);
-    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_K, x + t * N_IN, xq + t * xq_stride, N_IN);
+    for (int tk = 0; tk < MAX_TOK; tk++) quant_from_float(GGML_TYPE_Q8_K, x + tk * N_IN, xq + tk * xq_stride, N_IN);
     int bad_kernel = 0, bad_gguf = 0, bad_outside = 0, high_scales = 0;
     for (size_t offset = 0; offset <= 32; offset += 32) {
         struct pair p;
@@ -263,21 +265,23 @@ TEST(q4kx16_rows_equal_the_gguf_numbers) {
                 k4_scale_min(j, b->scales, &sc, &mn);
                 high_scales += sc >= 32 || mn >= 32;
             }
-            for (int t = 0; t < MAX_TOK; t++)
-                bad_gguf += q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + t * xq_stride) !=
-                            gguf_dot(N_IN, (const uint8_t *)p.gguf + (size_t)r * row, xq + t * xq_stride);
+            for (int tk = 0; tk < MAX_TOK; tk++)
+                bad_gguf += q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + tk * xq_stride) !=
+                            gguf_dot(N_IN, (const uint8_t *)p.gguf + (size_t)r * row, xq + tk * xq_stride);
         }
         static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {48, N_OUT}};
         for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
-            for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
+            for (size_t ti = 0; ti < n_n_toks; ti++) {
                 int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                const int n_tok = n_toks[ti];
+                CHECK(n_tok <= MAX_TOK);
                 for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-                q4kx16_rows(N_IN, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
-                for (int t = 0; t < MAX_TOK; t++)
+                rows(N_IN, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
+                for (int tk = 0; tk < MAX_TOK; tk++)
                     for (int64_t r = 0; r < N_OUT; r++) {
-                        float got = y[t * N_OUT + r];
-                        if (t >= n_tok || r < r0 || r >= r1) bad_outside += !isnan(got);
-                        else bad_kernel += got != q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + t * xq_stride);
+                        float got = y[tk * N_OUT + r];
+                        if (tk >= n_tok || r < r0 || r >= r1) bad_outside += !isnan(got);
+                        else bad_kernel += got != q4kx16_dot_ref(N_IN, N_OUT, p.x16, r, xq + tk * xq_stride);
                     }
             }
         free_pair(&p);
@@ -286,6 +290,22 @@ TEST(q4kx16_rows_equal_the_gguf_numbers) {
     CHECK_EQ_INT(bad_kernel, 0);
     CHECK_EQ_INT(bad_outside, 0);
     CHECK(high_scales > 0);
+}
+
+/* q4kx16_rows: every token count from 1 to 21. */
+TEST(q4kx16_rows_equal_the_gguf_numbers) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    int n_toks[21];
+    for (int k = 0; k < 21; k++) n_toks[k] = k + 1;
+    check_q4k_rows(t, q4kx16_rows, n_toks, 21);
+}
+
+/* q4kx16_rows_amx the same: one to five tiles of 16 tokens (four per pass), with and without
+ * tokens left for the vector kernel. */
+TEST(q4kx16_rows_amx_equal_the_gguf_numbers) {
+    if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q4kx16_rows");
+    static const int n_toks[] = {1, 15, 16, 17, 31, 32, 48, 63, 64, 65, 70};
+    check_q4k_rows(t, q4kx16_rows_amx, n_toks, sizeof n_toks / sizeof *n_toks);
 }
 
 /* matmul on Q4_K's layout gives exactly the GGUF Q4_K matrix's numbers, at decode and prompt
