@@ -60,7 +60,8 @@ struct compute {
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
-    bool amx;            /* Q4_K_X16 batches take q4kx16_rows_amx (AMX-INT8 here, UVLM_NO_AMX unset) */
+    bool amx;            /* batches of 16 tokens and more take the AMX kernels (AMX-INT8 here, UVLM_NO_AMX unset) */
+    void *acts_amx;      /* Q8_0_X16 with amx: acts16 in q8x16_amx_put's tiles (NULL otherwise) */
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -132,15 +133,19 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         packed_bytes = round_up(GEMM_Q8_0_PACKED_BYTES(max_tokens, max_n_in), 64);
         c->packed = aligned_alloc(64, packed_bytes);
     }
-    size_t acts16_bytes = 0;
+    size_t acts16_bytes = 0, amx_bytes = 0;
     if (q8x16_supported()) {
         c->amx = !getenv("UVLM_NO_AMX") && q8x16_amx_enable(); /* UVLM_NO_AMX: the vector kernels only */
         acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
         c->acts16 = aligned_alloc(64, acts16_bytes);
+        if (c->amx && max_tokens >= 16) {
+            amx_bytes = round_up(Q8X16_AMX_ACT_BYTES(max_tokens, max_n_in), 64);
+            c->acts_amx = aligned_alloc(64, amx_bytes);
+        }
     }
-    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes;
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes + amx_bytes;
     int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed) ||
-              (acts16_bytes && !c->acts16))
+              (acts16_bytes && !c->acts16) || (amx_bytes && !c->acts_amx))
                  ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
@@ -160,6 +165,7 @@ void compute_destroy(struct compute *c) {
     free(c->tiles);
     free(c->packed);
     free(c->acts16);
+    free(c->acts_amx);
     free(c);
 }
 
@@ -225,6 +231,7 @@ struct mat_desc {
     quant_vec_dot4_fn dot4;
     quant_vec_dotr_fn dotr;
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
+    bool x16_amx;    /* Q8_0_X16: q8x16_rows_amx on c->acts16 and c->acts_amx instead */
     kx16_rows_fn kx16; /* Q4_K_X16 / Q6_K_X16: q8x16.h's kernel on the job's xq instead */
 };
 
@@ -247,6 +254,7 @@ struct matmul_job {
     quant_vec_dot_fn dot_grouped; /* MATMUL_REFERENCE: the dot of tokens in whole groups of four, or NULL */
     quant_to_float_fn to_float;
     bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is in a q8x16.h layout) */
+    bool amx_acts; /* and c->acts_amx (a Q8_0_X16 matrix takes q8x16_rows_amx) */
     /* vector path: the matrices sharing the job (same n_in and activation type, each with its
      * own kernels: mat_desc), their rows numbered one after the other in chunks that never
      * straddle two, and the parts */
@@ -262,7 +270,11 @@ static void quantize_rows(void *job) {
     for (int64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_tok;) {
         uint8_t *xq = (uint8_t *)j->xq + t * j->xq_stride;
         quant_from_float(j->xtype, j->x + t * j->n_in, xq, j->n_in);
-        if (j->x16_acts) q8x16_pack_acts(xq, j->xq_stride, 1, j->n_in, j->c->acts16 + t * (j->n_in / 32));
+        if (j->x16_acts) {
+            struct q8x16_act *acts = j->c->acts16 + t * (j->n_in / 32);
+            q8x16_pack_acts(xq, j->xq_stride, 1, j->n_in, acts);
+            if (j->amx_acts && t < j->n_tok / 16 * 16) q8x16_amx_put(acts, t, j->n_in, j->c->acts_amx);
+        }
     }
 }
 
@@ -285,6 +297,10 @@ static void quantize_all(struct matmul_job *j) {
 
 /* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
 static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1) {
+    if (d->x16_amx) {
+        q8x16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->c->acts_amx, j->n_tok, d->y);
+        return;
+    }
     if (d->x16) {
         d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
         return;
@@ -596,6 +612,8 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
             j->x16_acts = true;
+            d->x16_amx = types[m] == UVLM_TYPE_Q8_0_X16 && c->acts_amx && j->n_tok >= 16;
+            j->amx_acts = j->amx_acts || d->x16_amx;
         } else if ((d->kx16 = kx16_kernel(c, types[m]))) {
             ASSERT(j->xtype == GGML_TYPE_Q8_K);
         } else {

@@ -378,6 +378,166 @@ AVX512 void q5x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
     rows(n_in, n_out, w, r0, r1, acts, n_tok, y, true);
 }
 
+/* ---- AMX ------------------------------------------------------------------------------- */
+
+/* AMX-INT8 multiplies int8 tiles: tdpbsud adds to each int32 of a C tile (up to 16 x 16) the dot
+ * of a row of A (signed bytes) with a column of B (unsigned bytes, 4 of a column side by side
+ * per 64-byte row, as this file's layouts hold 4 bytes of each of 16 rows): 16 tokens x 16 rows
+ * x 64 products per instruction. The prompt kernels below run whole tiles of 16 tokens on it,
+ * each with the numbers of its vector kernel. */
+#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
+#define AMX_TOKENS 16
+/* GCC's tile intrinsics paste their tile numbers' spelling: expand the names first */
+#define TILE(op, ...) op(__VA_ARGS__)
+
+bool q8x16_amx_enable(void) {
+    unsigned a, b, c, d;
+    if (!q8x16_supported() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1))
+        return false; /* AMX-TILE, AMX-INT8 */
+    /* Linux hands out the tile registers' state (8 KB per thread) only on request: asked once
+     * per process, granted to all its threads; asking again is harmless */
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+
+/* This thread's tile configuration (palette 1): tile k has rows[k] rows of colsb[k] bytes. */
+AMX static void amx_configure(const int rows[8], const int colsb[8]) {
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } __attribute__((aligned(64))) cfg = {.palette = 1};
+    for (int k = 0; k < 8; k++) {
+        cfg.rows[k] = (uint8_t)rows[k];
+        cfg.colsb[k] = (uint16_t)colsb[k];
+    }
+    /* not _tile_loadconfig: GCC 12's declares only the first 8 bytes read, and drops the stores
+     * of the shapes */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+/* ---- Q8_0 on AMX ------------------------------------------------------------------------ */
+
+/* A block of the layout (8 parts of 64 bytes: 4 bytes of each of the 16 rows in turn) is a B tile
+ * of 8 rows x 64 bytes, and one block of 16 tokens' activations an A tile of 16 x 32 bytes: one
+ * tdpbsud (signed activations x levels + 128) sums a block of 16 rows against 16 tokens, in place
+ * of 128 vpdpbusd. Then, per block and token, group_tile's fold: the correction, one conversion,
+ * one multiply and one fma for 16 outputs, so the numbers are group_tile's. Two tile sets take
+ * alternate blocks. The activations come in q8x16_amx_put's tiles: a block of 16 tokens is 640
+ * bytes in one piece (from q8x16_act's 44-byte blocks, an A tile's 16 rows would be 16 lines
+ * apart, and every block's fold would read 32 scattered numbers). */
+struct q8x16_amx_block {
+    int8_t q[AMX_TOKENS][QK8_0];
+    int32_t corr[AMX_TOKENS];
+    float d[AMX_TOKENS];
+};
+_Static_assert(sizeof(struct q8x16_amx_block) * 32 == Q8X16_AMX_ACT_BYTES(AMX_TOKENS, 32 * 32), "q8x16_amx_block size");
+/* Groups in blocks of about this many bytes, each block against every tile of tokens in turn:
+ * the block's weights stay in L2 while a tile's activations (640 bytes a block) stay in L1. */
+#define Q8_AMX_GROUP_BYTES (512 << 10)
+#define Q8_C0 0
+#define Q8_C1 1
+#define Q8_A0 2
+#define Q8_A1 3
+#define Q8_B0 4
+#define Q8_B1 5
+
+void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx) {
+    const int64_t nb = n_in / QK8_0;
+    struct q8x16_amx_block *b = (struct q8x16_amx_block *)amx + t / AMX_TOKENS * nb;
+    const int r = (int)(t % AMX_TOKENS);
+    for (int64_t i = 0; i < nb; i++) {
+        memcpy(b[i].q[r], x[i].q4, QK8_0);
+        b[i].corr[r] = x[i].corr;
+        b[i].d[r] = x[i].d;
+    }
+}
+
+/* Block i's integer dots of the 16 rows (levels at blk) against the 16 tokens of xb into
+ * c[t][l], on tile set k (C0, A0, B0 or C1, A1, B1). */
+AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const uint8_t *blk, const struct q8x16_amx_block *xb,
+                                                                   int32_t c[AMX_TOKENS][Q8X16_ROWS]) {
+    if (k == 0) {
+        TILE(_tile_loadd, Q8_A0, xb->q, QK8_0);
+        TILE(_tile_loadd, Q8_B0, blk, 64);
+        TILE(_tile_zero, Q8_C0);
+        TILE(_tile_dpbsud, Q8_C0, Q8_A0, Q8_B0);
+        TILE(_tile_stored, Q8_C0, c, 64);
+    } else {
+        TILE(_tile_loadd, Q8_A1, xb->q, QK8_0);
+        TILE(_tile_loadd, Q8_B1, blk, 64);
+        TILE(_tile_zero, Q8_C1);
+        TILE(_tile_dpbsud, Q8_C1, Q8_A1, Q8_B1);
+        TILE(_tile_stored, Q8_C1, c, 64);
+    }
+}
+
+/* The 16 tokens' accumulators as named variables a0..a15: an array of them would live in memory
+ * (GCC splits arrays into registers before it unrolls the loops that index them), a store and a
+ * load more per token and block. */
+#define AMX_EACH_TOKEN(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+/* Block xb's dots c[t][l] folded into a<t> (scales: the group's 16 for the block). */
+#define Q8_AMX_FOLD(c, scales, xb)                                                                                \
+    do {                                                                                                          \
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales)));                         \
+        const int32_t(*fold_c)[Q8X16_ROWS] = (c);                                                                 \
+        const struct q8x16_amx_block *fold_x = (xb);                                                              \
+        AMX_EACH_TOKEN(Q8_AMX_FOLD_TOKEN)                                                                         \
+    } while (0)
+#define Q8_AMX_FOLD_TOKEN(t)                                                                                      \
+    a##t = _mm512_fmadd_ps(                                                                                       \
+        _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(fold_c[t]), _mm512_set1_epi32(fold_x->corr[t]))),   \
+        _mm512_mul_ps(dw, _mm512_set1_ps(fold_x->d[t])), a##t);
+
+/* Group g (data dat, scales as group_tile's) against the 16 tokens of xb (block i at xb + i) into
+ * y[t * n_out + l]. */
+AMX static void q8_amx_group_tile(int64_t nb, const uint16_t *sc0, const uint16_t *sc, const uint8_t *dat,
+                                  const struct q8x16_amx_block *xb, float *y, int64_t n_out) {
+    int32_t c0[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))), c1[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64)));
+#define Q8_AMX_ACC(t) __m512 a##t = _mm512_setzero_ps();
+    AMX_EACH_TOKEN(Q8_AMX_ACC)
+#undef Q8_AMX_ACC
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        q8_amx_block(0, dat + (size_t)i * Q8_DATA, xb + i, c0);
+        q8_amx_block(1, dat + (size_t)(i + 1) * Q8_DATA, xb + i + 1, c1);
+        Q8_AMX_FOLD(c0, i ? sc + i * Q8X16_ROWS : sc0, xb + i);
+        Q8_AMX_FOLD(c1, sc + (i + 1) * Q8X16_ROWS, xb + i + 1);
+    }
+    if (i < nb) {
+        q8_amx_block(0, dat + (size_t)i * Q8_DATA, xb + i, c0);
+        Q8_AMX_FOLD(c0, i ? sc + i * Q8X16_ROWS : sc0, xb + i);
+    }
+#define Q8_AMX_STORE(t) _mm512_storeu_ps(y + (t) * n_out, a##t);
+    AMX_EACH_TOKEN(Q8_AMX_STORE)
+#undef Q8_AMX_STORE
+}
+
+AMX void q8x16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                        const struct q8x16_act *acts, const void *amx, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK8_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
+    if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
+        /* C0, C1: 16 x 16 int32; A0, A1: 16 tokens x 32 bytes; B0, B1: 8 x 64 bytes */
+        static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, QK8_0 / 4, QK8_0 / 4, 0, 0},
+                         tile_colsb[8] = {64, 64, QK8_0, QK8_0, 64, 64, 0, 0};
+        amx_configure(tile_rows, tile_colsb);
+        const int64_t gb = Q8_AMX_GROUP_BYTES / (nb * (Q8_DATA + SCALE_BYTES)) + 1;
+        for (int64_t g0 = r0 / Q8X16_ROWS; g0 < g1; g0 += gb)
+            for (int64_t t = 0; t < n_amx; t += AMX_TOKENS)
+                for (int64_t g = g0; g < g0 + gb && g < g1; g++)
+                    q8_amx_group_tile(nb, group_scales(w, nb, Q8_DATA, g, 0),
+                                      (const uint16_t *)(group_base(w, nb, Q8_DATA, g) + (size_t)nb * Q8_DATA),
+                                      group_data(w, nb, Q8_DATA, g), (const struct q8x16_amx_block *)amx + t / AMX_TOKENS * nb,
+                                      y + t * n_out + g * Q8X16_ROWS, n_out);
+        _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
+    }
+    if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */
+        rows(n_in, n_out, w, full > r0 ? full : r0, r1, acts, n_amx, y, false);
+    /* the tokens past the last whole tile: the vector kernel */
+    rows(n_in, n_out, w, r0, r1, acts + n_amx * nb, n_tok - n_amx, y + n_amx * n_out, false);
+}
+
 /* ---- Q4_K and Q6_K: the loop of both kernels ------------------------------------------ */
 
 /* The K-quants' kernels take tokens in blocks of KX16_TOKEN_BLOCK, each block group by group
@@ -624,55 +784,26 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
  * is the vector kernel's: the mins' sum by vpdpwssd, then its two fmas per super-block, so the
  * numbers are dot_q4_K's. The scaled levels of a group's super-block (8 KB: K4_AMX_B tiles)
  * are built once for up to K4_AMX_TILES tiles of 16 tokens. */
-#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
-#define AMX_TOKENS 16
 #define K4_AMX_TILES 8
-/* GCC's tile intrinsics paste their tile numbers' spelling: expand the names first */
-#define TILE(op, ...) op(__VA_ARGS__)
 #define T_LO 0 /* C: the lo products' sums, 16 tokens x 16 rows of int32 */
 #define T_HI 1 /* C: the hi products' */
-#define T_A0 2 /* A: 16 tokens x 64 activations (even 64-element chunks) */
-#define T_A1 3 /* (odd chunks) */
-#define T_BL0 4 /* B: 16 x (16 rows x 4 levels), lo-scaled (even chunks) */
-#define T_BH0 5 /* hi-scaled (even chunks) */
-#define T_BL1 6 /* (odd chunks) */
-#define T_BH1 7
+#define T_MN 2 /* C: the mins' sums (sum_j min_j * the sub-block's activations) */
+#define T_A0 3 /* A: 16 tokens x 64 activations (even 64-element chunks) */
+#define T_A1 4 /* (odd chunks) */
+#define T_BL 5 /* B: 16 x (16 rows x 4 levels), lo-scaled */
+#define T_BH 6 /* hi-scaled */
+#define T_BM 7 /* each element's sub-block min */
 
-bool q8x16_amx_enable(void) {
-    unsigned a, b, c, d;
-    if (!q8x16_supported() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1))
-        return false; /* AMX-TILE, AMX-INT8 */
-    /* Linux hands out the tile registers' state (8 KB per thread) only on request: asked once
-     * per process, granted to all its threads; asking again is harmless */
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-}
-
-/* This thread's tile configuration (palette 1): all 8 tiles 16 rows of 64 bytes. */
-AMX static void amx_configure(void) {
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } __attribute__((aligned(64))) cfg = {.palette = 1};
-    for (int k = 0; k < 8; k++) {
-        cfg.rows[k] = AMX_TOKENS;
-        cfg.colsb[k] = 64;
-    }
-    /* not _tile_loadconfig: GCC 12's declares only the first 8 bytes read, and drops the stores
-     * of the shapes */
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-/* A group's super-block, scaled for the tiles: b[c][p] the B tile of 64-element chunk c (sub-blocks
- * 2c, 2c + 1) and scale part p (0: lo, 1: hi): row kk (< 8: word 8c + kk's low nibbles, sub-block
- * 2c; >= 8: word 8c + kk - 8's high nibbles, sub-block 2c + 1) x part; and the mins as mn2. */
+/* A group's super-block for the tiles: b[c][p] the B tiles of 64-element chunk c (sub-blocks 2c,
+ * 2c + 1), row kk (< 8: word 8c + kk's low nibbles, sub-block 2c; >= 8: word 8c + kk - 8's high
+ * nibbles, sub-block 2c + 1): p = 0, 1 the levels times the lo and hi scale parts; p = 2 the
+ * sub-block's min in all 4 bytes of each row's lane. */
 struct k4_amx_b {
-    uint8_t b[4][2][16][64];
-    __m512i mn2[4]; /* as k4_group_tile's */
+    uint8_t b[4][3][16][64];
 };
 
 AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7), bytes4 = _mm512_set1_epi32(0x01010101);
     for (int c = 0; c < 4; c++) {
         __m512i part[2][2]; /* [sub-block 2c + h][lo, hi]: each row's part in both 16-bit halves */
         for (int h = 0; h < 2; h++) {
@@ -680,6 +811,8 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
             const __m512i lo = _mm512_and_si512(sc, c7), hi = _mm512_srli_epi32(sc, 3);
             part[h][0] = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
             part[h][1] = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
+            const __m512i mn = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * c + h, true)), bytes4);
+            for (int kk = 0; kk < 8; kk++) _mm512_store_si512(out->b[c][2][kk + 8 * h], mn);
         }
 #pragma GCC unroll 8
         for (int kk = 0; kk < 8; kk++) {
@@ -691,34 +824,36 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
                     _mm512_store_si512(out->b[c][q][kk + 8 * h], _mm512_mullo_epi16(lv[h], part[h][q]));
         }
     }
-    for (int q = 0; q < 4; q++)
-        out->mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q, true)),
-                                      _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q + 1, true)), 16));
 }
 
-/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the built b: the lo
- * and hi sums into lo[t][l], hi[t][l]. */
+/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the built b: the lo,
+ * hi and mins' sums into lo[t][l], hi[t][l], mn[t][l]. */
 AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct k4_amx_b *b, const uint8_t *xq,
                                                                    size_t xq_stride, int64_t i,
-                                                                   int32_t lo[AMX_TOKENS][Q8X16_ROWS],
-                                                                   int32_t hi[AMX_TOKENS][Q8X16_ROWS]) {
+                                                                   int32_t sums[3][AMX_TOKENS][Q8X16_ROWS]) {
     const int8_t *qs = ((const block_q8_K *)xq)[i].qs;
     TILE(_tile_zero, T_LO);
     TILE(_tile_zero, T_HI);
+    TILE(_tile_zero, T_MN);
     for (int c = 0; c < 4; c += 2) {
         TILE(_tile_loadd, T_A0, qs + 64 * c, xq_stride);
-        TILE(_tile_loadd, T_BL0, b->b[c][0], 64);
-        TILE(_tile_loadd, T_BH0, b->b[c][1], 64);
-        TILE(_tile_dpbsud, T_LO, T_A0, T_BL0);
-        TILE(_tile_dpbsud, T_HI, T_A0, T_BH0);
+        TILE(_tile_loadd, T_BL, b->b[c][0], 64);
+        TILE(_tile_dpbsud, T_LO, T_A0, T_BL);
+        TILE(_tile_loadd, T_BH, b->b[c][1], 64);
+        TILE(_tile_dpbsud, T_HI, T_A0, T_BH);
+        TILE(_tile_loadd, T_BM, b->b[c][2], 64);
+        TILE(_tile_dpbsud, T_MN, T_A0, T_BM);
         TILE(_tile_loadd, T_A1, qs + 64 * (c + 1), xq_stride);
-        TILE(_tile_loadd, T_BL1, b->b[c + 1][0], 64);
-        TILE(_tile_loadd, T_BH1, b->b[c + 1][1], 64);
-        TILE(_tile_dpbsud, T_LO, T_A1, T_BL1);
-        TILE(_tile_dpbsud, T_HI, T_A1, T_BH1);
+        TILE(_tile_loadd, T_BL, b->b[c + 1][0], 64);
+        TILE(_tile_dpbsud, T_LO, T_A1, T_BL);
+        TILE(_tile_loadd, T_BH, b->b[c + 1][1], 64);
+        TILE(_tile_dpbsud, T_HI, T_A1, T_BH);
+        TILE(_tile_loadd, T_BM, b->b[c + 1][2], 64);
+        TILE(_tile_dpbsud, T_MN, T_A1, T_BM);
     }
-    TILE(_tile_stored, T_LO, lo, 64);
-    TILE(_tile_stored, T_HI, hi, 64);
+    TILE(_tile_stored, T_LO, sums[0], 64);
+    TILE(_tile_stored, T_HI, sums[1], 64);
+    TILE(_tile_stored, T_MN, sums[2], 64);
 }
 
 /* Group g against the tokens of n_tiles tiles of 16 (tile k's Q8_K rows at xq + 16 k xq_stride)
@@ -728,7 +863,7 @@ AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t
     /* super-block i's scaled levels in b[i % 2], built while the tiles of i - 1 run: a tile load
      * of bytes still in the store buffer waits for them to drain */
     struct k4_amx_b b[2] __attribute__((aligned(64)));
-    int32_t lo[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))), hi[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64)));
+    int32_t sums[3][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* lo, hi, mins */
     __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS]; /* as k4_group_tile's a, m */
     for (int k = 0; k < n_tiles; k++)
         for (int t = 0; t < AMX_TOKENS; t++) a[k][t] = m[k][t] = _mm512_setzero_ps();
@@ -744,20 +879,13 @@ AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t
         const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
         for (int k = 0; k < n_tiles; k++) {
             const uint8_t *xk = xq + (size_t)k * AMX_TOKENS * xq_stride;
-            k4_amx_tiles(&b[i % 2], xk, xq_stride, i, lo, hi);
+            k4_amx_tiles(&b[i % 2], xk, xq_stride, i, sums);
 #pragma GCC unroll 4
             for (int t = 0; t < AMX_TOKENS; t++) {
-                const block_q8_K *x = (const block_q8_K *)(xk + (size_t)t * xq_stride) + i;
-                const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi[t]), 3), _mm512_load_si512(lo[t]));
-                __m512i summ = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) {
-                    const int32_t b0 = x->bsums[4 * q] + x->bsums[4 * q + 1], b1 = x->bsums[4 * q + 2] + x->bsums[4 * q + 3];
-                    summ = _mm512_dpwssd_epi32(summ, b[i % 2].mn2[q], _mm512_set1_epi32((int32_t)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16)));
-                }
-                const __m512 xd = _mm512_set1_ps(x->d);
+                const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1][t]), 3), _mm512_load_si512(sums[0][t]));
+                const __m512 xd = _mm512_set1_ps(((const block_q8_K *)(xk + (size_t)t * xq_stride))[i].d);
                 a[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), a[k][t]);
-                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmw, xd), m[k][t]);
+                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmw, xd), m[k][t]);
             }
         }
     }
@@ -772,7 +900,8 @@ AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
     if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
-        amx_configure();
+        static const int tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16}, tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+        amx_configure(tile_rows, tile_colsb);
         for (int64_t t0 = 0; t0 < n_amx; t0 += K4_AMX_TILES * AMX_TOKENS) {
             const int n_tiles = (int)((n_amx - t0) / AMX_TOKENS < K4_AMX_TILES ? (n_amx - t0) / AMX_TOKENS : K4_AMX_TILES);
             for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)

@@ -75,6 +75,18 @@ void q8x16_pack_acts(const void *xq, size_t xq_stride, int64_t n_tok, int64_t n_
  * or n_out. */
 void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
                 int64_t n_tok, float *y);
+/* Whether this CPU and OS run the AMX kernels (AMX-TILE and AMX-INT8; on Linux the process asks
+ * for the tile state here, once for all its threads, before any thread uses it). */
+bool q8x16_amx_enable(void);
+/* Bytes of n_tok tokens' activations in q8x16_amx_put's tiles (whole tiles of 16 tokens). */
+#define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 640) /* 640: a block of 16 tokens */
+/* Token t's acts (its n_in / 32 blocks, from q8x16_pack_acts) into tile t / 16 of amx. */
+void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx);
+/* q8x16_rows with whole tiles of 16 tokens on AMX (their activations in amx, tokens [0, n_tok / 16
+ * * 16)), the other tokens on the vector kernel (acts); the same numbers. Only after
+ * q8x16_amx_enable() returned true. */
+void q8x16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
+                    const void *amx, int64_t n_tok, float *y);
 /* Row r . token t by scalar code, in the order above (tests; the kernel's tail rows). */
 float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
 
@@ -103,9 +115,6 @@ void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, 
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
                  int64_t n_tok, float *y);
-/* Whether this CPU and OS run q4kx16_rows_amx's tiles (AMX-TILE and AMX-INT8; on Linux the process
- * asks for the tile state here, once for all its threads, before any thread uses it). */
-bool q8x16_amx_enable(void);
 /* q4kx16_rows with whole tiles of 16 tokens on AMX, the rest of the tokens on the vector kernel;
  * the same numbers. Only after q8x16_amx_enable() returned true. */
 void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,

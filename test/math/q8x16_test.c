@@ -79,8 +79,21 @@ TEST(q8x16_repack_keeps_every_value) {
  * ranges of whole groups, the tail rows) and the double-precision product to float rounding, with
  * nothing written outside the range; the weights `offset` bytes past a 64-byte boundary. Adds the
  * mismatches to *bad_exact and *bad_close. */
-static int kernel_mismatches(enum ggml_type type, size_t offset, int *bad_exact, int *bad_close) {
-    enum { N_IN = 96, N_OUT = 53, MAX_TOK = 19 };
+/* The kernel of type (Q8_0, Q5_0; Q8_0 on AMX with amx) over tokens [0, n_tok) of acts. */
+static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_out, const void *w, int64_t r0,
+                       int64_t r1, const struct q8x16_act *acts, int64_t n_tok, float *y) {
+    if (!amx) {
+        (type == GGML_TYPE_Q5_0 ? q5x16_rows : q8x16_rows)(n_in, n_out, w, r0, r1, acts, n_tok, y);
+        return;
+    }
+    void *tiles = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
+    for (int64_t t = 0; t < n_tok / 16 * 16; t++) q8x16_amx_put(acts + t * (n_in / QK8_0), t, n_in, tiles);
+    q8x16_rows_amx(n_in, n_out, w, r0, r1, acts, tiles, n_tok, y);
+    free(tiles);
+}
+
+static int kernel_mismatches(enum ggml_type type, bool amx, size_t offset, int *bad_exact, int *bad_close) {
+    enum { N_IN = 96, N_OUT = 53, MAX_TOK = 37 };
     const int64_t nb = N_IN / QK8_0;
     const bool q5 = type == GGML_TYPE_Q5_0;
     struct pair p;
@@ -93,13 +106,13 @@ static int kernel_mismatches(enum ggml_type type, size_t offset, int *bad_exact,
     for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_0, x + t * N_IN, xq + t * xq_stride, N_IN);
     q8x16_pack_acts(xq, xq_stride, MAX_TOK, N_IN, acts);
     static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {32, 48}, {48, N_OUT}};
-    static const int n_toks[] = {1, 2, 7, 8, 9, 16, MAX_TOK};
+    static const int n_toks[] = {1, 2, 7, 8, 9, 16, 17, 32, MAX_TOK}; /* AMX: tiles of 16, and the rest */
     for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
         for (size_t ti = 0; ti < sizeof n_toks / sizeof *n_toks; ti++) {
             int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
             int n_tok = n_toks[ti];
             for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-            (q5 ? q5x16_rows : q8x16_rows)(N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
+            run_kernel(type, amx, N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
             for (int t = 0; t < n_tok; t++)
                 for (int64_t r = r0; r < r1; r++) {
                     float got = y[t * N_OUT + r];
@@ -124,10 +137,10 @@ static int kernel_mismatches(enum ggml_type type, size_t offset, int *bad_exact,
     return 0;
 }
 
-static void check_kernel(struct test_case *t, enum ggml_type type) {
+static void check_kernel(struct test_case *t, enum ggml_type type, bool amx) {
     int bad_exact = 0, bad_close = 0;
     for (size_t offset = 0; offset <= 32; offset += 32)
-        CHECK_EQ_INT(kernel_mismatches(type, offset, &bad_exact, &bad_close), 0);
+        CHECK_EQ_INT(kernel_mismatches(type, amx, offset, &bad_exact, &bad_close), 0);
     CHECK_EQ_INT(bad_exact, 0);
     CHECK_EQ_INT(bad_close, 0);
 }
@@ -135,7 +148,14 @@ static void check_kernel(struct test_case *t, enum ggml_type type) {
 /* q8x16_rows equals q8x16_dot_ref bit for bit and the double product to rounding (check_kernel). */
 TEST(q8x16_rows_equal_their_scalar_order) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    check_kernel(t, GGML_TYPE_Q8_0);
+    check_kernel(t, GGML_TYPE_Q8_0, false);
+}
+
+/* q8x16_rows_amx the same (check_kernel): whole tiles of 16 tokens on AMX, the rest on the vector
+ * kernel. */
+TEST(q8x16_rows_amx_equal_their_scalar_order) {
+    if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q8x16_rows");
+    check_kernel(t, GGML_TYPE_Q8_0, true);
 }
 
 
@@ -171,7 +191,7 @@ TEST(q5x16_repack_keeps_every_value) {
 /* q5x16_rows equals q5x16_dot_ref bit for bit and the double product to rounding (check_kernel). */
 TEST(q5x16_rows_equal_their_scalar_order) {
     if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    check_kernel(t, GGML_TYPE_Q5_0);
+    check_kernel(t, GGML_TYPE_Q5_0, false);
 }
 
 /* matmul on a serving layout (x16: UVLM_TYPE_Q8_0_X16 or _Q5_0_X16 of the GGUF type `type`):
