@@ -774,16 +774,15 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
 
 /* ---- Q4_K on AMX ----------------------------------------------------------------------- */
 
-/* AMX multiplies int8 tiles: tdpbsud adds to each of 16 x 16 int32 (16 tokens x 16 rows) the dot
- * of 64 signed activations with 64 unsigned weights, 16384 byte products per instruction. A Q4_K
- * row's integer sum over a super-block is sum_j sc_j * dot_j (sub-block j's 6-bit scale times
- * its 32 levels' dot), and a tile sums 64 elements, two sub-blocks, under one scale per column.
- * So each scale is split in two 3-bit parts, sc = 8 * hi + lo, and the levels are multiplied by
- * them before the tiles (level * part <= 15 * 7, a byte): two int32 tiles sum the lo and the hi
- * products over the whole super-block, 4 tdpbsud each, and sumi = 8 * hi + lo exactly. The rest
- * is the vector kernel's: the mins' sum by vpdpwssd, then its two fmas per super-block, so the
- * numbers are dot_q4_K's. The scaled levels of a group's super-block (8 KB: K4_AMX_B tiles)
- * are built once for up to K4_AMX_TILES tiles of 16 tokens. */
+/* A tile sums 64 elements, two sub-blocks, under one number per column, while a Q4_K row's
+ * integer sum over a super-block is sum_j sc_j * dot_j (sub-block j's 6-bit scale times its 32
+ * levels' dot). So each scale is split in two 3-bit parts, sc = 8 * hi + lo, and the levels are
+ * multiplied by them before the tiles (level * part <= 15 * 7, a byte): two C tiles sum the lo
+ * and the hi products over the whole super-block, 4 tdpbsud each, and sumi = 8 * hi + lo exactly.
+ * A third sums the activations times their sub-block's min (the same integer as the vector
+ * kernel's mins against the bsums). Then the vector kernel's two fmas per super-block, so the
+ * numbers are dot_q4_K's. A group's super-block, so prepared (12 KB: struct k4_amx_b), serves
+ * up to K4_AMX_TILES tiles of 16 tokens. */
 #define K4_AMX_TILES 8
 #define T_LO 0 /* C: the lo products' sums, 16 tokens x 16 rows of int32 */
 #define T_HI 1 /* C: the hi products' */
@@ -860,26 +859,19 @@ AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct 
  * into y[t * n_out + l]. */
 AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t *xq, size_t xq_stride, int n_tiles,
                              float *y, int64_t n_out) {
-    /* super-block i's scaled levels in b[i % 2], built while the tiles of i - 1 run: a tile load
-     * of bytes still in the store buffer waits for them to drain */
-    struct k4_amx_b b[2] __attribute__((aligned(64)));
+    struct k4_amx_b b __attribute__((aligned(64))); /* super-block i, prepared */
     int32_t sums[3][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* lo, hi, mins */
     __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS]; /* as k4_group_tile's a, m */
     for (int k = 0; k < n_tiles; k++)
         for (int t = 0; t < AMX_TOKENS; t++) a[k][t] = m[k][t] = _mm512_setzero_ps();
-    struct k4_parts next = k4_sb(w, nb, g, 0);
-    k4_amx_build(&next, &b[0]);
     for (int64_t i = 0; i < nb; i++) {
-        const struct k4_parts p = next;
-        if (i + 1 < nb) {
-            next = k4_sb(w, nb, g, i + 1);
-            k4_amx_build(&next, &b[(i + 1) % 2]);
-        }
+        const struct k4_parts p = k4_sb(w, nb, g, i);
+        k4_amx_build(&p, &b);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
         const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
         for (int k = 0; k < n_tiles; k++) {
             const uint8_t *xk = xq + (size_t)k * AMX_TOKENS * xq_stride;
-            k4_amx_tiles(&b[i % 2], xk, xq_stride, i, sums);
+            k4_amx_tiles(&b, xk, xq_stride, i, sums);
 #pragma GCC unroll 4
             for (int t = 0; t < AMX_TOKENS; t++) {
                 const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1][t]), 3), _mm512_load_si512(sums[0][t]));
