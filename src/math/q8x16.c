@@ -861,9 +861,9 @@ AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t
                              float *y, int64_t n_out) {
     struct k4_amx_b b __attribute__((aligned(64))); /* super-block i, prepared */
     int32_t sums[3][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* lo, hi, mins */
-    __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS]; /* as k4_group_tile's a, m */
-    for (int k = 0; k < n_tiles; k++)
-        for (int t = 0; t < AMX_TOKENS; t++) a[k][t] = m[k][t] = _mm512_setzero_ps();
+    /* as k4_group_tile's a, m; from 0.0 at i = 0 rather than cleared first (16 KB per group) */
+    __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS];
+    const __m512 zero = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
         k4_amx_build(&p, &b);
@@ -876,8 +876,9 @@ AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t
             for (int t = 0; t < AMX_TOKENS; t++) {
                 const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1][t]), 3), _mm512_load_si512(sums[0][t]));
                 const __m512 xd = _mm512_set1_ps(((const block_q8_K *)(xk + (size_t)t * xq_stride))[i].d);
-                a[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), a[k][t]);
-                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmw, xd), m[k][t]);
+                a[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), i ? a[k][t] : zero);
+                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmw, xd),
+                                          i ? m[k][t] : zero);
             }
         }
     }
