@@ -825,8 +825,8 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
     }
 }
 
-/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the built b: the lo,
- * hi and mins' sums into lo[t][l], hi[t][l], mn[t][l]. */
+/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the prepared b: the
+ * lo, hi and mins' sums into sums[0], sums[1], sums[2] (each [t][l]). */
 AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct k4_amx_b *b, const uint8_t *xq,
                                                                    size_t xq_stride, int64_t i,
                                                                    int32_t sums[3][AMX_TOKENS][Q8X16_ROWS]) {
