@@ -893,7 +893,10 @@ AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
     if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
-        static const int tile_rows[8] = {16, 16, 16, 16, 16, 16, 16, 16}, tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+        /* every tile 16 rows of 64 bytes: C 16 tokens x 16 int32, A 16 tokens x 64 activations,
+         * B 16 x (16 rows x 4 levels) */
+        static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS},
+                         tile_colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
         amx_configure(tile_rows, tile_colsb);
         for (int64_t t0 = 0; t0 < n_amx; t0 += K4_AMX_TILES * AMX_TOKENS) {
             const int n_tiles = (int)((n_amx - t0) / AMX_TOKENS < K4_AMX_TILES ? (n_amx - t0) / AMX_TOKENS : K4_AMX_TILES);
