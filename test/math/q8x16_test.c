@@ -75,10 +75,6 @@ TEST(q8x16_repack_keeps_every_value) {
         }
 }
 
-/* q8x16_rows / q5x16_rows (type) against their dot_ref bit for bit (token counts of 1 to 19, row
- * ranges of whole groups, the tail rows) and the double-precision product to float rounding, with
- * nothing written outside the range; the weights `offset` bytes past a 64-byte boundary. Adds the
- * mismatches to *bad_exact and *bad_close. */
 /* The kernel of type (Q8_0, Q5_0; Q8_0 on AMX with amx) over tokens [0, n_tok) of acts. */
 static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_out, const void *w, int64_t r0,
                        int64_t r1, const struct q8x16_act *acts, int64_t n_tok, float *y) {
@@ -92,6 +88,11 @@ static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_ou
     free(tiles);
 }
 
+/* q8x16_rows / q5x16_rows (type; q8x16_rows_amx with amx) against their dot_ref bit for bit (token
+ * counts of 1 to 37: whole tiles of 16 and the rest, row ranges of whole groups, the tail rows)
+ * and the double-precision product to float rounding, with nothing written outside the range;
+ * the weights `offset` bytes past a 64-byte boundary. Adds the mismatches to *bad_exact and
+ * *bad_close. */
 static int kernel_mismatches(enum ggml_type type, bool amx, size_t offset, int *bad_exact, int *bad_close) {
     enum { N_IN = 96, N_OUT = 53, MAX_TOK = 37 };
     const int64_t nb = N_IN / QK8_0;
