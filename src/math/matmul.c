@@ -62,6 +62,8 @@ struct compute {
     struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
     bool amx;            /* batches of 16 tokens and more take the AMX kernels (AMX-INT8 here, UVLM_NO_AMX unset) */
     void *acts_amx;      /* Q8_0_X16 with amx: acts16 in q8x16_amx_put's tiles (NULL otherwise) */
+    uint8_t *amx_scratch; /* with acts_amx: n_threads scratches of amx_scratch_bytes for q8x16_rows_amx */
+    size_t amx_scratch_bytes;
     size_t tile_floats;
     size_t scratch_bytes;
 };
@@ -133,7 +135,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         packed_bytes = round_up(GEMM_Q8_0_PACKED_BYTES(max_tokens, max_n_in), 64);
         c->packed = aligned_alloc(64, packed_bytes);
     }
-    size_t acts16_bytes = 0, amx_bytes = 0;
+    size_t acts16_bytes = 0, amx_bytes = 0, amx_scratch_bytes = 0;
     if (q8x16_supported()) {
         c->amx = !getenv("UVLM_NO_AMX") && q8x16_amx_enable(); /* UVLM_NO_AMX: the vector kernels only */
         acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
@@ -141,11 +143,14 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
         if (c->amx && max_tokens >= 16) {
             amx_bytes = round_up(Q8X16_AMX_ACT_BYTES(max_tokens, max_n_in), 64);
             c->acts_amx = aligned_alloc(64, amx_bytes);
+            c->amx_scratch_bytes = round_up(Q8X16_AMX_SCRATCH_BYTES(max_n_in), 64);
+            amx_scratch_bytes = (size_t)n_threads * c->amx_scratch_bytes;
+            c->amx_scratch = aligned_alloc(64, amx_scratch_bytes);
         }
     }
-    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes + amx_bytes;
+    c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes + amx_bytes + amx_scratch_bytes;
     int rc = (!c->xq || (tile_bytes && (!c->tiles || !c->xr)) || (packed_bytes && !c->packed) ||
-              (acts16_bytes && !c->acts16) || (amx_bytes && !c->acts_amx))
+              (acts16_bytes && !c->acts16) || (amx_bytes && (!c->acts_amx || !c->amx_scratch)))
                  ? -ERR_NOMEM : pool_create(&c->pool, n_threads);
     if (rc < 0) {
         compute_destroy(c);
@@ -166,6 +171,7 @@ void compute_destroy(struct compute *c) {
     free(c->packed);
     free(c->acts16);
     free(c->acts_amx);
+    free(c->amx_scratch);
     free(c);
 }
 
@@ -246,7 +252,7 @@ struct matmul_job {
     const uint8_t *xq; /* activations in xtype (x itself for F32 weights) */
     size_t xq_stride;
     int64_t chunk_rows, n_chunks;
-    _Atomic int tile_slot; /* sgemm path: tile buffers handed out so far */
+    _Atomic int tile_slot; /* tile buffers (sgemm path) or AMX scratches (vector path) handed out so far */
     _Atomic int64_t next; /* the next work item (token row or chunk of weight rows) to hand out */
     quant_vec_dot_fn dot;
     quant_vec_dot4_fn dot4; /* NULL when the type has no 4-token kernel */
@@ -295,10 +301,11 @@ static void quantize_all(struct matmul_job *j) {
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
 }
 
-/* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels. */
-static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels
+ * (amx_scratch: the calling thread's, for q8x16_rows_amx). */
+static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1, void *amx_scratch) {
     if (d->x16_amx) {
-        q8x16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->c->acts_amx, j->n_tok, d->y);
+        q8x16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->c->acts_amx, amx_scratch, j->n_tok, d->y);
         return;
     }
     if (d->x16) {
@@ -355,7 +362,7 @@ static int chunk_mat(const struct matmul_job *j, int64_t chunk, int64_t *k, int6
     return m;
 }
 
-static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
+static void vec_run_chunk(const struct matmul_job *j, int64_t chunk, void *amx_scratch) {
     int64_t k, n, r0, r1;
     const struct mat_desc *d = &j->mats[chunk_mat(j, chunk, &k, &n)];
     if (d->chunk_rows) {
@@ -364,7 +371,7 @@ static void vec_run_chunk(const struct matmul_job *j, int64_t chunk) {
     } else {
         even_chunk_rows(d->n_out, Q8X16_ROWS, n, k, &r0, &r1);
     }
-    vec_chunk(j, d, r0, r1);
+    vec_chunk(j, d, r0, r1, amx_scratch);
 }
 
 static void vec_rows(void *job) {
@@ -373,10 +380,16 @@ static void vec_rows(void *job) {
      * chunks nobody has claimed yet, starting with its own. */
     int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
     if (first >= j->n_parts) first = 0;
+    void *amx_scratch = NULL; /* this thread's, when a matrix takes q8x16_rows_amx */
+    if (j->amx_acts) {
+        int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
+        ASSERT(slot < j->c->n_threads);
+        amx_scratch = j->c->amx_scratch + (size_t)slot * j->c->amx_scratch_bytes;
+    }
     for (int k = 0; k < j->n_parts; k++) {
         struct part_counter *pc = &j->parts[(first + k) % j->n_parts];
         for (int64_t chunk; (chunk = atomic_fetch_add_explicit(&pc->next, 1, memory_order_relaxed)) < pc->end;)
-            vec_run_chunk(j, chunk);
+            vec_run_chunk(j, chunk, amx_scratch);
     }
 }
 

@@ -419,21 +419,25 @@ AMX static void amx_configure(const int rows[8], const int colsb[8]) {
 
 /* A block of the layout (8 parts of 64 bytes: 4 bytes of each of the 16 rows in turn) is a B tile
  * of 8 rows x 64 bytes, and one block of 16 tokens' activations an A tile of 16 x 32 bytes: one
- * tdpbsud (signed activations x levels + 128) sums a block of 16 rows against 16 tokens, in place
- * of 128 vpdpbusd. Then, per block and token, group_tile's fold: the correction, one conversion,
- * one multiply and one fma for 16 outputs, so the numbers are group_tile's. Two tile sets take
- * alternate blocks. The activations come in q8x16_amx_put's tiles: a block of 16 tokens is 640
- * bytes in one piece (from q8x16_act's 44-byte blocks, an A tile's 16 rows would be 16 lines
- * apart, and every block's fold would read 32 scattered numbers). */
+ * tdpbssd sums a block of 16 rows against 16 tokens, in place of 128 vpdpbusd. The layout keeps
+ * levels + 128 (vpdpbusd's unsigned side), so each block of groups (Q8X16_AMX_GROUP_BYTES of
+ * levels) is first copied back to signed levels into the caller's scratch, once for all the
+ * tiles of tokens: the tiles' sums are then the dots themselves, and the fold per block and token
+ * is group_tile's without its correction: one conversion, one multiply and one fma for 16
+ * outputs, so the numbers are group_tile's (the correction's add was a quarter of the fold: the
+ * 64-token kernel 210-236 GMAC/s with it, 243-265 without, build/bench/kernels --small-batch
+ * --type q8_0x16 --threads 1). Two tile sets take alternate blocks. The activations come in
+ * q8x16_amx_put's tiles: a block of 16 tokens is 576 bytes in one piece (from q8x16_act's
+ * 44-byte blocks, an A tile's 16 rows would be 16 lines apart, and every block's fold would read
+ * 16 scattered numbers). */
 struct q8x16_amx_block {
     int8_t q[AMX_TOKENS][QK8_0];
-    int32_t corr[AMX_TOKENS];
     float d[AMX_TOKENS];
 };
 _Static_assert(sizeof(struct q8x16_amx_block) * 32 == Q8X16_AMX_ACT_BYTES(AMX_TOKENS, 32 * 32), "q8x16_amx_block size");
-/* Groups in blocks of about this many bytes, each block against every tile of tokens in turn:
- * the block's weights stay in L2 while a tile's activations (640 bytes a block) stay in L1. */
-#define Q8_AMX_GROUP_BYTES (512 << 10)
+/* Groups in blocks of at most Q8X16_AMX_GROUP_BYTES of levels (or one group), each block against
+ * every tile of tokens in turn: the block's signed copy stays in L2 while a tile's activations
+ * (576 bytes a block) stay in L1. */
 #define Q8_C0 0
 #define Q8_C1 1
 #define Q8_A0 2
@@ -447,12 +451,11 @@ void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx
     const int r = (int)(t % AMX_TOKENS);
     for (int64_t i = 0; i < nb; i++) {
         memcpy(b[i].q[r], x[i].q4, QK8_0);
-        b[i].corr[r] = x[i].corr;
         b[i].d[r] = x[i].d;
     }
 }
 
-/* Block i's integer dots of the 16 rows (levels at blk) against the 16 tokens of xb into
+/* Block i's integer dots of the 16 rows (signed levels at blk) against the 16 tokens of xb into
  * c[t][l], on tile set k (C0, A0, B0 or C1, A1, B1). */
 AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const uint8_t *blk, const struct q8x16_amx_block *xb,
                                                                    int32_t c[AMX_TOKENS][Q8X16_ROWS]) {
@@ -460,13 +463,13 @@ AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const 
         TILE(_tile_loadd, Q8_A0, xb->q, QK8_0);
         TILE(_tile_loadd, Q8_B0, blk, 64);
         TILE(_tile_zero, Q8_C0);
-        TILE(_tile_dpbsud, Q8_C0, Q8_A0, Q8_B0);
+        TILE(_tile_dpbssd, Q8_C0, Q8_A0, Q8_B0);
         TILE(_tile_stored, Q8_C0, c, 64);
     } else {
         TILE(_tile_loadd, Q8_A1, xb->q, QK8_0);
         TILE(_tile_loadd, Q8_B1, blk, 64);
         TILE(_tile_zero, Q8_C1);
-        TILE(_tile_dpbsud, Q8_C1, Q8_A1, Q8_B1);
+        TILE(_tile_dpbssd, Q8_C1, Q8_A1, Q8_B1);
         TILE(_tile_stored, Q8_C1, c, 64);
     }
 }
@@ -485,7 +488,7 @@ AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const 
     } while (0)
 #define Q8_AMX_FOLD_TOKEN(t)                                                                                      \
     a##t = _mm512_fmadd_ps(                                                                                       \
-        _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(fold_c[t]), _mm512_set1_epi32(fold_x->corr[t]))),   \
+        _mm512_cvtepi32_ps(_mm512_load_si512(fold_c[t])),   \
         _mm512_mul_ps(dw, _mm512_set1_ps(fold_x->d[t])), a##t);
 
 /* Group g (data dat, scales as group_tile's) against the 16 tokens of xb (block i at xb + i) into
@@ -512,24 +515,40 @@ AMX static void q8_amx_group_tile(int64_t nb, const uint16_t *sc0, const uint16_
 #undef Q8_AMX_STORE
 }
 
+/* Groups [g0, g1)'s levels signed (level + 128 back to level) into out, group after group. */
+AMX static void q8_amx_signed(int64_t nb, const void *w, int64_t g0, int64_t g1, uint8_t *out) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *lv = group_data(w, nb, Q8_DATA, g);
+        for (size_t k = 0; k < (size_t)nb * Q8_DATA; k += 64, out += 64)
+            _mm512_store_si512(out, _mm512_xor_si512(_mm512_loadu_si512(lv + k), bias));
+    }
+}
+
 AMX void q8x16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
-                        const struct q8x16_act *acts, const void *amx, int64_t n_tok, float *y) {
+                        const struct q8x16_act *acts, const void *amx, void *scratch, int64_t n_tok, float *y) {
     const int64_t nb = n_in / QK8_0, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    ASSERT((uintptr_t)scratch % 64 == 0);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
     if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
         /* C0, C1: 16 x 16 int32; A0, A1: 16 tokens x 32 bytes; B0, B1: 8 x 64 bytes */
         static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, QK8_0 / 4, QK8_0 / 4, 0, 0},
                          tile_colsb[8] = {64, 64, QK8_0, QK8_0, 64, 64, 0, 0};
         amx_configure(tile_rows, tile_colsb);
-        const int64_t gb = Q8_AMX_GROUP_BYTES / (nb * (Q8_DATA + SCALE_BYTES)) + 1;
-        for (int64_t g0 = r0 / Q8X16_ROWS; g0 < g1; g0 += gb)
+        const size_t group_bytes = (size_t)nb * Q8_DATA;
+        const int64_t gb = Q8X16_AMX_GROUP_BYTES / group_bytes > 1 ? (int64_t)(Q8X16_AMX_GROUP_BYTES / group_bytes) : 1;
+        for (int64_t g0 = r0 / Q8X16_ROWS; g0 < g1; g0 += gb) {
+            const int64_t g_end = g0 + gb < g1 ? g0 + gb : g1;
+            q8_amx_signed(nb, w, g0, g_end, scratch);
             for (int64_t t = 0; t < n_amx; t += AMX_TOKENS)
-                for (int64_t g = g0; g < g0 + gb && g < g1; g++)
+                for (int64_t g = g0; g < g_end; g++)
                     q8_amx_group_tile(nb, group_scales(w, nb, Q8_DATA, g, 0),
-                                      (const uint16_t *)(group_base(w, nb, Q8_DATA, g) + (size_t)nb * Q8_DATA),
-                                      group_data(w, nb, Q8_DATA, g), (const struct q8x16_amx_block *)amx + t / AMX_TOKENS * nb,
+                                      (const uint16_t *)(group_base(w, nb, Q8_DATA, g) + group_bytes),
+                                      (const uint8_t *)scratch + (size_t)(g - g0) * group_bytes,
+                                      (const struct q8x16_amx_block *)amx + t / AMX_TOKENS * nb,
                                       y + t * n_out + g * Q8X16_ROWS, n_out);
+        }
         _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
     }
     if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */

@@ -81,14 +81,20 @@ void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t 
  * for the tile state here, once for all its threads, before any thread uses it). */
 bool q8x16_amx_enable(void);
 /* Bytes of n_tok tokens' activations in q8x16_amx_put's tiles (whole tiles of 16 tokens). */
-#define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 640) /* 640: a block of 16 tokens */
+#define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 576) /* 576: a block of 16 tokens */
+/* Levels q8x16_rows_amx takes in one pass over the tiles of tokens, and the bytes of the scratch
+ * it needs for rows of n_in (the pass's levels made signed: at least one 16-row group's). */
+#define Q8X16_AMX_GROUP_BYTES ((size_t)512 << 10)
+#define Q8X16_AMX_SCRATCH_BYTES(n_in) \
+    ((size_t)(n_in) * 16 > Q8X16_AMX_GROUP_BYTES ? (size_t)(n_in) * 16 : Q8X16_AMX_GROUP_BYTES)
 /* Token t's acts (its n_in / 32 blocks, from q8x16_pack_acts) into tile t / 16 of amx. */
 void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx);
 /* q8x16_rows with whole tiles of 16 tokens on AMX (their activations in amx, tokens [0, n_tok / 16
- * * 16)), the other tokens on the vector kernel (acts); the same numbers. Only after
- * q8x16_amx_enable() returned true. */
+ * * 16)), the other tokens on the vector kernel (acts); the same numbers. scratch: the calling
+ * thread's own Q8X16_AMX_SCRATCH_BYTES(n_in), 64-byte aligned. Only after q8x16_amx_enable()
+ * returned true. */
 void q8x16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const struct q8x16_act *acts,
-                    const void *amx, int64_t n_tok, float *y);
+                    const void *amx, void *scratch, int64_t n_tok, float *y);
 /* Row r . token t by scalar code, in the order above (tests; the kernel's tail rows). */
 float q8x16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const struct q8x16_act *x);
 

@@ -83,8 +83,10 @@ static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_ou
         return;
     }
     void *tiles = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
+    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
     for (int64_t t = 0; t < n_tok / 16 * 16; t++) q8x16_amx_put(acts + t * (n_in / QK8_0), t, n_in, tiles);
-    q8x16_rows_amx(n_in, n_out, w, r0, r1, acts, tiles, n_tok, y);
+    q8x16_rows_amx(n_in, n_out, w, r0, r1, acts, tiles, scratch, n_tok, y);
+    free(scratch);
     free(tiles);
 }
 
@@ -157,6 +159,35 @@ TEST(q8x16_rows_equal_their_scalar_order) {
 TEST(q8x16_rows_amx_equal_their_scalar_order) {
     if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q8x16_rows");
     check_kernel(t, GGML_TYPE_Q8_0, true);
+}
+
+/* Rows long enough that q8x16_rows_amx takes a matrix's groups in several passes (two groups of
+ * 16384 inputs fill Q8X16_AMX_GROUP_BYTES): every output of 17 tokens is q8x16_dot_ref's. */
+TEST(q8x16_rows_amx_passes_cover_every_group) {
+    if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q8x16_rows");
+    enum { N_IN = 16384, N_OUT = 5 * 16 + 3, N_TOK = 17 };
+    _Static_assert(Q8X16_AMX_GROUP_BYTES / (N_IN * 16) == 2, "two groups per pass");
+    const int64_t nb = N_IN / QK8_0;
+    struct pair p;
+    CHECK_EQ_INT(make_pair(&p, N_IN, N_OUT, 0), 0);
+    float *x = malloc(sizeof(float) * N_TOK * N_IN), *y = malloc(sizeof(float) * N_TOK * N_OUT);
+    size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
+    uint8_t *xq = malloc(xq_stride * N_TOK);
+    struct q8x16_act *acts = malloc(sizeof *acts * N_TOK * (size_t)nb);
+    CHECK(x && y && xq && acts);
+    for (int i = 0; i < N_TOK * N_IN; i++) x[i] = nrand();
+    for (int k = 0; k < N_TOK; k++) quant_from_float(GGML_TYPE_Q8_0, x + k * N_IN, xq + k * xq_stride, N_IN);
+    q8x16_pack_acts(xq, xq_stride, N_TOK, N_IN, acts);
+    run_kernel(GGML_TYPE_Q8_0, true, N_IN, N_OUT, p.x16, 0, N_OUT, acts, N_TOK, y);
+    int bad = 0;
+    for (int k = 0; k < N_TOK; k++)
+        for (int64_t r = 0; r < N_OUT; r++) bad += y[k * N_OUT + r] != q8x16_dot_ref(N_IN, N_OUT, p.x16, r, acts + k * nb);
+    CHECK_EQ_INT(bad, 0);
+    free(acts);
+    free(xq);
+    free(y);
+    free(x);
+    free_pair(&p);
 }
 
 
