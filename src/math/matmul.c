@@ -61,8 +61,8 @@ struct compute {
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
     bool amx;            /* batches of 16 tokens and more take the AMX kernels (AMX-INT8 here, UVLM_NO_AMX unset) */
-    void *acts_amx;      /* Q8_0_X16 with amx: acts16 in q8x16_amx_put's tiles (NULL otherwise) */
-    uint8_t *amx_scratch; /* with acts_amx: n_threads scratches of amx_scratch_bytes for q8x16_rows_amx */
+    void *acts_amx;      /* with amx: acts16 in q8x16_amx_put's tiles, or Q8_K rows in q6kx16_amx_put's (NULL otherwise) */
+    uint8_t *amx_scratch; /* with acts_amx: n_threads scratches of amx_scratch_bytes for the AMX kernels */
     size_t amx_scratch_bytes;
     size_t tile_floats;
     size_t scratch_bytes;
@@ -239,6 +239,7 @@ struct mat_desc {
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
     bool x16_amx;    /* Q8_0_X16: q8x16_rows_amx on c->acts16 and c->acts_amx instead */
     kx16_rows_fn kx16; /* Q4_K_X16 / Q6_K_X16: q8x16.h's kernel on the job's xq instead */
+    bool k6_amx;     /* Q6_K_X16: q6kx16_rows_amx on the job's xq and c->acts_amx instead */
 };
 
 struct matmul_job {
@@ -261,6 +262,7 @@ struct matmul_job {
     quant_to_float_fn to_float;
     bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is in a q8x16.h layout) */
     bool amx_acts; /* and c->acts_amx (a Q8_0_X16 matrix takes q8x16_rows_amx) */
+    bool k6_amx_acts; /* quantize_rows writes c->acts_amx for q6kx16_rows_amx */
     /* vector path: the matrices sharing the job (same n_in and activation type, each with its
      * own kernels: mat_desc), their rows numbered one after the other in chunks that never
      * straddle two, and the parts */
@@ -281,6 +283,7 @@ static void quantize_rows(void *job) {
             q8x16_pack_acts(xq, j->xq_stride, 1, j->n_in, acts);
             if (j->amx_acts && t < j->n_tok / 16 * 16) q8x16_amx_put(acts, t, j->n_in, j->c->acts_amx);
         }
+        if (j->k6_amx_acts && t < j->n_tok / 16 * 16) q6kx16_amx_put(xq, t, j->n_in, j->c->acts_amx);
     }
 }
 
@@ -310,6 +313,10 @@ static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int6
     }
     if (d->x16) {
         d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
+        return;
+    }
+    if (d->k6_amx) {
+        q6kx16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->c->acts_amx, amx_scratch, j->n_tok, d->y);
         return;
     }
     if (d->kx16) {
@@ -380,8 +387,8 @@ static void vec_rows(void *job) {
      * chunks nobody has claimed yet, starting with its own. */
     int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
     if (first >= j->n_parts) first = 0;
-    void *amx_scratch = NULL; /* this thread's, when a matrix takes q8x16_rows_amx */
-    if (j->amx_acts) {
+    void *amx_scratch = NULL; /* this thread's, when a matrix takes q8x16_rows_amx or q6kx16_rows_amx */
+    if (j->amx_acts || j->k6_amx_acts) {
         int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
         ASSERT(slot < j->c->n_threads);
         amx_scratch = j->c->amx_scratch + (size_t)slot * j->c->amx_scratch_bytes;
@@ -629,6 +636,8 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
             j->amx_acts = j->amx_acts || d->x16_amx;
         } else if ((d->kx16 = kx16_kernel(c, types[m]))) {
             ASSERT(j->xtype == GGML_TYPE_Q8_K);
+            d->k6_amx = types[m] == UVLM_TYPE_Q6_K_X16 && c->acts_amx && j->n_tok >= 16;
+            j->k6_amx_acts = j->k6_amx_acts || d->k6_amx;
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
             struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = j->n_tok,

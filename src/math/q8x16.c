@@ -1012,6 +1012,26 @@ float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, cons
     return v;
 }
 
+/* Lane k's levels (unsigned, q + 32) of super-block p's 16 rows: lv[j] holds word 8j + k
+ * (elements 32j + 4k .. +3), 4 bytes of each row. In half h = j / 4, with jj = j % 4, the word is
+ * the low (jj < 2) or high nibbles of ql word 16h + 8(jj % 2) + k and bits 2jj, 2jj + 1 of qh
+ * word 8h + k. */
+AVX512 static inline __attribute__((always_inline)) void k6_levels(const struct k6_parts *p, int k, __m512i lv[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i a = _mm512_loadu_si512(p->ql + (size_t)k6_ql_at(16 * h + k) * 64);
+        const __m512i b = _mm512_loadu_si512(p->ql + (size_t)k6_ql_at(16 * h + 8 + k) * 64);
+        const __m512i hb = _mm512_loadu_si512(p->qh + (size_t)k6_qh_at(8 * h + k) * 64);
+        /* (a & 0x0F) | (hi & 0x30): ternary 0xEC = (A & C) | B, B already masked */
+        lv[4 * h + 0] = _mm512_ternarylogic_epi32(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30), m4, 0xEC);
+        lv[4 * h + 1] = _mm512_ternarylogic_epi32(b, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30), m4, 0xEC);
+        lv[4 * h + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), _mm512_and_si512(hb, m30), m4, 0xEC);
+        lv[4 * h + 3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4),
+                                                  _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30), m4, 0xEC);
+    }
+}
+
 /* Group g (16 rows from row 16g) against tokens [0, nt) of the Q8_K rows xq (xq_stride bytes
  * apart): y[t * n_out + l], in dot_q6_K's order (quant.c): per row 8 float lanes, lane k the
  * integer sum over groups j of scale[2j + k/4] * (levels . activations of the 4-element word
@@ -1026,7 +1046,7 @@ float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, cons
 AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t nb, const void *w, int64_t g,
                                                                        const uint8_t *xq, size_t xq_stride,
                                                                        float *y, int64_t n_out, const int nt) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+    const __m512i c32 = _mm512_set1_epi8(32);
     __m512 acc[K6_TILE][8];
     for (int t = 0; t < nt; t++)
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
@@ -1063,22 +1083,8 @@ AVX512 static inline __attribute__((always_inline)) void k6_group_tile(int64_t n
         for (int k = 0; k < 8; k++) {
 #pragma GCC unroll 7
             for (int q = 0; q < K6_PREFETCH_LINES; q++) _mm_prefetch(pf + (size_t)(K6_PREFETCH_LINES * k + q) * 64, _MM_HINT_T1);
-            /* word 8j + k of the super-block (elements 32j + 4k .. +3): in half h = j / 4, with
-             * jj = j % 4, the low (jj < 2) or high nibbles of ql word 16h + 8(jj % 2) + k and
-             * bits 2jj, 2jj + 1 of qh word 8h + k */
             __m512i lv[8];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m512i a = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + k) * 64);
-                const __m512i b = _mm512_loadu_si512(p.ql + (size_t)k6_ql_at(16 * h + 8 + k) * 64);
-                const __m512i hb = _mm512_loadu_si512(p.qh + (size_t)k6_qh_at(8 * h + k) * 64);
-                /* (a & 0x0F) | (hi & 0x30): ternary 0xEC = (A & C) | B, B already masked */
-                lv[4 * h + 0] = _mm512_ternarylogic_epi32(a, _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30), m4, 0xEC);
-                lv[4 * h + 1] = _mm512_ternarylogic_epi32(b, _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30), m4, 0xEC);
-                lv[4 * h + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), _mm512_and_si512(hb, m30), m4, 0xEC);
-                lv[4 * h + 3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(b, 4),
-                                                          _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30), m4, 0xEC);
-            }
+            k6_levels(&p, k, lv);
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].qs;
@@ -1115,4 +1121,130 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
     for (int64_t r = r0 > full ? r0 : full; r < r1; r++)
         for (int64_t t = 0; t < n_tok; t++)
             y[t * n_out + r] = dot(n_in, (const uint8_t *)w + (size_t)r * rb, (const uint8_t *)xq + (size_t)t * xq_stride);
+}
+
+/* ---- Q6_K on AMX ----------------------------------------------------------------------- */
+
+/* dot_q6_K keeps 8 float lanes per row, lane k the integer sum of words 8j + k (j < 8) under
+ * their 16-element sub-blocks' signed scales, so a super-block's dots leave the tiles lane by
+ * lane: per lane, a tile sums its 32 elements for 16 tokens x 16 rows. Each weight is taken as
+ * v = scale * (q - 32), |v| <= 4096, split as v = 128 h + l (l in [-64, 63], h in [-32, 32]):
+ * two C tiles (tdpbssd, signed x signed) sum the l and the h products, and the lane's integer is
+ * 128 h + l exactly. Then the vector kernel's fma per lane and its fold8, so the numbers are
+ * dot_q6_K's. A group's super-blocks are made into B tiles once (8 KB each, in the caller's
+ * scratch) for all the tiles of tokens; the activations come from q6kx16_amx_put, each lane's 32
+ * bytes of a token in one piece. */
+#define K6_AMX_B 8192   /* a super-block's B tiles: [lane][l, h][word j][16 rows x 4 bytes] */
+#define K6_AMX_ACT 4096 /* 16 tokens' super-block: [lane][token][32 bytes] */
+#define T6_LO 0         /* C: the l products' sums, 16 tokens x 16 rows of int32 */
+#define T6_HI 1         /* C: the h products' */
+#define T6_A 2          /* A: 16 tokens x a lane's 32 activations */
+#define T6_BL 3         /* B: 8 words x (16 rows x 4 l) */
+#define T6_BH 4         /* B: the same for h */
+_Static_assert(K6_AMX_ACT * 32 <= Q8X16_AMX_ACT_BYTES(16, 32 * QK_K), "q6kx16_amx_put fits acts_amx");
+
+void q6kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx) {
+    const int64_t nb = n_in / QK_K;
+    const block_q8_K *x = xq;
+    uint8_t *out = (uint8_t *)amx + (size_t)(t / AMX_TOKENS * nb) * K6_AMX_ACT + (size_t)(t % AMX_TOKENS) * 32;
+    for (int64_t i = 0; i < nb; i++, out += K6_AMX_ACT)
+        for (int k = 0; k < 8; k++)
+            for (int j = 0; j < 8; j++) memcpy(out + k * AMX_TOKENS * 32 + 4 * j, x[i].qs + 32 * j + 4 * k, 4);
+}
+
+/* Super-block p of a group as B tiles into out (K6_AMX_B bytes, 64-byte aligned). */
+AMX static void k6_amx_build(const struct k6_parts *p, uint8_t *out) {
+    const __m512i c32 = _mm512_set1_epi8(32), c64 = _mm512_set1_epi16(64), m127 = _mm512_set1_epi16(127),
+                  bytes4 = _mm512_set1_epi32(0x01010101);
+    __m512i sc[QK_K / 16][2]; /* scale s of each row in the 4 int16 of its word: rows 0-7, 8-15 */
+    for (int s = 0; s < QK_K / 16; s++) {
+        const __m512i b4 = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p->sc + 16 * s))), bytes4);
+        sc[s][0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(b4));
+        sc[s][1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(b4, 1));
+    }
+    for (int k = 0; k < 8; k++) {
+        __m512i lv[8];
+        k6_levels(p, k, lv);
+        for (int j = 0; j < 8; j++) {
+            const __m512i q = _mm512_sub_epi8(lv[j], c32);
+            __m256i l[2], h[2];
+            for (int half = 0; half < 2; half++) {
+                const __m512i v = _mm512_mullo_epi16(
+                    _mm512_cvtepi8_epi16(half ? _mm512_extracti64x4_epi64(q, 1) : _mm512_castsi512_si256(q)),
+                    sc[2 * j + k / 4][half]);
+                const __m512i lo = _mm512_sub_epi16(_mm512_and_si512(_mm512_add_epi16(v, c64), m127), c64);
+                l[half] = _mm512_cvtepi16_epi8(lo);
+                h[half] = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_sub_epi16(v, lo), 7));
+            }
+            _mm512_store_si512(out + (size_t)(2 * k) * 512 + 64 * j, _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1));
+            _mm512_store_si512(out + (size_t)(2 * k + 1) * 512 + 64 * j, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+        }
+    }
+}
+
+/* Group g (its super-blocks as B tiles at b) against the 16 tokens of tile `tile` (Q8_K rows at
+ * xq, xq_stride apart; lanes at amx) into y[t * n_out + l]. */
+AMX static void k6_amx_group_tile(int64_t nb, const void *w, int64_t g, const uint8_t *b, const uint8_t *xq,
+                                  size_t xq_stride, const uint8_t *amx, float *y, int64_t n_out) {
+    __m512 acc[AMX_TOKENS][8] __attribute__((aligned(64)));
+    int32_t lo[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))), hi[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64)));
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct k6_parts p = k6_sb(w, nb, g, i);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
+        __m512 dwx[AMX_TOKENS];
+        for (int t = 0; t < AMX_TOKENS; t++)
+            dwx[t] = _mm512_mul_ps(dw, _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].d));
+        const uint8_t *bi = b + (size_t)i * K6_AMX_B, *ai = amx + (size_t)i * K6_AMX_ACT;
+        for (int k = 0; k < 8; k++) {
+            TILE(_tile_zero, T6_LO);
+            TILE(_tile_zero, T6_HI);
+            TILE(_tile_loadd, T6_A, ai + k * AMX_TOKENS * 32, 32);
+            TILE(_tile_loadd, T6_BL, bi + (size_t)(2 * k) * 512, 64);
+            TILE(_tile_dpbssd, T6_LO, T6_A, T6_BL);
+            TILE(_tile_loadd, T6_BH, bi + (size_t)(2 * k + 1) * 512, 64);
+            TILE(_tile_dpbssd, T6_HI, T6_A, T6_BH);
+            TILE(_tile_stored, T6_LO, lo, 64);
+            TILE(_tile_stored, T6_HI, hi, 64);
+#pragma GCC unroll 4
+            for (int t = 0; t < AMX_TOKENS; t++) {
+                const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi[t]), 7), _mm512_load_si512(lo[t]));
+                acc[t][k] = _mm512_fmadd_ps(dwx[t], _mm512_cvtepi32_ps(sum), i ? acc[t][k] : zero);
+            }
+        }
+    }
+    for (int t = 0; t < AMX_TOKENS; t++) { /* k6_group_tile's fold8 */
+        __m512 s[4];
+        for (int k = 0; k < 4; k++) s[k] = _mm512_add_ps(acc[t][k], acc[t][k + 4]);
+        _mm512_storeu_ps(y + t * n_out, _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
+    }
+}
+
+AMX void q6kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                         size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y) {
+    const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
+    ASSERT((uintptr_t)scratch % 64 == 0 && (size_t)nb * K6_AMX_B <= Q8X16_AMX_SCRATCH_BYTES(n_in));
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
+    if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
+        static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, 8, 8, 0, 0, 0},
+                         tile_colsb[8] = {64, 64, 32, 64, 64, 0, 0, 0};
+        amx_configure(tile_rows, tile_colsb);
+        for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
+            for (int64_t i = 0; i < nb; i++) {
+                const struct k6_parts p = k6_sb(w, nb, g, i);
+                k6_amx_build(&p, (uint8_t *)scratch + (size_t)i * K6_AMX_B);
+            }
+            for (int64_t t = 0; t < n_amx; t += AMX_TOKENS)
+                k6_amx_group_tile(nb, w, g, scratch, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride,
+                                  (const uint8_t *)amx + (size_t)(t / AMX_TOKENS * nb) * K6_AMX_ACT,
+                                  y + t * n_out + g * Q8X16_ROWS, n_out);
+        }
+        _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
+    }
+    if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */
+        q6kx16_rows(n_in, n_out, w, full > r0 ? full : r0, r1, xq, xq_stride, n_amx, y);
+    if (n_tok > n_amx) /* the tokens past the last whole tile: the vector kernel */
+        q6kx16_rows(n_in, n_out, w, r0, r1, (const uint8_t *)xq + (size_t)n_amx * xq_stride, xq_stride, n_tok - n_amx,
+                    y + n_amx * n_out);
 }

@@ -83,10 +83,11 @@ bool q8x16_amx_enable(void);
 /* Bytes of n_tok tokens' activations in q8x16_amx_put's tiles (whole tiles of 16 tokens). */
 #define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 576) /* 576: a block of 16 tokens */
 /* Levels q8x16_rows_amx takes in one pass over the tiles of tokens, and the bytes of the scratch
- * it needs for rows of n_in (the pass's levels made signed: at least one 16-row group's). */
+ * the AMX kernels need for rows of n_in (q8x16_rows_amx: a pass's levels made signed, at least
+ * one 16-row group's; q6kx16_rows_amx: a group's super-blocks as B tiles, 32 bytes a weight). */
 #define Q8X16_AMX_GROUP_BYTES ((size_t)512 << 10)
 #define Q8X16_AMX_SCRATCH_BYTES(n_in) \
-    ((size_t)(n_in) * 16 > Q8X16_AMX_GROUP_BYTES ? (size_t)(n_in) * 16 : Q8X16_AMX_GROUP_BYTES)
+    ((size_t)(n_in) * 32 > Q8X16_AMX_GROUP_BYTES ? (size_t)(n_in) * 32 : Q8X16_AMX_GROUP_BYTES)
 /* Token t's acts (its n_in / 32 blocks, from q8x16_pack_acts) into tile t / 16 of amx. */
 void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx);
 /* q8x16_rows with whole tiles of 16 tokens on AMX (their activations in amx, tokens [0, n_tok / 16
@@ -147,5 +148,14 @@ void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t
                  int64_t n_tok, float *y);
 /* Row r . one token's Q8_K row by scalar code, in the order above (tests). */
 float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
+/* Token t's Q8_K row (xq: its n_in / 256 blocks) into tile t / 16 of amx for q6kx16_rows_amx (n_in
+ * bytes a token: within Q8X16_AMX_ACT_BYTES). */
+void q6kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx);
+/* q6kx16_rows with whole tiles of 16 tokens on AMX (their activations also in amx, from
+ * q6kx16_amx_put), the rest of the tokens on the vector kernel; the same numbers. scratch: the
+ * calling thread's own Q8X16_AMX_SCRATCH_BYTES(n_in), 64-byte aligned. Only after
+ * q8x16_amx_enable() returned true. */
+void q6kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                     size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y);
 
 #endif

@@ -3,6 +3,7 @@
  * and for the tail rows, and matmul gives every token the same numbers whatever its batch (Q4_K,
  * Q6_K: the very numbers of the GGUF matrix). */
 #include "test.h"
+#include "common/err.h"
 #include "math/blocks.h"
 #include "math/kernels.h"
 #include "math/matmul.h"
@@ -388,15 +389,13 @@ TEST(matmul_q4_k_x16_equals_gguf_q4_k) {
 
 /* ---- Q6_K ---- */
 
-/* q6kx16_rows against the GGUF matrix's scalar dot_q6_K (quant.c) bit for bit, and
- * q6kx16_dot_ref likewise: every token count from 1 to 40 (whole token tiles and every
- * remainder), row ranges of whole groups and the tail rows, 3 and 5 super-blocks a row (a group's
- * super-blocks on both alignments, the group itself at either), nothing written outside the
- * range; levels of -32 and activations of -127 occur (the products' int16 bound), and scales of
- * both signs. */
-TEST(q6kx16_rows_equal_the_gguf_numbers) {
-    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
-    enum { MAX_IN = 1280, N_OUT = 53, MAX_TOK = 40 };
+/* rows (a Q6_K kernel) against the GGUF matrix's scalar dot_q6_K (quant.c) bit for bit, and
+ * q6kx16_dot_ref likewise: the token counts n_toks, row ranges of whole groups and the tail
+ * rows, 3 and 5 super-blocks a row (a group's super-blocks on both alignments, the group itself
+ * at either), nothing written outside the range; levels of -32 and activations of -127 occur
+ * (the products' int16 bound), and scales of both signs. */
+static void check_q6k_rows(struct test_case *t, kx16_rows *rows, const int *n_toks, size_t n_n_toks) {
+    enum { MAX_IN = 1280, N_OUT = 53, MAX_TOK = 70 };
     static float x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
     static uint8_t xq[MAX_TOK * MAX_IN * 2];
     quant_vec_dot_fn gguf_dot = quant_get_vec_dot(SIMD_SCALAR, GGML_TYPE_Q6_K);
@@ -429,10 +428,12 @@ TEST(q6kx16_rows_equal_the_gguf_numbers) {
             }
             static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {48, N_OUT}};
             for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
-                for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
+                for (size_t ti = 0; ti < n_n_toks; ti++) {
                     int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                    const int n_tok = n_toks[ti];
+                    CHECK(n_tok <= MAX_TOK);
                     for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-                    q6kx16_rows(n_in, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
+                    rows(n_in, N_OUT, p.x16, r0, r1, xq, xq_stride, n_tok, y);
                     for (int t = 0; t < MAX_TOK; t++)
                         for (int64_t r = 0; r < N_OUT; r++) {
                             float got = y[t * N_OUT + r];
@@ -449,6 +450,34 @@ TEST(q6kx16_rows_equal_the_gguf_numbers) {
     CHECK(extreme_levels > 0);
     CHECK(extreme_x > 0);
     CHECK(neg_scales > 0 && pos_scales > 0);
+}
+
+/* q6kx16_rows: every token count from 1 to 40 (whole token tiles and every remainder). */
+TEST(q6kx16_rows_equal_the_gguf_numbers) {
+    if (!q8x16_supported()) SKIP("no AVX-512 VNNI: q8x16 has no kernel here");
+    int n_toks[40];
+    for (int k = 0; k < 40; k++) n_toks[k] = k + 1;
+    check_q6k_rows(t, q6kx16_rows, n_toks, 40);
+}
+
+/* q6kx16_rows_amx as matmul runs it: the tokens' lanes put first, a scratch of its own. */
+static void q6kx16_rows_amx_alone(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y) {
+    void *amx = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
+    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
+    ASSERT(amx && scratch);
+    for (int64_t k = 0; k < n_tok / 16 * 16; k++) q6kx16_amx_put((const uint8_t *)xq + k * xq_stride, k, n_in, amx);
+    q6kx16_rows_amx(n_in, n_out, w, r0, r1, xq, xq_stride, amx, scratch, n_tok, y);
+    free(scratch);
+    free(amx);
+}
+
+/* q6kx16_rows_amx the same: one to four tiles of 16 tokens, with and without tokens left for the
+ * vector kernel. */
+TEST(q6kx16_rows_amx_equal_the_gguf_numbers) {
+    if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q6kx16_rows");
+    static const int n_toks[] = {1, 15, 16, 17, 31, 32, 48, 63, 64, 70};
+    check_q6k_rows(t, q6kx16_rows_amx_alone, n_toks, sizeof n_toks / sizeof *n_toks);
 }
 
 /* matmul on Q6_K's layout gives exactly the GGUF Q6_K matrix's numbers at every token count from
