@@ -106,6 +106,14 @@ static enum ggml_type x16_xtype(enum ggml_type t) { return is_kx16(t) ? GGML_TYP
 /* Weight types the Q8_0 GEMM runs after rewriting their rows as Q8_0. */
 static bool gemm_q45(enum ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q5_0; }
 
+bool compute_amx(void) { return !getenv("UVLM_NO_AMX") && q8x16_amx_enable(); /* UVLM_NO_AMX: the vector kernels only */ }
+
+size_t compute_amx_bytes(int n_threads, int64_t max_tokens, int64_t max_n_in) {
+    return max_tokens >= 16 ? round_up(Q8X16_AMX_ACT_BYTES(max_tokens, max_n_in), 64) +
+                                  (size_t)n_threads * round_up(Q8X16_AMX_SCRATCH_BYTES(max_n_in), 64)
+                            : 0;
+}
+
 int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int64_t max_n_in) {
     *out = NULL;
     if (n_threads < 1 || max_tokens < 1 || max_n_in < 1) return -ERR_INVAL;
@@ -137,7 +145,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     }
     size_t acts16_bytes = 0, amx_bytes = 0, amx_scratch_bytes = 0;
     if (q8x16_supported()) {
-        c->amx = !getenv("UVLM_NO_AMX") && q8x16_amx_enable(); /* UVLM_NO_AMX: the vector kernels only */
+        c->amx = compute_amx();
         acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
         c->acts16 = aligned_alloc(64, acts16_bytes);
         if (c->amx && max_tokens >= 16) {
@@ -146,6 +154,7 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
             c->amx_scratch_bytes = round_up(Q8X16_AMX_SCRATCH_BYTES(max_n_in), 64);
             amx_scratch_bytes = (size_t)n_threads * c->amx_scratch_bytes;
             c->amx_scratch = aligned_alloc(64, amx_scratch_bytes);
+            ASSERT(amx_bytes + amx_scratch_bytes == compute_amx_bytes(n_threads, max_tokens, max_n_in));
         }
     }
     c->scratch_bytes = xq_bytes + tile_bytes + xr_bytes + packed_bytes + acts16_bytes + amx_bytes + amx_scratch_bytes;

@@ -78,6 +78,7 @@
 #ifndef UVLM_MATH_MATMUL_H
 #define UVLM_MATH_MATMUL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -105,6 +106,11 @@ int compute_n_threads(const struct compute *c);
 void compute_set_yield_us(struct compute *c, int64_t us);
 /* Bytes of scratch memory the compute allocated (for the startup log). */
 size_t compute_scratch_bytes(const struct compute *c);
+/* Whether compute_create gives 16 tokens and more the AMX kernels here (AMX on this CPU and OS,
+ * UVLM_NO_AMX unset), and the bytes it then adds for them: their activations and a scratch per
+ * thread (for memory estimates before any compute exists). */
+bool compute_amx(void);
+size_t compute_amx_bytes(int n_threads, int64_t max_tokens, int64_t max_n_in);
 
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tok, o < n_out.
  * W: n_out rows of n_in elements of type wtype, rows ggml_row_size(wtype, n_in) bytes apart

@@ -2,6 +2,7 @@
 #include "model/footprint.h"
 #include "common/err.h"
 #include "gguf/gguf.h"
+#include "math/matmul.h"
 #include "memory/kv.h"
 
 #include <stdbool.h>
@@ -160,6 +161,7 @@ static uint64_t buffers_bytes(const struct gguf_file *f, const struct model_shap
         uint64_t tile_rows = min_u64(max_u64((8u << 20) / 4 / max_in, 64), 512);
         compute += max_rows * max_in * 6 + threads * tile_rows * max_in * 4;
     }
+    if (compute_amx()) compute += compute_amx_bytes((int)threads, (int64_t)max_rows, (int64_t)max_in);
     uint64_t sampling = V * 16;
     return 4 * (floats + ints) + compute + sampling;
 }
