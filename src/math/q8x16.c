@@ -424,9 +424,10 @@ AMX static void amx_configure(const int rows[8], const int colsb[8]) {
  * levels) is first copied back to signed levels into the caller's scratch, once for all the
  * tiles of tokens: the tiles' sums are then the dots themselves, and the fold per block and token
  * is group_tile's without its correction: one conversion, one multiply and one fma for 16
- * outputs, so the numbers are group_tile's (the correction's add was a quarter of the fold: the
- * 64-token kernel 210-236 GMAC/s with it, 243-265 without, build/bench/kernels --small-batch
- * --type q8_0x16 --threads 1). Two tile sets take alternate blocks. The activations come in
+ * outputs, so the numbers are group_tile's (adding the correction per token, on tdpbsud's sums of
+ * the levels as stored, is a quarter more of the fold: the 64-token kernel then takes 210-236
+ * GMAC/s against 243-265, build/bench/kernels --small-batch --type q8_0x16 --threads 1). Two tile
+ * sets take alternate blocks. The activations come in
  * q8x16_amx_put's tiles: a block of 16 tokens is 576 bytes in one piece (from q8x16_act's
  * 44-byte blocks, an A tile's 16 rows would be 16 lines apart, and every block's fold would read
  * 16 scattered numbers). */

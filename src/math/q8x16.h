@@ -1,8 +1,9 @@
 /* q8x16.h: Q8_0, Q5_0, Q4_K and Q6_K matrices interleaved by 16 rows, the serving engine's layouts
  * for those weights on AVX-512 VNNI (private to src/math and the model loader; matmul.c runs them
  * as the weight types UVLM_TYPE_Q8_0_X16, _Q5_0_X16, _Q4_K_X16 and _Q6_K_X16 of gguf/types.h).
- * Where the CPU has AMX-INT8, the Q8_0 and Q4_K prompt kernels (q8x16_rows_amx, q4kx16_rows_amx)
- * run whole tiles of 16 tokens on AMX tiles: a 4-byte word of 16 rows is the layout a B tile takes.
+ * Where the CPU has AMX-INT8, the Q8_0, Q4_K and Q6_K prompt kernels (q8x16_rows_amx,
+ * q4kx16_rows_amx, q6kx16_rows_amx) run whole tiles of 16 tokens on AMX tiles: a 4-byte word of
+ * 16 rows is the layout a B tile takes.
  *
  * Why: in GGUF's Q8_0 a row's 32-element blocks lie one after the other, so a SIMD dot spreads one
  * block over 8 integer lanes and pays a float conversion and a multiply-add per block and token for
