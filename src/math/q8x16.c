@@ -1134,7 +1134,10 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
  * 128 h + l exactly. Then the vector kernel's fma per lane and its fold8, so the numbers are
  * dot_q6_K's. A group's super-blocks are made into B tiles once (8 KB each, in the caller's
  * scratch) for all the tiles of tokens; the activations come from q6kx16_amx_put, each lane's 32
- * bytes of a token in one piece. */
+ * bytes of a token in one piece. The tiles bound it: per super-block and tile of tokens, 16
+ * tdpbssd and 16 tile stores (Q4_K's kernel: 12 and 3), about 1.2x the vector kernel at 64 tokens
+ * (build/bench/kernels --small-batch --type q6_kx16 --threads 1), more in a prompt, where a
+ * group's preparation serves more tiles. */
 #define K6_AMX_B 8192   /* a super-block's B tiles: [lane][l, h][word j][16 rows x 4 bytes] */
 #define K6_AMX_ACT 4096 /* 16 tokens' super-block: [lane][token][32 bytes] */
 #define T6_LO 0         /* C: the l products' sums, 16 tokens x 16 rows of int32 */
@@ -1183,8 +1186,8 @@ AMX static void k6_amx_build(const struct k6_parts *p, uint8_t *out) {
     }
 }
 
-/* Group g (its super-blocks as B tiles at b) against the 16 tokens of tile `tile` (Q8_K rows at
- * xq, xq_stride apart; lanes at amx) into y[t * n_out + l]. */
+/* Group g (its super-blocks as B tiles at b) against 16 tokens (Q8_K rows at xq, xq_stride
+ * apart; their lanes at amx, q6kx16_amx_put's) into y[t * n_out + l]. */
 AMX static void k6_amx_group_tile(int64_t nb, const void *w, int64_t g, const uint8_t *b, const uint8_t *xq,
                                   size_t xq_stride, const uint8_t *amx, float *y, int64_t n_out) {
     __m512 acc[AMX_TOKENS][8] __attribute__((aligned(64)));
@@ -1228,6 +1231,7 @@ AMX void q6kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
     ASSERT((uintptr_t)scratch % 64 == 0 && (size_t)nb * K6_AMX_B <= Q8X16_AMX_SCRATCH_BYTES(n_in));
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
     if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
+        /* LO, HI: 16 x 16 int32; A: 16 tokens x 32 bytes; BL, BH: 8 x 64 bytes */
         static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, 8, 8, 0, 0, 0},
                          tile_colsb[8] = {64, 64, 32, 64, 64, 0, 0, 0};
         amx_configure(tile_rows, tile_colsb);
