@@ -314,7 +314,7 @@ static void quantize_all(struct matmul_job *j) {
 }
 
 /* Rows [r0, r1) of one matrix m (weights w, outputs y, n_out rows) on the vector kernels
- * (amx_scratch: the calling thread's, for q8x16_rows_amx). */
+ * (amx_scratch: the calling thread's, for the AMX kernels). */
 static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int64_t r0, int64_t r1, void *amx_scratch) {
     if (d->x16_amx) {
         q8x16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->c->acts_amx, amx_scratch, j->n_tok, d->y);
@@ -396,7 +396,7 @@ static void vec_rows(void *job) {
      * chunks nobody has claimed yet, starting with its own. */
     int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
     if (first >= j->n_parts) first = 0;
-    void *amx_scratch = NULL; /* this thread's, when a matrix takes q8x16_rows_amx or q6kx16_rows_amx */
+    void *amx_scratch = NULL; /* this thread's, when a matrix takes an AMX kernel */
     if (j->amx_acts || j->k6_amx_acts) {
         int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
         ASSERT(slot < j->c->n_threads);

@@ -427,18 +427,15 @@ AMX static void amx_configure(const int rows[8], const int colsb[8]) {
  * outputs, so the numbers are group_tile's (adding the correction per token, on tdpbsud's sums of
  * the levels as stored, is a quarter more of the fold: the 64-token kernel then takes 210-236
  * GMAC/s against 243-265, build/bench/kernels --small-batch --type q8_0x16 --threads 1). Two tile
- * sets take alternate blocks. The activations come in
- * q8x16_amx_put's tiles: a block of 16 tokens is 576 bytes in one piece (from q8x16_act's
- * 44-byte blocks, an A tile's 16 rows would be 16 lines apart, and every block's fold would read
- * 16 scattered numbers). */
+ * sets take alternate blocks. The activations come in q8x16_amx_put's tiles: a block of 16 tokens
+ * is 576 bytes in one piece (from q8x16_act's 44-byte blocks, an A tile's 16 rows would be 16
+ * lines apart, and every block's fold would read 16 scattered numbers). A pass's signed copy stays
+ * in L2 while it meets every tile of tokens in turn, a tile's activations in L1. */
 struct q8x16_amx_block {
     int8_t q[AMX_TOKENS][QK8_0];
     float d[AMX_TOKENS];
 };
 _Static_assert(sizeof(struct q8x16_amx_block) * 32 == Q8X16_AMX_ACT_BYTES(AMX_TOKENS, 32 * 32), "q8x16_amx_block size");
-/* Groups in blocks of at most Q8X16_AMX_GROUP_BYTES of levels (or one group), each block against
- * every tile of tokens in turn: the block's signed copy stays in L2 while a tile's activations
- * (576 bytes a block) stay in L1. */
 #define Q8_C0 0
 #define Q8_C1 1
 #define Q8_A0 2
@@ -489,8 +486,7 @@ AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const 
     } while (0)
 #define Q8_AMX_FOLD_TOKEN(t)                                                                                      \
     a##t = _mm512_fmadd_ps(                                                                                       \
-        _mm512_cvtepi32_ps(_mm512_load_si512(fold_c[t])),   \
-        _mm512_mul_ps(dw, _mm512_set1_ps(fold_x->d[t])), a##t);
+        _mm512_cvtepi32_ps(_mm512_load_si512(fold_c[t])), _mm512_mul_ps(dw, _mm512_set1_ps(fold_x->d[t])), a##t);
 
 /* Group g (data dat, scales as group_tile's) against the 16 tokens of xb (block i at xb + i) into
  * y[t * n_out + l]. */
@@ -792,6 +788,19 @@ AVX512 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
             y[t * n_out + r] = q4kx16_dot_ref(n_in, n_out, w, r, (const uint8_t *)xq + (size_t)t * xq_stride);
 }
 
+/* What a K-quant AMX kernel leaves to its vector kernel `rows` (q4kx16_rows, q6kx16_rows): the
+ * tail rows (GGUF) of the n_amx tokens it took, and the tokens past them. */
+typedef void kx16_vec_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                           size_t xq_stride, int64_t n_tok, float *y);
+static void kx16_amx_rest(kx16_vec_rows *rows, int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1,
+                          const void *xq, size_t xq_stride, int64_t n_amx, int64_t n_tok, float *y) {
+    const int64_t full = n_out / Q8X16_ROWS * Q8X16_ROWS;
+    if (r1 > full && n_amx > 0) rows(n_in, n_out, w, full > r0 ? full : r0, r1, xq, xq_stride, n_amx, y);
+    if (n_tok > n_amx)
+        rows(n_in, n_out, w, r0, r1, (const uint8_t *)xq + (size_t)n_amx * xq_stride, xq_stride, n_tok - n_amx,
+             y + n_amx * n_out);
+}
+
 /* ---- Q4_K on AMX ----------------------------------------------------------------------- */
 
 /* A tile sums 64 elements, two sub-blocks, under one number per column, while a Q4_K row's
@@ -926,11 +935,7 @@ AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
         }
         _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
     }
-    if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */
-        q4kx16_rows(n_in, n_out, w, full > r0 ? full : r0, r1, xq, xq_stride, n_amx, y);
-    if (n_tok > n_amx) /* the tokens past the last whole tile: the vector kernel */
-        q4kx16_rows(n_in, n_out, w, r0, r1, (const uint8_t *)xq + (size_t)n_amx * xq_stride, xq_stride, n_tok - n_amx,
-                    y + n_amx * n_out);
+    kx16_amx_rest(q4kx16_rows, n_in, n_out, w, r0, r1, xq, xq_stride, n_amx, n_tok, y);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------------- */
@@ -1247,9 +1252,5 @@ AMX void q6kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
         }
         _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
     }
-    if (r1 > full && n_amx > 0) /* the tail rows (GGUF) of those tokens */
-        q6kx16_rows(n_in, n_out, w, full > r0 ? full : r0, r1, xq, xq_stride, n_amx, y);
-    if (n_tok > n_amx) /* the tokens past the last whole tile: the vector kernel */
-        q6kx16_rows(n_in, n_out, w, r0, r1, (const uint8_t *)xq + (size_t)n_amx * xq_stride, xq_stride, n_tok - n_amx,
-                    y + n_amx * n_out);
+    kx16_amx_rest(q6kx16_rows, n_in, n_out, w, r0, r1, xq, xq_stride, n_amx, n_tok, y);
 }
