@@ -4,6 +4,7 @@
 #include "model/arch.h"
 #include "model/footprint.h"
 #include "common/err.h"
+#include "math/matmul.h"
 #include "math/q8x16.h"
 #include "math/quant.h"
 
@@ -543,3 +544,5 @@ size_t forward_ctx_bytes(const struct forward_ctx *fc) { return fc->impl->ctx_by
 int model_forward(const struct model *m, struct forward_ctx *fc, struct memory *mem, const struct batch *b) {
     return m->hp.impl->forward(m, fc, mem, b);
 }
+
+bool model_prompts_on_amx(const struct model *m) { return m->serving_layout && compute_amx(); }

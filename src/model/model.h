@@ -164,6 +164,10 @@ struct model_options {
     bool serving_layout;
 };
 
+/* Whether prompts (16 tokens and more) multiply m's rewritten matrices on AMX tiles on this CPU
+ * (math/matmul.h's compute_amx; for the load log). */
+bool model_prompts_on_amx(const struct model *m);
+
 /* 0, or -ERR_IO / -ERR_FORMAT / -ERR_UNSUPPORTED (+ message in why). */
 int model_load(struct model **out, const char *path, const struct model_options *opt, char *why, size_t why_len);
 void model_free(struct model *m);

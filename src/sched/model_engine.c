@@ -224,7 +224,10 @@ void model_engine_describe(const struct model_engine *e, char *out, size_t cap) 
              "memory (%s, K %s, V %s) %lld cells%s for %d sequences, %.1f MiB; forward buffers %.1f MiB",
              hp->arch_name, hp->n_layer, hp->n_embd, e->n_vocab, e->n_ctx, hp->n_ctx_train,
              (double)e->model->weight_bytes / (1 << 20),
-             e->model->serving_layout ? " (Q8_0 / Q5_0 / Q4_K interleaved by 16 rows)" : "", e->mem->ops->kind,
+             !e->model->serving_layout         ? ""
+             : model_prompts_on_amx(e->model) ? " (Q8_0 / Q5_0 / Q4_K / Q6_K interleaved by 16 rows; prompts on AMX tiles)"
+                                              : " (Q8_0 / Q5_0 / Q4_K / Q6_K interleaved by 16 rows)",
+             e->mem->ops->kind,
              e->kv_type_k, e->kv_type_v, (long long)u.cells_total, states,
              e->n_seq_max, (double)u.bytes / (1 << 20), (double)forward_ctx_bytes(e->fc) / (1 << 20));
     size_t len = strlen(out);
