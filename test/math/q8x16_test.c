@@ -300,7 +300,7 @@ typedef void kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, i
  * scalar dot_q4_K (quant.c): the token counts n_toks, row ranges of whole groups and the tail
  * rows, both alignments, nothing written outside the range; the scales and mins use all 6 bits. */
 static void check_q4k_rows(struct test_case *t, kx16_rows *rows, const int *n_toks, size_t n_n_toks) {
-    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 70 };
+    enum { N_IN = 512, N_OUT = 53, MAX_TOK = 150 };
     static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT];
     static uint8_t xq[MAX_TOK * N_IN * 2];
     const size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_K, N_IN), row = ggml_row_size(GGML_TYPE_Q4_K, N_IN);
@@ -353,11 +353,11 @@ TEST(q4kx16_rows_equal_the_gguf_numbers) {
     check_q4k_rows(t, q4kx16_rows, n_toks, 21);
 }
 
-/* q4kx16_rows_amx the same: one to five tiles of 16 tokens (four per pass), with and without
- * tokens left for the vector kernel. */
+/* q4kx16_rows_amx the same: one to nine tiles of 16 tokens (a pass takes up to eight), with and
+ * without tokens left for the vector kernel. */
 TEST(q4kx16_rows_amx_equal_the_gguf_numbers) {
     if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q4kx16_rows");
-    static const int n_toks[] = {1, 15, 16, 17, 31, 32, 48, 63, 64, 65, 70};
+    static const int n_toks[] = {1, 15, 16, 17, 31, 32, 48, 63, 64, 65, 70, 128, 129, 144, 150};
     check_q4k_rows(t, q4kx16_rows_amx, n_toks, sizeof n_toks / sizeof *n_toks);
 }
 
