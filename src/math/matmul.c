@@ -92,11 +92,20 @@ typedef void (*x16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t 
 static x16_rows_fn x16_kernel(enum ggml_type t) {
     return t == UVLM_TYPE_Q8_0_X16 ? q8x16_rows : t == UVLM_TYPE_Q5_0_X16 ? q5x16_rows : NULL;
 }
-/* The K-quant layouts of q8x16.h: their kernel on the Q8_K activations as they are (NULL otherwise). */
+/* The K-quant layouts of q8x16.h: their vector kernel on the Q8_K activations as they are, and
+ * their AMX kernel, which also reads the activations' tiles (NULL otherwise). */
 typedef void (*kx16_rows_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
                              size_t xq_stride, int64_t n_tok, float *y);
-static kx16_rows_fn kx16_kernel(const struct compute *c, enum ggml_type t) {
-    return t == UVLM_TYPE_Q4_K_X16 ? (c->amx ? q4kx16_rows_amx : q4kx16_rows) : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows : NULL;
+typedef void (*kx16_amx_fn)(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                            size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y);
+static kx16_rows_fn kx16_kernel(enum ggml_type t) {
+    return t == UVLM_TYPE_Q4_K_X16 ? q4kx16_rows : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows : NULL;
+}
+static kx16_amx_fn kx16_amx_kernel(enum ggml_type t) {
+    return t == UVLM_TYPE_Q4_K_X16 ? q4kx16_rows_amx : t == UVLM_TYPE_Q6_K_X16 ? q6kx16_rows_amx : NULL;
+}
+static int64_t kx16_amx_min_tokens(enum ggml_type t) {
+    return t == UVLM_TYPE_Q4_K_X16 ? Q4KX16_AMX_MIN_TOKENS : Q6KX16_AMX_MIN_TOKENS;
 }
 /* Any of q8x16.h's layouts. */
 static bool is_kx16(enum ggml_type t) { return t == UVLM_TYPE_Q4_K_X16 || t == UVLM_TYPE_Q6_K_X16; }
@@ -248,7 +257,7 @@ struct mat_desc {
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
     bool x16_amx;    /* Q8_0_X16: q8x16_rows_amx on c->acts16 and c->acts_amx instead */
     kx16_rows_fn kx16; /* Q4_K_X16 / Q6_K_X16: q8x16.h's kernel on the job's xq instead */
-    bool k6_amx;     /* Q6_K_X16: q6kx16_rows_amx on the job's xq and c->acts_amx instead */
+    kx16_amx_fn kx16_amx; /* from 16 tokens with AMX: its AMX kernel on the job's xq and c->acts_amx instead */
 };
 
 struct matmul_job {
@@ -271,7 +280,7 @@ struct matmul_job {
     quant_to_float_fn to_float;
     bool x16_acts; /* quantize_rows also writes c->acts16 (a matrix of the job is in a q8x16.h layout) */
     bool amx_acts; /* and c->acts_amx (a Q8_0_X16 matrix takes q8x16_rows_amx) */
-    bool k6_amx_acts; /* quantize_rows writes c->acts_amx for q6kx16_rows_amx */
+    bool k4_amx_acts, k6_amx_acts; /* quantize_rows writes c->acts_amx for q4kx16_rows_amx, q6kx16_rows_amx */
     /* vector path: the matrices sharing the job (same n_in and activation type, each with its
      * own kernels: mat_desc), their rows numbered one after the other in chunks that never
      * straddle two, and the parts */
@@ -292,6 +301,7 @@ static void quantize_rows(void *job) {
             q8x16_pack_acts(xq, j->xq_stride, 1, j->n_in, acts);
             if (j->amx_acts && t < j->n_tok / 16 * 16) q8x16_amx_put(acts, t, j->n_in, j->c->acts_amx);
         }
+        if (j->k4_amx_acts && t < j->n_tok / 16 * 16) q4kx16_amx_put(xq, t, j->n_in, j->c->acts_amx);
         if (j->k6_amx_acts && t < j->n_tok / 16 * 16) q6kx16_amx_put(xq, t, j->n_in, j->c->acts_amx);
     }
 }
@@ -324,8 +334,8 @@ static void vec_chunk(const struct matmul_job *j, const struct mat_desc *d, int6
         d->x16(j->n_in, d->n_out, d->w, r0, r1, j->c->acts16, j->n_tok, d->y);
         return;
     }
-    if (d->k6_amx) {
-        q6kx16_rows_amx(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->c->acts_amx, amx_scratch, j->n_tok, d->y);
+    if (d->kx16_amx) {
+        d->kx16_amx(j->n_in, d->n_out, d->w, r0, r1, j->xq, j->xq_stride, j->c->acts_amx, amx_scratch, j->n_tok, d->y);
         return;
     }
     if (d->kx16) {
@@ -397,7 +407,7 @@ static void vec_rows(void *job) {
     int first = atomic_fetch_add_explicit(&j->part_slot, 1, memory_order_relaxed);
     if (first >= j->n_parts) first = 0;
     void *amx_scratch = NULL; /* this thread's, when a matrix takes an AMX kernel */
-    if (j->amx_acts || j->k6_amx_acts) {
+    if (j->amx_acts || j->k4_amx_acts || j->k6_amx_acts) {
         int slot = atomic_fetch_add_explicit(&j->tile_slot, 1, memory_order_relaxed);
         ASSERT(slot < j->c->n_threads);
         amx_scratch = j->c->amx_scratch + (size_t)slot * j->c->amx_scratch_bytes;
@@ -641,12 +651,15 @@ static void vec_shared(struct compute *c, struct matmul_job *j, const enum ggml_
         if ((d->x16 = x16_kernel(types[m]))) {
             ASSERT(c->acts16 && j->xtype == GGML_TYPE_Q8_0);
             j->x16_acts = true;
-            d->x16_amx = types[m] == UVLM_TYPE_Q8_0_X16 && c->acts_amx && j->n_tok >= 16;
+            d->x16_amx = types[m] == UVLM_TYPE_Q8_0_X16 && c->acts_amx && j->n_tok >= Q8X16_AMX_MIN_TOKENS;
             j->amx_acts = j->amx_acts || d->x16_amx;
-        } else if ((d->kx16 = kx16_kernel(c, types[m]))) {
+        } else if ((d->kx16 = kx16_kernel(types[m]))) {
             ASSERT(j->xtype == GGML_TYPE_Q8_K);
-            d->k6_amx = types[m] == UVLM_TYPE_Q6_K_X16 && c->acts_amx && j->n_tok >= 16;
-            j->k6_amx_acts = j->k6_amx_acts || d->k6_amx;
+            if (c->acts_amx && j->n_tok >= kx16_amx_min_tokens(types[m])) {
+                d->kx16_amx = kx16_amx_kernel(types[m]);
+                j->k4_amx_acts = j->k4_amx_acts || types[m] == UVLM_TYPE_Q4_K_X16;
+                j->k6_amx_acts = j->k6_amx_acts || types[m] == UVLM_TYPE_Q6_K_X16;
+            }
         } else {
             ASSERT(quant_supported(types[m]) && quant_vec_dot_type(types[m]) == j->xtype);
             struct matmul_job k = {.c = c, .wtype = types[m], .n_tok = j->n_tok,

@@ -37,11 +37,12 @@
  *       numbers of GGUF Q4_K / Q6_K on every path here (dot_q4_K's, dot_q6_K's order). The two
  *       share a dispatch at every token count (one activation type), and with GGUF Q6_K on
  *       decode steps (TinyLlama Q4_K_M's Q/K/V), not with the Q8_0-activation layouts above.
- *   With AMX-INT8 (compute_amx()): from 16 tokens on, UVLM_TYPE_Q8_0_X16, _Q4_K_X16 and
- *       _Q6_K_X16 take q8x16_rows_amx / q4kx16_rows_amx / q6kx16_rows_amx instead, whole tiles
- *       of 16 tokens on AMX tiles and the rest on the kernels above, the same numbers (the Q8_0
- *       activations, and the Q8_K ones for Q6_K, are also copied into the AMX kernels' tiles
- *       while they are quantized; each thread has a scratch of its own for their weight tiles).
+ *   With AMX-INT8 (compute_amx()): UVLM_TYPE_Q8_0_X16, _Q4_K_X16 and _Q6_K_X16 take
+ *       q8x16_rows_amx / q4kx16_rows_amx / q6kx16_rows_amx instead from the token counts where
+ *       those are faster (q8x16.h's *_AMX_MIN_TOKENS: 32, 16, 48), whole tiles of 16 tokens on
+ *       AMX tiles and the rest on the kernels above, the same numbers (the activations are also
+ *       copied into the AMX kernels' tiles while they are quantized; each thread has a scratch
+ *       of its own for their weight tiles).
  *   Q8_0 weights, n_tok >= MATMUL_GEMM_Q8_MIN_TOKENS, AVX-512 VNNI: the integer GEMM of
  *       gemm_q8.h, every output exactly its vector-path value. Q4_0 and Q5_0 weights from 6
  *       tokens up to MATMUL_BLAS_MIN_TOKENS likewise, their rows rewritten as Q8_0 chunk by

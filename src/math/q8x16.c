@@ -435,7 +435,7 @@ struct q8x16_amx_block {
     int8_t q[AMX_TOKENS][QK8_0];
     float d[AMX_TOKENS];
 };
-_Static_assert(sizeof(struct q8x16_amx_block) * 32 == Q8X16_AMX_ACT_BYTES(AMX_TOKENS, 32 * 32), "q8x16_amx_block size");
+_Static_assert(sizeof(struct q8x16_amx_block) * 32 <= Q8X16_AMX_ACT_BYTES(AMX_TOKENS, 32 * 32), "q8x16_amx_block fits acts_amx");
 #define Q8_C0 0
 #define Q8_C1 1
 #define Q8_A0 2
@@ -801,6 +801,35 @@ static void kx16_amx_rest(kx16_vec_rows *rows, int64_t n_in, int64_t n_out, cons
              y + n_amx * n_out);
 }
 
+/* The K-quant AMX kernels' activations in amx, per tile of 16 tokens and super-block
+ * ([tile][super-block]): Q6_K's (q6kx16_amx_put) and Q4_K's (q4kx16_amx_put) side by side, so
+ * that the matrices of one matmul in either type (a Q4_K_M file's attn_q and attn_v) read one
+ * quantization; both kernels' A tiles in one piece each, and the numbers their folds take per
+ * token without reading the Q8_K rows (a prompt's rows, thousands of bytes apart, miss the
+ * caches). */
+struct kx16_amx_act {
+    float d[AMX_TOKENS];             /* the tokens' Q8_K scales (both) */
+    int8_t lanes[8][AMX_TOKENS][32]; /* Q6_K: lane k of each token (bytes 4k..4k+3 of its 8 words of 32) */
+    int8_t qs[4][AMX_TOKENS][64];    /* Q4_K: chunk c of each token's 256 levels */
+    int32_t mins[AMX_TOKENS][4];     /* Q4_K: sub-blocks 2q and 2q + 1's sums of levels as an int16 pair */
+};
+_Static_assert(sizeof(struct kx16_amx_act) * 32 <= Q8X16_AMX_ACT_BYTES(16, 32 * QK_K), "the K-quants' tiles fit acts_amx");
+
+static struct kx16_amx_act *kx16_amx_act(const void *amx, int64_t nb, int64_t tile, int64_t i) {
+    return (struct kx16_amx_act *)amx + tile * nb + i;
+}
+
+/* Both K-quant kernels split each weight's value in two parts of a byte (lo and hi) and take two
+ * tiles of 16 tokens at a time against a group's B tiles: */
+#define T_LO0 0 /* C: the first tile's lo products' sums, 16 tokens x 16 rows of int32 */
+#define T_HI0 1 /* C: its hi products' */
+#define T_LO1 2 /* C: the second tile's lo */
+#define T_HI1 3 /* C: its hi */
+#define T_A0 4  /* A: the first tile's 16 tokens x their activations (Q4_K: 64 of a chunk; Q6_K: 32 of a lane) */
+#define T_A1 5  /* A: the second tile's */
+#define T_BL 6  /* B: the 16 rows' lo parts (Q4_K: 16 x 64 bytes; Q6_K: 8 x 64) */
+#define T_BH 7  /* B: their hi parts */
+
 /* ---- Q4_K on AMX ----------------------------------------------------------------------- */
 
 /* A tile sums 64 elements, two sub-blocks, under one number per column, while a Q4_K row's
@@ -808,30 +837,42 @@ static void kx16_amx_rest(kx16_vec_rows *rows, int64_t n_in, int64_t n_out, cons
  * levels' dot). So each scale is split in two 3-bit parts, sc = 8 * hi + lo, and the levels are
  * multiplied by them before the tiles (level * part <= 15 * 7, a byte): two C tiles sum the lo
  * and the hi products over the whole super-block, 4 tdpbsud each, and sumi = 8 * hi + lo exactly.
- * A third sums the activations times their sub-block's min (the same integer as the vector
- * kernel's mins against the bsums). Then the vector kernel's two fmas per super-block, so the
- * numbers are dot_q4_K's. A group's super-block, so prepared (12 KB: struct k4_amx_b), serves
- * up to K4_AMX_TILES tiles of 16 tokens. */
+ * The mins' integer (sum_j min_j * the sub-block's sum of levels) stays on the vector units, 4
+ * vpdpwssd per token from the pairs of sums q4kx16_amx_put made once per token. Then the vector
+ * kernel's two fmas per super-block, so the numbers are dot_q4_K's. A group's super-block, so
+ * prepared (8 KB: struct k4_amx_b), serves up to K4_AMX_TILES tiles of 16 tokens, two at a time
+ * (their four C tiles beside one A tile each and the two B tiles they share: 8 tile loads, 16
+ * tdpbsud and 4 stores per super-block and pair). The fold of a pair runs after the next pair's
+ * tile instructions are issued, so that the tile unit and the vector units work side by side. */
 #define K4_AMX_TILES 8
-#define T_LO 0 /* C: the lo products' sums, 16 tokens x 16 rows of int32 */
-#define T_HI 1 /* C: the hi products' */
-#define T_MN 2 /* C: the mins' sums (sum_j min_j * the sub-block's activations) */
-#define T_A0 3 /* A: 16 tokens x 64 activations (even 64-element chunks) */
-#define T_A1 4 /* (odd chunks) */
-#define T_BL 5 /* B: 16 x (16 rows x 4 levels), lo-scaled */
-#define T_BH 6 /* hi-scaled */
-#define T_BM 7 /* each element's sub-block min */
+
+void q4kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx) {
+    const int64_t nb = n_in / QK_K;
+    const block_q8_K *x = xq;
+    const int tt = (int)(t % AMX_TOKENS);
+    for (int64_t i = 0; i < nb; i++) {
+        struct kx16_amx_act *a = kx16_amx_act(amx, nb, t / AMX_TOKENS, i);
+        for (int c = 0; c < 4; c++) memcpy(a->qs[c][tt], x[i].qs + 64 * c, 64);
+        for (int q = 0; q < 4; q++) { /* as k4_group_tile's words for vpdpwssd */
+            const int32_t s0 = x[i].bsums[4 * q] + x[i].bsums[4 * q + 1], s1 = x[i].bsums[4 * q + 2] + x[i].bsums[4 * q + 3];
+            a->mins[tt][q] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)s1 << 16);
+        }
+        a->d[tt] = x[i].d;
+    }
+}
 
 /* A group's super-block for the tiles: b[c][p] the B tiles of 64-element chunk c (sub-blocks 2c,
  * 2c + 1), row kk (< 8: word 8c + kk's low nibbles, sub-block 2c; >= 8: word 8c + kk - 8's high
- * nibbles, sub-block 2c + 1): p = 0, 1 the levels times the lo and hi scale parts; p = 2 the
- * sub-block's min in all 4 bytes of each row's lane. */
+ * nibbles, sub-block 2c + 1), p = 0, 1 the levels times the lo and hi scale parts; with the
+ * rows' scales and mins' pairs for the fold. */
 struct k4_amx_b {
-    uint8_t b[4][3][16][64];
+    uint8_t b[4][2][16][64];
+    __m512 dw, dmw; /* the rows' d, dmin */
+    __m512i mn2[4]; /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane */
 };
 
 AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7), bytes4 = _mm512_set1_epi32(0x01010101);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7);
     for (int c = 0; c < 4; c++) {
         __m512i part[2][2]; /* [sub-block 2c + h][lo, hi]: each row's part in both 16-bit halves */
         for (int h = 0; h < 2; h++) {
@@ -839,8 +880,6 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
             const __m512i lo = _mm512_and_si512(sc, c7), hi = _mm512_srli_epi32(sc, 3);
             part[h][0] = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
             part[h][1] = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
-            const __m512i mn = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * c + h, true)), bytes4);
-            for (int kk = 0; kk < 8; kk++) _mm512_store_si512(out->b[c][2][kk + 8 * h], mn);
         }
 #pragma GCC unroll 8
         for (int kk = 0; kk < 8; kk++) {
@@ -852,72 +891,105 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
                     _mm512_store_si512(out->b[c][q][kk + 8 * h], _mm512_mullo_epi16(lv[h], part[h][q]));
         }
     }
+    out->dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->d));
+    out->dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->dmin));
+    for (int q = 0; q < 4; q++)
+        out->mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q, true)),
+                                      _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q + 1, true)), 16));
 }
 
-/* Super-block i of the 16 tokens at xq (Q8_K rows xq_stride apart) against the prepared b: the
- * lo, hi and mins' sums into sums[0], sums[1], sums[2] (each [t][l]). */
-AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct k4_amx_b *b, const uint8_t *xq,
-                                                                   size_t xq_stride, int64_t i,
-                                                                   int32_t sums[3][AMX_TOKENS][Q8X16_ROWS]) {
-    const int8_t *qs = ((const block_q8_K *)xq)[i].qs;
-    TILE(_tile_zero, T_LO);
-    TILE(_tile_zero, T_HI);
-    TILE(_tile_zero, T_MN);
-    for (int c = 0; c < 4; c += 2) {
-        TILE(_tile_loadd, T_A0, qs + 64 * c, xq_stride);
-        TILE(_tile_loadd, T_BL, b->b[c][0], 64);
-        TILE(_tile_dpbsud, T_LO, T_A0, T_BL);
-        TILE(_tile_loadd, T_BH, b->b[c][1], 64);
-        TILE(_tile_dpbsud, T_HI, T_A0, T_BH);
-        TILE(_tile_loadd, T_BM, b->b[c][2], 64);
-        TILE(_tile_dpbsud, T_MN, T_A0, T_BM);
-        TILE(_tile_loadd, T_A1, qs + 64 * (c + 1), xq_stride);
-        TILE(_tile_loadd, T_BL, b->b[c + 1][0], 64);
-        TILE(_tile_dpbsud, T_LO, T_A1, T_BL);
-        TILE(_tile_loadd, T_BH, b->b[c + 1][1], 64);
-        TILE(_tile_dpbsud, T_HI, T_A1, T_BH);
-        TILE(_tile_loadd, T_BM, b->b[c + 1][2], 64);
-        TILE(_tile_dpbsud, T_MN, T_A1, T_BM);
+/* n (1 or 2) tiles of tokens, x[k] tile k's super-block, against the prepared b: the lo and hi
+ * sums into sums[k][0], sums[k][1] (each [t][l]). */
+AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct k4_amx_b *b,
+                                                                   const struct kx16_amx_act *const x[2], const int n,
+                                                                   int32_t sums[2][2][AMX_TOKENS][Q8X16_ROWS]) {
+    TILE(_tile_zero, T_LO0);
+    TILE(_tile_zero, T_HI0);
+    if (n > 1) {
+        TILE(_tile_zero, T_LO1);
+        TILE(_tile_zero, T_HI1);
     }
-    TILE(_tile_stored, T_LO, sums[0], 64);
-    TILE(_tile_stored, T_HI, sums[1], 64);
-    TILE(_tile_stored, T_MN, sums[2], 64);
+    for (int c = 0; c < 4; c++) {
+        TILE(_tile_loadd, T_BL, b->b[c][0], 64);
+        TILE(_tile_loadd, T_BH, b->b[c][1], 64);
+        TILE(_tile_loadd, T_A0, x[0]->qs[c], 64);
+        TILE(_tile_dpbsud, T_LO0, T_A0, T_BL);
+        TILE(_tile_dpbsud, T_HI0, T_A0, T_BH);
+        if (n > 1) {
+            TILE(_tile_loadd, T_A1, x[1]->qs[c], 64);
+            TILE(_tile_dpbsud, T_LO1, T_A1, T_BL);
+            TILE(_tile_dpbsud, T_HI1, T_A1, T_BH);
+        }
+    }
+    TILE(_tile_stored, T_LO0, sums[0][0], 64);
+    TILE(_tile_stored, T_HI0, sums[0][1], 64);
+    if (n > 1) {
+        TILE(_tile_stored, T_LO1, sums[1][0], 64);
+        TILE(_tile_stored, T_HI1, sums[1][1], 64);
+    }
 }
 
-/* Group g against the tokens of n_tiles tiles of 16 (tile k's Q8_K rows at xq + 16 k xq_stride)
- * into y[t * n_out + l]. */
-AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const uint8_t *xq, size_t xq_stride, int n_tiles,
+/* One tile's sums s (lo, hi) of super-block i (prepared in b; the tokens' in x) into its 16
+ * tokens' a, m: k4_group_tile's fmas. */
+AMX static inline __attribute__((always_inline)) void k4_amx_fold(const struct k4_amx_b *b, const struct kx16_amx_act *x,
+                                                                  const int32_t s[2][AMX_TOKENS][Q8X16_ROWS], int64_t i,
+                                                                  __m512 a[AMX_TOKENS], __m512 m[AMX_TOKENS]) {
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int t = 0; t < AMX_TOKENS; t++) {
+        const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s[1][t]), 3), _mm512_load_si512(s[0][t]));
+        __m512i summ = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) summ = _mm512_dpwssd_epi32(summ, b->mn2[q], _mm512_set1_epi32(x->mins[t][q]));
+        const __m512 xd = _mm512_set1_ps(x->d[t]);
+        a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(b->dw, xd), i ? a[t] : zero);
+        m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(b->dmw, xd), i ? m[t] : zero);
+    }
+}
+
+/* Group g against the tokens of n_tiles tiles of 16 (their activations from tile t0 of amx) into
+ * y[t * n_out + l]. Super-block by super-block, pair by pair; each pair's fold runs after the next
+ * pair's tile instructions are issued (its sums and its super-block in the other of two buffers):
+ * pp512 of the TinyLlama-shaped Q4_K_M file 2-5% faster than folding each pair at once, the
+ * 64-token kernel 15-20% (build/bench/forward_bench --pp-only, build/bench/kernels
+ * --small-batch --type q4_kx16 --threads 1). */
+AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const void *amx, int64_t t0, int n_tiles,
                              float *y, int64_t n_out) {
-    struct k4_amx_b b __attribute__((aligned(64))); /* super-block i, prepared */
-    int32_t sums[3][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* lo, hi, mins */
+    struct k4_amx_b b[2] __attribute__((aligned(64)));                              /* [super-block % 2] */
+    int32_t sums[2][2][2][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* [pair % 2][tile][lo, hi] */
     /* as k4_group_tile's a, m; from 0.0 at i = 0 rather than cleared first (16 KB per group) */
     __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS];
-    const __m512 zero = _mm512_setzero_ps();
+    const int last = (n_tiles - 1) / 2 * 2; /* the last pair's first tile */
+    int buf = 0;
+    /* pair k (its n tiles) of super-block i, its sums in sums[pb], into a, m */
+#define K4_AMX_FOLD(i, k, n, pb)                                                                                 \
+    for (int h = 0; h < (n); h++)                                                                                \
+        k4_amx_fold(&b[(i) % 2], kx16_amx_act(amx, nb, t0 + (k) + h, (i)), sums[pb][h], (i), a[(k) + h], m[(k) + h]);
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
-        k4_amx_build(&p, &b);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
-        const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.dmin));
-        for (int k = 0; k < n_tiles; k++) {
-            const uint8_t *xk = xq + (size_t)k * AMX_TOKENS * xq_stride;
-            k4_amx_tiles(&b, xk, xq_stride, i, sums);
-#pragma GCC unroll 4
-            for (int t = 0; t < AMX_TOKENS; t++) {
-                const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1][t]), 3), _mm512_load_si512(sums[0][t]));
-                const __m512 xd = _mm512_set1_ps(((const block_q8_K *)(xk + (size_t)t * xq_stride))[i].d);
-                a[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), i ? a[k][t] : zero);
-                m[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmw, xd),
-                                          i ? m[k][t] : zero);
+        k4_amx_build(&p, &b[i % 2]);
+        for (int k = 0; k < n_tiles; k += 2, buf ^= 1) {
+            const int n = k < last ? 2 : n_tiles - last;
+            const struct kx16_amx_act *x[2] = {kx16_amx_act(amx, nb, t0 + k, i), kx16_amx_act(amx, nb, t0 + k + n - 1, i)};
+            if (n == 2) k4_amx_tiles(&b[i % 2], x, 2, sums[buf]);
+            else k4_amx_tiles(&b[i % 2], x, 1, sums[buf]);
+            if (k > 0) {
+                K4_AMX_FOLD(i, k - 2, 2, buf ^ 1)
+            } else if (i > 0) {
+                K4_AMX_FOLD(i - 1, last, n_tiles - last, buf ^ 1)
             }
         }
     }
+    K4_AMX_FOLD(nb - 1, last, n_tiles - last, buf ^ 1)
+#undef K4_AMX_FOLD
     for (int k = 0; k < n_tiles; k++)
         for (int t = 0; t < AMX_TOKENS; t++)
             _mm512_storeu_ps(y + (size_t)(k * AMX_TOKENS + t) * (size_t)n_out, _mm512_sub_ps(a[k][t], m[k][t]));
 }
 
 AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
-                         size_t xq_stride, int64_t n_tok, float *y) {
+                         size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y) {
+    (void)scratch;
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
@@ -930,8 +1002,7 @@ AMX void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
         for (int64_t t0 = 0; t0 < n_amx; t0 += K4_AMX_TILES * AMX_TOKENS) {
             const int n_tiles = (int)((n_amx - t0) / AMX_TOKENS < K4_AMX_TILES ? (n_amx - t0) / AMX_TOKENS : K4_AMX_TILES);
             for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++)
-                k4_amx_group(nb, w, g, (const uint8_t *)xq + (size_t)t0 * xq_stride, xq_stride, n_tiles,
-                             y + t0 * n_out + g * Q8X16_ROWS, n_out);
+                k4_amx_group(nb, w, g, amx, t0 / AMX_TOKENS, n_tiles, y + t0 * n_out + g * Q8X16_ROWS, n_out);
         }
         _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
     }
@@ -1138,27 +1209,23 @@ AVX512 void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, 
  * two C tiles (tdpbssd, signed x signed) sum the l and the h products, and the lane's integer is
  * 128 h + l exactly. Then the vector kernel's fma per lane and its fold8, so the numbers are
  * dot_q6_K's. A group's super-blocks are made into B tiles once (8 KB each, in the caller's
- * scratch) for all the tiles of tokens; the activations come from q6kx16_amx_put, each lane's 32
- * bytes of a token in one piece. The tiles bound it: per super-block and tile of tokens, 16
- * tdpbssd and 16 tile stores (Q4_K's kernel: 12 and 3), about 1.2x the vector kernel at 64 tokens
- * (build/bench/kernels --small-batch --type q6_kx16 --threads 1), more in a prompt, where a
- * group's preparation serves more tiles. */
+ * scratch) for all the tiles of tokens, taken two tiles at a time, which share each lane's B
+ * tiles; the activations come from q6kx16_amx_put, each lane's 32 bytes of a token in one piece.
+ * The tiles bound it: per super-block and tile of tokens, 16 tdpbssd and 16 tile stores (Q4_K's
+ * kernel: 8 and 2), about 1.5x the vector kernel at 256 tokens (build/bench/kernels
+ * --small-batch --type q6_kx16 --threads 1: 64 tokens, 1.2x). */
 #define K6_AMX_B 8192   /* a super-block's B tiles: [lane][l, h][word j][16 rows x 4 bytes] */
-#define K6_AMX_ACT 4096 /* 16 tokens' super-block: [lane][token][32 bytes] */
-#define T6_LO 0         /* C: the l products' sums, 16 tokens x 16 rows of int32 */
-#define T6_HI 1         /* C: the h products' */
-#define T6_A 2          /* A: 16 tokens x a lane's 32 activations */
-#define T6_BL 3         /* B: 8 words x (16 rows x 4 l) */
-#define T6_BH 4         /* B: the same for h */
-_Static_assert(K6_AMX_ACT * 32 <= Q8X16_AMX_ACT_BYTES(16, 32 * QK_K), "q6kx16_amx_put fits acts_amx");
 
 void q6kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx) {
     const int64_t nb = n_in / QK_K;
     const block_q8_K *x = xq;
-    uint8_t *out = (uint8_t *)amx + (size_t)(t / AMX_TOKENS * nb) * K6_AMX_ACT + (size_t)(t % AMX_TOKENS) * 32;
-    for (int64_t i = 0; i < nb; i++, out += K6_AMX_ACT)
+    const int tt = (int)(t % AMX_TOKENS);
+    for (int64_t i = 0; i < nb; i++) {
+        struct kx16_amx_act *a = kx16_amx_act(amx, nb, t / AMX_TOKENS, i);
         for (int k = 0; k < 8; k++)
-            for (int j = 0; j < 8; j++) memcpy(out + k * AMX_TOKENS * 32 + 4 * j, x[i].qs + 32 * j + 4 * k, 4);
+            for (int j = 0; j < 8; j++) memcpy(a->lanes[k][tt] + 4 * j, x[i].qs + 32 * j + 4 * k, 4);
+        a->d[tt] = x[i].d;
+    }
 }
 
 /* Super-block p of a group as B tiles into out (K6_AMX_B bytes, 64-byte aligned). */
@@ -1191,41 +1258,70 @@ AMX static void k6_amx_build(const struct k6_parts *p, uint8_t *out) {
     }
 }
 
-/* Group g (its super-blocks as B tiles at b) against 16 tokens (Q8_K rows at xq, xq_stride
- * apart; their lanes at amx, q6kx16_amx_put's) into y[t * n_out + l]. */
-AMX static void k6_amx_group_tile(int64_t nb, const void *w, int64_t g, const uint8_t *b, const uint8_t *xq,
-                                  size_t xq_stride, const uint8_t *amx, float *y, int64_t n_out) {
-    __m512 acc[AMX_TOKENS][8] __attribute__((aligned(64)));
-    int32_t lo[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))), hi[AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64)));
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const struct k6_parts p = k6_sb(w, nb, g, i);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p.d));
-        __m512 dwx[AMX_TOKENS];
-        for (int t = 0; t < AMX_TOKENS; t++)
-            dwx[t] = _mm512_mul_ps(dw, _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * xq_stride))[i].d));
-        const uint8_t *bi = b + (size_t)i * K6_AMX_B, *ai = amx + (size_t)i * K6_AMX_ACT;
-        for (int k = 0; k < 8; k++) {
-            TILE(_tile_zero, T6_LO);
-            TILE(_tile_zero, T6_HI);
-            TILE(_tile_loadd, T6_A, ai + k * AMX_TOKENS * 32, 32);
-            TILE(_tile_loadd, T6_BL, bi + (size_t)(2 * k) * 512, 64);
-            TILE(_tile_dpbssd, T6_LO, T6_A, T6_BL);
-            TILE(_tile_loadd, T6_BH, bi + (size_t)(2 * k + 1) * 512, 64);
-            TILE(_tile_dpbssd, T6_HI, T6_A, T6_BH);
-            TILE(_tile_stored, T6_LO, lo, 64);
-            TILE(_tile_stored, T6_HI, hi, 64);
+/* Lane k's sums s (l, h) of super-block i (a tile's tokens in x, the rows' d in dw) into the
+ * 16 tokens' acc[t][k]: k6_group_tile's fma. */
+AMX static inline __attribute__((always_inline)) void k6_amx_fold(const int32_t s[2][AMX_TOKENS][Q8X16_ROWS],
+                                                                  const struct kx16_amx_act *x, __m512 dw, int k,
+                                                                  int64_t i, __m512 acc[AMX_TOKENS][8]) {
 #pragma GCC unroll 4
-            for (int t = 0; t < AMX_TOKENS; t++) {
-                const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(hi[t]), 7), _mm512_load_si512(lo[t]));
-                acc[t][k] = _mm512_fmadd_ps(dwx[t], _mm512_cvtepi32_ps(sum), i ? acc[t][k] : zero);
+    for (int t = 0; t < AMX_TOKENS; t++) {
+        const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s[1][t]), 7), _mm512_load_si512(s[0][t]));
+        acc[t][k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x->d[t])), _mm512_cvtepi32_ps(sum),
+                                    i ? acc[t][k] : _mm512_setzero_ps());
+    }
+}
+
+/* Group g (its super-blocks as B tiles at b) against n (1 or 2) tiles of 16 tokens (their
+ * activations from tile t0 of amx) into y[t * n_out + l]. Lane by lane, the two tiles sharing
+ * the lane's B tiles; each lane's fold runs after the next lane's tile instructions are issued
+ * (its sums in the other of two buffers), before their stores. */
+AMX static inline __attribute__((always_inline)) void k6_amx_group_tiles(int64_t nb, const void *w, int64_t g,
+                                                                         const uint8_t *b, const void *amx, int64_t t0,
+                                                                         const int n, float *y, int64_t n_out) {
+    __m512 acc[2][AMX_TOKENS][8] __attribute__((aligned(64)));
+    int32_t sums[2][2][2][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* [lane % 2][tile][l, h] */
+    __m512 dw[2];                                                                 /* [super-block % 2] */
+    const struct kx16_amx_act *x[2][2];                                           /* [super-block % 2][tile] */
+    for (int64_t i = 0; i < nb; i++) {
+        dw[i % 2] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)k6_sb(w, nb, g, i).d));
+        for (int h = 0; h < n; h++) x[i % 2][h] = kx16_amx_act(amx, nb, t0 + h, i);
+        const uint8_t *bi = b + (size_t)i * K6_AMX_B;
+        for (int k = 0; k < 8; k++) {
+            TILE(_tile_zero, T_LO0);
+            TILE(_tile_zero, T_HI0);
+            TILE(_tile_loadd, T_BL, bi + (size_t)(2 * k) * 512, 64);
+            TILE(_tile_loadd, T_BH, bi + (size_t)(2 * k + 1) * 512, 64);
+            TILE(_tile_loadd, T_A0, x[i % 2][0]->lanes[k], 32);
+            TILE(_tile_dpbssd, T_LO0, T_A0, T_BL);
+            TILE(_tile_dpbssd, T_HI0, T_A0, T_BH);
+            if (n > 1) {
+                TILE(_tile_zero, T_LO1);
+                TILE(_tile_zero, T_HI1);
+                TILE(_tile_loadd, T_A1, x[i % 2][1]->lanes[k], 32);
+                TILE(_tile_dpbssd, T_LO1, T_A1, T_BL);
+                TILE(_tile_dpbssd, T_HI1, T_A1, T_BH);
+            }
+            if (k > 0 || i > 0) { /* the lane before: k - 1 of this super-block, or 7 of the last */
+                const int64_t pi = k > 0 ? i : i - 1;
+                for (int h = 0; h < n; h++)
+                    k6_amx_fold(sums[(k + 1) % 2][h], x[pi % 2][h], dw[pi % 2], (k + 7) % 8, pi, acc[h]);
+            }
+            TILE(_tile_stored, T_LO0, sums[k % 2][0][0], 64);
+            TILE(_tile_stored, T_HI0, sums[k % 2][0][1], 64);
+            if (n > 1) {
+                TILE(_tile_stored, T_LO1, sums[k % 2][1][0], 64);
+                TILE(_tile_stored, T_HI1, sums[k % 2][1][1], 64);
             }
         }
     }
-    for (int t = 0; t < AMX_TOKENS; t++) { /* k6_group_tile's fold8 */
-        __m512 s[4];
-        for (int k = 0; k < 4; k++) s[k] = _mm512_add_ps(acc[t][k], acc[t][k + 4]);
-        _mm512_storeu_ps(y + t * n_out, _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
+    for (int h = 0; h < n; h++) {
+        k6_amx_fold(sums[1][h], x[(nb - 1) % 2][h], dw[(nb - 1) % 2], 7, nb - 1, acc[h]);
+        for (int t = 0; t < AMX_TOKENS; t++) { /* k6_group_tile's fold8 */
+            __m512 f[4];
+            for (int k = 0; k < 4; k++) f[k] = _mm512_add_ps(acc[h][t][k], acc[h][t][k + 4]);
+            _mm512_storeu_ps(y + (size_t)(h * AMX_TOKENS + t) * (size_t)n_out,
+                             _mm512_add_ps(_mm512_add_ps(f[0], f[2]), _mm512_add_ps(f[1], f[3])));
+        }
     }
 }
 
@@ -1234,23 +1330,24 @@ AMX void q6kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0,
     const int64_t nb = n_in / QK_K, full = n_out / Q8X16_ROWS * Q8X16_ROWS;
     ASSERT(r0 % Q8X16_ROWS == 0 && (r1 % Q8X16_ROWS == 0 || r1 == n_out) && r1 <= n_out);
     ASSERT((uintptr_t)scratch % 64 == 0 && (size_t)nb * K6_AMX_B <= Q8X16_AMX_SCRATCH_BYTES(n_in));
-    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_amx = n_tok / AMX_TOKENS * AMX_TOKENS;
-    if (n_amx > 0 && r0 / Q8X16_ROWS < g1) {
-        /* LO, HI: 16 x 16 int32; A: 16 tokens x 32 bytes; BL, BH: 8 x 64 bytes */
-        static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, 8, 8, 0, 0, 0},
-                         tile_colsb[8] = {64, 64, 32, 64, 64, 0, 0, 0};
+    const int64_t g1 = (r1 < full ? r1 : full) / Q8X16_ROWS, n_tiles = n_tok / AMX_TOKENS;
+    if (n_tiles > 0 && r0 / Q8X16_ROWS < g1) {
+        /* C: 16 x 16 int32; A: 16 tokens x 32 bytes; B: 8 x 64 bytes */
+        static const int tile_rows[8] = {AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, AMX_TOKENS, 8, 8},
+                         tile_colsb[8] = {64, 64, 64, 64, 32, 32, 64, 64};
         amx_configure(tile_rows, tile_colsb);
         for (int64_t g = r0 / Q8X16_ROWS; g < g1; g++) {
             for (int64_t i = 0; i < nb; i++) {
                 const struct k6_parts p = k6_sb(w, nb, g, i);
                 k6_amx_build(&p, (uint8_t *)scratch + (size_t)i * K6_AMX_B);
             }
-            for (int64_t t = 0; t < n_amx; t += AMX_TOKENS)
-                k6_amx_group_tile(nb, w, g, scratch, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride,
-                                  (const uint8_t *)amx + (size_t)(t / AMX_TOKENS * nb) * K6_AMX_ACT,
-                                  y + t * n_out + g * Q8X16_ROWS, n_out);
+            float *yg = y + g * Q8X16_ROWS;
+            int64_t k = 0;
+            for (; k + 1 < n_tiles; k += 2)
+                k6_amx_group_tiles(nb, w, g, scratch, amx, k, 2, yg + k * AMX_TOKENS * n_out, n_out);
+            if (k < n_tiles) k6_amx_group_tiles(nb, w, g, scratch, amx, k, 1, yg + k * AMX_TOKENS * n_out, n_out);
         }
         _tile_release(); /* the thread's tile state back to its initial (cheap to save) state */
     }
-    kx16_amx_rest(q6kx16_rows, n_in, n_out, w, r0, r1, xq, xq_stride, n_amx, n_tok, y);
+    kx16_amx_rest(q6kx16_rows, n_in, n_out, w, r0, r1, xq, xq_stride, n_tiles * AMX_TOKENS, n_tok, y);
 }

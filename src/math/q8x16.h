@@ -81,8 +81,19 @@ void q8x16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t 
 /* Whether this CPU and OS run the AMX kernels (AMX-TILE and AMX-INT8; on Linux the process asks
  * for the tile state here, once for all its threads, before any thread uses it). */
 bool q8x16_amx_enable(void);
-/* Bytes of n_tok tokens' activations in q8x16_amx_put's tiles (whole tiles of 16 tokens). */
-#define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 576) /* 576: a block of 16 tokens */
+/* The fewest tokens from which each AMX kernel (q8x16_rows_amx, q4kx16_rows_amx, q6kx16_rows_amx)
+ * beats its vector kernel, what matmul.c gives it from: below, a group's preparation (its levels
+ * made signed, or its B tiles) serves too few tiles of tokens. One thread, GMAC/s at 16 / 32 / 48
+ * tokens, AMX against vector (build/bench/kernels --small-batch --type T --threads 1, TinyLlama's
+ * shapes): Q8_0 98-106 / 146-160 / 173-185 against 103-123 / 132-157 / 142-160; Q4_K at 16:
+ * 130-151 against 108-116; Q6_K 41-44 / 67-70 / 79-82 against 63-66 / 67-73 / 68-74. */
+#define Q8X16_AMX_MIN_TOKENS 32
+#define Q4KX16_AMX_MIN_TOKENS 16
+#define Q6KX16_AMX_MIN_TOKENS 48
+/* Bytes of n_tok tokens' activations in the AMX kernels' tiles (whole tiles of 16 tokens): per
+ * 32 elements of 16 tokens, q8x16_amx_put's 576, or 1064 for the K-quants' (q6kx16_amx_put's and
+ * q4kx16_amx_put's side by side, 8512 bytes per super-block). */
+#define Q8X16_AMX_ACT_BYTES(n_tok, n_in) ((size_t)((n_tok) / 16) * (size_t)((n_in) / 32) * 1064)
 /* Levels q8x16_rows_amx takes in one pass over the tiles of tokens, and the bytes of the scratch
  * the AMX kernels need for rows of n_in (q8x16_rows_amx: a pass's levels made signed, at least
  * one 16-row group's; q6kx16_rows_amx: a group's super-blocks as B tiles, 32 bytes a weight). */
@@ -125,10 +136,15 @@ void q4kx16_row_to_float(const void *w, int64_t n_in, int64_t n_out, int64_t r, 
 /* y[t * n_out + r] = row r . token t (Q8_K row t of xq, xq_stride bytes apart) for r in [r0, r1). */
 void q4kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
                  int64_t n_tok, float *y);
-/* q4kx16_rows with whole tiles of 16 tokens on AMX, the rest of the tokens on the vector kernel;
- * the same numbers. Only after q8x16_amx_enable() returned true. */
+/* Token t's Q8_K row (xq: its n_in / 256 blocks) into tile t / 16 of amx for q4kx16_rows_amx:
+ * its levels as A tiles, the sums of its sub-blocks' levels, its scales (beside q6kx16_amx_put's,
+ * within Q8X16_AMX_ACT_BYTES). */
+void q4kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx);
+/* q4kx16_rows with whole tiles of 16 tokens on AMX (their activations also in amx, from
+ * q4kx16_amx_put), the rest of the tokens on the vector kernel; the same numbers. scratch: unused
+ * (q6kx16_rows_amx's signature). Only after q8x16_amx_enable() returned true. */
 void q4kx16_rows_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
-                     size_t xq_stride, int64_t n_tok, float *y);
+                     size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y);
 /* Row r . one token's Q8_K row by scalar code, in the order above (tests; the tail rows). */
 float q4kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
 
@@ -150,7 +166,7 @@ void q6kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t
 /* Row r . one token's Q8_K row by scalar code, in the order above (tests). */
 float q6kx16_dot_ref(int64_t n_in, int64_t n_out, const void *w, int64_t r, const void *xq);
 /* Token t's Q8_K row (xq: its n_in / 256 blocks) into tile t / 16 of amx for q6kx16_rows_amx (n_in
- * bytes a token: within Q8X16_AMX_ACT_BYTES). */
+ * bytes a token, beside q4kx16_amx_put's: within Q8X16_AMX_ACT_BYTES). */
 void q6kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx);
 /* q6kx16_rows with whole tiles of 16 tokens on AMX (their activations also in amx, from
  * q6kx16_amx_put), the rest of the tokens on the vector kernel; the same numbers. scratch: the

@@ -7,8 +7,9 @@
  *   build/bench/kernels [--threads N] [--quick]
  *   build/bench/kernels --small-batch [--threads N]
  *       [--type q8_0|q4_k|q6_k|q5_0|q2_k|q3_k|iq4_nl|iq4_xs|q8_0x16|q5_0x16|q4_kx16|q6_kx16]
- *       only the decode-step case: matmuls of 1/2/4/8/16 tokens (and 64: whole tiles of 16 on the
- *       AMX kernels where the CPU has them; UVLM_NO_AMX=1 for the vector kernels) on SmolLM2-135M's shapes
+ *       only the decode-step case: matmuls of 1/2/4/8/16 tokens (and 32/48/64: whole tiles of 16 on
+ *       the AMX kernels where the CPU has them and they are faster, math/q8x16.h's
+ *       *_AMX_MIN_TOKENS; UVLM_NO_AMX=1 for the vector kernels) on SmolLM2-135M's shapes
  *       (576x576, 576x192, 576x1536, 1536x576, 576x49152) and TinyLlama-1.1B's (2048x2048,
  *       2048x5632, 5632x2048; the 256-element types' rows fit only those and 1536), weights cycled
  *       through enough copies (about 64 MB per shape) that they come from L3 or memory as a
@@ -189,7 +190,7 @@ static int small_batch(int n_threads, enum ggml_type ty) {
                                                         : ty;
     static const int shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152},
                                     {2048, 2048}, {2048, 5632}, {5632, 2048}};
-    static const int toks[] = {1, 2, 4, 8, 16, 64};
+    static const int toks[] = {1, 2, 4, 8, 16, 32, 48, 64};
     struct compute *c;
     if (compute_create(&c, n_threads, 512, 5632) < 0) return 1;
     float *x = random_floats((int64_t)64 * 5632, 2);

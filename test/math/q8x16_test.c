@@ -296,6 +296,29 @@ TEST(q4kx16_row_to_float_keeps_every_value) {
 typedef void kx16_rows(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
                        size_t xq_stride, int64_t n_tok, float *y);
 
+/* A K-quant AMX kernel as matmul runs it: the tokens' tiles put first (put), a scratch of its own. */
+typedef void kx16_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                      size_t xq_stride, const void *amx, void *scratch, int64_t n_tok, float *y);
+static void kx16_amx_alone(kx16_amx *rows, void (*put)(const void *, int64_t, int64_t, void *), int64_t n_in,
+                           int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
+                           int64_t n_tok, float *y) {
+    void *amx = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
+    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
+    ASSERT(amx && scratch);
+    for (int64_t k = 0; k < n_tok / 16 * 16; k++) put((const uint8_t *)xq + k * xq_stride, k, n_in, amx);
+    rows(n_in, n_out, w, r0, r1, xq, xq_stride, amx, scratch, n_tok, y);
+    free(scratch);
+    free(amx);
+}
+static void q4kx16_rows_amx_alone(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y) {
+    kx16_amx_alone(q4kx16_rows_amx, q4kx16_amx_put, n_in, n_out, w, r0, r1, xq, xq_stride, n_tok, y);
+}
+static void q6kx16_rows_amx_alone(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
+                                  size_t xq_stride, int64_t n_tok, float *y) {
+    kx16_amx_alone(q6kx16_rows_amx, q6kx16_amx_put, n_in, n_out, w, r0, r1, xq, xq_stride, n_tok, y);
+}
+
 /* rows (a Q4_K kernel) against q4kx16_dot_ref bit for bit, and that against the GGUF matrix's
  * scalar dot_q4_K (quant.c): the token counts n_toks, row ranges of whole groups and the tail
  * rows, both alignments, nothing written outside the range; the scales and mins use all 6 bits. */
@@ -358,7 +381,7 @@ TEST(q4kx16_rows_equal_the_gguf_numbers) {
 TEST(q4kx16_rows_amx_equal_the_gguf_numbers) {
     if (!q8x16_supported() || !q8x16_amx_enable()) SKIP("no AMX-INT8: matmul takes q4kx16_rows");
     static const int n_toks[] = {1, 15, 16, 17, 31, 32, 48, 63, 64, 65, 70, 128, 129, 144, 150};
-    check_q4k_rows(t, q4kx16_rows_amx, n_toks, sizeof n_toks / sizeof *n_toks);
+    check_q4k_rows(t, q4kx16_rows_amx_alone, n_toks, sizeof n_toks / sizeof *n_toks);
 }
 
 /* matmul on Q4_K's layout gives exactly the GGUF Q4_K matrix's numbers, at decode and prompt
@@ -458,18 +481,6 @@ TEST(q6kx16_rows_equal_the_gguf_numbers) {
     int n_toks[40];
     for (int k = 0; k < 40; k++) n_toks[k] = k + 1;
     check_q6k_rows(t, q6kx16_rows, n_toks, 40);
-}
-
-/* q6kx16_rows_amx as matmul runs it: the tokens' lanes put first, a scratch of its own. */
-static void q6kx16_rows_amx_alone(int64_t n_in, int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq,
-                                  size_t xq_stride, int64_t n_tok, float *y) {
-    void *amx = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
-    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
-    ASSERT(amx && scratch);
-    for (int64_t k = 0; k < n_tok / 16 * 16; k++) q6kx16_amx_put((const uint8_t *)xq + k * xq_stride, k, n_in, amx);
-    q6kx16_rows_amx(n_in, n_out, w, r0, r1, xq, xq_stride, amx, scratch, n_tok, y);
-    free(scratch);
-    free(amx);
 }
 
 /* q6kx16_rows_amx the same: one to four tiles of 16 tokens, with and without tokens left for the
