@@ -25,13 +25,19 @@ struct pair {
     void *gguf, *x16;
 };
 
+/* bytes (rounded up to the alignment, as aligned_alloc wants) at a 64-byte boundary; never NULL. */
+static void *alloc64(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    ASSERT(p);
+    return p;
+}
+
 static int make_pair_type(struct pair *p, enum ggml_type type, int64_t n_in, int64_t n_out, size_t offset) {
     size_t bytes = ggml_row_size(type, (uint64_t)n_in) * (size_t)n_out;
     float *wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
-    size_t alloc = (bytes + 64 + 63) / 64 * 64; /* aligned_alloc wants a multiple of the alignment */
-    p->gguf_buf = aligned_alloc(64, alloc);
-    p->x16_buf = aligned_alloc(64, alloc);
-    if (!wf || !p->gguf_buf || !p->x16_buf) return -1;
+    p->gguf_buf = alloc64(bytes + 64);
+    p->x16_buf = alloc64(bytes + 64);
+    if (!wf) return -1;
     for (int64_t i = 0; i < n_in * n_out; i++) wf[i] = nrand() * (float)(1 + i % 7);
     p->gguf = p->gguf_buf + offset;
     p->x16 = p->x16_buf + offset;
@@ -83,8 +89,8 @@ static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_ou
         (type == GGML_TYPE_Q5_0 ? q5x16_rows : q8x16_rows)(n_in, n_out, w, r0, r1, acts, n_tok, y);
         return;
     }
-    void *tiles = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
-    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
+    void *tiles = alloc64(Q8X16_AMX_ACT_BYTES(n_tok, n_in));
+    void *scratch = alloc64(Q8X16_AMX_SCRATCH_BYTES(n_in));
     for (int64_t t = 0; t < n_tok / 16 * 16; t++) q8x16_amx_put(acts + t * (n_in / QK8_0), t, n_in, tiles);
     q8x16_rows_amx(n_in, n_out, w, r0, r1, acts, tiles, scratch, n_tok, y);
     free(scratch);
@@ -302,9 +308,8 @@ typedef void kx16_amx(int64_t n_in, int64_t n_out, const void *w, int64_t r0, in
 static void kx16_amx_alone(kx16_amx *rows, void (*put)(const void *, int64_t, int64_t, void *), int64_t n_in,
                            int64_t n_out, const void *w, int64_t r0, int64_t r1, const void *xq, size_t xq_stride,
                            int64_t n_tok, float *y) {
-    void *amx = aligned_alloc(64, Q8X16_AMX_ACT_BYTES(n_tok, n_in) + 64);
-    void *scratch = aligned_alloc(64, Q8X16_AMX_SCRATCH_BYTES(n_in));
-    ASSERT(amx && scratch);
+    void *amx = alloc64(Q8X16_AMX_ACT_BYTES(n_tok, n_in));
+    void *scratch = alloc64(Q8X16_AMX_SCRATCH_BYTES(n_in));
     for (int64_t k = 0; k < n_tok / 16 * 16; k++) put((const uint8_t *)xq + k * xq_stride, k, n_in, amx);
     rows(n_in, n_out, w, r0, r1, xq, xq_stride, amx, scratch, n_tok, y);
     free(scratch);
