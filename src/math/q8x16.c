@@ -1258,16 +1258,15 @@ AMX static void k6_amx_build(const struct k6_parts *p, uint8_t *out) {
     }
 }
 
-/* Lane k's sums s (l, h) of super-block i (a tile's tokens in x, the rows' d in dw) into the
- * 16 tokens' acc[t][k]: k6_group_tile's fma. */
+/* Lane k's sums s (l, h) of super-block i (dwx: its d_w * d_x per token) into the 16 tokens'
+ * acc[t][k]: k6_group_tile's fma. */
 AMX static inline __attribute__((always_inline)) void k6_amx_fold(const int32_t s[2][AMX_TOKENS][Q8X16_ROWS],
-                                                                  const struct kx16_amx_act *x, __m512 dw, int k,
-                                                                  int64_t i, __m512 acc[AMX_TOKENS][8]) {
+                                                                  const __m512 dwx[AMX_TOKENS], int k, int64_t i,
+                                                                  __m512 acc[AMX_TOKENS][8]) {
 #pragma GCC unroll 4
     for (int t = 0; t < AMX_TOKENS; t++) {
         const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s[1][t]), 7), _mm512_load_si512(s[0][t]));
-        acc[t][k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x->d[t])), _mm512_cvtepi32_ps(sum),
-                                    i ? acc[t][k] : _mm512_setzero_ps());
+        acc[t][k] = _mm512_fmadd_ps(dwx[t], _mm512_cvtepi32_ps(sum), i ? acc[t][k] : _mm512_setzero_ps());
     }
 }
 
@@ -1280,31 +1279,33 @@ AMX static inline __attribute__((always_inline)) void k6_amx_group_tiles(int64_t
                                                                          const int n, float *y, int64_t n_out) {
     __m512 acc[2][AMX_TOKENS][8] __attribute__((aligned(64)));
     int32_t sums[2][2][2][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* [lane % 2][tile][l, h] */
-    __m512 dw[2];                                                                 /* [super-block % 2] */
-    const struct kx16_amx_act *x[2][2];                                           /* [super-block % 2][tile] */
+    __m512 dwx[2][2][AMX_TOKENS]; /* [super-block % 2][tile][token]: d_w * d_x */
+    const struct kx16_amx_act *x[2];
     for (int64_t i = 0; i < nb; i++) {
-        dw[i % 2] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)k6_sb(w, nb, g, i).d));
-        for (int h = 0; h < n; h++) x[i % 2][h] = kx16_amx_act(amx, nb, t0 + h, i);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)k6_sb(w, nb, g, i).d));
+        for (int h = 0; h < n; h++) {
+            x[h] = kx16_amx_act(amx, nb, t0 + h, i);
+            for (int t = 0; t < AMX_TOKENS; t++) dwx[i % 2][h][t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[h]->d[t]));
+        }
         const uint8_t *bi = b + (size_t)i * K6_AMX_B;
         for (int k = 0; k < 8; k++) {
             TILE(_tile_zero, T_LO0);
             TILE(_tile_zero, T_HI0);
             TILE(_tile_loadd, T_BL, bi + (size_t)(2 * k) * 512, 64);
             TILE(_tile_loadd, T_BH, bi + (size_t)(2 * k + 1) * 512, 64);
-            TILE(_tile_loadd, T_A0, x[i % 2][0]->lanes[k], 32);
+            TILE(_tile_loadd, T_A0, x[0]->lanes[k], 32);
             TILE(_tile_dpbssd, T_LO0, T_A0, T_BL);
             TILE(_tile_dpbssd, T_HI0, T_A0, T_BH);
             if (n > 1) {
                 TILE(_tile_zero, T_LO1);
                 TILE(_tile_zero, T_HI1);
-                TILE(_tile_loadd, T_A1, x[i % 2][1]->lanes[k], 32);
+                TILE(_tile_loadd, T_A1, x[1]->lanes[k], 32);
                 TILE(_tile_dpbssd, T_LO1, T_A1, T_BL);
                 TILE(_tile_dpbssd, T_HI1, T_A1, T_BH);
             }
             if (k > 0 || i > 0) { /* the lane before: k - 1 of this super-block, or 7 of the last */
                 const int64_t pi = k > 0 ? i : i - 1;
-                for (int h = 0; h < n; h++)
-                    k6_amx_fold(sums[(k + 1) % 2][h], x[pi % 2][h], dw[pi % 2], (k + 7) % 8, pi, acc[h]);
+                for (int h = 0; h < n; h++) k6_amx_fold(sums[(k + 1) % 2][h], dwx[pi % 2][h], (k + 7) % 8, pi, acc[h]);
             }
             TILE(_tile_stored, T_LO0, sums[k % 2][0][0], 64);
             TILE(_tile_stored, T_HI0, sums[k % 2][0][1], 64);
@@ -1315,7 +1316,7 @@ AMX static inline __attribute__((always_inline)) void k6_amx_group_tiles(int64_t
         }
     }
     for (int h = 0; h < n; h++) {
-        k6_amx_fold(sums[1][h], x[(nb - 1) % 2][h], dw[(nb - 1) % 2], 7, nb - 1, acc[h]);
+        k6_amx_fold(sums[1][h], dwx[(nb - 1) % 2][h], 7, nb - 1, acc[h]);
         for (int t = 0; t < AMX_TOKENS; t++) { /* k6_group_tile's fold8 */
             __m512 f[4];
             for (int k = 0; k < 4; k++) f[k] = _mm512_add_ps(acc[h][t][k], acc[h][t][k + 4]);
