@@ -427,7 +427,10 @@ AMX static void amx_configure(const int rows[8], const int colsb[8]) {
  * outputs, so the numbers are group_tile's (adding the correction per token, on tdpbsud's sums of
  * the levels as stored, is a quarter more of the fold: the 64-token kernel then takes 210-236
  * GMAC/s against 243-265, build/bench/kernels --small-batch --type q8_0x16 --threads 1). Two tile
- * sets take alternate blocks. The activations come in q8x16_amx_put's tiles: a block of 16 tokens
+ * sets take alternate blocks, each block's tiles issued before the block before is folded and
+ * stored after it (pp512 of the TinyLlama-shaped Q8_0 file 1-7% faster than a pair of blocks'
+ * tiles, then their folds: build/bench/forward_bench MODEL --threads 2 --pp-only 2, six
+ * alternating pairs). The activations come in q8x16_amx_put's tiles: a block of 16 tokens
  * is 576 bytes in one piece (from q8x16_act's 44-byte blocks, an A tile's 16 rows would be 16
  * lines apart, and every block's fold would read 16 scattered numbers). A pass's signed copy stays
  * in L2 while it meets every tile of tokens in turn, a tile's activations in L1. */
@@ -453,23 +456,24 @@ void q8x16_amx_put(const struct q8x16_act *x, int64_t t, int64_t n_in, void *amx
     }
 }
 
-/* Block i's integer dots of the 16 rows (signed levels at blk) against the 16 tokens of xb into
- * c[t][l], on tile set k (C0, A0, B0 or C1, A1, B1). */
-AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const uint8_t *blk, const struct q8x16_amx_block *xb,
-                                                                   int32_t c[AMX_TOKENS][Q8X16_ROWS]) {
+/* Block i's integer dots of the 16 rows (signed levels at blk) against the 16 tokens of xb, on
+ * tile set k (C0, A0, B0 or C1, A1, B1); q8_amx_store then puts them into c[t][l]. */
+AMX static inline __attribute__((always_inline)) void q8_amx_block(int k, const uint8_t *blk, const struct q8x16_amx_block *xb) {
     if (k == 0) {
         TILE(_tile_loadd, Q8_A0, xb->q, QK8_0);
         TILE(_tile_loadd, Q8_B0, blk, 64);
         TILE(_tile_zero, Q8_C0);
         TILE(_tile_dpbssd, Q8_C0, Q8_A0, Q8_B0);
-        TILE(_tile_stored, Q8_C0, c, 64);
     } else {
         TILE(_tile_loadd, Q8_A1, xb->q, QK8_0);
         TILE(_tile_loadd, Q8_B1, blk, 64);
         TILE(_tile_zero, Q8_C1);
         TILE(_tile_dpbssd, Q8_C1, Q8_A1, Q8_B1);
-        TILE(_tile_stored, Q8_C1, c, 64);
     }
+}
+AMX static inline __attribute__((always_inline)) void q8_amx_store(int k, int32_t c[AMX_TOKENS][Q8X16_ROWS]) {
+    if (k == 0) TILE(_tile_stored, Q8_C0, c, 64);
+    else TILE(_tile_stored, Q8_C1, c, 64);
 }
 
 /* The 16 tokens' accumulators as named variables a0..a15: an array of them would live in memory
@@ -496,17 +500,22 @@ AMX static void q8_amx_group_tile(int64_t nb, const uint16_t *sc0, const uint16_
 #define Q8_AMX_ACC(t) __m512 a##t = _mm512_setzero_ps();
     AMX_EACH_TOKEN(Q8_AMX_ACC)
 #undef Q8_AMX_ACC
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        q8_amx_block(0, dat + (size_t)i * Q8_DATA, xb + i, c0);
-        q8_amx_block(1, dat + (size_t)(i + 1) * Q8_DATA, xb + i + 1, c1);
-        Q8_AMX_FOLD(c0, i ? sc + i * Q8X16_ROWS : sc0, xb + i);
-        Q8_AMX_FOLD(c1, sc + (i + 1) * Q8X16_ROWS, xb + i + 1);
+    /* block i's tiles issued before block i - 1's fold, their stores after it */
+    q8_amx_block(0, dat, xb);
+    q8_amx_store(0, c0);
+    for (int64_t i = 1; i < nb; i++) {
+        const uint16_t *prev = i > 1 ? sc + (i - 1) * Q8X16_ROWS : sc0;
+        if (i % 2) {
+            q8_amx_block(1, dat + (size_t)i * Q8_DATA, xb + i);
+            Q8_AMX_FOLD(c0, prev, xb + i - 1);
+            q8_amx_store(1, c1);
+        } else {
+            q8_amx_block(0, dat + (size_t)i * Q8_DATA, xb + i);
+            Q8_AMX_FOLD(c1, prev, xb + i - 1);
+            q8_amx_store(0, c0);
+        }
     }
-    if (i < nb) {
-        q8_amx_block(0, dat + (size_t)i * Q8_DATA, xb + i, c0);
-        Q8_AMX_FOLD(c0, i ? sc + i * Q8X16_ROWS : sc0, xb + i);
-    }
+    Q8_AMX_FOLD((nb - 1) % 2 ? c1 : c0, nb > 1 ? sc + (nb - 1) * Q8X16_ROWS : sc0, xb + nb - 1);
 #define Q8_AMX_STORE(t) _mm512_storeu_ps(y + (t) * n_out, a##t);
     AMX_EACH_TOKEN(Q8_AMX_STORE)
 #undef Q8_AMX_STORE

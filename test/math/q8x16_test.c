@@ -100,21 +100,22 @@ static void run_kernel(enum ggml_type type, bool amx, int64_t n_in, int64_t n_ou
 /* q8x16_rows / q5x16_rows (type; q8x16_rows_amx with amx) against their dot_ref bit for bit (token
  * counts of 1 to 37: whole tiles of 16 and the rest, row ranges of whole groups, the tail rows)
  * and the double-precision product to float rounding, with nothing written outside the range;
- * the weights `offset` bytes past a 64-byte boundary. Adds the mismatches to *bad_exact and
- * *bad_close. */
-static int kernel_mismatches(enum ggml_type type, bool amx, size_t offset, int *bad_exact, int *bad_close) {
-    enum { N_IN = 96, N_OUT = 53, MAX_TOK = 37 };
-    const int64_t nb = N_IN / QK8_0;
+ * rows of n_in (<= 96) inputs, the weights `offset` bytes past a 64-byte boundary. Adds the
+ * mismatches to *bad_exact and *bad_close. */
+static int kernel_mismatches(enum ggml_type type, bool amx, int64_t n_in, size_t offset, int *bad_exact, int *bad_close) {
+    enum { MAX_IN = 96, N_OUT = 53, MAX_TOK = 37 };
+    ASSERT(n_in <= MAX_IN && n_in % QK8_0 == 0);
+    const int64_t nb = n_in / QK8_0;
     const bool q5 = type == GGML_TYPE_Q5_0;
     struct pair p;
-    if (make_pair_type(&p, type, N_IN, N_OUT, offset) < 0) return -1;
-    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], wrow[N_IN];
-    static uint8_t xq[MAX_TOK * N_IN * 2];
-    static struct q8x16_act acts[MAX_TOK * N_IN / QK8_0];
-    size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_0, N_IN);
-    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = nrand() * (float)(1 + i % 5);
-    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_0, x + t * N_IN, xq + t * xq_stride, N_IN);
-    q8x16_pack_acts(xq, xq_stride, MAX_TOK, N_IN, acts);
+    if (make_pair_type(&p, type, n_in, N_OUT, offset) < 0) return -1;
+    static float x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT], wrow[MAX_IN];
+    static uint8_t xq[MAX_TOK * MAX_IN * 2];
+    static struct q8x16_act acts[MAX_TOK * MAX_IN / QK8_0];
+    size_t xq_stride = ggml_row_size(GGML_TYPE_Q8_0, n_in);
+    for (int i = 0; i < MAX_TOK * n_in; i++) x[i] = nrand() * (float)(1 + i % 5);
+    for (int t = 0; t < MAX_TOK; t++) quant_from_float(GGML_TYPE_Q8_0, x + t * n_in, xq + t * xq_stride, n_in);
+    q8x16_pack_acts(xq, xq_stride, MAX_TOK, n_in, acts);
     static const int64_t ranges[][2] = {{0, N_OUT}, {16, 48}, {32, 48}, {48, N_OUT}};
     static const int n_toks[] = {1, 2, 7, 8, 9, 16, 17, 32, MAX_TOK}; /* AMX: tiles of 16, and the rest */
     for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++)
@@ -122,12 +123,12 @@ static int kernel_mismatches(enum ggml_type type, bool amx, size_t offset, int *
             int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
             int n_tok = n_toks[ti];
             for (int i = 0; i < MAX_TOK * N_OUT; i++) y[i] = NAN;
-            run_kernel(type, amx, N_IN, N_OUT, p.x16, r0, r1, acts, n_tok, y);
+            run_kernel(type, amx, n_in, N_OUT, p.x16, r0, r1, acts, n_tok, y);
             for (int t = 0; t < n_tok; t++)
                 for (int64_t r = r0; r < r1; r++) {
                     float got = y[t * N_OUT + r];
-                    if (got != (q5 ? q5x16_dot_ref : q8x16_dot_ref)(N_IN, N_OUT, p.x16, r, acts + t * nb)) (*bad_exact)++;
-                    (q5 ? q5x16_row_to_float : q8x16_row_to_float)(p.x16, N_IN, N_OUT, r, wrow);
+                    if (got != (q5 ? q5x16_dot_ref : q8x16_dot_ref)(n_in, N_OUT, p.x16, r, acts + t * nb)) (*bad_exact)++;
+                    (q5 ? q5x16_row_to_float : q8x16_row_to_float)(p.x16, n_in, N_OUT, r, wrow);
                     double ref = 0, mag = 0;
                     for (int64_t b = 0; b < nb; b++)
                         for (int k = 0; k < QK8_0; k++) {
@@ -149,8 +150,9 @@ static int kernel_mismatches(enum ggml_type type, bool amx, size_t offset, int *
 
 static void check_kernel(struct test_case *t, enum ggml_type type, bool amx) {
     int bad_exact = 0, bad_close = 0;
-    for (size_t offset = 0; offset <= 32; offset += 32)
-        CHECK_EQ_INT(kernel_mismatches(type, amx, offset, &bad_exact, &bad_close), 0);
+    for (int64_t n_in = QK8_0; n_in <= 3 * QK8_0; n_in += QK8_0) /* one to three blocks a row */
+        for (size_t offset = 0; offset <= 32; offset += 32)
+            CHECK_EQ_INT(kernel_mismatches(type, amx, n_in, offset, &bad_exact, &bad_close), 0);
     CHECK_EQ_INT(bad_exact, 0);
     CHECK_EQ_INT(bad_close, 0);
 }
