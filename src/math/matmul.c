@@ -257,7 +257,7 @@ struct mat_desc {
     x16_rows_fn x16; /* Q8_0_X16 / Q5_0_X16: q8x16.h's kernel on c->acts16 instead of the kernels above */
     bool x16_amx;    /* Q8_0_X16: q8x16_rows_amx on c->acts16 and c->acts_amx instead */
     kx16_rows_fn kx16; /* Q4_K_X16 / Q6_K_X16: q8x16.h's kernel on the job's xq instead */
-    kx16_amx_fn kx16_amx; /* from 16 tokens with AMX: its AMX kernel on the job's xq and c->acts_amx instead */
+    kx16_amx_fn kx16_amx; /* with AMX, from its kernel's threshold: that kernel on the job's xq and c->acts_amx instead */
 };
 
 struct matmul_job {

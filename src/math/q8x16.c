@@ -852,7 +852,7 @@ static struct kx16_amx_act *kx16_amx_act(const void *amx, int64_t nb, int64_t ti
  * prepared (8 KB: struct k4_amx_b), serves up to K4_AMX_TILES tiles of 16 tokens, two at a time
  * (their four C tiles beside one A tile each and the two B tiles they share: 8 tile loads, 16
  * tdpbsud and 4 stores per super-block and pair). The fold of a pair runs after the next pair's
- * tile instructions are issued, so that the tile unit and the vector units work side by side. */
+ * tile instructions are issued (see k4_amx_group). */
 #define K4_AMX_TILES 8
 
 void q4kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx) {

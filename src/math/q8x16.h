@@ -85,8 +85,9 @@ bool q8x16_amx_enable(void);
  * beats its vector kernel, what matmul.c gives it from: below, a group's preparation (its levels
  * made signed, or its B tiles) serves too few tiles of tokens. One thread, GMAC/s at 16 / 32 / 48
  * tokens, AMX against vector (build/bench/kernels --small-batch --type T --threads 1, TinyLlama's
- * shapes, all three thresholds set to 16 for the measurement): Q8_0 98-106 / 146-160 / 173-185 against 103-123 / 132-157 / 142-160; Q4_K at 16:
- * 130-151 against 108-116; Q6_K 41-44 / 67-70 / 79-82 against 63-66 / 67-73 / 68-74. */
+ * shapes, all three thresholds set to 16 for the measurement): Q8_0 98-106 / 146-160 / 173-185
+ * against 103-123 / 132-157 / 142-160; Q4_K at 16: 130-151 against 108-116; Q6_K 41-44 / 67-70 /
+ * 79-82 against 63-66 / 67-73 / 68-74. */
 #define Q8X16_AMX_MIN_TOKENS 32
 #define Q4KX16_AMX_MIN_TOKENS 16
 #define Q6KX16_AMX_MIN_TOKENS 48
