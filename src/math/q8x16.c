@@ -959,9 +959,9 @@ AMX static inline __attribute__((always_inline)) void k4_amx_fold(const struct k
 /* Group g against the tokens of n_tiles tiles of 16 (their activations from tile t0 of amx) into
  * y[t * n_out + l]. Super-block by super-block, pair by pair; each pair's fold runs after the next
  * pair's tile instructions are issued (its sums and its super-block in the other of two buffers):
- * pp512 of the TinyLlama-shaped Q4_K_M file 2-5% faster than folding each pair at once, the
- * 64-token kernel 15-20% (build/bench/forward_bench --pp-only, build/bench/kernels
- * --small-batch --type q4_kx16 --threads 1). */
+ * the 64-token kernel 276-314 GMAC/s against 229-247 folding each pair at once (build/bench/kernels
+ * --small-batch --type q4_kx16 --threads 1, three alternating pairs), pp512 of the TinyLlama-shaped
+ * Q4_K_M file 0-3% faster (build/bench/forward_bench MODEL --threads 2 --pp-only 2). */
 AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const void *amx, int64_t t0, int n_tiles,
                              float *y, int64_t n_out) {
     struct k4_amx_b b[2] __attribute__((aligned(64)));                              /* [super-block % 2] */
