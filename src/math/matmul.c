@@ -60,8 +60,7 @@ struct compute {
     float *tiles;        /* n_threads tiles of tile_floats floats (NULL if max_tokens is small) */
     uint8_t *packed;     /* Q8_0 GEMM: packed activations (NULL if max_tokens is small or no AVX-512) */
     struct q8x16_act *acts16; /* Q8_0_X16 / Q5_0_X16 weights: activations as q8x16.h's blocks (NULL without AVX-512) */
-    bool amx;            /* batches of 16 tokens and more take the AMX kernels (AMX-INT8 here, UVLM_NO_AMX unset) */
-    void *acts_amx;      /* with amx: acts16 in q8x16_amx_put's tiles, or Q8_K rows in q6kx16_amx_put's (NULL otherwise) */
+    void *acts_amx;      /* with compute_amx(): the activations in the AMX kernels' tiles (q8x16.h's *_amx_put; NULL otherwise) */
     uint8_t *amx_scratch; /* with acts_amx: n_threads scratches of amx_scratch_bytes for the AMX kernels */
     size_t amx_scratch_bytes;
     size_t tile_floats;
@@ -154,10 +153,9 @@ int compute_create(struct compute **out, int n_threads, int64_t max_tokens, int6
     }
     size_t acts16_bytes = 0, amx_bytes = 0, amx_scratch_bytes = 0;
     if (q8x16_supported()) {
-        c->amx = compute_amx();
         acts16_bytes = round_up(Q8X16_ACT_BYTES(max_tokens, max_n_in), 64);
         c->acts16 = aligned_alloc(64, acts16_bytes);
-        if (c->amx && max_tokens >= 16) {
+        if (compute_amx() && max_tokens >= 16) {
             amx_bytes = round_up(Q8X16_AMX_ACT_BYTES(max_tokens, max_n_in), 64);
             c->acts_amx = aligned_alloc(64, amx_bytes);
             c->amx_scratch_bytes = round_up(Q8X16_AMX_SCRATCH_BYTES(max_n_in), 64);
