@@ -13,10 +13,10 @@
  *     group's query rows read each K and V row once, each group unit (an entry's kv head) whole
  *     on one thread where there are at least as many units as threads (unit_items), else split
  *     in items of even size across the threads (dec_items);
- *   - the other sequences (gseq) are attended one at a time by attend_seq, in chunks of up to
- *     ATT_CHUNK_ENTRIES entries: a chunk too small for sgemm on the F16 cells (direct_rows), a
- *     bigger one as blocks of query rows (a kv head's, up to ATT_BLOCK_ROWS) shared by the
- *     compute threads (chunk_blocks): on the F16 cells as stored in tiles of 16 cells
+ *   - the other sequences (gseq) are attended one at a time by attend_seq, in chunks of even
+ *     sizes of up to ATT_CHUNK_ENTRIES entries: a chunk too small for sgemm on the F16 cells
+ *     (direct_rows), a bigger one as blocks of query rows (a kv head's, up to ATT_BLOCK_ROWS)
+ *     shared by the compute threads (chunk_blocks): on the F16 cells as stored in tiles of 16 cells
  *     (attn_rows_f16) when the sequence has at most ATT_DIRECT_CHUNKS chunks in the step, else
  *     two sgemm calls around the softmax on F32 copies of the cells gathered once per layer
  *     (attn_rows_f32, V multiplied as stored); with `reference` per kv head in the reference's
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
+/* Most entries of one sequence per attention chunk: bounds the score buffer, keeps sgemm shapes big. */
 enum { ATT_CHUNK_ENTRIES = 64 };
 /* Most query rows per block of a chunk on the sgemm path (attn_rows_f32: one block per job item,
  * so a chunk of one kv head is shared by the threads). Every block packs its kv head's K and V
@@ -736,7 +736,12 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
     int64_t n_c = kv_seq_cell_list(a->kv, seq, a->cells, (int64_t)a->sc_stride); /* cells: [n_ctx] */
     ASSERT(n_c >= 0); /* the forward pass's check: no sequence holds more than n_ctx cells */
     sort_cells_by_pos(a, a->cells, a->cpos, n_c);
-    int32_t chunk = a->att_rows / group;
+    /* chunks of even sizes: a step's last few entries in a chunk of their own would take the
+     * direct path (ATT_DIRECT_ENTRIES), slower per row than a bigger chunk's blocks (a prompt
+     * read in steps of 80 tokens: build/bench/forward_bench MODEL --prefill 1536 --step 80, the
+     * SmolLM2-shaped Q8_0 model of scripts/bench.d/40-forward, 1274-1278 ms against 1409-1497
+     * ms with chunks of 64 and 16) */
+    int32_t most = a->att_rows / group, n_chunks = (n_ent + most - 1) / most, chunk = (n_ent + n_chunks - 1) / n_chunks;
     bool gathered = false, direct = direct_f16(a, n_ent);
     /* Entries come in increasing positions: cells the first one does not see (a window's) no
      * entry sees, and are never gathered. */

@@ -198,6 +198,7 @@ struct rows_job {
     float *x;           /* rows of n floats */
     float *y;
     const float *w;
+    const float *add;   /* rmsnorm, add_rows: rows of n added to x first (NULL: none) */
     int64_t n;
     const float *cos, *sin;
     int32_t n_heads;
@@ -240,17 +241,43 @@ static void rmsnorm_row(const float *x, float *y, const float *w, int64_t n, flo
     for (; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
+/* x += add over one row of n */
+static void add_row(float *restrict x, const float *restrict add, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += add[i];
+}
+
+static void add_rows_range(void *arg, int64_t r0, int64_t r1) {
+    const struct rows_job *j = arg;
+    for (int64_t r = r0; r < r1; r++) add_row(j->x + r * j->n, j->add + r * j->n, j->n);
+}
+
+/* x += add over n_rows rows of n_embd: a residual add (see add_rmsnorm). */
+static void add_rows(struct forward_scratch *s, const struct model_hparams *hp, float *x, const float *add,
+                     int64_t n_rows) {
+    struct rows_job j = {.x = x, .add = add, .n = hp->n_embd};
+    compute_parallel_for_work(s->c, n_rows, hp->n_embd, add_rows_range, &j);
+}
+
 static void rmsnorm_rows(void *arg, int64_t r0, int64_t r1) {
     const struct rows_job *j = arg;
-    for (int64_t r = r0; r < r1; r++)
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->add) add_row(j->x + r * j->n, j->add + r * j->n, j->n);
         rmsnorm_row(j->x + r * j->n, j->y + r * j->n, j->w, j->n, j->hp->rms_eps, j->sequential);
+    }
+}
+
+/* x += add (a residual add, row by row while the row is in L1; add NULL: none), then
+ * y = rmsnorm(x) * w, over n_rows rows of n_embd (y may be x). */
+static void add_rmsnorm(struct forward_scratch *s, const struct model_hparams *hp, float *x, const float *add, float *y,
+                        const float *w, int64_t n_rows) {
+    struct rows_job j = {.hp = hp, .x = x, .y = y, .w = w, .add = add, .n = hp->n_embd, .sequential = s->reference};
+    compute_parallel_for_work(s->c, n_rows, hp->n_embd, rmsnorm_rows, &j);
 }
 
 /* y = rmsnorm(x) * w over n_rows rows of n_embd (y may be x). */
 static void rmsnorm(struct forward_scratch *s, const struct model_hparams *hp, const float *x, float *y,
                     const float *w, int64_t n_rows) {
-    struct rows_job j = {.hp = hp, .x = (float *)x, .y = y, .w = w, .n = hp->n_embd, .sequential = s->reference};
-    compute_parallel_for_work(s->c, n_rows, hp->n_embd, rmsnorm_rows, &j);
+    add_rmsnorm(s, hp, (float *)x, NULL, y, w, n_rows);
 }
 
 /* Rotate the first n_rot dims of each of n_heads heads of each row (row r at the angles of
@@ -513,10 +540,6 @@ static void embed(const struct model *m, const struct batch *b, float *x) {
     }
 }
 
-static void add_rows(float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
-}
-
 /* tf.attn_gate: wq's rows give each head's query then its gate; q and gate apart. */
 static void split_query_gate(const struct model_hparams *hp, const float *qg, float *q, float *gate, int64_t n) {
     int64_t hd = hp->head_dim;
@@ -555,10 +578,10 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
         bool win = L->window > 0;
         struct kv_memory *kv = pools.kv[win];
         int32_t kl = pools.kv[1] || pools.rec ? split_layer_index(mem, l) : l;
-        rmsnorm(s, hp, s->x, s->xn, L->attn_norm, n);
+        /* each block's output (tmp) joins the residual stream x in the next norm */
+        add_rmsnorm(s, hp, s->x, l > 0 ? s->tmp : NULL, s->xn, L->attn_norm, n);
         if (L->recurrent) { /* a hybrid's delta-net layer (deltanet.h) */
             deltanet_layer(s->dn, m, L, pools.rec, kl, b, s->xn, s->tmp, s->reference);
-            add_rows(s->x, s->tmp, n * E);
         } else {
             /* attention: q, k, v = W·norm(x) + bias; head norms, rope; K and V to the batch's cells */
             mm_multi(s, 3, (const struct model_weight *const[]){&L->wq, &L->wk, &L->wv}, s->xn, n,
@@ -572,19 +595,18 @@ static int llama_forward(const struct model *m, struct forward_ctx *fc, struct m
             if (s->ag) gate_rows(s->att, s->ag, n * hp->n_head * hp->head_dim);
             mm(s, &L->wo, s->att, n, s->tmp);
             if (L->attn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->attn_post_norm, n);
-            add_rows(s->x, s->tmp, n * E);
         }
 
         /* feed-forward: Wdown · (act(Wgate·norm(x)) * Wup·norm(x)) */
-        rmsnorm(s, hp, s->x, s->xn, L->ffn_norm, n);
+        add_rmsnorm(s, hp, s->x, s->tmp, s->xn, L->ffn_norm, n);
         mm_multi(s, 2, (const struct model_weight *const[]){&L->w_gate, &L->w_up}, s->xn, n,
                  (float *const[]){s->gate, s->up});
         struct rows_job sj = {.x = s->gate, .y = s->up, .n = hp->n_ff, .w = s->gelu};
         compute_parallel_for_work(s->c, n, 8 * (int64_t)hp->n_ff, s->gelu ? geglu_rows : swiglu_rows, &sj);
         mm(s, &L->w_down, s->gate, n, s->tmp);
         if (L->ffn_post_norm) rmsnorm(s, hp, s->tmp, s->tmp, L->ffn_post_norm, n);
-        add_rows(s->x, s->tmp, n * E);
     }
+    if (hp->n_layer > 0) add_rows(s, hp, s->x, s->tmp, n); /* the last block's output */
 
     /* logits = Wout · norm(x) of the entries that want them, in entry order */
     int32_t n_out = 0;
