@@ -399,7 +399,7 @@ TEST(attn_rows_f32_matches_double_attention) {
 TEST(attn_rows_f16_equals_definition_at_every_level) {
     enum { R = 40, NV = 150, HDM = 128, KSTRIDE = 3 * HDM };
     static uint16_t kc[POOL * KSTRIDE], vc[POOL * KSTRIDE];
-    static float q[R * HDM], sc[R * NV], sc2[R * NV], out[R * HDM], out2[R * HDM], tile[16 * HDM];
+    static float q[R * HDM], sc[R * NV], sc2[R * NV], out[R * HDM], out2[R * HDM], tile[ATTN_TILE_FLOATS(HDM)];
     static int32_t cells[NV], cpos[NV], row_pos[R];
     for (int64_t i = 0; i < POOL * KSTRIDE; i++) {
         kc[i] = f32_to_fp16(nrand());
