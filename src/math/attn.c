@@ -806,8 +806,10 @@ enum { RF_CELLS = 16, RF_SC_CELLS = 2 * RF_CELLS, RF_SC_ROWS = 6, RF_MIX_ROWS = 
 
 /* Scores of rows [0, R) against two tiles of 16 cells given transposed (kt[d * 32 + l]: element
  * d of cell l of the pair): two accumulators per row, their lanes the cells, so that each query
- * element is loaded once for 32 cells (a block of 96 rows, head size 64, over 1024 / 3000 cells:
- * 244 / 754 us against 257 / 825 with one tile of 16 cells and 8 rows, best of five). */
+ * element is loaded once for 32 cells (a prompt read in steps of 64 tokens, on this path:
+ * build/bench/forward_bench MODEL --prefill 1536 --step 64, the SmolLM2-shaped Q8_0 model of
+ * scripts/bench.d/40-forward, 1314-1329 ms against 1336-1347 with one tile of 16 cells and 8
+ * rows, three alternating pairs). */
 AVX512 static inline __attribute__((always_inline)) void rf_scores_tile(const float *q, int32_t hd, const float *kt,
                                                                         const int R, float *sc, int64_t nv,
                                                                         __mmask16 live0, __mmask16 live1) {
