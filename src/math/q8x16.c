@@ -872,15 +872,17 @@ void q4kx16_amx_put(const void *xq, int64_t t, int64_t n_in, void *amx) {
 
 /* A group's super-block for the tiles: b[c][p] the B tiles of 64-element chunk c (sub-blocks 2c,
  * 2c + 1), row kk (< 8: word 8c + kk's low nibbles, sub-block 2c; >= 8: word 8c + kk - 8's high
- * nibbles, sub-block 2c + 1), p = 0, 1 the levels times the lo and hi scale parts; with the
- * rows' scales and mins' pairs for the fold. */
+ * nibbles, sub-block 2c + 1), p = 0, 1 the levels times the lo and hi scale parts. */
 struct k4_amx_b {
     uint8_t b[4][2][16][64];
+};
+/* The super-block's numbers for the fold: the rows' scales and mins' pairs. */
+struct k4_amx_scales {
     __m512 dw, dmw; /* the rows' d, dmin */
     __m512i mn2[4]; /* the mins of sub-blocks 2q and 2q + 1 as the int16 pair of each row's lane */
 };
 
-AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
+AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out, struct k4_amx_scales *sc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), c7 = _mm512_set1_epi32(7);
     for (int c = 0; c < 4; c++) {
         __m512i part[2][2]; /* [sub-block 2c + h][lo, hi]: each row's part in both 16-bit halves */
@@ -900,11 +902,11 @@ AMX static void k4_amx_build(const struct k4_parts *p, struct k4_amx_b *out) {
                     _mm512_store_si512(out->b[c][q][kk + 8 * h], _mm512_mullo_epi16(lv[h], part[h][q]));
         }
     }
-    out->dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->d));
-    out->dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->dmin));
+    sc->dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->d));
+    sc->dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p->dmin));
     for (int q = 0; q < 4; q++)
-        out->mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q, true)),
-                                      _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q + 1, true)), 16));
+        sc->mn2[q] = _mm512_or_si512(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q, true)),
+                                     _mm512_slli_epi32(_mm512_cvtepu8_epi32(k4_scale16(p->planes, 2 * q + 1, true)), 16));
 }
 
 /* n (1 or 2) tiles of tokens, x[k] tile k's super-block, against the prepared b: the lo and hi
@@ -938,9 +940,10 @@ AMX static inline __attribute__((always_inline)) void k4_amx_tiles(const struct 
     }
 }
 
-/* One tile's sums s (lo, hi) of super-block i (prepared in b; the tokens' in x) into its 16
+/* One tile's sums s (lo, hi) of super-block i (its numbers in sc; the tokens' in x) into its 16
  * tokens' a, m: k4_group_tile's fmas. */
-AMX static inline __attribute__((always_inline)) void k4_amx_fold(const struct k4_amx_b *b, const struct kx16_amx_act *x,
+AMX static inline __attribute__((always_inline)) void k4_amx_fold(const struct k4_amx_scales *sc,
+                                                                  const struct kx16_amx_act *x,
                                                                   const int32_t s[2][AMX_TOKENS][Q8X16_ROWS], int64_t i,
                                                                   __m512 a[AMX_TOKENS], __m512 m[AMX_TOKENS]) {
     const __m512 zero = _mm512_setzero_ps();
@@ -949,22 +952,26 @@ AMX static inline __attribute__((always_inline)) void k4_amx_fold(const struct k
         const __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s[1][t]), 3), _mm512_load_si512(s[0][t]));
         __m512i summ = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) summ = _mm512_dpwssd_epi32(summ, b->mn2[q], _mm512_set1_epi32(x->mins[t][q]));
+        for (int q = 0; q < 4; q++) summ = _mm512_dpwssd_epi32(summ, sc->mn2[q], _mm512_set1_epi32(x->mins[t][q]));
         const __m512 xd = _mm512_set1_ps(x->d[t]);
-        a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(b->dw, xd), i ? a[t] : zero);
-        m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(b->dmw, xd), i ? m[t] : zero);
+        a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(sc->dw, xd), i ? a[t] : zero);
+        m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(sc->dmw, xd), i ? m[t] : zero);
     }
 }
 
 /* Group g against the tokens of n_tiles tiles of 16 (their activations from tile t0 of amx) into
  * y[t * n_out + l]. Super-block by super-block, pair by pair; each pair's fold runs after the next
- * pair's tile instructions are issued (its sums and its super-block in the other of two buffers):
- * the 64-token kernel 276-314 GMAC/s against 229-247 folding each pair at once (build/bench/kernels
- * --small-batch --type q4_kx16 --threads 1, three alternating pairs), pp512 of the TinyLlama-shaped
- * Q4_K_M file 0-3% faster (build/bench/forward_bench MODEL --threads 2 --pp-only 2). */
+ * pair's tile instructions are issued (its sums and its super-block's numbers in the other of two
+ * buffers): the 64-token kernel 276-314 GMAC/s against 229-247 folding each pair at once
+ * (build/bench/kernels --small-batch --type q4_kx16 --threads 1, three alternating pairs), pp512 of
+ * the TinyLlama-shaped Q4_K_M file 0-3% faster (build/bench/forward_bench MODEL --threads 2
+ * --pp-only 2). The B tiles have one buffer: the a and m accumulators, the sums and the B tiles
+ * together fill L1, and a second 8 KB of B tiles made pp512 3.6% slower (420.3 against 435.5 t/s,
+ * the mean of six alternating pairs). */
 AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const void *amx, int64_t t0, int n_tiles,
                              float *y, int64_t n_out) {
-    struct k4_amx_b b[2] __attribute__((aligned(64)));                              /* [super-block % 2] */
+    struct k4_amx_b b __attribute__((aligned(64)));
+    struct k4_amx_scales sc[2]; /* [super-block % 2] */
     int32_t sums[2][2][2][AMX_TOKENS][Q8X16_ROWS] __attribute__((aligned(64))); /* [pair % 2][tile][lo, hi] */
     /* as k4_group_tile's a, m; from 0.0 at i = 0 rather than cleared first (16 KB per group) */
     __m512 a[K4_AMX_TILES][AMX_TOKENS], m[K4_AMX_TILES][AMX_TOKENS];
@@ -973,15 +980,15 @@ AMX static void k4_amx_group(int64_t nb, const void *w, int64_t g, const void *a
     /* pair k (its n tiles) of super-block i, its sums in sums[pb], into a, m */
 #define K4_AMX_FOLD(i, k, n, pb)                                                                                 \
     for (int h = 0; h < (n); h++)                                                                                \
-        k4_amx_fold(&b[(i) % 2], kx16_amx_act(amx, nb, t0 + (k) + h, (i)), sums[pb][h], (i), a[(k) + h], m[(k) + h]);
+        k4_amx_fold(&sc[(i) % 2], kx16_amx_act(amx, nb, t0 + (k) + h, (i)), sums[pb][h], (i), a[(k) + h], m[(k) + h]);
     for (int64_t i = 0; i < nb; i++) {
         const struct k4_parts p = k4_sb(w, nb, g, i);
-        k4_amx_build(&p, &b[i % 2]);
+        k4_amx_build(&p, &b, &sc[i % 2]);
         for (int k = 0; k < n_tiles; k += 2, buf ^= 1) {
             const int n = k < last ? 2 : n_tiles - last;
             const struct kx16_amx_act *x[2] = {kx16_amx_act(amx, nb, t0 + k, i), kx16_amx_act(amx, nb, t0 + k + n - 1, i)};
-            if (n == 2) k4_amx_tiles(&b[i % 2], x, 2, sums[buf]);
-            else k4_amx_tiles(&b[i % 2], x, 1, sums[buf]);
+            if (n == 2) k4_amx_tiles(&b, x, 2, sums[buf]);
+            else k4_amx_tiles(&b, x, 1, sums[buf]);
             if (k > 0) {
                 K4_AMX_FOLD(i, k - 2, 2, buf ^ 1)
             } else if (i > 0) {
