@@ -100,8 +100,8 @@ void attn_rows_softmax_mix_f32(float *sc, int64_t n_rows, const float *v, int64_
  * q: n_rows x hd; sc: n_rows x nv scratch (rows nv apart); tile: ATTN_TILE_FLOATS(hd) floats of
  * scratch; out: n_rows x hd. hd a multiple of 16. A row's numbers depend on its own inputs only
  * (not on n_rows or the block it is in); the tiles (K: 32 cells transposed once for all the
- * rows; V: 16 cells converted once) keep every read in cache. Vectorized for AVX-512; other levels run the
- * scalar definition. */
+ * rows; V: 16 cells converted once) keep every read in cache. Vectorized for AVX-512; other
+ * levels run the scalar definition. */
 #define ATTN_TILE_FLOATS(hd) (32 * (size_t)(hd))
 void attn_rows_f16(const float *q, int64_t n_rows, const uint16_t *k, size_t k_stride, const uint16_t *v,
                    size_t v_stride, const int32_t *cells, int64_t nv, int32_t hd, const int32_t *cpos,

@@ -741,7 +741,8 @@ static void attend_seq(struct attn_ctx *a, int32_t seq, int32_t n_ent) {
      * read in steps of 80 tokens: build/bench/forward_bench MODEL --prefill 1536 --step 80, the
      * SmolLM2-shaped Q8_0 model of scripts/bench.d/40-forward, 1274-1278 ms against 1409-1497
      * ms with chunks of 64 and 16) */
-    int32_t most = a->att_rows / group, n_chunks = (n_ent + most - 1) / most, chunk = (n_ent + n_chunks - 1) / n_chunks;
+    int32_t most = a->att_rows / group, n_chunks = (n_ent + most - 1) / most;
+    int32_t chunk = (n_ent + n_chunks - 1) / n_chunks;
     bool gathered = false, direct = direct_f16(a, n_ent);
     /* Entries come in increasing positions: cells the first one does not see (a window's) no
      * entry sees, and are never gathered. */
